@@ -1,0 +1,103 @@
+//! Raw device memory.
+//!
+//! [`DeviceAlloc`] is the backend's untyped allocation. Its copies wait for their stream before
+//! returning, so they are safe with any host slice; the typed, overlapping versions live in the
+//! memory layer above.
+
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+
+use super::context::Context;
+use super::{Call, CudaDevice, Stream};
+use crate::error::{Error, Result};
+
+/// A block of device memory (`cuMemAlloc`), freed on drop.
+///
+/// Allocations are aligned to at least 256 bytes, as the driver guarantees.
+#[derive(Debug)]
+pub struct DeviceAlloc {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: a device address is a plain integer valid in its context from any thread; every
+// use binds the context first.
+unsafe impl Send for DeviceAlloc {}
+// SAFETY: shared references only read the address and size; copies go through the driver,
+// which is thread-safe.
+unsafe impl Sync for DeviceAlloc {}
+
+impl DeviceAlloc {
+    /// Allocates `bytes` of device memory.
+    ///
+    /// # Errors
+    /// Zero bytes, or the driver's out-of-memory error.
+    pub fn new(device: &CudaDevice, bytes: usize) -> Result<DeviceAlloc> {
+        if bytes == 0 {
+            return Err(Error::invalid("device allocation size", "0 bytes: allocate at least 1 byte"));
+        }
+        device.bind()?;
+        // SAFETY: the context is bound and `bytes` is non-zero; the pointer is freed once, in Drop.
+        let ptr = unsafe { result::malloc_sync(bytes) }.call("cuMemAlloc")?;
+        Ok(DeviceAlloc { ptr, bytes, ctx: Arc::clone(device.context()) })
+    }
+
+    /// The size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The device address, for kernel arguments.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Copies `src` to the start of this allocation through `stream` and waits for it.
+    ///
+    /// # Errors
+    /// `src` longer than the allocation, or a failed copy.
+    pub fn upload(&mut self, stream: &Stream, src: &[u8]) -> Result<()> {
+        self.check_fits(src.len())?;
+        stream.bind()?;
+        // SAFETY: the destination range [ptr, ptr + src.len()) lies inside this allocation
+        // (checked); `src` is borrowed until the stream is synchronised below, so the driver
+        // never reads it after this function returns.
+        unsafe { result::memcpy_htod_async(self.ptr, src, stream.raw()) }.call("cuMemcpyHtoDAsync")?;
+        Ok(stream.synchronize()?)
+    }
+
+    /// Copies the start of this allocation into `dst` through `stream` and waits for it.
+    ///
+    /// # Errors
+    /// `dst` longer than the allocation, or a failed copy.
+    pub fn download(&self, stream: &Stream, dst: &mut [u8]) -> Result<()> {
+        self.check_fits(dst.len())?;
+        stream.bind()?;
+        // SAFETY: the source range lies inside this allocation (checked); `dst` is borrowed
+        // mutably until the stream is synchronised below, so nothing else sees it while the
+        // driver writes it.
+        unsafe { result::memcpy_dtoh_async(dst, self.ptr, stream.raw()) }.call("cuMemcpyDtoHAsync")?;
+        Ok(stream.synchronize()?)
+    }
+
+    fn check_fits(&self, len: usize) -> Result<()> {
+        if len > self.bytes {
+            return Err(Error::invalid(
+                "copy length",
+                format!("{len} bytes do not fit a {}-byte device allocation", self.bytes),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        let ptr = self.ptr;
+        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once. cuMemFree waits
+        // for work using it to finish before the memory is reused.
+        self.ctx.release(|| unsafe { result::free_sync(ptr) }.call("cuMemFree"));
+    }
+}

@@ -1,0 +1,165 @@
+//! Loaded GPU code: modules (a compiled image) and kernels (an entry point in one).
+
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+
+use super::context::Context;
+use super::{Call, CudaDevice, Stream};
+use crate::error::{Error, Result};
+
+/// A module loaded from a CUBIN or PTX image; unloaded when the last kernel from it drops.
+#[derive(Debug)]
+pub struct Module {
+    raw: sys::CUmodule,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: module handles are plain driver handles, usable from any thread with the context
+// bound (every method binds it).
+unsafe impl Send for Module {}
+// SAFETY: as for Send; the module is immutable once loaded.
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Loads a CUBIN or PTX image into `device`'s context.
+    ///
+    /// # Errors
+    /// An empty image, or the driver's error: an image for another architecture, or PTX
+    /// newer than the driver.
+    pub fn load(device: &CudaDevice, image: &[u8]) -> Result<Arc<Module>> {
+        if image.is_empty() {
+            return Err(Error::invalid("module image", "empty"));
+        }
+        // PTX is text and must end in NUL; a CUBIN (ELF) carries its own length.
+        let owned;
+        let image = if !image.starts_with(b"\x7fELF") && image.last() != Some(&0) {
+            owned = [image, &[0]].concat();
+            &owned[..]
+        } else {
+            image
+        };
+        device.bind()?;
+        // SAFETY: `image` is a complete ELF image or NUL-terminated PTX that lives for the call;
+        // the driver copies what it keeps.
+        let raw = unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?;
+        Ok(Arc::new(Module { raw, ctx: Arc::clone(device.context()) }))
+    }
+
+    /// The kernel named `name` (an `extern "C"` entry point).
+    ///
+    /// # Errors
+    /// No such entry point in the module.
+    pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Kernel> {
+        let c_name = CString::new(name)
+            .map_err(|_| Error::invalid("kernel name", format!("{name:?} contains NUL")))?;
+        self.ctx.bind()?;
+        // SAFETY: `raw` is a loaded module; the returned handle lives as long as the module,
+        // which the Kernel keeps alive through its Arc.
+        let raw = unsafe { result::module::get_function(self.raw, c_name) }.call("cuModuleGetFunction")?;
+        Ok(Kernel { raw, module: Arc::clone(self), name: name.to_string() })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        // SAFETY: unloaded once; no Kernel remains (each holds an Arc to this module), and the
+        // driver lets launched work finish before it frees the code.
+        self.ctx.release(|| unsafe { result::module::unload(raw) }.call("cuModuleUnload"));
+    }
+}
+
+/// The grid, block and shared memory of one kernel launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Blocks in x, y, z.
+    pub grid: (u32, u32, u32),
+    /// Threads per block in x, y, z.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A 1-D launch of `block` threads per block covering `items` work items, capped at
+    /// `max_blocks` blocks (grid-stride kernels loop over the rest).
+    pub fn linear(items: usize, block: u32, max_blocks: u32) -> LaunchConfig {
+        let blocks = items.div_ceil(block as usize).clamp(1, max_blocks as usize) as u32;
+        LaunchConfig { grid: (blocks, 1, 1), block: (block, 1, 1), shared_bytes: 0 }
+    }
+}
+
+/// An entry point of a loaded module.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    raw: sys::CUfunction,
+    module: Arc<Module>,
+    name: String,
+}
+
+// SAFETY: function handles are immutable driver handles, valid from any thread while their
+// module is loaded (the Arc keeps it loaded).
+unsafe impl Send for Kernel {}
+// SAFETY: as for Send.
+unsafe impl Sync for Kernel {}
+
+impl Kernel {
+    /// The entry point's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Queues the kernel on `stream`.
+    ///
+    /// # Safety
+    /// - `args` holds one pointer per kernel parameter, in order, each pointing to a value of
+    ///   exactly that parameter's type; the values are copied during this call.
+    /// - Every device address passed belongs to the kernel's device and stays valid, and is not accessed by the host in a way
+    ///   that races the kernel, until the work queued on `stream` has finished.
+    ///
+    /// # Errors
+    /// A launch the driver rejects (too many threads, too much shared memory, a stream of
+    /// another device).
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        config: LaunchConfig,
+        args: &mut [*mut c_void],
+    ) -> Result<()> {
+        if !Arc::ptr_eq(&self.module.ctx, stream.context()) {
+            return Err(Error::invalid(
+                "kernel launch",
+                format!("kernel `{}` and the stream belong to different devices", self.name),
+            ));
+        }
+        stream.bind()?;
+        // SAFETY: the function handle is live (its module is held); the caller guarantees the
+        // argument list and the lifetime of the memory it refers to.
+        unsafe {
+            result::launch_kernel(
+                self.raw,
+                config.grid,
+                config.block,
+                config.shared_bytes,
+                stream.raw(),
+                args,
+            )
+        }
+        .call("cuLaunchKernel")?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LaunchConfig;
+
+    #[test]
+    fn linear_launch_covers_every_item_within_the_cap() {
+        assert_eq!(LaunchConfig::linear(1000, 256, 1024).grid, (4, 1, 1));
+        assert_eq!(LaunchConfig::linear(1 << 30, 256, 1024).grid, (1024, 1, 1));
+        assert_eq!(LaunchConfig::linear(0, 256, 1024).grid, (1, 1, 1));
+    }
+}

@@ -1,0 +1,150 @@
+//! Streams (ordered queues of GPU work) and events (points in them the host can wait on).
+
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+
+use super::context::Context;
+use super::{Call, CudaDevice};
+use crate::error::CudaError;
+
+/// A CUDA stream that does not synchronise with the legacy default stream.
+#[derive(Debug)]
+pub struct Stream {
+    raw: sys::CUstream,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: stream handles may be used from any thread once their context is current, which
+// every method ensures through `Context::bind`; the driver serialises enqueues itself.
+unsafe impl Send for Stream {}
+// SAFETY: as for Send: enqueueing work on one stream from several threads is thread-safe in
+// the driver API (the order between threads is whatever order the calls happen in).
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// Creates a non-blocking stream on `device`.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub fn new(device: &CudaDevice) -> Result<Stream, CudaError> {
+        device.bind()?;
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking).call("cuStreamCreate")?;
+        Ok(Stream { raw, ctx: Arc::clone(device.context()) })
+    }
+
+    /// Blocks until all work queued so far has finished.
+    ///
+    /// # Errors
+    /// The error of any failed work in the stream.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: `raw` is a live stream of the bound context.
+        unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    pub(crate) fn bind(&self) -> Result<(), CudaError> {
+        self.ctx.bind()
+    }
+
+    pub(crate) fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        // SAFETY: `raw` is live and destroyed once; the driver lets queued work finish first.
+        self.ctx.release(|| unsafe { result::stream::destroy(raw) }.call("cuStreamDestroy"));
+    }
+}
+
+/// A CUDA event: a marker recorded into a stream.
+#[derive(Debug)]
+pub struct Event {
+    raw: sys::CUevent,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: as for Stream: event handles are plain driver handles usable from any thread with
+// the context bound.
+unsafe impl Send for Event {}
+// SAFETY: as for Send; the driver's event calls are thread-safe.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event. `timing` events can measure elapsed time; others are cheaper to
+    /// record and wait on.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub fn new(device: &CudaDevice, timing: bool) -> Result<Event, CudaError> {
+        device.bind()?;
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
+        let raw = result::event::create(flags).call("cuEventCreate")?;
+        Ok(Event { raw, ctx: Arc::clone(device.context()) })
+    }
+
+    /// Records the event at the current end of `stream`.
+    ///
+    /// # Errors
+    /// A failing driver call, or a stream of another device.
+    pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
+        stream.bind()?;
+        // SAFETY: both handles are live; the driver rejects a stream of another context.
+        unsafe { result::event::record(self.raw, stream.raw()) }.call("cuEventRecord")
+    }
+
+    /// Blocks until the work before the event's last record has finished.
+    ///
+    /// # Errors
+    /// The error of any failed work before the event.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: `raw` is a live event.
+        unsafe { result::event::synchronize(self.raw) }.call("cuEventSynchronize")
+    }
+
+    /// Whether the work before the event's last record has finished, without blocking.
+    ///
+    /// # Errors
+    /// The error of any failed work before the event.
+    pub fn is_complete(&self) -> Result<bool, CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: `raw` is a live event.
+        match unsafe { result::event::query(self.raw) } {
+            Ok(()) => Ok(true),
+            Err(error) if error.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(error) => Err(error).call("cuEventQuery"),
+        }
+    }
+
+    /// Milliseconds between `start` and this event; both must be timing events, recorded
+    /// and complete.
+    ///
+    /// # Errors
+    /// Events without timing, unrecorded or incomplete events.
+    pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32, CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: both are live events; the driver checks that they were recorded.
+        unsafe { result::event::elapsed(start.raw, self.raw) }.call("cuEventElapsedTime")
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let raw = self.raw;
+        // SAFETY: `raw` is live and destroyed once; destroying a recorded, incomplete event
+        // is allowed (the driver releases it when the work completes).
+        self.ctx.release(|| unsafe { result::event::destroy(raw) }.call("cuEventDestroy"));
+    }
+}

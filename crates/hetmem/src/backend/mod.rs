@@ -1,0 +1,197 @@
+//! Backends: where work runs.
+//!
+//! - [`cuda`] drives an NVIDIA GPU through the CUDA driver API. It is the only module in
+//!   hetmem that calls cudarc's raw layers; everything above it sees owning types.
+//! - [`cpu`] runs everything on the host. It always builds, is the fallback when no GPU can
+//!   be used, and is the reference the GPU paths are tested against.
+//!
+//! [`Device::open_best`] picks one: the first CUDA device, or the CPU with the reason the
+//! GPU could not be used. The `HETMEM_BACKEND` environment variable (`auto`, `cpu`, `cuda`)
+//! overrides the choice; asking for `cuda` where it cannot run is an error, never a silent
+//! fallback.
+
+pub mod cpu;
+pub mod cuda;
+pub mod nvml;
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result, Unavailable};
+
+/// The environment variable that forces a backend.
+pub const BACKEND_ENV: &str = "HETMEM_BACKEND";
+
+/// A kind of backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// The host CPU.
+    Cpu,
+    /// An NVIDIA GPU through CUDA.
+    Cuda,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+        })
+    }
+}
+
+/// Which backend a user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// The first CUDA device, else the CPU.
+    #[default]
+    Auto,
+    /// Exactly this backend, or an error.
+    Only(BackendKind),
+}
+
+impl FromStr for BackendChoice {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(BackendChoice::Auto),
+            "cpu" => Ok(BackendChoice::Only(BackendKind::Cpu)),
+            "cuda" | "gpu" => Ok(BackendChoice::Only(BackendKind::Cuda)),
+            _ => Err(Error::UnknownBackend(text.to_string())),
+        }
+    }
+}
+
+impl BackendChoice {
+    /// The choice `HETMEM_BACKEND` makes; `Auto` when it is unset.
+    ///
+    /// # Errors
+    /// [`Error::UnknownBackend`] when it names no backend.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(BACKEND_ENV) {
+            Ok(value) => value.parse(),
+            Err(std::env::VarError::NotPresent) => Ok(BackendChoice::Auto),
+            Err(std::env::VarError::NotUnicode(value)) => {
+                Err(Error::UnknownBackend(value.to_string_lossy().into()))
+            }
+        }
+    }
+}
+
+/// Where work runs: a CUDA device, or the CPU.
+#[derive(Debug, Clone)]
+pub enum Device {
+    /// An NVIDIA GPU.
+    Cuda(cuda::CudaDevice),
+    /// The host CPU.
+    Cpu(cpu::CpuDevice),
+}
+
+impl Device {
+    /// The best device on this machine, honouring `HETMEM_BACKEND`.
+    ///
+    /// # Errors
+    /// An unknown `HETMEM_BACKEND`, or `HETMEM_BACKEND=cuda` where CUDA cannot run.
+    ///
+    /// # Examples
+    /// ```
+    /// let device = hetmem::Device::open_best()?;
+    /// if let Some(reason) = device.cpu_fallback_reason() {
+    ///     eprintln!("running on the CPU: {reason}");
+    /// }
+    /// # Ok::<(), hetmem::Error>(())
+    /// ```
+    pub fn open_best() -> Result<Device> {
+        Device::open(BackendChoice::from_env()?)
+    }
+
+    /// The device for an explicit choice.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] when `Only(Cuda)` is asked for where CUDA cannot run.
+    pub fn open(choice: BackendChoice) -> Result<Device> {
+        match choice {
+            BackendChoice::Only(BackendKind::Cpu) => Ok(Device::Cpu(cpu::CpuDevice::chosen())),
+            BackendChoice::Only(BackendKind::Cuda) => cuda::CudaDevice::open(0)
+                .map(Device::Cuda)
+                .map_err(|reason| Error::BackendUnavailable { requested: BackendKind::Cuda, reason }),
+            BackendChoice::Auto => Ok(match cuda::CudaDevice::open(0) {
+                Ok(device) => Device::Cuda(device),
+                Err(reason) => {
+                    tracing::info!("no usable GPU, running on the CPU backend: {reason}");
+                    Device::Cpu(cpu::CpuDevice::fallback(reason))
+                }
+            }),
+        }
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> BackendKind {
+        match self {
+            Device::Cuda(_) => BackendKind::Cuda,
+            Device::Cpu(_) => BackendKind::Cpu,
+        }
+    }
+
+    /// A human-readable name: the GPU's, or the CPU's.
+    pub fn name(&self) -> String {
+        match self {
+            Device::Cuda(device) => device.name().to_string(),
+            Device::Cpu(device) => device.name().to_string(),
+        }
+    }
+
+    /// Why the CPU backend runs instead of a GPU, when it was chosen as a fallback.
+    pub fn cpu_fallback_reason(&self) -> Option<&Unavailable> {
+        match self {
+            Device::Cpu(device) => device.fallback_reason(),
+            Device::Cuda(_) => None,
+        }
+    }
+
+    /// The CUDA device, if this is one.
+    pub fn as_cuda(&self) -> Option<&cuda::CudaDevice> {
+        match self {
+            Device::Cuda(device) => Some(device),
+            Device::Cpu(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_parse_case_insensitively() {
+        assert_eq!("CUDA".parse::<BackendChoice>().unwrap(), BackendChoice::Only(BackendKind::Cuda));
+        assert_eq!(" cpu ".parse::<BackendChoice>().unwrap(), BackendChoice::Only(BackendKind::Cpu));
+        assert_eq!("auto".parse::<BackendChoice>().unwrap(), BackendChoice::Auto);
+        assert_eq!("".parse::<BackendChoice>().unwrap(), BackendChoice::Auto);
+    }
+
+    #[test]
+    fn unknown_backend_is_an_error_naming_the_choices() {
+        let error = "vulkan".parse::<BackendChoice>().unwrap_err();
+        assert!(matches!(&error, Error::UnknownBackend(name) if name == "vulkan"));
+        assert_eq!(error.to_string(), "unknown backend \"vulkan\": expected one of `auto`, `cpu`, `cuda`");
+    }
+
+    #[test]
+    fn forced_cpu_is_not_a_fallback() {
+        let device = Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap();
+        assert_eq!(device.backend(), BackendKind::Cpu);
+        assert!(device.cpu_fallback_reason().is_none());
+    }
+
+    #[test]
+    fn auto_either_finds_a_gpu_or_records_why_not() {
+        let device = Device::open(BackendChoice::Auto).unwrap();
+        match device.backend() {
+            BackendKind::Cuda => assert!(device.cpu_fallback_reason().is_none()),
+            BackendKind::Cpu => assert!(device.cpu_fallback_reason().is_some()),
+        }
+    }
+}

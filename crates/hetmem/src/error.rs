@@ -1,0 +1,334 @@
+//! hetmem's one error type, and the remedies it offers.
+//!
+//! Every failure names what failed and, where a user can act on it, what to do. CUDA driver
+//! failures keep the call, the `CUresult` name and the driver's description; NVRTC compile
+//! failures keep the compiler's log.
+
+use std::fmt;
+
+use crate::backend::BackendKind;
+
+/// The result type of every fallible hetmem function.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in hetmem.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A CUDA driver call failed.
+    #[error(transparent)]
+    Cuda(#[from] CudaError),
+    /// NVRTC, the run-time CUDA compiler, failed or is missing.
+    #[error(transparent)]
+    Nvrtc(#[from] NvrtcError),
+    /// A backend was asked for (through `HETMEM_BACKEND` or the API) but cannot run here.
+    #[error(
+        "the {requested} backend was requested but cannot run here: {reason}; remedy: {}; \
+         or unset HETMEM_BACKEND (`--backend auto`) to fall back to the CPU",
+        reason.remedy()
+    )]
+    BackendUnavailable {
+        /// The backend that was asked for.
+        requested: BackendKind,
+        /// Why it cannot run.
+        reason: Unavailable,
+    },
+    /// `HETMEM_BACKEND` (or a `--backend` option) named no known backend.
+    #[error("unknown backend {0:?}: expected one of `auto`, `cpu`, `cuda`")]
+    UnknownBackend(String),
+    /// An argument was out of range or inconsistent (a size, an alignment, a device index).
+    #[error("invalid {what}: {problem}")]
+    InvalidArgument {
+        /// The argument or object that was wrong.
+        what: &'static str,
+        /// What was wrong with it, and what would be accepted.
+        problem: String,
+    },
+    /// A file or operating-system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What hetmem was doing, with the path where there is one.
+        context: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub(crate) fn invalid(what: &'static str, problem: impl Into<String>) -> Self {
+        Error::InvalidArgument { what, problem: problem.into() }
+    }
+}
+
+/// Why the CUDA backend cannot run on this machine.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// No NVIDIA driver library (`libcuda.so`) could be loaded.
+    NoDriverLibrary,
+    /// The driver is older than the CUDA version hetmem is built against.
+    DriverTooOld {
+        /// The CUDA version the driver supports, as `major * 1000 + minor * 10`.
+        driver_version: i32,
+        /// The CUDA version hetmem needs, in the same form.
+        required_version: i32,
+    },
+    /// `cuInit` failed.
+    InitFailed {
+        /// The driver's error, with its remedy.
+        error: String,
+    },
+    /// The driver works but sees no CUDA device.
+    NoDevice,
+    /// A device index beyond the devices the driver sees.
+    NoSuchDevice {
+        /// The index asked for.
+        index: usize,
+        /// How many devices there are.
+        count: usize,
+    },
+}
+
+impl Unavailable {
+    /// What a user can do about it.
+    pub fn remedy(&self) -> &'static str {
+        match self {
+            Unavailable::NoDriverLibrary => {
+                "install the NVIDIA driver (libcuda.so.1 must be on the loader path)"
+            }
+            Unavailable::DriverTooOld { .. } => {
+                "update the NVIDIA driver to release 580 or newer (CUDA 13.0)"
+            }
+            Unavailable::InitFailed { .. } => {
+                "check `nvidia-smi`; a driver/kernel-module version mismatch needs a reboot"
+            }
+            Unavailable::NoDevice => "check `nvidia-smi` and CUDA_VISIBLE_DEVICES",
+            Unavailable::NoSuchDevice { .. } => {
+                "pick an index below the device count (`hetmem doctor` lists them)"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unavailable::NoDriverLibrary => write!(f, "no NVIDIA driver library (libcuda.so) found"),
+            Unavailable::DriverTooOld { driver_version, required_version } => write!(
+                f,
+                "the NVIDIA driver supports CUDA {} but hetmem needs CUDA {}",
+                cuda_version_string(*driver_version),
+                cuda_version_string(*required_version)
+            ),
+            Unavailable::InitFailed { error } => write!(f, "the CUDA driver failed to start: {error}"),
+            Unavailable::NoDevice => write!(f, "the NVIDIA driver sees no CUDA device"),
+            Unavailable::NoSuchDevice { index, count } => {
+                write!(f, "there is no CUDA device {index} (the driver sees {count})")
+            }
+        }
+    }
+}
+
+/// Formats a CUDA version number as the driver reports it (`13000`) as `13.0`.
+pub fn cuda_version_string(version: i32) -> String {
+    format!("{}.{}", version / 1000, (version % 1000) / 10)
+}
+
+/// A failed CUDA driver call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaError {
+    /// The driver function that failed, for example `cuMemHostRegister`.
+    pub call: &'static str,
+    /// The numeric `CUresult`.
+    pub code: u32,
+    /// The `CUresult` name, for example `CUDA_ERROR_INVALID_VALUE`.
+    pub name: String,
+    /// The driver's description of the error.
+    pub description: String,
+}
+
+impl CudaError {
+    /// What a user can do about this failure, where hetmem knows.
+    pub fn remedy(&self) -> Option<&'static str> {
+        remedy_for(self.call, &self.name)
+    }
+}
+
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {} ({})", self.call, self.name, self.description)?;
+        if let Some(remedy) = self.remedy() {
+            write!(f, "; remedy: {remedy}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CudaError {}
+
+/// The remedy for a driver call that failed with `name`, where one is known.
+fn remedy_for(call: &str, name: &str) -> Option<&'static str> {
+    let host_memory_call = matches!(call, "cuMemHostAlloc" | "cuMemHostRegister" | "cuMemAllocHost");
+    Some(match name {
+        "CUDA_ERROR_OUT_OF_MEMORY" if host_memory_call => {
+            "pinned host memory is limited by free RAM and the locked-memory limit: \
+             raise `ulimit -l` (or memlock in /etc/security/limits.conf), pin less, \
+             or reuse buffers through the pinned pool"
+        }
+        "CUDA_ERROR_OUT_OF_MEMORY" => {
+            "the GPU is out of memory: free device buffers, use smaller frames or windows, \
+             or use mapped host memory instead of device memory"
+        }
+        "CUDA_ERROR_INVALID_VALUE" if call == "cuMemHostRegister" => {
+            "register read-only file mappings (PROT_READ or MAP_SHARED) with the read-only \
+             flag, and pass a page-aligned range inside one mapping"
+        }
+        "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED" => {
+            "this range is already registered with CUDA: reuse that registration or unregister it first"
+        }
+        "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED" => {
+            "this range was never registered, or is already unregistered"
+        }
+        "CUDA_ERROR_NOT_SUPPORTED" if call == "cuMemHostRegister" => {
+            "this device or OS cannot register this kind of memory: use a pinned allocation instead"
+        }
+        "CUDA_ERROR_NO_DEVICE" => {
+            "no CUDA device is visible: check `nvidia-smi` and CUDA_VISIBLE_DEVICES; \
+             hetmem runs on the CPU backend meanwhile"
+        }
+        "CUDA_ERROR_INSUFFICIENT_DRIVER" | "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE" => {
+            "the NVIDIA driver is too old for CUDA 13.0: update it to release 580 or newer"
+        }
+        "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" | "CUDA_ERROR_JIT_COMPILER_NOT_FOUND" => {
+            "the kernel came from an NVRTC newer than the driver: install NVRTC 13.0 \
+             (`pip install nvidia-cuda-nvrtc==13.0.88`, then put its nvidia/cu13/lib on \
+             LD_LIBRARY_PATH) or update the driver"
+        }
+        "CUDA_ERROR_INVALID_IMAGE" | "CUDA_ERROR_NO_BINARY_FOR_GPU" | "CUDA_ERROR_INVALID_PTX" => {
+            "the compiled kernel does not fit this GPU: delete hetmem's kernel cache \
+             (HETMEM_CACHE_DIR, or ~/.cache/hetmem) and run again"
+        }
+        "CUDA_ERROR_ILLEGAL_ADDRESS" => {
+            "a kernel touched memory the GPU cannot reach (plain pageable memory on a machine \
+             without HMM, or a freed buffer); the context is lost: restart the process and \
+             run it under compute-sanitizer to find the access"
+        }
+        "CUDA_ERROR_LAUNCH_TIMEOUT" => {
+            "a kernel ran past the display watchdog: use a GPU without a display attached"
+        }
+        "CUDA_ERROR_NOT_PERMITTED" | "CUDA_ERROR_NOT_SUPPORTED" => {
+            "this operation is not available on this device or driver: `hetmem doctor` lists what is"
+        }
+        _ => return None,
+    })
+}
+
+/// A failure of NVRTC, the run-time CUDA compiler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NvrtcError {
+    /// libnvrtc could not be loaded.
+    NotFound,
+    /// A kernel failed to compile; `log` is NVRTC's own output.
+    Compile {
+        /// The kernel source's name.
+        kernel: String,
+        /// The architecture compiled for, for example `sm_90`.
+        arch: String,
+        /// The `nvrtcResult` name.
+        code: String,
+        /// NVRTC's compile log.
+        log: String,
+    },
+    /// Another NVRTC call failed.
+    Call {
+        /// The NVRTC function that failed.
+        call: &'static str,
+        /// The `nvrtcResult` name.
+        code: String,
+    },
+}
+
+impl fmt::Display for NvrtcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NvrtcError::NotFound => write!(
+                f,
+                "NVRTC (libnvrtc.so.13) not found; remedy: install the CUDA 13 toolkit, or \
+                 `pip install --target DIR nvidia-cuda-nvrtc==13.0.88` and add \
+                 DIR/nvidia/cu13/lib to LD_LIBRARY_PATH"
+            ),
+            NvrtcError::Compile { kernel, arch, code, log } => {
+                write!(f, "NVRTC could not compile kernel `{kernel}` for {arch}: {code}\n{}", log.trim_end())
+            }
+            NvrtcError::Call { call, code } => write!(f, "{call} failed: {code}"),
+        }
+    }
+}
+
+impl std::error::Error for NvrtcError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cuda_error(call: &'static str, name: &str) -> CudaError {
+        CudaError { call, code: 1, name: name.to_string(), description: "described".to_string() }
+    }
+
+    #[test]
+    fn read_only_registration_failure_names_the_read_only_flag() {
+        let text = cuda_error("cuMemHostRegister", "CUDA_ERROR_INVALID_VALUE").to_string();
+        assert!(text.starts_with("cuMemHostRegister failed: CUDA_ERROR_INVALID_VALUE (described)"));
+        assert!(text.contains("read-only flag"), "{text}");
+    }
+
+    #[test]
+    fn invalid_value_elsewhere_has_no_registration_remedy() {
+        assert_eq!(cuda_error("cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE").remedy(), None);
+    }
+
+    #[test]
+    fn host_and_device_out_of_memory_get_different_remedies() {
+        let host = cuda_error("cuMemHostAlloc", "CUDA_ERROR_OUT_OF_MEMORY").remedy().unwrap();
+        let device = cuda_error("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY").remedy().unwrap();
+        assert!(host.contains("ulimit -l"));
+        assert!(device.contains("GPU is out of memory"));
+    }
+
+    #[test]
+    fn ptx_too_new_points_at_matching_nvrtc() {
+        let remedy = cuda_error("cuModuleLoadData", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION").remedy().unwrap();
+        assert!(remedy.contains("nvidia-cuda-nvrtc==13.0.88"));
+    }
+
+    #[test]
+    fn a_forced_backend_that_cannot_run_names_cause_and_remedy() {
+        let text = Error::BackendUnavailable {
+            requested: BackendKind::Cuda,
+            reason: Unavailable::DriverTooOld { driver_version: 12040, required_version: 13000 },
+        }
+        .to_string();
+        assert_eq!(
+            text,
+            "the cuda backend was requested but cannot run here: the NVIDIA driver supports CUDA \
+             12.4 but hetmem needs CUDA 13.0; remedy: update the NVIDIA driver to release 580 or \
+             newer (CUDA 13.0); or unset HETMEM_BACKEND (`--backend auto`) to fall back to the CPU"
+        );
+    }
+
+    #[test]
+    fn compile_errors_show_the_log() {
+        let text = NvrtcError::Compile {
+            kernel: "k".into(),
+            arch: "sm_90".into(),
+            code: "NVRTC_ERROR_COMPILATION".into(),
+            log: "k.cu(3): error: identifier \"x\" is undefined\n".into(),
+        }
+        .to_string();
+        assert!(text.ends_with("k.cu(3): error: identifier \"x\" is undefined"), "{text}");
+    }
+}

@@ -1,0 +1,122 @@
+//! The on-disk cache of compiled kernels.
+//!
+//! Key: a SHA-256 of the source, the NVRTC options, the architecture and NVRTC's version, so
+//! editing a kernel, changing compiler or GPU never loads a stale image. Files are written
+//! to a temporary name and renamed, so a crash never leaves a half-written image under a
+//! real name. A cache that cannot be written is skipped, not an error.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::KernelSource;
+use crate::backend::cuda::nvrtc;
+use crate::error::Result;
+
+/// The environment variable that moves the cache.
+pub const CACHE_DIR_ENV: &str = "HETMEM_CACHE_DIR";
+
+/// Whether an image came from the cache or from NVRTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Read from disk.
+    Hit,
+    /// Compiled now (and written to disk where possible).
+    Compiled,
+}
+
+/// A folder of compiled kernel images.
+#[derive(Debug, Clone)]
+pub struct KernelCache {
+    dir: Option<PathBuf>,
+}
+
+impl KernelCache {
+    /// The cache at `HETMEM_CACHE_DIR`, else `$XDG_CACHE_HOME/hetmem`, else
+    /// `~/.cache/hetmem`; none (always compile) when none of these is set.
+    pub fn from_env() -> KernelCache {
+        let var = |name| std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from);
+        let dir = var(CACHE_DIR_ENV)
+            .or_else(|| var("XDG_CACHE_HOME").map(|dir| dir.join("hetmem")))
+            .or_else(|| var("HOME").map(|home| home.join(".cache").join("hetmem")));
+        KernelCache { dir }
+    }
+
+    /// A cache in `dir`.
+    pub fn at(dir: impl Into<PathBuf>) -> KernelCache {
+        KernelCache { dir: Some(dir.into()) }
+    }
+
+    /// The folder, if there is one.
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    /// The image of `source` for `arch`, from disk when a valid one is there.
+    ///
+    /// # Errors
+    /// NVRTC missing or failing to compile the source.
+    pub fn get_or_compile(&self, source: &KernelSource, arch: &str) -> Result<(Vec<u8>, CacheOutcome)> {
+        let path = self.path(source, arch)?;
+        if let Some(path) = &path {
+            match std::fs::read(path) {
+                Ok(image) if is_cubin(&image) => return Ok((image, CacheOutcome::Hit)),
+                Ok(_) => tracing::warn!("ignoring a damaged cached kernel at {}", path.display()),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => tracing::debug!("cannot read cached kernel {}: {error}", path.display()),
+            }
+        }
+        Ok((self.compile_and_store(source, arch, path.as_deref())?, CacheOutcome::Compiled))
+    }
+
+    /// Compiles `source` afresh, replacing any cached image.
+    ///
+    /// # Errors
+    /// NVRTC missing or failing to compile the source.
+    pub fn recompile(&self, source: &KernelSource, arch: &str) -> Result<Vec<u8>> {
+        let path = self.path(source, arch)?;
+        self.compile_and_store(source, arch, path.as_deref())
+    }
+
+    fn compile_and_store(&self, source: &KernelSource, arch: &str, path: Option<&Path>) -> Result<Vec<u8>> {
+        let image = nvrtc::compile_cubin(source.name, source.source, arch, source.options)?;
+        if let Some(path) = path
+            && let Err(error) = write_atomically(path, &image)
+        {
+            tracing::debug!("kernel cache not written ({}): {error}", path.display());
+        }
+        Ok(image)
+    }
+
+    /// Where the image of `source` for `arch` lives; `None` without a cache folder.
+    fn path(&self, source: &KernelSource, arch: &str) -> Result<Option<PathBuf>> {
+        let Some(dir) = &self.dir else { return Ok(None) };
+        let (major, minor) = nvrtc::version()?;
+        let mut hash = Sha256::new();
+        for part in [source.source, arch, &format!("nvrtc {major}.{minor}")]
+            .into_iter()
+            .chain(source.options.iter().copied())
+        {
+            hash.update(part.as_bytes());
+            hash.update([0]);
+        }
+        let digest: String = hash.finalize()[..8].iter().map(|byte| format!("{byte:02x}")).collect();
+        Ok(Some(dir.join(format!("{}-{arch}-{digest}.cubin", source.name))))
+    }
+}
+
+/// A CUBIN is an ELF file; anything else under a cache name is damage.
+fn is_cubin(image: &[u8]) -> bool {
+    image.len() > 64 && image.starts_with(b"\x7fELF")
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temporary);
+    })
+}

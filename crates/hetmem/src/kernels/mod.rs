@@ -1,0 +1,76 @@
+//! hetmem's CUDA kernels: their sources, compilation and loading.
+//!
+//! Sources are `.cu` files in the crate's `kernels/` folder, built into the library with
+//! `include_str!`. On first use a kernel is compiled by NVRTC to machine code for the
+//! device's architecture, and the result is cached on disk (see [`KernelCache`]), so later
+//! runs start without compiling.
+
+mod cache;
+
+pub use cache::{CACHE_DIR_ENV, CacheOutcome, KernelCache};
+
+use std::sync::Arc;
+
+use crate::backend::cuda::{CudaDevice, Kernel, Module};
+use crate::error::{Error, Result};
+
+/// One `.cu` source and the entry points it defines.
+#[derive(Debug)]
+pub struct KernelSource {
+    /// A short name, used in logs and cache file names.
+    pub name: &'static str,
+    /// The CUDA C++ source.
+    pub source: &'static str,
+    /// The `extern "C"` entry points it defines.
+    pub entry_points: &'static [&'static str],
+    /// Extra NVRTC options.
+    pub options: &'static [&'static str],
+}
+
+/// `y = x * a + b` over 32-bit words: the smoke-test and memory-kind test kernel.
+pub static AFFINE: KernelSource = KernelSource {
+    name: "affine",
+    source: include_str!("../../kernels/affine.cu"),
+    entry_points: &["affine_u32"],
+    options: &[],
+};
+
+/// Every kernel source in hetmem; the compile check builds each of them.
+pub static ALL: &[&KernelSource] = &[&AFFINE];
+
+/// The architecture the compile check targets when there is no GPU to ask: the H200's.
+pub const DEFAULT_CHECK_ARCH: &str = "sm_90";
+
+/// Entry point `entry` of `source`, compiled for and loaded into `device`.
+///
+/// Modules are loaded once per device and kept. A cached image the driver rejects (a
+/// truncated file, another architecture) is recompiled once before giving up.
+///
+/// # Errors
+/// NVRTC missing or failing (with its log), an unknown entry point, or the driver refusing
+/// the image.
+pub fn kernel(device: &CudaDevice, source: &KernelSource, entry: &str) -> Result<Kernel> {
+    if !source.entry_points.contains(&entry) {
+        return Err(Error::invalid(
+            "kernel entry point",
+            format!("`{entry}` is not one of {}'s: {:?}", source.name, source.entry_points),
+        ));
+    }
+    let arch = device.compute_capability().sm_name();
+    let module = device.cached_module(source.name, || load_module(device, source, &arch))?;
+    module.kernel(entry)
+}
+
+fn load_module(device: &CudaDevice, source: &KernelSource, arch: &str) -> Result<Arc<Module>> {
+    let cache = KernelCache::from_env();
+    let (image, outcome) = cache.get_or_compile(source, arch)?;
+    match Module::load(device, &image) {
+        Ok(module) => Ok(module),
+        Err(error) if outcome == CacheOutcome::Hit => {
+            tracing::warn!("cached kernel {} for {arch} rejected ({error}); recompiling", source.name);
+            let image = cache.recompile(source, arch)?;
+            Module::load(device, &image)
+        }
+        Err(error) => Err(error),
+    }
+}

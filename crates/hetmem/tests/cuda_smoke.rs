@@ -1,0 +1,104 @@
+//! The CUDA smoke test: a device opens, a kernel compiles, loads and runs on fresh random data,
+//! and its output matches the CPU's. Also the backend's error paths on a real device.
+
+use std::ffi::c_void;
+
+use hetmem::backend::cuda::{DeviceAlloc, Event, LaunchConfig, Module, Stream};
+use hetmem::kernels::{self, AFFINE};
+use hetmem::testing::cuda_device_or_skip;
+use hetmem::{Device, Error};
+
+use crate::support::{first_mismatch, random_words};
+
+const POISON: u8 = 0xA5;
+
+#[test]
+fn affine_kernel_matches_the_cpu_on_random_data() {
+    let Some(device) = cuda_device_or_skip("affine_kernel_matches_the_cpu_on_random_data") else {
+        return;
+    };
+    // An odd length, so a kernel that assumes whole blocks or vectors leaves a visible tail.
+    let len = (1 << 22) + 13;
+    let x = random_words(len);
+    let (a, b) = (fastrand::u32(..) | 1, fastrand::u32(..));
+    let expected: Vec<u32> = x.iter().map(|v| v.wrapping_mul(a).wrapping_add(b)).collect();
+
+    let stream = Stream::new(&device).unwrap();
+    let mut x_dev = DeviceAlloc::new(&device, len * 4).unwrap();
+    let mut y_dev = DeviceAlloc::new(&device, len * 4).unwrap();
+    x_dev.upload(&stream, bytemuck::cast_slice(&x)).unwrap();
+    y_dev.upload(&stream, &vec![POISON; len * 4]).unwrap();
+
+    let kernel = kernels::kernel(&device, &AFFINE, "affine_u32").unwrap();
+    let (mut x_ptr, mut y_ptr, mut n, mut a_arg, mut b_arg) =
+        (x_dev.device_ptr(), y_dev.device_ptr(), len as u64, a, b);
+    let mut args = [
+        (&raw mut x_ptr).cast::<c_void>(),
+        (&raw mut y_ptr).cast(),
+        (&raw mut n).cast(),
+        (&raw mut a_arg).cast(),
+        (&raw mut b_arg).cast(),
+    ];
+    let (start, end) = (Event::new(&device, true).unwrap(), Event::new(&device, true).unwrap());
+    start.record(&stream).unwrap();
+    // SAFETY: the arguments match affine_u32(const u32*, u32*, u64, u32, u32) in order and type;
+    // both allocations hold `len` words and outlive the stream synchronisation below.
+    unsafe { kernel.launch(&stream, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
+    end.record(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert!(end.is_complete().unwrap());
+    assert!(end.elapsed_ms_since(&start).unwrap() > 0.0);
+
+    let mut y = vec![0u32; len];
+    y_dev.download(&stream, bytemuck::cast_slice_mut(&mut y)).unwrap();
+    assert_eq!(first_mismatch(&y, &expected), None, "GPU output differs from the CPU's");
+    device.synchronize().unwrap();
+}
+
+#[test]
+fn the_best_device_is_the_gpu_when_there_is_one() {
+    let Some(gpu) = cuda_device_or_skip("the_best_device_is_the_gpu_when_there_is_one") else {
+        return;
+    };
+    let best = Device::open(hetmem::BackendChoice::Auto).unwrap();
+    assert_eq!(best.as_cuda().unwrap().pci_bus_id(), gpu.pci_bus_id());
+    assert!(!gpu.name().is_empty());
+    assert!(gpu.compute_capability().major >= 7);
+    let (free, total) = gpu.memory_info().unwrap();
+    assert!(free > 0 && free <= total && total == gpu.total_memory());
+}
+
+#[test]
+fn backend_errors_name_the_call_and_the_remedy() {
+    let Some(device) = cuda_device_or_skip("backend_errors_name_the_call_and_the_remedy") else {
+        return;
+    };
+    let garbage = random_words(256);
+    match Module::load(&device, bytemuck::cast_slice(&garbage)) {
+        Err(Error::Cuda(error)) => {
+            assert_eq!(error.call, "cuModuleLoadData");
+            assert!(error.name.starts_with("CUDA_ERROR_"), "{error}");
+        }
+        other => panic!("loading garbage should fail in the driver, got {other:?}"),
+    }
+    match DeviceAlloc::new(&device, 1 << 50) {
+        Err(Error::Cuda(error)) => {
+            assert_eq!(error.name, "CUDA_ERROR_OUT_OF_MEMORY");
+            assert!(error.to_string().contains("GPU is out of memory"), "{error}");
+        }
+        other => panic!("a 1 PiB allocation should fail, got {other:?}"),
+    }
+    assert!(matches!(DeviceAlloc::new(&device, 0), Err(Error::InvalidArgument { .. })));
+    let stream = Stream::new(&device).unwrap();
+    let mut small = DeviceAlloc::new(&device, 16).unwrap();
+    assert!(matches!(small.upload(&stream, &[1; 17]), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        kernels::kernel(&device, &AFFINE, "no_such_kernel"),
+        Err(Error::InvalidArgument { .. })
+    ));
+    // The device still works after all of that.
+    small.upload(&stream, &[7; 16]).unwrap();
+    let mut back = [0u8; 16];
+    small.download(&stream, &mut back).unwrap();
+    assert_eq!(back, [7; 16]);
+}

@@ -1,0 +1,94 @@
+//! Every kernel compiles with NVRTC; no GPU needed, only libnvrtc.
+
+use hetmem::backend::cuda::nvrtc;
+use hetmem::kernels::{self, CacheOutcome, DEFAULT_CHECK_ARCH, KernelCache, KernelSource};
+use hetmem::testing::nvrtc_or_skip;
+use hetmem::{Error, NvrtcError};
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle.as_bytes())
+}
+
+#[test]
+fn every_kernel_compiles_to_machine_code_with_its_entry_points() {
+    if nvrtc_or_skip("every_kernel_compiles_to_machine_code_with_its_entry_points").is_none() {
+        return;
+    }
+    for source in kernels::ALL {
+        let cubin = nvrtc::compile_cubin(source.name, source.source, DEFAULT_CHECK_ARCH, source.options)
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert!(cubin.starts_with(b"\x7fELF"), "{}: not an ELF image", source.name);
+        for entry in source.entry_points {
+            assert!(contains(&cubin, entry), "{}: entry point {entry} missing", source.name);
+        }
+    }
+}
+
+#[test]
+fn nvrtc_supports_the_check_architecture() {
+    if nvrtc_or_skip("nvrtc_supports_the_check_architecture").is_none() {
+        return;
+    }
+    let (major, _) = nvrtc::version().unwrap();
+    assert!(major >= 13, "NVRTC {major}: hetmem pins CUDA 13");
+    assert!(nvrtc::supported_architectures().unwrap().contains(&90));
+}
+
+#[test]
+fn a_compile_error_carries_nvrtcs_log() {
+    if nvrtc_or_skip("a_compile_error_carries_nvrtcs_log").is_none() {
+        return;
+    }
+    let source = "extern \"C\" __global__ void broken(int* out) { *out = not_declared_anywhere; }";
+    let error = nvrtc::compile_cubin("broken", source, DEFAULT_CHECK_ARCH, &[]).unwrap_err();
+    match &error {
+        NvrtcError::Compile { kernel, log, .. } => {
+            assert_eq!(kernel, "broken");
+            assert!(log.contains("not_declared_anywhere"), "log: {log}");
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    assert!(Error::from(error).to_string().contains("broken.cu"));
+}
+
+#[test]
+fn compiled_kernels_are_cached_reused_and_damage_is_recompiled() {
+    if nvrtc_or_skip("compiled_kernels_are_cached_reused_and_damage_is_recompiled").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::at(dir.path().join("nested"));
+    let source = &kernels::AFFINE;
+
+    let (first, outcome) = cache.get_or_compile(source, DEFAULT_CHECK_ARCH).unwrap();
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    let files: Vec<_> =
+        std::fs::read_dir(dir.path().join("nested")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(std::fs::read(&files[0]).unwrap(), first);
+
+    let (second, outcome) = cache.get_or_compile(source, DEFAULT_CHECK_ARCH).unwrap();
+    assert_eq!(outcome, CacheOutcome::Hit);
+    assert_eq!(second, first);
+
+    std::fs::write(&files[0], b"truncated").unwrap();
+    let (third, outcome) = cache.get_or_compile(source, DEFAULT_CHECK_ARCH).unwrap();
+    assert_eq!(outcome, CacheOutcome::Compiled);
+    assert_eq!(third, first);
+    assert_eq!(std::fs::read(&files[0]).unwrap(), first, "the damaged file is replaced");
+}
+
+#[test]
+fn a_changed_source_or_architecture_gets_its_own_cache_entry() {
+    if nvrtc_or_skip("a_changed_source_or_architecture_gets_its_own_cache_entry").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = KernelCache::at(dir.path());
+    let edited =
+        KernelSource { source: "// edited\nextern \"C\" __global__ void affine_u32() {}", ..kernels::AFFINE };
+    cache.get_or_compile(&kernels::AFFINE, "sm_90").unwrap();
+    assert_eq!(cache.get_or_compile(&edited, "sm_90").unwrap().1, CacheOutcome::Compiled);
+    assert_eq!(cache.get_or_compile(&kernels::AFFINE, "sm_80").unwrap().1, CacheOutcome::Compiled);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
+}
