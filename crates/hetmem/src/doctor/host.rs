@@ -12,6 +12,8 @@ pub struct HostReport {
     pub memlock_limit_bytes: Option<u64>,
     /// Whether RLIMIT_MEMLOCK is unlimited.
     pub memlock_unlimited: bool,
+    /// Whether this process holds CAP_IPC_LOCK, which lifts the memlock limit (root has it).
+    pub cap_ipc_lock: bool,
     /// Transparent huge page mode (`always`, `madvise`, `never`); `None` where unknown.
     pub transparent_hugepages: Option<String>,
     /// Free pre-reserved hugetlbfs pages (`HugePages_Free`).
@@ -36,6 +38,10 @@ impl HostReport {
         HostReport {
             memlock_limit_bytes: memlock,
             memlock_unlimited: memlock.is_none(),
+            cap_ipc_lock: std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|status| has_capability(&status, CAP_IPC_LOCK))
+                .unwrap_or(false),
             transparent_hugepages: std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
                 .ok()
                 .and_then(|text| selected_mode(&text)),
@@ -55,6 +61,11 @@ impl HostReport {
         let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
         checks.push(match self.memlock_limit_bytes {
             None => Check::ok("host", "memlock", "RLIMIT_MEMLOCK unlimited"),
+            Some(limit) if self.cap_ipc_lock => Check::ok(
+                "host",
+                "memlock",
+                format!("RLIMIT_MEMLOCK {} KiB, lifted by CAP_IPC_LOCK", limit / 1024),
+            ),
             Some(limit) if self.total_memory_bytes.is_some_and(|total| limit >= total / 2) => {
                 Check::ok("host", "memlock", format!("RLIMIT_MEMLOCK {:.1} GiB", gib(limit)))
             }
@@ -120,6 +131,16 @@ impl HostReport {
     }
 }
 
+/// The capability number of CAP_IPC_LOCK (linux/capability.h).
+const CAP_IPC_LOCK: u32 = 14;
+
+/// Whether the `CapEff` mask in `/proc/self/status` text holds capability `bit`.
+pub(crate) fn has_capability(status: &str, bit: u32) -> Option<bool> {
+    let mask = status.lines().find_map(|line| line.strip_prefix("CapEff:"))?;
+    let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
+    Some(mask & (1 << bit) != 0)
+}
+
 /// The bracketed choice in a sysfs mode file such as `always [madvise] never`.
 pub(crate) fn selected_mode(text: &str) -> Option<String> {
     let start = text.find('[')?;
@@ -159,6 +180,7 @@ mod tests {
         HostReport {
             memlock_limit_bytes: None,
             memlock_unlimited: true,
+            cap_ipc_lock: false,
             transparent_hugepages: Some("madvise".into()),
             hugetlb_free_pages: Some(0),
             hugetlb_page_size_bytes: Some(2 << 20),
@@ -198,6 +220,19 @@ mod tests {
         assert_eq!(memlock.status, Status::Warn);
         assert!(memlock.remedy.as_deref().unwrap().contains("ulimit -l"));
         assert_eq!(status_of(&report().checks(true), "memlock"), Status::Ok);
+    }
+
+    #[test]
+    fn cap_ipc_lock_lifts_the_memlock_warning() {
+        assert_eq!(has_capability("Name:\tx\nCapEff:\t000001ffffffffff\n", CAP_IPC_LOCK), Some(true));
+        assert_eq!(has_capability("CapEff:\t0000000000000000\n", CAP_IPC_LOCK), Some(false));
+        assert_eq!(has_capability("CapEff:\t0000000000004000\n", CAP_IPC_LOCK), Some(true));
+        assert_eq!(has_capability("no such line", CAP_IPC_LOCK), None);
+        let mut host = report();
+        host.memlock_limit_bytes = Some(64 << 10);
+        host.memlock_unlimited = false;
+        host.cap_ipc_lock = true;
+        assert_eq!(status_of(&host.checks(true), "memlock"), Status::Ok);
     }
 
     #[test]
