@@ -44,6 +44,19 @@ pub enum Error {
         /// What was wrong with it, and what would be accepted.
         problem: String,
     },
+    /// A pinned pool's budget is taken by buffers still in use.
+    #[error(
+        "the pinned pool cannot pin {requested} more bytes: {in_use} of its {budget}-byte budget are \
+         in use; remedy: raise the budget or release buffers sooner"
+    )]
+    PoolExhausted {
+        /// Bytes asked for (rounded to the size class).
+        requested: usize,
+        /// Bytes in buffers handed out.
+        in_use: usize,
+        /// The pool's budget.
+        budget: usize,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -10,7 +10,11 @@
 //! Each layer only talks to the one below:
 //! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
 //!   cudarc, loaded at run time), and [`backend::cpu`].
-//! - [`kernels`]: the CUDA C sources, compiled by NVRTC on first use and cached on disk.
+//! - [`memory`]: typed buffers in every kind of shareable memory, and a pinned pool.
+//! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
+//!   GPU never write one buffer at once.
+//! - [`ops`]: operations with a GPU and a CPU path; [`kernels`]: their CUDA sources, compiled
+//!   by NVRTC on first use and cached on disk.
 //! - [`doctor`]: what this machine can do, checked and explained.
 //!
 //! # Example
@@ -30,8 +34,17 @@
 pub mod backend;
 pub mod doctor;
 pub mod error;
+pub mod handoff;
 pub mod kernels;
+pub mod memory;
+pub mod ops;
 pub mod testing;
 
+pub use backend::cuda::{Advice, MemLocation};
 pub use backend::{BackendChoice, BackendKind, Device};
 pub use error::{CudaError, Error, NvrtcError, Result, Unavailable};
+pub use handoff::{Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
+pub use memory::{
+    Buffer, DeviceBuf, HostBuf, HostKind, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, PinnedPool,
+    RegisterOptions,
+};

@@ -204,6 +204,7 @@ mod tests {
                 integrated: false,
                 multiprocessor_count: 132,
                 gpu_direct_rdma_supported: true,
+                can_use_host_pointer_for_registered_mem: true,
             },
         }
     }

@@ -65,11 +65,13 @@ impl Report {
             )?;
             writeln!(
                 out,
-                "  async_engine_count={} integrated={} multiprocessor_count={} gpu_direct_rdma_supported={}",
+                "  async_engine_count={} integrated={} multiprocessor_count={} gpu_direct_rdma_supported={} \
+                 can_use_host_pointer_for_registered_mem={}",
                 a.async_engine_count,
                 flag(a.integrated),
                 a.multiprocessor_count,
-                flag(a.gpu_direct_rdma_supported)
+                flag(a.gpu_direct_rdma_supported),
+                flag(a.can_use_host_pointer_for_registered_mem)
             )?;
         }
         if self.devices.is_empty() {

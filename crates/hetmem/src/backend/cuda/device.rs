@@ -8,6 +8,7 @@ use cudarc::driver::{result, sys};
 
 use super::context::Context;
 use super::module::Module;
+use super::stream::Stream;
 use super::{Call, driver};
 use crate::error::{CudaError, Unavailable};
 
@@ -61,6 +62,8 @@ pub struct DeviceAttributes {
     pub multiprocessor_count: u32,
     /// GPUDirect RDMA is supported.
     pub gpu_direct_rdma_supported: bool,
+    /// Registered host memory has the same address on the device as on the host.
+    pub can_use_host_pointer_for_registered_mem: bool,
 }
 
 /// One CUDA device and its primary context. Cheap to clone; clones share the context.
@@ -78,6 +81,7 @@ struct Shared {
     pci_bus_id: String,
     attributes: DeviceAttributes,
     modules: Mutex<HashMap<String, Arc<Module>>>,
+    utility_stream: Mutex<Option<Arc<Stream>>>,
 }
 
 impl fmt::Debug for CudaDevice {
@@ -139,6 +143,9 @@ impl CudaDevice {
             integrated: flag(A::CU_DEVICE_ATTRIBUTE_INTEGRATED)?,
             multiprocessor_count: attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
             gpu_direct_rdma_supported: flag(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED)?,
+            can_use_host_pointer_for_registered_mem: flag(
+                A::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+            )?,
         };
         let compute_capability = ComputeCapability {
             major: attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? as u32,
@@ -164,6 +171,7 @@ impl CudaDevice {
                 pci_bus_id,
                 attributes,
                 modules: Mutex::new(HashMap::new()),
+                utility_stream: Mutex::new(None),
             }),
         })
     }
@@ -198,6 +206,11 @@ impl CudaDevice {
         &self.shared.attributes
     }
 
+    /// Whether registered host memory keeps its host address on the device.
+    pub fn uses_host_pointer_for_registered_memory(&self) -> bool {
+        self.shared.attributes.can_use_host_pointer_for_registered_mem
+    }
+
     /// Free and total device memory in bytes, as the driver sees them now.
     ///
     /// # Errors
@@ -219,6 +232,20 @@ impl CudaDevice {
             Some(error) => Err(error),
             None => Ok(()),
         }
+    }
+
+    /// A stream shared by the device's synchronous conveniences (whole-buffer copies).
+    ///
+    /// # Errors
+    /// Creating the stream failed.
+    pub fn utility_stream(&self) -> Result<Arc<Stream>, CudaError> {
+        let mut slot = self.shared.utility_stream.lock().unwrap_or_else(|poison| poison.into_inner());
+        if let Some(stream) = slot.as_ref() {
+            return Ok(Arc::clone(stream));
+        }
+        let stream = Arc::new(Stream::new(self)?);
+        *slot = Some(Arc::clone(&stream));
+        Ok(stream)
     }
 
     /// The module cached under `key`, loading it with `load` on first use.

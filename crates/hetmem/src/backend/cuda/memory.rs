@@ -82,6 +82,17 @@ impl DeviceAlloc {
         Ok(stream.synchronize()?)
     }
 
+    /// Sets every byte to zero through `stream` and waits for it.
+    ///
+    /// # Errors
+    /// A failed memset.
+    pub fn zero(&self, stream: &Stream) -> Result<()> {
+        stream.bind()?;
+        // SAFETY: the range is exactly this live allocation.
+        unsafe { result::memset_d8_async(self.ptr, 0, self.bytes, stream.raw()) }.call("cuMemsetD8Async")?;
+        Ok(stream.synchronize()?)
+    }
+
     fn check_fits(&self, len: usize) -> Result<()> {
         if len > self.bytes {
             return Err(Error::invalid(

@@ -9,6 +9,8 @@
 mod context;
 mod device;
 pub mod driver;
+mod host;
+mod managed;
 mod memory;
 mod module;
 pub mod nvrtc;
@@ -16,6 +18,8 @@ mod stream;
 
 pub use device::{ComputeCapability, CudaDevice, DeviceAttributes};
 pub use driver::REQUIRED_CUDA_VERSION;
+pub use host::{HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
+pub use managed::{Advice, ManagedAlloc, MemLocation};
 pub use memory::DeviceAlloc;
 pub use module::{Kernel, LaunchConfig, Module};
 pub use stream::{Event, Stream};

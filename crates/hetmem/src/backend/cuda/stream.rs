@@ -1,5 +1,6 @@
 //! Streams (ordered queues of GPU work) and events (points in them the host can wait on).
 
+use std::ffi::c_void;
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
@@ -41,6 +42,100 @@ impl Stream {
         self.ctx.bind()?;
         // SAFETY: `raw` is a live stream of the bound context.
         unsafe { result::stream::synchronize(self.raw) }.call("cuStreamSynchronize")
+    }
+
+    /// Whether all work queued so far has finished, without blocking.
+    ///
+    /// # Errors
+    /// The error of any failed work in the stream.
+    pub fn is_idle(&self) -> Result<bool, CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: `raw` is a live stream of the bound context.
+        match unsafe { sys::cuStreamQuery(self.raw) }.result() {
+            Ok(()) => Ok(true),
+            Err(error) if error.0 == sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(error) => Err(error).call("cuStreamQuery"),
+        }
+    }
+
+    /// Makes later work on this stream wait for `event`'s last record.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub fn wait_event(&self, event: &Event) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: both handles are live; the wait captures the event's current record.
+        unsafe {
+            result::stream::wait_event(self.raw, event.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        }
+        .call("cuStreamWaitEvent")
+    }
+
+    /// Queues a copy of `bytes` from `src` to `dst` (device or mapped/pinned host addresses).
+    ///
+    /// # Safety
+    /// Both ranges must be valid for the copy in this context, and must not be accessed in a
+    /// way that races the copy, until the work queued on this stream has finished.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: the caller guarantees the ranges and their lifetime.
+        unsafe { sys::cuMemcpyAsync(dst, src, bytes, self.raw) }.call("cuMemcpyAsync")
+    }
+
+    /// Queues a 32-bit store of `value` to `address` once all earlier work has finished, with a
+    /// memory barrier, so whoever sees the value also sees that work's writes.
+    ///
+    /// # Safety
+    /// `address` must be a 4-byte aligned device or mapped host address that stays valid until
+    /// the store has happened.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub unsafe fn write_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: the caller guarantees the address; DEFAULT flags keep the barrier.
+        unsafe {
+            sys::cuStreamWriteValue32_v2(
+                self.raw,
+                address,
+                value,
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+            )
+        }
+        .call("cuStreamWriteValue32")
+    }
+
+    /// Queues `callback` to run on a driver thread once all earlier work has finished.
+    /// The callback must not call CUDA (the driver refuses it there).
+    ///
+    /// # Errors
+    /// A failing driver call (the callback is then dropped without running).
+    pub fn launch_host_fn(&self, callback: Box<dyn FnOnce() + Send>) -> Result<(), CudaError> {
+        unsafe extern "C" fn trampoline(data: *mut c_void) {
+            // SAFETY: `data` is the Box<Box<dyn FnOnce>> leaked below, handed to the driver
+            // exactly once; the driver calls this exactly once.
+            let callback = unsafe { Box::from_raw(data.cast::<Box<dyn FnOnce() + Send>>()) };
+            callback();
+        }
+        self.ctx.bind()?;
+        let data = Box::into_raw(Box::new(callback));
+        // SAFETY: `trampoline` matches CUhostFn and takes back ownership of `data`.
+        let launched = unsafe { sys::cuLaunchHostFunc(self.raw, Some(trampoline), data.cast()) }
+            .call("cuLaunchHostFunc");
+        if launched.is_err() {
+            // SAFETY: the driver rejected the call, so it will never run the trampoline; the
+            // box is reclaimed here exactly once.
+            drop(unsafe { Box::from_raw(data) });
+        }
+        launched
+    }
+
+    /// A number identifying this stream while it lives.
+    pub fn id(&self) -> usize {
+        self.raw as usize
     }
 
     pub(crate) fn raw(&self) -> sys::CUstream {

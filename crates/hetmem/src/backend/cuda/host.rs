@@ -1,0 +1,261 @@
+//! Page-locked host memory: driver allocations (`cuMemHostAlloc`) and registrations of memory
+//! the process already has (`cuMemHostRegister`).
+//!
+//! These are the raw owners. Who may touch the memory when is decided by the memory and
+//! hand-off layers above; here each type only guarantees that the memory stays pinned (and
+//! mapped) for as long as it lives, and is released once.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys};
+
+use super::context::Context;
+use super::{Call, CudaDevice};
+use crate::error::{CudaError, Error, Result};
+
+/// Flags of a pinned allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct HostAllocFlags {
+    /// Usable from every CUDA context, not only the allocating one (`PORTABLE`).
+    pub portable: bool,
+    /// Mapped into the device's address space, for zero-copy kernels (`DEVICEMAP`).
+    pub device_map: bool,
+    /// Write-combined (`WRITECOMBINED`): faster for the GPU to read over PCIe, but CPU reads
+    /// are uncached and very slow.
+    pub write_combined: bool,
+}
+
+impl HostAllocFlags {
+    fn bits(self) -> u32 {
+        let mut bits = 0;
+        if self.portable {
+            bits |= sys::CU_MEMHOSTALLOC_PORTABLE;
+        }
+        if self.device_map {
+            bits |= sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        }
+        if self.write_combined {
+            bits |= sys::CU_MEMHOSTALLOC_WRITECOMBINED;
+        }
+        bits
+    }
+}
+
+/// Flags of a registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RegisterFlags {
+    /// Usable from every CUDA context (`PORTABLE`).
+    pub portable: bool,
+    /// Mapped into the device's address space (`DEVICEMAP`).
+    pub device_map: bool,
+    /// The device only reads the memory (`READ_ONLY`). Required for read-only mappings
+    /// such as a `PROT_READ` file mapping, which fail with `CUDA_ERROR_INVALID_VALUE` otherwise.
+    pub read_only: bool,
+}
+
+impl RegisterFlags {
+    fn bits(self) -> u32 {
+        let mut bits = 0;
+        if self.portable {
+            bits |= sys::CU_MEMHOSTREGISTER_PORTABLE;
+        }
+        if self.device_map {
+            bits |= sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        }
+        if self.read_only {
+            bits |= sys::CU_MEMHOSTREGISTER_READ_ONLY;
+        }
+        bits
+    }
+}
+
+/// The device address of pinned host memory at `host`.
+fn device_pointer(host: *mut u8) -> Result<u64, CudaError> {
+    let mut device = 0;
+    // SAFETY: `host` lies in a live pinned allocation or registration of the bound context;
+    // the call writes one CUdeviceptr.
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) }
+        .call("cuMemHostGetDevicePointer")?;
+    Ok(device)
+}
+
+/// Host memory allocated page-locked by the driver (`cuMemHostAlloc`), freed on drop.
+#[derive(Debug)]
+pub struct PinnedAlloc {
+    ptr: *mut u8,
+    bytes: usize,
+    device_ptr: Option<u64>,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: the allocation is plain memory owned by this value; the pointer is not tied to a
+// thread, and freeing it binds the context first.
+unsafe impl Send for PinnedAlloc {}
+// SAFETY: shared references expose only the addresses; access to the bytes is governed by the
+// owning layers above.
+unsafe impl Sync for PinnedAlloc {}
+
+impl PinnedAlloc {
+    /// Allocates `bytes` of pinned host memory. The memory is page-aligned and uninitialised.
+    ///
+    /// # Errors
+    /// Zero bytes, or the driver's error (out of memory).
+    pub fn new(device: &CudaDevice, bytes: usize, flags: HostAllocFlags) -> Result<PinnedAlloc> {
+        if bytes == 0 {
+            return Err(Error::invalid("pinned allocation size", "0 bytes: allocate at least 1 byte"));
+        }
+        device.bind()?;
+        // SAFETY: the context is bound and the size non-zero; the pointer is freed once, in Drop.
+        let ptr = unsafe { result::malloc_host(bytes, flags.bits()) }.call("cuMemHostAlloc")? as *mut u8;
+        let mut alloc = PinnedAlloc { ptr, bytes, device_ptr: None, ctx: Arc::clone(device.context()) };
+        if flags.device_map {
+            alloc.device_ptr = Some(device_pointer(ptr)?);
+        }
+        Ok(alloc)
+    }
+
+    /// The host address.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The device address, when allocated with `device_map`.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.device_ptr
+    }
+}
+
+impl Drop for PinnedAlloc {
+    fn drop(&mut self) {
+        let ptr = self.ptr;
+        // SAFETY: `ptr` came from cuMemHostAlloc and is freed once; the owners above never let
+        // this drop while GPU work that uses it is pending.
+        self.ctx.release(|| unsafe { result::free_host(ptr.cast()) }.call("cuMemFreeHost"));
+    }
+}
+
+/// A registered (page-locked, optionally mapped) range of memory the process already owns.
+/// Unregistered on drop; the memory itself belongs to whoever registered it.
+///
+/// A range larger than `max_chunk` is registered in pieces. That is only done where the device
+/// uses host addresses for registered memory, so the pieces stay one contiguous range on the
+/// device as well; elsewhere such a range is refused.
+#[derive(Debug)]
+pub struct Registration {
+    ptr: *mut u8,
+    bytes: usize,
+    chunks: Vec<*mut u8>,
+    device_ptr: Option<u64>,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: the registration holds addresses only; unregistering binds the context first.
+unsafe impl Send for Registration {}
+// SAFETY: shared references expose only the addresses.
+unsafe impl Sync for Registration {}
+
+impl Registration {
+    /// Registers `[ptr, ptr + bytes)` with `device`, in pieces of at most `max_chunk` bytes.
+    ///
+    /// # Safety
+    /// The range must be mapped memory of this process that stays mapped, and is not
+    /// registered elsewhere, until the returned value is dropped.
+    ///
+    /// # Errors
+    /// Zero bytes; a range that needs several pieces on a device that does not use host
+    /// addresses for registered memory; the driver's error (already registered, a read-only
+    /// mapping without `read_only`, not supported).
+    pub unsafe fn register(
+        device: &CudaDevice,
+        ptr: *mut u8,
+        bytes: usize,
+        flags: RegisterFlags,
+        max_chunk: usize,
+    ) -> Result<Registration> {
+        if bytes == 0 {
+            return Err(Error::invalid("registration size", "0 bytes"));
+        }
+        let max_chunk = max_chunk.max(1);
+        if bytes > max_chunk && !device.uses_host_pointer_for_registered_memory() {
+            return Err(Error::invalid(
+                "registration size",
+                format!(
+                    "{bytes} bytes exceed one registration ({max_chunk} bytes) and this device does \
+                     not map registered memory at its host address, so pieces would not be contiguous"
+                ),
+            ));
+        }
+        device.bind()?;
+        let mut registration = Registration {
+            ptr,
+            bytes,
+            chunks: Vec::new(),
+            device_ptr: None,
+            ctx: Arc::clone(device.context()),
+        };
+        let mut offset = 0;
+        while offset < bytes {
+            let len = max_chunk.min(bytes - offset);
+            // SAFETY: the piece lies inside the caller's range, which stays mapped while this
+            // registration lives (the function's contract); on error, Drop unregisters the
+            // pieces registered so far.
+            let chunk = unsafe { ptr.add(offset) };
+            // SAFETY: as above.
+            unsafe { sys::cuMemHostRegister_v2(chunk.cast::<c_void>(), len, flags.bits()) }
+                .call("cuMemHostRegister")?;
+            registration.chunks.push(chunk);
+            offset += len;
+        }
+        if flags.device_map {
+            let base = device_pointer(ptr)?;
+            for &chunk in &registration.chunks[1..] {
+                let expected = base + (chunk as u64 - ptr as u64);
+                let actual = device_pointer(chunk)?;
+                if actual != expected {
+                    return Err(Error::invalid(
+                        "registration",
+                        format!("piece at {chunk:p} maps to {actual:#x}, not {expected:#x}: not contiguous"),
+                    ));
+                }
+            }
+            registration.device_ptr = Some(base);
+        }
+        Ok(registration)
+    }
+
+    /// The host address of the range.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// How many driver registrations make up the range.
+    pub fn pieces(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// The device address, when registered with `device_map`.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.device_ptr
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        for &chunk in &self.chunks {
+            // SAFETY: each piece was registered by this value and is unregistered once.
+            self.ctx
+                .release(|| unsafe { sys::cuMemHostUnregister(chunk.cast()) }.call("cuMemHostUnregister"));
+        }
+    }
+}

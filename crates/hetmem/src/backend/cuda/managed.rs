@@ -1,0 +1,127 @@
+//! Managed (unified) memory: one address valid on host and device, migrated by the driver.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::context::Context;
+use super::{Call, CudaDevice, Stream};
+use crate::error::{Error, Result};
+
+/// Where managed memory should live or be prefetched to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemLocation {
+    /// Host memory.
+    Host,
+    /// The memory of the device with this ordinal.
+    Device(usize),
+}
+
+impl MemLocation {
+    fn raw(self) -> sys::CUmemLocation {
+        match self {
+            MemLocation::Host => {
+                sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, id: 0 }
+            }
+            MemLocation::Device(ordinal) => sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: ordinal as i32,
+            },
+        }
+    }
+}
+
+/// Advice about how managed memory will be used (`cuMemAdvise`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advice {
+    /// Mostly read: the driver may keep read-only copies on several processors.
+    ReadMostly,
+    /// Prefer to keep the pages at this location.
+    PreferredLocation(MemLocation),
+    /// This location will access the memory: map it there to avoid faults.
+    AccessedBy(MemLocation),
+}
+
+/// Managed memory (`cuMemAllocManaged`, attached globally), freed on drop.
+#[derive(Debug)]
+pub struct ManagedAlloc {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: a managed allocation is plain memory owned by this value; the address is valid from
+// any thread, and every driver call binds the context first.
+unsafe impl Send for ManagedAlloc {}
+// SAFETY: shared references expose only the address; access to the bytes is governed above.
+unsafe impl Sync for ManagedAlloc {}
+
+impl ManagedAlloc {
+    /// Allocates `bytes` of managed memory.
+    ///
+    /// # Errors
+    /// Zero bytes, or the driver's error.
+    pub fn new(device: &CudaDevice, bytes: usize) -> Result<ManagedAlloc> {
+        if bytes == 0 {
+            return Err(Error::invalid("managed allocation size", "0 bytes: allocate at least 1 byte"));
+        }
+        device.bind()?;
+        let mut ptr = 0;
+        // SAFETY: the context is bound; the call writes one address, freed once in Drop.
+        unsafe {
+            sys::cuMemAllocManaged(&mut ptr, bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32)
+        }
+        .call("cuMemAllocManaged")?;
+        Ok(ManagedAlloc { ptr, bytes, ctx: Arc::clone(device.context()) })
+    }
+
+    /// The address, the same on host and device.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Queues a migration of the whole allocation to `location` on `stream`.
+    ///
+    /// # Errors
+    /// The driver's error (a device without concurrent managed access rejects prefetches).
+    pub fn prefetch(&self, stream: &Stream, location: MemLocation) -> Result<()> {
+        stream.bind()?;
+        // SAFETY: the range is this live allocation; prefetching moves pages without changing
+        // their contents, so it cannot race any access.
+        unsafe { sys::cuMemPrefetchAsync_v2(self.ptr, self.bytes, location.raw(), 0, stream.raw()) }
+            .call("cuMemPrefetchAsync")?;
+        Ok(())
+    }
+
+    /// Gives the driver advice about the whole allocation.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn advise(&self, advice: Advice) -> Result<()> {
+        self.ctx.bind()?;
+        let (raw, location) = match advice {
+            Advice::ReadMostly => (sys::CUmem_advise::CU_MEM_ADVISE_SET_READ_MOSTLY, MemLocation::Host),
+            Advice::PreferredLocation(location) => {
+                (sys::CUmem_advise::CU_MEM_ADVISE_SET_PREFERRED_LOCATION, location)
+            }
+            Advice::AccessedBy(location) => (sys::CUmem_advise::CU_MEM_ADVISE_SET_ACCESSED_BY, location),
+        };
+        // SAFETY: the range is this live allocation; advice changes placement policy only.
+        unsafe { sys::cuMemAdvise_v2(self.ptr, self.bytes, raw, location.raw()) }.call("cuMemAdvise")?;
+        Ok(())
+    }
+}
+
+impl Drop for ManagedAlloc {
+    fn drop(&mut self) {
+        let ptr = self.ptr;
+        // SAFETY: allocated by cuMemAllocManaged and freed once; the owners above never let this
+        // drop while GPU work that uses it is pending.
+        self.ctx.release(|| unsafe { sys::cuMemFree_v2(ptr) }.call("cuMemFree"));
+    }
+}

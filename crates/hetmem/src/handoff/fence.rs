@@ -1,0 +1,264 @@
+//! Fences: how the CPU learns that GPU work queued before a point has finished.
+//!
+//! Slowest to fastest on the H200 machine (figures in `bench/results/`):
+//! - [`FenceKind::HostCallback`]: the driver runs a host function after the work, which writes
+//!   an eventfd the CPU blocks on. Fits `poll`-based event loops; the driver's callback thread
+//!   adds tens of microseconds.
+//! - [`FenceKind::Event`]: a CUDA event, waited on with `cuEventSynchronize`. The default.
+//! - [`FenceKind::Flag`]: the stream writes a sequence number into mapped host memory
+//!   (`cuStreamWriteValue32`, with a memory barrier) and the CPU spins on it: the fastest, at
+//!   the cost of a spinning core while waiting.
+//!
+//! Any fence can also be awaited: [`Fence::wait_async`] hands it to a poller thread that wakes
+//! the task when it completes, so async runtimes never block a worker.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustix::event::EventfdFlags;
+use rustix::fd::OwnedFd;
+
+use crate::backend::cuda::{CudaDevice, Event, HostAllocFlags, PinnedAlloc, Stream};
+use crate::error::{Error, Result};
+
+/// How a queue signals that work has finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FenceKind {
+    /// A CUDA event; waiting calls `cuEventSynchronize`.
+    #[default]
+    Event,
+    /// A sequence number written into mapped host memory by the stream; waiting spins on it.
+    Flag,
+    /// A host function run by the driver after the work, writing an eventfd; waiting blocks in
+    /// `read`.
+    HostCallback,
+}
+
+/// A point in a queue's work; complete once everything queued before it has finished.
+/// Cheap to clone; clones observe the same point.
+#[derive(Clone)]
+pub struct Fence {
+    inner: Arc<FenceInner>,
+}
+
+enum FenceInner {
+    /// CPU-backend work, which finishes before its fence exists.
+    Done,
+    Event(Event),
+    Flag {
+        page: Arc<FlagPage>,
+        target: u32,
+        stream: Arc<Stream>,
+    },
+    Callback(Arc<CallbackState>),
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &*self.inner {
+            FenceInner::Done => "done",
+            FenceInner::Event(_) => "event",
+            FenceInner::Flag { .. } => "flag",
+            FenceInner::Callback(_) => "host callback",
+        };
+        f.debug_struct("Fence").field("kind", &kind).finish()
+    }
+}
+
+/// Spins between checks for a failed stream while waiting on a flag.
+const FLAG_SPINS_PER_ERROR_CHECK: u32 = 1 << 12;
+
+impl Fence {
+    /// A fence that is already complete (CPU-backend work).
+    pub(crate) fn done() -> Fence {
+        Fence { inner: Arc::new(FenceInner::Done) }
+    }
+
+    /// Signals `kind` on `stream` after all work queued so far.
+    pub(crate) fn signal(
+        device: &CudaDevice,
+        stream: &Arc<Stream>,
+        flags: &Arc<FlagPage>,
+        kind: FenceKind,
+    ) -> Result<Fence> {
+        let inner = match kind {
+            FenceKind::Event => {
+                let event = Event::new(device, false)?;
+                event.record(stream)?;
+                FenceInner::Event(event)
+            }
+            FenceKind::Flag => {
+                let target = flags.signal(stream)?;
+                FenceInner::Flag { page: Arc::clone(flags), target, stream: Arc::clone(stream) }
+            }
+            FenceKind::HostCallback => {
+                let state = Arc::new(CallbackState {
+                    done: AtomicBool::new(false),
+                    fd: rustix::event::eventfd(0, EventfdFlags::CLOEXEC).map_err(|errno| Error::Io {
+                        context: "creating an eventfd".into(),
+                        source: errno.into(),
+                    })?,
+                });
+                let signalled = Arc::clone(&state);
+                stream.launch_host_fn(Box::new(move || signalled.signal()))?;
+                FenceInner::Callback(state)
+            }
+        };
+        Ok(Fence { inner: Arc::new(inner) })
+    }
+
+    /// Blocks until the work before the fence has finished.
+    ///
+    /// # Errors
+    /// The error of any failed work before the fence.
+    pub fn wait(&self) -> Result<()> {
+        match &*self.inner {
+            FenceInner::Done => Ok(()),
+            FenceInner::Event(event) => Ok(event.synchronize()?),
+            FenceInner::Flag { page, target, stream } => {
+                let mut spins = 0u32;
+                let mut idle_checks = 0u32;
+                while !page.reached(*target) {
+                    std::hint::spin_loop();
+                    spins += 1;
+                    if spins.is_multiple_of(FLAG_SPINS_PER_ERROR_CHECK) {
+                        // A failed stream never writes the flag: surface its error instead of
+                        // spinning for ever. An idle stream has written it; give the write a
+                        // moment to become visible, then call it lost.
+                        if stream.is_idle()? {
+                            idle_checks += 1;
+                            if idle_checks > 1000 && !page.reached(*target) {
+                                return Err(Error::invalid(
+                                    "flag fence",
+                                    "the stream finished but the flag never arrived in host memory",
+                                ));
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+            FenceInner::Callback(state) => state.wait(),
+        }
+    }
+
+    /// Whether the work before the fence has finished, without blocking.
+    ///
+    /// # Errors
+    /// The error of any failed work before the fence.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.poll(true)
+    }
+
+    /// Like [`Fence::is_complete`]; `check_errors: false` skips the driver call a flag fence
+    /// needs to notice a failed stream, for pollers that check often.
+    pub(crate) fn poll(&self, check_errors: bool) -> Result<bool> {
+        match &*self.inner {
+            FenceInner::Done => Ok(true),
+            FenceInner::Event(event) => Ok(event.is_complete()?),
+            FenceInner::Flag { page, target, stream } => {
+                if page.reached(*target) {
+                    return Ok(true);
+                }
+                if check_errors {
+                    stream.is_idle()?;
+                }
+                Ok(false)
+            }
+            FenceInner::Callback(state) => Ok(state.done.load(Ordering::Acquire)),
+        }
+    }
+
+    /// A future that completes when the fence does, without blocking the polling thread:
+    /// usable from tokio or any other executor.
+    pub fn wait_async(&self) -> super::poller::FenceFuture {
+        super::poller::FenceFuture::new(self.clone())
+    }
+}
+
+/// A page of mapped pinned memory whose first word a queue's stream writes sequence numbers to.
+pub(crate) struct FlagPage {
+    alloc: PinnedAlloc,
+    word: *const AtomicU32,
+    next: Mutex<u32>,
+}
+
+// SAFETY: the word is an AtomicU32 in memory owned by `alloc`, valid from any thread; the
+// sequence counter is behind a Mutex.
+unsafe impl Send for FlagPage {}
+// SAFETY: as for Send.
+unsafe impl Sync for FlagPage {}
+
+impl FlagPage {
+    pub(crate) fn new(device: &CudaDevice) -> Result<FlagPage> {
+        let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
+        let alloc = PinnedAlloc::new(device, 4096, flags)?;
+        let word = alloc.host_ptr().cast::<AtomicU32>();
+        // SAFETY: the allocation is page-aligned, at least 4 bytes, owned by `alloc` and only
+        // ever accessed as this atomic (by the CPU) or by the stream's 32-bit writes.
+        unsafe { (*word).store(0, Ordering::Release) };
+        Ok(FlagPage { alloc, word, next: Mutex::new(0) })
+    }
+
+    /// Queues the next sequence number on `stream` and returns it.
+    fn signal(&self, stream: &Stream) -> Result<u32> {
+        // The lock keeps sequence order and stream order the same across threads.
+        let mut next = self.next.lock().unwrap_or_else(|poison| poison.into_inner());
+        let target = next.wrapping_add(1);
+        let address = self.alloc.device_ptr().expect("flag pages are mapped");
+        // SAFETY: the address is the first, 4-byte aligned word of this mapped page, which the
+        // queue keeps alive (through its Arc) until the stream has finished.
+        unsafe { stream.write_value32(address, target) }?;
+        *next = target;
+        Ok(target)
+    }
+
+    /// Whether the stream has written `target` (or a later number) yet.
+    fn reached(&self, target: u32) -> bool {
+        // SAFETY: `word` points into `self.alloc`, alive as long as self.
+        let seen = unsafe { (*self.word).load(Ordering::Acquire) };
+        // Wrapping comparison: sequence numbers run round after 2^32 signals.
+        seen.wrapping_sub(target) as i32 >= 0
+    }
+}
+
+/// The shared state of a host-callback fence.
+struct CallbackState {
+    done: AtomicBool,
+    fd: OwnedFd,
+}
+
+impl CallbackState {
+    /// Runs on the driver's callback thread.
+    fn signal(&self) {
+        self.done.store(true, Ordering::Release);
+        if let Err(errno) = rustix::io::write(&self.fd, &1u64.to_ne_bytes()) {
+            tracing::error!("writing a fence's eventfd failed: {errno}");
+        }
+    }
+
+    fn wait(&self) -> Result<()> {
+        if self.done.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut count = [0u8; 8];
+        loop {
+            match rustix::io::read(&self.fd, &mut count) {
+                Ok(_) => {
+                    // Reading empties the counter: put it back so other waiters of this fence
+                    // (clones) wake too.
+                    let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+                    return Ok(());
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(errno) => {
+                    return Err(Error::Io {
+                        context: "reading a fence's eventfd".into(),
+                        source: errno.into(),
+                    });
+                }
+            }
+        }
+    }
+}

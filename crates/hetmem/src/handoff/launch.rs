@@ -1,0 +1,101 @@
+//! [`KernelArgs`]: the arguments of a user's own kernel, with the leases they refer to.
+
+use bytemuck::Pod;
+
+use super::lease::{Lease, LeaseState, Lent};
+use crate::error::{Error, Result};
+use crate::memory::{Region, WritableBuffer};
+
+#[cfg(target_endian = "big")]
+compile_error!("kernel arguments are passed as little-endian words");
+
+enum Arg<'a> {
+    Value(u64),
+    Buffer { state: &'a LeaseState, region: Region },
+}
+
+/// The arguments of one kernel launch, in order: buffers (by lease) and plain values.
+///
+/// Reading a buffer borrows its lease shared; writing borrows it exclusively, so one launch
+/// cannot be handed the same buffer to read and to write through two arguments.
+///
+/// ```
+/// # use hetmem::*;
+/// # fn launch(queue: &Queue, kernel: &hetmem::backend::cuda::Kernel,
+/// #           input: &Shared<HostBuf<u32>>, output: &mut Lent<HostBuf<u32>>) -> Result<()> {
+/// let args = KernelArgs::new().read(input).write(output).value(input.len() as u64);
+/// let config = hetmem::backend::cuda::LaunchConfig::linear(input.len(), 256, 1024);
+/// // SAFETY: the kernel is `k(const u32*, u32*, u64)` and stays within the lengths.
+/// unsafe { queue.launch(kernel, config, args) }
+/// # }
+/// ```
+#[derive(Default)]
+pub struct KernelArgs<'a> {
+    args: Vec<Arg<'a>>,
+    error: Option<Error>,
+}
+
+impl std::fmt::Debug for KernelArgs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelArgs").field("count", &self.args.len()).finish_non_exhaustive()
+    }
+}
+
+impl<'a> KernelArgs<'a> {
+    /// No arguments yet.
+    pub fn new() -> KernelArgs<'a> {
+        KernelArgs::default()
+    }
+
+    /// A buffer the kernel reads, passed as a pointer to its first element.
+    pub fn read<L: Lease>(mut self, lease: &'a L) -> KernelArgs<'a> {
+        self.args.push(Arg::Buffer { state: lease.state(), region: lease.region() });
+        self
+    }
+
+    /// A buffer the kernel writes (and may read), passed as a pointer to its first element.
+    pub fn write<B: WritableBuffer>(mut self, lease: &'a mut Lent<B>) -> KernelArgs<'a> {
+        let lease: &'a Lent<B> = lease;
+        self.args.push(Arg::Buffer { state: lease.state(), region: lease.region() });
+        self
+    }
+
+    /// A plain value of at most 8 bytes (`u32`, `f32`, `u64`, ...), passed by value.
+    pub fn value<V: Pod>(mut self, value: V) -> KernelArgs<'a> {
+        let bytes = bytemuck::bytes_of(&value);
+        if bytes.len() > 8 {
+            self.error.get_or_insert(Error::invalid(
+                "kernel argument",
+                format!("a {}-byte value; pass larger values through a buffer", bytes.len()),
+            ));
+            return self;
+        }
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        self.args.push(Arg::Value(u64::from_le_bytes(word)));
+        self
+    }
+
+    /// One word per argument (values, or device addresses from `address`), and the leases to
+    /// record the launch on.
+    pub(crate) fn resolve(
+        self,
+        address: impl Fn(&LeaseState, &Region) -> Result<u64>,
+    ) -> Result<(Vec<u64>, Vec<&'a LeaseState>)> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let mut words = Vec::with_capacity(self.args.len());
+        let mut leases = Vec::new();
+        for arg in self.args {
+            match arg {
+                Arg::Value(word) => words.push(word),
+                Arg::Buffer { state, region } => {
+                    words.push(address(state, &region)?);
+                    leases.push(state);
+                }
+            }
+        }
+        Ok((words, leases))
+    }
+}

@@ -1,0 +1,330 @@
+//! Leases: a buffer while GPU work may use it.
+//!
+//! [`Lent`] is exclusive: GPU work may read and write the buffer and the CPU cannot reach it.
+//! [`Shared`] is read-only for both: GPU work may read it and the CPU may read it too. Either
+//! gives the buffer back through `reclaim`, which waits for the last work that used it.
+//! Dropping a lease waits as well, so memory is never freed under the GPU; if that wait fails
+//! (the GPU work failed), the buffer is leaked rather than freed while it may be in use.
+
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
+
+use super::fence::Fence;
+use super::guard::Guard;
+use super::queue::QueueCore;
+use crate::backend::cuda::MemLocation;
+use crate::error::{Error, Result};
+use crate::memory::{Buffer, Element, HostVisible, ManagedBuf, Region, Sealed, WritableBuffer};
+
+/// The bookkeeping every lease carries: its queue, the fence of the last work that used the
+/// buffer, and the guard, if any. Opaque outside hetmem.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct LeaseState {
+    pub(crate) queue: Arc<QueueCore>,
+    last_use: Mutex<Option<Fence>>,
+    guard: Option<Guard>,
+}
+
+impl LeaseState {
+    fn new(queue: Arc<QueueCore>, guard: Option<Guard>) -> LeaseState {
+        LeaseState { queue, last_use: Mutex::new(None), guard }
+    }
+
+    /// Records that work up to `fence` uses the buffer. Work on one queue finishes in order,
+    /// so the latest fence covers every earlier use.
+    pub(crate) fn record_use(&self, fence: Fence) {
+        *self.last_use.lock().unwrap_or_else(|poison| poison.into_inner()) = Some(fence);
+    }
+
+    fn pending(&self) -> Option<Fence> {
+        self.last_use.lock().unwrap_or_else(|poison| poison.into_inner()).clone()
+    }
+
+    fn wait(&self) -> Result<()> {
+        if let Some(fence) = self.pending() {
+            fence.wait()?;
+            *self.last_use.lock().unwrap_or_else(|poison| poison.into_inner()) = None;
+        }
+        Ok(())
+    }
+
+    fn is_complete(&self) -> Result<bool> {
+        self.pending().map_or(Ok(true), |fence| fence.is_complete())
+    }
+
+    /// Waits for the GPU, then restores CPU access to guarded pages.
+    fn finish(&self) -> Result<()> {
+        self.wait()?;
+        match &self.guard {
+            Some(guard) => guard.lift(),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` with the buffer's pages accessible to the CPU: CPU-backend queues only, whose
+    /// work runs on the calling thread while the buffer is lent.
+    fn with_cpu_access<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        if !self.queue.is_cpu() {
+            return Err(Error::invalid("CPU access", "the buffer is lent to GPU work; reclaim it first"));
+        }
+        if let Some(guard) = &self.guard {
+            guard.lift()?;
+        }
+        let result = f();
+        if let Some(guard) = &self.guard {
+            guard.reprotect()?;
+        }
+        Ok(result)
+    }
+}
+
+/// A buffer lent to GPU work, or shared with it. Implemented by [`Lent`] and [`Shared`].
+pub trait Lease: Sealed + Send + Sync {
+    /// The buffer type.
+    type Buf: Buffer;
+
+    /// The number of elements in the buffer.
+    fn len(&self) -> usize;
+
+    /// Always false: hetmem buffers hold at least one element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The lease's bookkeeping.
+    #[doc(hidden)]
+    fn state(&self) -> &LeaseState;
+
+    /// Where the buffer's bytes are.
+    #[doc(hidden)]
+    fn region(&self) -> Region;
+
+    /// Runs `f` on the elements, on a CPU-backend queue (whose work runs on the calling thread).
+    #[doc(hidden)]
+    fn cpu_read<R>(&self, f: impl FnOnce(&[<Self::Buf as Buffer>::Elem]) -> R) -> Result<R> {
+        let region = self.region();
+        let host =
+            region.host.ok_or_else(|| Error::invalid("CPU access", "the buffer has no host address"))?;
+        self.state().with_cpu_access(|| {
+            // SAFETY: `len` initialised elements live at `host` while the lease holds the buffer;
+            // the lease is borrowed for the call, and on a CPU queue no other work runs now.
+            f(unsafe { std::slice::from_raw_parts(host.cast().as_ptr(), self.len()) })
+        })
+    }
+}
+
+/// A buffer lent exclusively to GPU work on a [`crate::Queue`]: the GPU may read and write it;
+/// the CPU cannot reach it until [`Lent::reclaim`] gives it back.
+///
+/// ```compile_fail
+/// # use hetmem::*;
+/// # let device = Device::open_best().unwrap();
+/// # let queue = Queue::new(&device).unwrap();
+/// let buf = HostBuf::<u32>::pinned(&device, 16, PinOptions::default()).unwrap();
+/// let lent = queue.lend(buf);
+/// buf.as_slice(); // error: `buf` moved into the lease
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping a lease waits for the GPU; reclaim it to get the buffer back"]
+pub struct Lent<B: WritableBuffer> {
+    buf: ManuallyDrop<B>,
+    state: ManuallyDrop<LeaseState>,
+}
+
+impl<B: WritableBuffer> Lent<B> {
+    pub(crate) fn new(buf: B, queue: Arc<QueueCore>, guard: Option<Guard>) -> Lent<B> {
+        Lent { buf: ManuallyDrop::new(buf), state: ManuallyDrop::new(LeaseState::new(queue, guard)) }
+    }
+
+    /// Waits for the last GPU work that used the buffer and gives it back to the CPU.
+    ///
+    /// # Errors
+    /// The error of the failed GPU work. The buffer is then leaked, never freed, since the
+    /// GPU may still be using it.
+    pub fn reclaim(self) -> Result<B> {
+        let mut this = ManuallyDrop::new(self);
+        if let Err(error) = this.state.finish() {
+            tracing::error!("GPU work on a lent buffer failed; leaking the buffer: {error}");
+            return Err(error);
+        }
+        // SAFETY: `this` is ManuallyDrop and never used again, so each field is moved out or
+        // dropped exactly once.
+        unsafe {
+            ManuallyDrop::drop(&mut this.state);
+            Ok(ManuallyDrop::take(&mut this.buf))
+        }
+    }
+
+    /// Awaits the last GPU work that used the buffer without blocking the thread, then gives it
+    /// back.
+    ///
+    /// # Errors
+    /// As for [`Lent::reclaim`].
+    pub async fn reclaim_async(self) -> Result<B> {
+        if let Some(fence) = self.state.pending() {
+            fence.wait_async().await?;
+        }
+        self.reclaim()
+    }
+
+    /// Whether the GPU work that used the buffer has finished.
+    ///
+    /// # Errors
+    /// The error of failed GPU work.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.state.is_complete()
+    }
+
+    /// Runs `f` on the elements, mutably, on a CPU-backend queue.
+    pub(crate) fn cpu_write<R>(&mut self, f: impl FnOnce(&mut [B::Elem]) -> R) -> Result<R> {
+        let region = self.buf.region();
+        let host =
+            region.host.ok_or_else(|| Error::invalid("CPU access", "the buffer has no host address"))?;
+        let len = self.buf.len();
+        self.state.with_cpu_access(|| {
+            // SAFETY: as in cpu_read, and `&mut self` makes the access exclusive.
+            f(unsafe { std::slice::from_raw_parts_mut(host.cast().as_ptr(), len) })
+        })
+    }
+}
+
+impl<T: Element> Lent<ManagedBuf<T>> {
+    /// Queues a migration of the managed buffer to `location` (the device before kernels read
+    /// it, the host before the CPU does), so accesses there do not fault. Nothing happens on the
+    /// CPU backend.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn prefetch(&mut self, location: MemLocation) -> Result<()> {
+        let (Some(alloc), Some(stream)) = (self.buf.managed_alloc(), self.state.queue.stream()) else {
+            return Ok(());
+        };
+        alloc.prefetch(stream, location)?;
+        let fence = self.state.queue.signal()?;
+        self.state.record_use(fence);
+        Ok(())
+    }
+}
+
+impl<B: WritableBuffer> Drop for Lent<B> {
+    fn drop(&mut self) {
+        match self.state.finish() {
+            // SAFETY: drop runs once; the fields are not used afterwards.
+            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.buf) },
+            Err(error) => tracing::error!("GPU work on a dropped lease failed; leaking its buffer: {error}"),
+        }
+        // SAFETY: as above.
+        unsafe { ManuallyDrop::drop(&mut self.state) };
+    }
+}
+
+impl<B: WritableBuffer> Sealed for Lent<B> {}
+
+impl<B: WritableBuffer> Lease for Lent<B> {
+    type Buf = B;
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn state(&self) -> &LeaseState {
+        &self.state
+    }
+
+    fn region(&self) -> Region {
+        self.buf.region()
+    }
+}
+
+/// A buffer shared read-only between the CPU and GPU work on a [`crate::Queue`]: kernels may
+/// read it, the CPU may read it ([`Shared::host`]), nobody may write it.
+#[derive(Debug)]
+#[must_use = "dropping a lease waits for the GPU; reclaim it to get the buffer back"]
+pub struct Shared<B: Buffer> {
+    buf: ManuallyDrop<B>,
+    state: ManuallyDrop<LeaseState>,
+}
+
+impl<B: Buffer> Shared<B> {
+    pub(crate) fn new(buf: B, queue: Arc<QueueCore>) -> Shared<B> {
+        Shared { buf: ManuallyDrop::new(buf), state: ManuallyDrop::new(LeaseState::new(queue, None)) }
+    }
+
+    /// Waits for the last GPU work that read the buffer and gives it back to the CPU.
+    ///
+    /// # Errors
+    /// As for [`Lent::reclaim`].
+    pub fn reclaim(self) -> Result<B> {
+        let mut this = ManuallyDrop::new(self);
+        if let Err(error) = this.state.finish() {
+            tracing::error!("GPU work on a shared buffer failed; leaking the buffer: {error}");
+            return Err(error);
+        }
+        // SAFETY: as in Lent::reclaim.
+        unsafe {
+            ManuallyDrop::drop(&mut this.state);
+            Ok(ManuallyDrop::take(&mut this.buf))
+        }
+    }
+
+    /// Awaits the GPU work that read the buffer, then gives it back.
+    ///
+    /// # Errors
+    /// As for [`Lent::reclaim`].
+    pub async fn reclaim_async(self) -> Result<B> {
+        if let Some(fence) = self.state.pending() {
+            fence.wait_async().await?;
+        }
+        self.reclaim()
+    }
+
+    /// Whether the GPU work that read the buffer has finished.
+    ///
+    /// # Errors
+    /// The error of failed GPU work.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.state.is_complete()
+    }
+}
+
+impl<B: HostVisible> Shared<B> {
+    /// The elements, for the CPU to read while GPU work reads them too.
+    pub fn host(&self) -> &[B::Elem] {
+        let region = self.buf.region();
+        let host = region.host.expect("host-visible buffers have a host address");
+        // SAFETY: `len` initialised elements at `host`, alive while the lease is; a shared lease
+        // lets no one write them (GPU writes need a Lent), so reading races nothing.
+        unsafe { std::slice::from_raw_parts(host.cast().as_ptr(), self.buf.len()) }
+    }
+}
+
+impl<B: Buffer> Drop for Shared<B> {
+    fn drop(&mut self) {
+        match self.state.finish() {
+            // SAFETY: drop runs once; the fields are not used afterwards.
+            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.buf) },
+            Err(error) => tracing::error!("GPU work on a dropped lease failed; leaking its buffer: {error}"),
+        }
+        // SAFETY: as above.
+        unsafe { ManuallyDrop::drop(&mut self.state) };
+    }
+}
+
+impl<B: Buffer> Sealed for Shared<B> {}
+
+impl<B: Buffer> Lease for Shared<B> {
+    type Buf = B;
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn state(&self) -> &LeaseState {
+        &self.state
+    }
+
+    fn region(&self) -> Region {
+        self.buf.region()
+    }
+}

@@ -1,0 +1,31 @@
+//! The hand-off: who may touch a buffer when.
+//!
+//! A buffer held by value belongs to the CPU. [`Queue::lend`] moves it into a [`Lent`] lease
+//! for GPU work that reads and writes it, [`Queue::share`] into a [`Shared`] lease that both
+//! sides may only read; `reclaim` waits on the lease's [`Fence`] and gives the buffer back. The
+//! compiler therefore rejects a CPU write to a lent buffer, a CPU read of a buffer the GPU is
+//! writing, and any use of a buffer after lending it. [`Queue::lend_guarded`] also makes the
+//! pages inaccessible to the CPU while lent, so unsafe code that kept a raw pointer faults
+//! instead of corrupting data.
+//!
+//! ```compile_fail
+//! # use hetmem::*;
+//! # let device = Device::open_best().unwrap();
+//! # let queue = Queue::new(&device).unwrap();
+//! let buf = HostBuf::<u32>::pinned(&device, 16, PinOptions::default()).unwrap();
+//! let mut lent = queue.lend(buf);
+//! lent.as_mut_slice()[0] = 1; // error: a lent buffer has no host access
+//! ```
+
+mod fence;
+mod guard;
+mod launch;
+mod lease;
+mod poller;
+mod queue;
+
+pub use fence::{Fence, FenceKind};
+pub use launch::KernelArgs;
+pub use lease::{Lease, LeaseState, Lent, Shared};
+pub use poller::FenceFuture;
+pub use queue::{GuardError, Queue};

@@ -1,0 +1,300 @@
+//! [`Queue`]: an ordered queue of work on a device, and the owner of buffers lent to it.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::fence::{Fence, FenceKind, FlagPage};
+use super::guard::Guard;
+use super::launch::KernelArgs;
+use super::lease::{Lease, LeaseState, Lent, Shared};
+use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Stream};
+use crate::backend::{BackendKind, Device};
+use crate::error::{Error, Result};
+use crate::memory::{Buffer, Region, WritableBuffer};
+
+/// A queue of work on one device (a CUDA stream, or the calling thread on the CPU backend),
+/// and the owner of the buffers lent to that work. Cheap to clone; clones share the queue.
+///
+/// # Examples
+/// ```
+/// use hetmem::{Device, HostBuf, PinOptions, Queue, ops};
+/// let device = Device::open_best()?;
+/// let queue = Queue::new(&device)?;
+/// let mut input = HostBuf::<u32>::pinned(&device, 1024, PinOptions::default())?;
+/// input.as_mut_slice().iter_mut().enumerate().for_each(|(i, v)| *v = i as u32);
+/// let output = HostBuf::<u32>::pinned(&device, 1024, PinOptions::default())?;
+///
+/// let input = queue.share(input); // GPU and CPU may both read it now
+/// let mut output = queue.lend(output); // only the GPU may touch it now
+/// ops::affine_u32(&queue, &input, &mut output, 3, 1)?;
+/// let output = output.reclaim()?; // waits for the kernel
+/// assert_eq!(output.as_slice()[10], 31);
+/// # Ok::<(), hetmem::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Queue {
+    core: Arc<QueueCore>,
+}
+
+#[derive(Debug)]
+pub(crate) struct QueueCore {
+    backend: QueueBackend,
+    fence_kind: FenceKind,
+}
+
+enum QueueBackend {
+    Cuda { device: CudaDevice, stream: Arc<Stream>, flags: Arc<FlagPage> },
+    Cpu,
+}
+
+impl std::fmt::Debug for QueueBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueueBackend::Cuda { device, .. } => f.debug_tuple("Cuda").field(device).finish(),
+            QueueBackend::Cpu => f.write_str("Cpu"),
+        }
+    }
+}
+
+impl QueueCore {
+    pub(crate) fn is_cpu(&self) -> bool {
+        matches!(self.backend, QueueBackend::Cpu)
+    }
+
+    pub(crate) fn stream(&self) -> Option<&Stream> {
+        match &self.backend {
+            QueueBackend::Cuda { stream, .. } => Some(stream),
+            QueueBackend::Cpu => None,
+        }
+    }
+
+    pub(crate) fn signal(&self) -> Result<Fence> {
+        self.signal_with(self.fence_kind)
+    }
+
+    fn signal_with(&self, kind: FenceKind) -> Result<Fence> {
+        match &self.backend {
+            QueueBackend::Cuda { device, stream, flags } => Fence::signal(device, stream, flags, kind),
+            QueueBackend::Cpu => Ok(Fence::done()),
+        }
+    }
+}
+
+/// A buffer that could not be guarded, handed back unchanged.
+#[derive(Debug)]
+pub struct GuardError<B> {
+    /// Why guarding failed.
+    pub error: Error,
+    /// The buffer.
+    pub buffer: B,
+}
+
+impl<B> std::fmt::Display for GuardError<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot guard the buffer: {}", self.error)
+    }
+}
+
+impl<B: std::fmt::Debug> std::error::Error for GuardError<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl Queue {
+    /// A queue on `device` whose leases complete through CUDA events.
+    ///
+    /// # Errors
+    /// Creating the stream or its flag page failed.
+    pub fn new(device: &Device) -> Result<Queue> {
+        Queue::with_fence_kind(device, FenceKind::default())
+    }
+
+    /// A queue whose leases and [`Queue::signal`] use fences of `kind`.
+    ///
+    /// # Errors
+    /// Creating the stream or its flag page failed.
+    pub fn with_fence_kind(device: &Device, kind: FenceKind) -> Result<Queue> {
+        let backend = match device {
+            Device::Cpu(_) => QueueBackend::Cpu,
+            Device::Cuda(cuda) => QueueBackend::Cuda {
+                device: cuda.clone(),
+                stream: Arc::new(Stream::new(cuda)?),
+                flags: Arc::new(FlagPage::new(cuda)?),
+            },
+        };
+        Ok(Queue { core: Arc::new(QueueCore { backend, fence_kind: kind }) })
+    }
+
+    /// The backend the queue runs on.
+    pub fn backend(&self) -> BackendKind {
+        if self.core.is_cpu() { BackendKind::Cpu } else { BackendKind::Cuda }
+    }
+
+    /// The CUDA device, on the CUDA backend.
+    pub fn cuda_device(&self) -> Option<&CudaDevice> {
+        match &self.core.backend {
+            QueueBackend::Cuda { device, .. } => Some(device),
+            QueueBackend::Cpu => None,
+        }
+    }
+
+    /// Lends `buffer` to work on this queue, exclusively: the GPU may read and write it.
+    pub fn lend<B: WritableBuffer>(&self, buffer: B) -> Lent<B> {
+        Lent::new(buffer, Arc::clone(&self.core), None)
+    }
+
+    /// Lends `buffer` like [`Queue::lend`] and also removes all CPU access to its pages until it
+    /// is reclaimed, so a stray raw-pointer or FFI access faults at once.
+    ///
+    /// # Errors
+    /// The buffer does not own whole pages (a registered `Vec`, managed or device memory), or
+    /// `mprotect` failed; the buffer comes back in the error.
+    pub fn lend_guarded<B: WritableBuffer>(&self, buffer: B) -> Result<Lent<B>, GuardError<B>> {
+        match Guard::protect(&buffer.region()) {
+            Ok(guard) => Ok(Lent::new(buffer, Arc::clone(&self.core), Some(guard))),
+            Err(error) => Err(GuardError { error, buffer }),
+        }
+    }
+
+    /// Shares `buffer` with work on this queue, read-only for both sides.
+    pub fn share<B: Buffer>(&self, buffer: B) -> Shared<B> {
+        Shared::new(buffer, Arc::clone(&self.core))
+    }
+
+    /// A fence (of the queue's kind) after all work queued so far.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn signal(&self) -> Result<Fence> {
+        self.core.signal()
+    }
+
+    /// A fence of `kind` after all work queued so far.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn signal_with(&self, kind: FenceKind) -> Result<Fence> {
+        self.core.signal_with(kind)
+    }
+
+    /// Blocks until all work queued so far has finished (`cuStreamSynchronize`).
+    ///
+    /// # Errors
+    /// The error of failed work.
+    pub fn synchronize(&self) -> Result<()> {
+        match self.core.stream() {
+            Some(stream) => Ok(stream.synchronize()?),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues `kernel` with `args`, then records the launch on every lease among them.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameters in number, order and type (buffers are passed
+    /// as pointers to their element type), and the kernel must access each buffer only within
+    /// its length, and write only buffers passed with [`KernelArgs::write`].
+    ///
+    /// # Errors
+    /// A CPU-backend queue; a lease of another queue; a buffer the device cannot address (not
+    /// mapped, or of another device); the driver rejecting the launch.
+    pub unsafe fn launch(&self, kernel: &Kernel, config: LaunchConfig, args: KernelArgs<'_>) -> Result<()> {
+        let QueueBackend::Cuda { stream, .. } = &self.core.backend else {
+            return Err(Error::invalid(
+                "kernel launch",
+                "CUDA kernels need a queue on the cuda backend; hetmem's ops run their CPU path instead",
+            ));
+        };
+        let (mut words, leases) = args.resolve(|state, region| self.device_address(state, region))?;
+        let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
+        // SAFETY: the caller guarantees the argument list matches the kernel; every buffer
+        // address was checked to belong to this queue's device, and every lease records the
+        // launch's fence below, so no buffer is reclaimed or freed before the kernel finishes.
+        unsafe { kernel.launch(stream, config, &mut pointers) }?;
+        let fence = self.core.signal()?;
+        for lease in leases {
+            lease.record_use(fence.clone());
+        }
+        Ok(())
+    }
+
+    /// Queues a copy of all of `src` into `dst` (copy engines on the GPU, memcpy on the CPU).
+    ///
+    /// # Errors
+    /// Buffers of different lengths, leases of another queue, memory the device cannot reach,
+    /// or the driver's error.
+    pub fn copy<S, D>(&self, src: &S, dst: &mut Lent<D>) -> Result<()>
+    where
+        S: Lease,
+        D: WritableBuffer<Elem = <S::Buf as Buffer>::Elem>,
+    {
+        if src.len() != dst.len() {
+            return Err(Error::invalid("copy", format!("{} elements into {}", src.len(), dst.len())));
+        }
+        self.check_owner(src)?;
+        self.check_owner(dst)?;
+        match &self.core.backend {
+            QueueBackend::Cpu => src.cpu_read(|from| dst.cpu_write(|to| to.copy_from_slice(from)))??,
+            QueueBackend::Cuda { stream, .. } => {
+                let (from, to) = (self.copy_address(src)?, self.copy_address(dst)?);
+                // SAFETY: both ranges are the full buffers, owned by leases of this queue that
+                // record the copy's fence below and so outlive it; `dst` is exclusively lent.
+                unsafe { stream.copy_async(to, from, src.region().bytes) }?;
+                let fence = self.core.signal()?;
+                src.state().record_use(fence.clone());
+                dst.state().record_use(fence);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_owner<L: Lease>(&self, lease: &L) -> Result<()> {
+        if Arc::ptr_eq(&lease.state().queue, &self.core) {
+            Ok(())
+        } else {
+            Err(Error::invalid("lease", "it belongs to another queue: reclaim it and lend it to this one"))
+        }
+    }
+
+    /// The address a kernel on this queue's device uses for the lease's buffer.
+    fn device_address(&self, state: &LeaseState, region: &Region) -> Result<u64> {
+        if !Arc::ptr_eq(&state.queue, &self.core) {
+            return Err(Error::invalid("kernel argument", "a lease of another queue"));
+        }
+        self.check_device(region)?;
+        region.device.ok_or_else(|| {
+            Error::invalid(
+                "kernel argument",
+                "the buffer is not mapped into the device's address space: allocate it with \
+                 PinOptions { mapped: true, .. } or register it with mapped: true, or copy it to a DeviceBuf",
+            )
+        })
+    }
+
+    /// The address a copy on this queue uses: the device address, else (unified addressing)
+    /// the host address of pinned memory.
+    fn copy_address<L: Lease>(&self, lease: &L) -> Result<u64> {
+        let region = lease.region();
+        self.check_device(&region)?;
+        region
+            .device
+            .or(region.host.map(|host| host.as_ptr() as u64))
+            .ok_or_else(|| Error::invalid("copy", "the buffer has no address"))
+    }
+
+    fn check_device(&self, region: &Region) -> Result<()> {
+        let QueueBackend::Cuda { device, .. } = &self.core.backend else { return Ok(()) };
+        match region.device_ordinal {
+            Some(ordinal) if ordinal == device.ordinal() => Ok(()),
+            Some(ordinal) => Err(Error::invalid(
+                "buffer",
+                format!("it belongs to CUDA device {ordinal}, the queue to device {}", device.ordinal()),
+            )),
+            None => Err(Error::invalid(
+                "buffer",
+                "it was made on the CPU backend, so the GPU cannot reach it: make it on the CUDA device",
+            )),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! [`DeviceBuf`]: memory on the GPU (plain host memory on the CPU backend).
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use super::Element;
+use super::page::{PageBox, byte_len};
+use super::{Buffer, Region, Sealed, WritableBuffer};
+use crate::backend::Device;
+use crate::backend::cuda::{CudaDevice, DeviceAlloc};
+use crate::error::{Error, Result};
+
+enum DeviceStorage {
+    Cuda { alloc: DeviceAlloc, device: CudaDevice },
+    Plain(PageBox<u8>),
+}
+
+/// `len` elements of device memory. The CPU cannot address it: data moves in and out by
+/// copies ([`DeviceBuf::copy_from_slice`], or queued copies between leases).
+pub struct DeviceBuf<T> {
+    storage: DeviceStorage,
+    len: usize,
+    _elems: PhantomData<T>,
+}
+
+impl<T: Element> DeviceBuf<T> {
+    /// `len` elements on `device`, zeroed.
+    ///
+    /// # Errors
+    /// Zero length, size overflow, or the driver's out-of-memory error.
+    pub fn new(device: &Device, len: usize) -> Result<DeviceBuf<T>> {
+        let bytes = byte_len::<T>("device buffer length", len)?;
+        let storage = match device {
+            Device::Cpu(_) => DeviceStorage::Plain(PageBox::zeroed(bytes)?),
+            Device::Cuda(cuda) => {
+                let alloc = DeviceAlloc::new(cuda, bytes)?;
+                let stream = cuda.utility_stream()?;
+                alloc.zero(&stream)?;
+                DeviceStorage::Cuda { alloc, device: cuda.clone() }
+            }
+        };
+        Ok(DeviceBuf { storage, len, _elems: PhantomData })
+    }
+
+    /// Copies `src` into the buffer and waits for the copy.
+    ///
+    /// # Errors
+    /// `src` of another length, or a failed copy.
+    pub fn copy_from_slice(&mut self, src: &[T]) -> Result<()> {
+        self.check_len(src.len())?;
+        match &mut self.storage {
+            DeviceStorage::Plain(memory) => {
+                memory[..size_of_val(src)].copy_from_slice(bytemuck::cast_slice(src))
+            }
+            DeviceStorage::Cuda { alloc, device } => {
+                let stream = device.utility_stream()?;
+                alloc.upload(&stream, bytemuck::cast_slice(src))?
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the buffer into `dst` and waits for the copy.
+    ///
+    /// # Errors
+    /// `dst` of another length, or a failed copy.
+    pub fn copy_to_slice(&self, dst: &mut [T]) -> Result<()> {
+        self.check_len(dst.len())?;
+        match &self.storage {
+            DeviceStorage::Plain(memory) => {
+                bytemuck::cast_slice_mut(dst).copy_from_slice(&memory[..self.len * size_of::<T>()])
+            }
+            DeviceStorage::Cuda { alloc, device } => {
+                let stream = device.utility_stream()?;
+                alloc.download(&stream, bytemuck::cast_slice_mut(dst))?
+            }
+        }
+        Ok(())
+    }
+
+    /// The buffer's contents in a new `Vec`.
+    ///
+    /// # Errors
+    /// A failed copy.
+    pub fn to_vec(&self) -> Result<Vec<T>> {
+        let mut out = vec![T::zeroed(); self.len];
+        self.copy_to_slice(&mut out)?;
+        Ok(out)
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        if len != self.len {
+            return Err(Error::invalid(
+                "copy length",
+                format!("{len} elements for a device buffer of {}", self.len),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Element> Sealed for DeviceBuf<T> {}
+
+impl<T: Element> Buffer for DeviceBuf<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn region(&self) -> Region {
+        let bytes = self.len * size_of::<T>();
+        match &self.storage {
+            DeviceStorage::Plain(memory) => Region {
+                host: Some(memory.pages().0),
+                device: None,
+                bytes,
+                device_ordinal: None,
+                pages: None,
+                read_only: false,
+            },
+            DeviceStorage::Cuda { alloc, device } => Region {
+                host: None::<NonNull<u8>>,
+                device: Some(alloc.device_ptr()),
+                bytes,
+                device_ordinal: Some(device.ordinal()),
+                pages: None,
+                read_only: false,
+            },
+        }
+    }
+}
+
+impl<T: Element> WritableBuffer for DeviceBuf<T> {}
+
+impl<T> std::fmt::Debug for DeviceBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuf").field("len", &self.len).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,194 @@
+//! [`MappedFile`]: a file mapped read-only and registered, so kernels read it straight from
+//! the page cache.
+
+use std::marker::PhantomData;
+use std::path::Path;
+
+use memmap2::Mmap;
+
+use super::Element;
+use super::page::page_size;
+use super::{Buffer, HostVisible, Region, RegisterError, RegisterOptions, Sealed};
+use crate::backend::Device;
+use crate::backend::cuda::{CudaDevice, RegisterFlags, Registration};
+use crate::error::{Error, Result};
+
+/// A read-only file mapping of `T`s, registered read-only with the GPU (plain on the CPU
+/// backend). Kernels read it zero-copy; nothing can write it, so it can only be lent to the
+/// GPU through a [`crate::Shared`] lease.
+///
+/// # Safety contract
+/// As for any file mapping (see `memmap2::Mmap`), the file must not be truncated or modified
+/// while mapped: a truncation makes accesses fault (SIGBUS), a modification changes data the
+/// program already read.
+pub struct MappedFile<T> {
+    // Field order is drop order: unregister before unmapping.
+    registration: Option<Registration>,
+    map: Mmap,
+    len: usize,
+    device_ptr: Option<u64>,
+    device_ordinal: Option<usize>,
+    _elems: PhantomData<T>,
+}
+
+impl<T: Element> MappedFile<T> {
+    /// Maps the file at `path` read-only and registers it with `device`.
+    ///
+    /// # Safety
+    /// The file must not be truncated or modified while the result lives (see the type's
+    /// contract).
+    ///
+    /// # Errors
+    /// The file cannot be opened or mapped, is empty, or its size is not a multiple of
+    /// `size_of::<T>()`; the driver refuses the registration.
+    pub unsafe fn open(device: &Device, path: impl AsRef<Path>) -> Result<MappedFile<T>> {
+        let path = path.as_ref();
+        let file = std::fs::File::open(path)
+            .map_err(|source| Error::Io { context: format!("opening {}", path.display()), source })?;
+        // SAFETY: the caller promises the file is not truncated or modified while mapped.
+        let map = unsafe { Mmap::map(&file) }
+            .map_err(|source| Error::Io { context: format!("mapping {}", path.display()), source })?;
+        Self::from_mmap(device, map).map_err(|failure| match failure.error {
+            Error::InvalidArgument { what, problem } => {
+                Error::InvalidArgument { what, problem: format!("{}: {problem}", path.display()) }
+            }
+            other => other,
+        })
+    }
+
+    /// Registers an existing read-only mapping with `device`.
+    ///
+    /// # Errors
+    /// An empty mapping, one whose size is not a multiple of `size_of::<T>()` or that does not
+    /// start on a page; the driver refusing the registration. The mapping comes back in the
+    /// error.
+    #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
+    pub fn from_mmap(device: &Device, map: Mmap) -> Result<MappedFile<T>, RegisterError<Mmap>> {
+        let refuse = |problem: String, map| {
+            Err(RegisterError { error: Error::invalid("file mapping", problem), memory: map })
+        };
+        if map.is_empty() {
+            return refuse("the file is empty".into(), map);
+        }
+        if !map.len().is_multiple_of(size_of::<T>()) {
+            return refuse(
+                format!("{} bytes is not a whole number of {}-byte elements", map.len(), size_of::<T>()),
+                map,
+            );
+        }
+        if !(map.as_ptr() as usize).is_multiple_of(page_size()) {
+            return refuse("the mapping does not start on a page boundary".into(), map);
+        }
+        let registration = match device {
+            Device::Cpu(_) => None,
+            Device::Cuda(cuda) => {
+                let flags = RegisterFlags { portable: false, device_map: true, read_only: true };
+                // SAFETY: `map` covers the range and moves into the result, which drops the
+                // registration before the mapping.
+                match unsafe {
+                    Registration::register(
+                        cuda,
+                        map.as_ptr().cast_mut(),
+                        map.len(),
+                        flags,
+                        RegisterOptions::default().max_piece_bytes,
+                    )
+                } {
+                    Ok(registration) => Some(registration),
+                    Err(error) => return Err(RegisterError { error, memory: map }),
+                }
+            }
+        };
+        Ok(MappedFile {
+            device_ptr: registration.as_ref().and_then(Registration::device_ptr),
+            registration,
+            len: map.len() / size_of::<T>(),
+            map,
+            device_ordinal: device.as_cuda().map(CudaDevice::ordinal),
+            _elems: PhantomData,
+        })
+    }
+
+    /// The file's contents as `T`s.
+    pub fn as_slice(&self) -> &[T] {
+        bytemuck::cast_slice(&self.map[..])
+    }
+
+    /// Whether the mapping is registered with a GPU.
+    pub fn is_registered(&self) -> bool {
+        self.registration.is_some()
+    }
+}
+
+impl<T: Element> Sealed for MappedFile<T> {}
+
+impl<T: Element> Buffer for MappedFile<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn region(&self) -> Region {
+        let start = std::ptr::NonNull::new(self.map.as_ptr().cast_mut()).expect("mappings are never null");
+        Region {
+            host: Some(start),
+            device: self.device_ptr,
+            bytes: self.map.len(),
+            device_ordinal: self.device_ordinal,
+            pages: Some((start, self.map.len().div_ceil(page_size()) * page_size())),
+            read_only: true,
+        }
+    }
+}
+
+impl<T: Element> HostVisible for MappedFile<T> {}
+
+impl<T> std::fmt::Debug for MappedFile<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedFile")
+            .field("len", &self.len)
+            .field("registered", &self.registration.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{BackendChoice, BackendKind};
+
+    fn cpu() -> Device {
+        Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap()
+    }
+
+    #[test]
+    fn a_file_reads_back_as_its_elements() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("words.bin");
+        let words: Vec<u32> = (0..10_000u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        std::fs::write(&path, bytemuck::cast_slice(&words)).unwrap();
+        // SAFETY: the test owns the file and does not change it while mapped.
+        let file = unsafe { MappedFile::<u32>::open(&cpu(), &path) }.unwrap();
+        assert_eq!(file.as_slice(), &words[..]);
+        assert!(!file.is_registered());
+    }
+
+    #[test]
+    fn empty_and_ragged_files_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.bin");
+        std::fs::write(&empty, b"").unwrap();
+        // SAFETY: as above.
+        let error = unsafe { MappedFile::<u32>::open(&cpu(), &empty) }.unwrap_err().to_string();
+        assert!(error.contains("empty.bin") && error.contains("empty"), "{error}");
+        let ragged = dir.path().join("ragged.bin");
+        std::fs::write(&ragged, [1u8; 10]).unwrap();
+        // SAFETY: as above.
+        let error = unsafe { MappedFile::<u32>::open(&cpu(), &ragged) }.unwrap_err().to_string();
+        assert!(error.contains("ragged.bin") && error.contains("4-byte elements"), "{error}");
+        // SAFETY: as above.
+        let missing = unsafe { MappedFile::<u32>::open(&cpu(), dir.path().join("missing")) }.unwrap_err();
+        assert!(matches!(missing, Error::Io { .. }) && missing.to_string().contains("missing"));
+    }
+}

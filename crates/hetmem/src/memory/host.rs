@@ -1,0 +1,516 @@
+//! [`HostBuf`]: page-aligned host memory, pinned for a GPU (by the driver or by registration)
+//! or plain on the CPU backend.
+
+use std::any::Any;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+use super::Element;
+use super::page::{PageBox, byte_len, page_size};
+use super::pool::PoolReturn;
+use super::{Buffer, HostVisible, Region, Sealed, WritableBuffer};
+use crate::backend::Device;
+use crate::backend::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
+use crate::error::{Error, Result};
+
+/// How a pinned buffer is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PinMethod {
+    /// hetmem's measured choice: [`PinMethod::Register`], except for write-combined memory,
+    /// which only the driver can allocate.
+    #[default]
+    Auto,
+    /// `cuMemHostAlloc`: the driver allocates and pins.
+    HostAlloc,
+    /// Fault-then-register: anonymous memory (huge pages from 2 MiB up), registered with
+    /// `cuMemHostRegister`. Several times faster to set up than `cuMemHostAlloc` on the H200
+    /// machine (figures in `bench/results/`).
+    Register,
+}
+
+/// Options of a pinned [`HostBuf`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PinOptions {
+    /// Map into the device's address space so kernels read and write it directly (zero-copy).
+    /// Default: on.
+    pub mapped: bool,
+    /// Usable from every GPU's context, not only the allocating one. Default: off.
+    pub portable: bool,
+    /// Write-combined: faster for the GPU to read over PCIe, but CPU reads bypass the cache
+    /// and are very slow (tens of times). Only for buffers the CPU writes once and never reads.
+    /// Default: off.
+    pub write_combined: bool,
+    /// How the memory is pinned.
+    pub method: PinMethod,
+}
+
+impl Default for PinOptions {
+    fn default() -> Self {
+        PinOptions { mapped: true, portable: false, write_combined: false, method: PinMethod::Auto }
+    }
+}
+
+impl PinOptions {
+    /// The method [`PinMethod::Auto`] resolves to.
+    pub(crate) fn resolved_method(&self) -> PinMethod {
+        match self.method {
+            PinMethod::Auto if self.write_combined => PinMethod::HostAlloc,
+            PinMethod::Auto => PinMethod::Register,
+            method => method,
+        }
+    }
+}
+
+/// Options of a registration of existing memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegisterOptions {
+    /// Map into the device's address space (zero-copy). Default: on.
+    pub mapped: bool,
+    /// Usable from every GPU's context. Default: off.
+    pub portable: bool,
+    /// The largest range one driver call registers; larger ranges are registered in pieces
+    /// where the device keeps host addresses for registered memory (so they stay contiguous),
+    /// and refused elsewhere. Default: 16 GiB. No single-call limit has been observed; the
+    /// split keeps each call's pinning time bounded.
+    pub max_piece_bytes: usize,
+}
+
+impl Default for RegisterOptions {
+    fn default() -> Self {
+        RegisterOptions { mapped: true, portable: false, max_piece_bytes: 16 << 30 }
+    }
+}
+
+/// A failed registration, with the memory handed back so no data is lost.
+#[derive(Debug)]
+pub struct RegisterError<M> {
+    /// Why the registration failed.
+    pub error: Error,
+    /// The memory, unregistered and unchanged.
+    pub memory: M,
+}
+
+impl<M> std::fmt::Display for RegisterError<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "registration failed: {}", self.error)
+    }
+}
+
+impl<M: std::fmt::Debug> std::error::Error for RegisterError<M> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<M> From<RegisterError<M>> for Error {
+    fn from(failure: RegisterError<M>) -> Error {
+        failure.error
+    }
+}
+
+/// How a [`HostBuf`]'s memory is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostKind {
+    /// Plain memory: the CPU backend, or nothing pinned it.
+    Plain,
+    /// Allocated and pinned by the driver (`cuMemHostAlloc`).
+    DriverPinned,
+    /// Memory of the process, registered with the driver (`cuMemHostRegister`).
+    Registered,
+}
+
+/// The owner of a host buffer's memory. Field order is drop order: a registration always
+/// ends before the memory it covers is freed.
+pub(crate) enum HostStorage {
+    Plain(#[allow(dead_code, reason = "owned only to be freed on drop")] PageBox<u8>),
+    Allocated(PinnedAlloc),
+    Registered {
+        registration: Option<Registration>,
+        #[allow(dead_code, reason = "owned only to be freed after the registration ends")]
+        memory: Box<dyn Any + Send + Sync>,
+    },
+    Pooled(Box<PoolReturn>),
+}
+
+/// Page-aligned host memory holding `len` elements of `T`.
+///
+/// Held by value, it belongs to the CPU ([`HostBuf::as_slice`], [`HostBuf::as_mut_slice`]);
+/// lent to a [`crate::Queue`], it belongs to the GPU work until reclaimed (see the
+/// [module docs](crate::memory) for the contract).
+///
+/// # Examples
+/// ```
+/// use hetmem::{Device, HostBuf, PinOptions};
+/// let device = Device::open_best()?;
+/// let mut frame = HostBuf::<u8>::pinned(&device, 1920 * 1080 * 3, PinOptions::default())?;
+/// frame.as_mut_slice().fill(128);
+/// assert_eq!(frame.as_slice()[0], 128);
+/// # Ok::<(), hetmem::Error>(())
+/// ```
+pub struct HostBuf<T> {
+    storage: HostStorage,
+    ptr: NonNull<T>,
+    len: usize,
+    kind: HostKind,
+    device_ptr: Option<u64>,
+    device_ordinal: Option<usize>,
+    pages: Option<(NonNull<u8>, usize)>,
+    _elems: PhantomData<T>,
+}
+
+// SAFETY: a HostBuf owns its memory exclusively (like a Box<[T]>), and T: Pod is plain data;
+// the owners inside (driver allocations, registrations) are Send.
+unsafe impl<T: Element> Send for HostBuf<T> {}
+// SAFETY: shared references give out only &[T].
+unsafe impl<T: Element> Sync for HostBuf<T> {}
+
+impl<T: Element> HostBuf<T> {
+    /// `len` zeroed elements of pinned host memory for `device` (plain memory on the CPU
+    /// backend).
+    ///
+    /// # Errors
+    /// Zero length, size overflow, or the driver refusing to pin (see the error's remedy).
+    pub fn pinned(device: &Device, len: usize, options: PinOptions) -> Result<HostBuf<T>> {
+        let bytes = byte_len::<T>("pinned buffer length", len)?;
+        match device {
+            Device::Cpu(_) => Ok(Self::plain(PageBox::zeroed(bytes)?, len)),
+            Device::Cuda(cuda) => {
+                let storage = pin_bytes(cuda, bytes, &options)?;
+                Ok(Self::from_storage(storage, len, Some(cuda.ordinal())))
+            }
+        }
+    }
+
+    /// Registers a [`PageBox`] with `device` (kept as is on the CPU backend). The box owns whole
+    /// pages, so the buffer can also be guarded.
+    ///
+    /// # Errors
+    /// The driver refusing the registration; the box comes back unchanged in the error.
+    #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
+    pub fn register(
+        device: &Device,
+        memory: PageBox<T>,
+        options: RegisterOptions,
+    ) -> Result<HostBuf<T>, RegisterError<PageBox<T>>> {
+        let ptr = NonNull::new(memory.as_ptr().cast_mut()).expect("PageBox is never null");
+        let len = memory.len();
+        let pages = memory.pages();
+        let mut buf = Self::register_memory(device, memory, ptr, len, options)?;
+        buf.pages = Some(pages);
+        Ok(buf)
+    }
+
+    /// Registers a `Vec` with `device`. Its data must start on a page boundary; `Vec`s from
+    /// the global allocator rarely do, so prefer [`PageBox`] or [`HostBuf::pinned`].
+    ///
+    /// # Errors
+    /// An empty or misaligned `Vec`, or the driver refusing the registration; the `Vec` comes
+    /// back unchanged in the error.
+    #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
+    pub fn register_vec(
+        device: &Device,
+        memory: Vec<T>,
+        options: RegisterOptions,
+    ) -> Result<HostBuf<T>, RegisterError<Vec<T>>> {
+        if memory.is_empty() {
+            let error = Error::invalid("registration length", "an empty Vec: register at least one element");
+            return Err(RegisterError { error, memory });
+        }
+        let address = memory.as_ptr() as usize;
+        if !address.is_multiple_of(page_size()) {
+            let error = Error::invalid(
+                "registration alignment",
+                format!(
+                    "the Vec's data starts at {address:#x}, {} bytes past a page boundary; registered \
+                     memory must start on a page ({} bytes): allocate it as a hetmem::memory::PageBox, \
+                     or use HostBuf::pinned",
+                    address % page_size(),
+                    page_size()
+                ),
+            );
+            return Err(RegisterError { error, memory });
+        }
+        let ptr = NonNull::new(memory.as_ptr().cast_mut()).expect("a non-empty Vec is never null");
+        let len = memory.len();
+        Self::register_memory(device, memory, ptr, len, options)
+    }
+
+    #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
+    fn register_memory<M: Any + Send + Sync>(
+        device: &Device,
+        memory: M,
+        ptr: NonNull<T>,
+        len: usize,
+        options: RegisterOptions,
+    ) -> Result<HostBuf<T>, RegisterError<M>> {
+        let bytes = len * size_of::<T>();
+        let registration = match device {
+            Device::Cpu(_) => None,
+            Device::Cuda(cuda) => {
+                let flags = RegisterFlags {
+                    portable: options.portable,
+                    device_map: options.mapped,
+                    read_only: false,
+                };
+                // SAFETY: `memory` owns [ptr, ptr + bytes) and moves into the buffer's storage,
+                // which drops the registration before the memory.
+                match unsafe {
+                    Registration::register(cuda, ptr.as_ptr().cast(), bytes, flags, options.max_piece_bytes)
+                } {
+                    Ok(registration) => Some(registration),
+                    Err(error) => return Err(RegisterError { error, memory }),
+                }
+            }
+        };
+        let device_ptr = registration.as_ref().and_then(Registration::device_ptr);
+        let storage = HostStorage::Registered { registration, memory: Box::new(memory) };
+        let mut buf =
+            Self::from_parts(storage, ptr, len, device_ptr, device.as_cuda().map(CudaDevice::ordinal));
+        buf.kind = if device.as_cuda().is_some() { HostKind::Registered } else { HostKind::Plain };
+        Ok(buf)
+    }
+
+    fn plain(memory: PageBox<u8>, len: usize) -> HostBuf<T> {
+        let pages = memory.pages();
+        let ptr = pages.0.cast();
+        let mut buf = Self::from_parts(HostStorage::Plain(memory), ptr, len, None, None);
+        buf.pages = Some(pages);
+        buf
+    }
+
+    /// A buffer over storage made by [`pin_bytes`] (or the pool), which holds at least
+    /// `len * size_of::<T>()` bytes at a page-aligned address.
+    pub(crate) fn from_storage(
+        storage: HostStorage,
+        len: usize,
+        device_ordinal: Option<usize>,
+    ) -> HostBuf<T> {
+        let (ptr, bytes, device_ptr, kind) = storage_layout(&storage);
+        let pages = Some((ptr, bytes.div_ceil(page_size()) * page_size()));
+        let mut buf = Self::from_parts(storage, ptr.cast(), len, device_ptr, device_ordinal);
+        buf.kind = kind;
+        buf.pages = pages;
+        buf
+    }
+
+    fn from_parts(
+        storage: HostStorage,
+        ptr: NonNull<T>,
+        len: usize,
+        device_ptr: Option<u64>,
+        device_ordinal: Option<usize>,
+    ) -> HostBuf<T> {
+        HostBuf {
+            storage,
+            ptr,
+            len,
+            kind: HostKind::Plain,
+            device_ptr,
+            device_ordinal,
+            pages: None,
+            _elems: PhantomData,
+        }
+    }
+
+    /// The elements.
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: `len` initialised elements live at `ptr` while self does (every constructor
+        // zeroes fresh memory or takes initialised memory; pooled blocks hold earlier, still
+        // initialised, contents), and holding the buffer by value means no GPU work uses it.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The elements, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as in as_slice; `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// How the memory is held.
+    pub fn kind(&self) -> HostKind {
+        self.kind
+    }
+
+    /// Whether kernels can address the memory directly (zero-copy).
+    pub fn is_mapped(&self) -> bool {
+        self.device_ptr.is_some()
+    }
+
+    /// The address kernels use, when mapped.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.device_ptr
+    }
+
+    /// How many driver registrations hold the memory (0 unless registered).
+    pub fn registration_pieces(&self) -> usize {
+        match &self.storage {
+            HostStorage::Registered { registration: Some(registration), .. } => registration.pieces(),
+            _ => 0,
+        }
+    }
+}
+
+/// Pins `bytes` for `device` the way `options` asks.
+pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions) -> Result<HostStorage> {
+    match options.resolved_method() {
+        PinMethod::HostAlloc | PinMethod::Auto => {
+            let flags = HostAllocFlags {
+                portable: options.portable,
+                device_map: options.mapped,
+                write_combined: options.write_combined,
+            };
+            let alloc = PinnedAlloc::new(device, bytes, flags)?;
+            // SAFETY: the allocation holds `bytes` bytes at `host_ptr`, owned by `alloc`;
+            // zeroing makes every element initialised before anyone reads it.
+            unsafe { std::ptr::write_bytes(alloc.host_ptr(), 0, bytes) };
+            Ok(HostStorage::Allocated(alloc))
+        }
+        PinMethod::Register => {
+            if options.write_combined {
+                return Err(Error::invalid(
+                    "pin options",
+                    "write-combined memory can only come from the driver: use PinMethod::HostAlloc",
+                ));
+            }
+            let memory = if bytes >= super::HUGE_PAGE_BYTES {
+                PageBox::<u8>::huge(bytes)?
+            } else {
+                PageBox::<u8>::zeroed(bytes)?
+            };
+            let (start, map_len) = memory.pages();
+            let flags =
+                RegisterFlags { portable: options.portable, device_map: options.mapped, read_only: false };
+            // SAFETY: `memory` owns [start, start + map_len) and is stored beside the
+            // registration, which is dropped first.
+            let registration = unsafe {
+                Registration::register(
+                    device,
+                    start.as_ptr(),
+                    map_len,
+                    flags,
+                    RegisterOptions::default().max_piece_bytes,
+                )
+            }?;
+            Ok(HostStorage::Registered { registration: Some(registration), memory: Box::new(memory) })
+        }
+    }
+}
+
+/// The start, usable size, device address and kind of storage made by [`pin_bytes`].
+pub(crate) fn storage_layout(storage: &HostStorage) -> (NonNull<u8>, usize, Option<u64>, HostKind) {
+    match storage {
+        HostStorage::Plain(memory) => {
+            let (start, bytes) = memory.pages();
+            (start, bytes, None, HostKind::Plain)
+        }
+        HostStorage::Allocated(alloc) => (
+            NonNull::new(alloc.host_ptr()).expect("driver allocations are never null"),
+            alloc.len_bytes(),
+            alloc.device_ptr(),
+            HostKind::DriverPinned,
+        ),
+        HostStorage::Registered { registration: Some(registration), .. } => (
+            NonNull::new(registration.host_ptr()).expect("registrations are never null"),
+            registration.len_bytes(),
+            registration.device_ptr(),
+            HostKind::Registered,
+        ),
+        HostStorage::Registered { registration: None, .. } => {
+            unreachable!("pin_bytes and the pool always register what they store")
+        }
+        HostStorage::Pooled(block) => storage_layout(block.storage()),
+    }
+}
+
+impl<T: Element> Sealed for HostBuf<T> {}
+
+impl<T: Element> Buffer for HostBuf<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn region(&self) -> Region {
+        Region {
+            host: Some(self.ptr.cast()),
+            device: self.device_ptr,
+            bytes: self.len * size_of::<T>(),
+            device_ordinal: self.device_ordinal,
+            pages: self.pages,
+            read_only: false,
+        }
+    }
+}
+
+impl<T: Element> WritableBuffer for HostBuf<T> {}
+impl<T: Element> HostVisible for HostBuf<T> {}
+
+impl<T> std::fmt::Debug for HostBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostBuf")
+            .field("len", &self.len)
+            .field("kind", &self.kind)
+            .field("mapped", &self.device_ptr.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{BackendChoice, BackendKind};
+
+    fn cpu() -> Device {
+        Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap()
+    }
+
+    #[test]
+    fn cpu_pinned_buffers_are_zeroed_page_aligned_and_writable() {
+        let mut buf = HostBuf::<u32>::pinned(&cpu(), 5000, PinOptions::default()).unwrap();
+        assert_eq!(buf.as_slice().as_ptr() as usize % page_size(), 0);
+        assert!(buf.as_slice().iter().all(|&word| word == 0));
+        buf.as_mut_slice()[4999] = 9;
+        assert_eq!(buf.as_slice()[4999], 9);
+        assert_eq!(buf.kind(), HostKind::Plain);
+        assert!(!buf.is_mapped());
+    }
+
+    #[test]
+    fn a_misaligned_vec_is_refused_and_returned_intact() {
+        // A Vec<u8> of one element is never page-aligned with glibc's allocator's 16-byte header
+        // for small blocks; build one that certainly is misaligned by offsetting.
+        let mut data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        if (data.as_ptr() as usize).is_multiple_of(page_size()) {
+            data.insert(0, 1);
+            data.shrink_to_fit();
+        }
+        let copy = data.clone();
+        let failure = HostBuf::register_vec(&cpu(), data, RegisterOptions::default()).unwrap_err();
+        assert!(failure.error.to_string().contains("past a page boundary"), "{}", failure.error);
+        assert_eq!(failure.memory, copy);
+    }
+
+    #[test]
+    fn an_empty_vec_is_refused() {
+        let failure =
+            HostBuf::<u8>::register_vec(&cpu(), Vec::new(), RegisterOptions::default()).unwrap_err();
+        assert!(matches!(failure.error, Error::InvalidArgument { what: "registration length", .. }));
+    }
+
+    #[test]
+    fn a_registered_page_box_keeps_its_data() {
+        let mut memory = PageBox::<u16>::huge(3 << 20).unwrap();
+        memory.iter_mut().enumerate().for_each(|(i, v)| *v = i as u16);
+        let buf = HostBuf::register(&cpu(), memory, RegisterOptions::default()).unwrap();
+        assert!(buf.as_slice().iter().enumerate().all(|(i, &v)| v == i as u16));
+        assert!(buf.region().pages.is_some());
+    }
+
+    #[test]
+    fn zero_and_overflowing_lengths_are_clear_errors() {
+        assert!(HostBuf::<u8>::pinned(&cpu(), 0, PinOptions::default()).is_err());
+        let error = HostBuf::<u64>::pinned(&cpu(), usize::MAX / 2, PinOptions::default()).unwrap_err();
+        assert!(error.to_string().contains("overflow"), "{error}");
+    }
+}

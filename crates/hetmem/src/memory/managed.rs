@@ -1,0 +1,133 @@
+//! [`ManagedBuf`]: managed (unified) memory, one address on both sides, migrated by the driver.
+
+use std::ptr::NonNull;
+
+use super::Element;
+use super::page::{PageBox, byte_len};
+use super::{Buffer, Region, Sealed, WritableBuffer};
+use crate::backend::Device;
+use crate::backend::cuda::{Advice, ManagedAlloc};
+use crate::error::{Error, Result};
+
+enum ManagedStorage {
+    Cuda(ManagedAlloc),
+    Plain(#[allow(dead_code, reason = "owned only to be freed on drop")] PageBox<u8>),
+}
+
+/// `len` elements of managed memory (plain memory on the CPU backend).
+///
+/// The CPU touches it while it holds the buffer; the pages then migrate to the host. Lent to
+/// GPU work, it migrates on first touch there (slow, page faults) unless prefetched with
+/// [`crate::Lent::prefetch`]. Only devices where CPU and GPU may touch managed memory at once
+/// (`concurrent_managed_access`) get managed buffers: elsewhere a CPU access during any GPU
+/// work would crash the process.
+pub struct ManagedBuf<T> {
+    storage: ManagedStorage,
+    ptr: NonNull<T>,
+    len: usize,
+    device_ordinal: Option<usize>,
+}
+
+// SAFETY: the buffer owns its memory exclusively, like a Box<[T]>; T: Pod is plain data.
+unsafe impl<T: Element> Send for ManagedBuf<T> {}
+// SAFETY: shared references give out only &[T].
+unsafe impl<T: Element> Sync for ManagedBuf<T> {}
+
+impl<T: Element> ManagedBuf<T> {
+    /// `len` zeroed elements of managed memory on `device`.
+    ///
+    /// # Errors
+    /// Zero length, size overflow, a device without concurrent managed access, or the
+    /// driver's error.
+    pub fn new(device: &Device, len: usize) -> Result<ManagedBuf<T>> {
+        let bytes = byte_len::<T>("managed buffer length", len)?;
+        let (storage, ptr, device_ordinal) = match device {
+            Device::Cpu(_) => {
+                let memory = PageBox::<u8>::zeroed(bytes)?;
+                let ptr = memory.pages().0;
+                (ManagedStorage::Plain(memory), ptr, None)
+            }
+            Device::Cuda(cuda) => {
+                if !cuda.attributes().concurrent_managed_access {
+                    return Err(Error::invalid(
+                        "memory kind",
+                        format!(
+                            "{} does not let CPU and GPU touch managed memory at once, so a CPU access \
+                             during GPU work would crash: use HostBuf::pinned or DeviceBuf instead",
+                            cuda.name()
+                        ),
+                    ));
+                }
+                let alloc = ManagedAlloc::new(cuda, bytes)?;
+                let ptr = NonNull::new(alloc.ptr() as *mut u8).expect("managed allocations are never null");
+                // SAFETY: the allocation holds `bytes` bytes at `ptr`, CPU-accessible because the
+                // device has concurrent managed access (checked above); zeroing initialises them.
+                unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
+                (ManagedStorage::Cuda(alloc), ptr, Some(cuda.ordinal()))
+            }
+        };
+        Ok(ManagedBuf { storage, ptr: ptr.cast(), len, device_ordinal })
+    }
+
+    /// The elements (migrating pages to the host as they are touched).
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: `len` initialised elements at `ptr`; holding the buffer by value means no GPU
+        // work uses it, and concurrent managed access lets the CPU touch it at any time.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The elements, mutably.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as in as_slice; `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Tells the driver how the memory will be used. Does nothing on the CPU backend.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub fn advise(&self, advice: Advice) -> Result<()> {
+        match &self.storage {
+            ManagedStorage::Cuda(alloc) => alloc.advise(advice),
+            ManagedStorage::Plain(_) => Ok(()),
+        }
+    }
+
+    /// The driver allocation, for prefetches (none on the CPU backend).
+    pub(crate) fn managed_alloc(&self) -> Option<&ManagedAlloc> {
+        match &self.storage {
+            ManagedStorage::Cuda(alloc) => Some(alloc),
+            ManagedStorage::Plain(_) => None,
+        }
+    }
+}
+
+impl<T: Element> Sealed for ManagedBuf<T> {}
+
+impl<T: Element> Buffer for ManagedBuf<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn region(&self) -> Region {
+        let cuda = matches!(self.storage, ManagedStorage::Cuda(_));
+        Region {
+            host: Some(self.ptr.cast()),
+            device: cuda.then_some(self.ptr.as_ptr() as u64),
+            bytes: self.len * size_of::<T>(),
+            device_ordinal: self.device_ordinal,
+            pages: None,
+            read_only: false,
+        }
+    }
+}
+
+impl<T: Element> WritableBuffer for ManagedBuf<T> {}
+
+impl<T> std::fmt::Debug for ManagedBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagedBuf").field("len", &self.len).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,99 @@
+//! Typed buffers in every kind of memory the CPU and a GPU can share.
+//!
+//! | type | memory | CPU access | GPU access |
+//! |---|---|---|---|
+//! | [`HostBuf`] | pinned by the driver, or registered (a [`PageBox`], a page-aligned `Vec`) | yes | mapped: zero-copy; else copies |
+//! | [`MappedFile`] | a read-only file mapping, registered read-only | read | read (zero-copy) |
+//! | [`ManagedBuf`] | managed memory, migrated on demand or by prefetch | yes | yes |
+//! | [`DeviceBuf`] | device memory | through copies | yes |
+//!
+//! Every kind also exists on the CPU backend, as plain page-aligned memory, so code written
+//! against hetmem runs unchanged without a GPU.
+//!
+//! # The zero-copy contract
+//! A buffer held by value belongs to the CPU: it hands out `&[T]` and `&mut [T]`, and no GPU
+//! work that uses it is pending. To let the GPU use it, a [`crate::Queue`] takes it by value
+//! and returns a lease ([`crate::Lent`] for GPU reads and writes, [`crate::Shared`] for reads
+//! by both sides); while the lease lives, safe code cannot reach the buffer's memory from the
+//! CPU (or, for `Shared`, can only read it). Reclaiming the lease waits for the GPU work and
+//! gives the buffer back; dropping it waits too, so memory is never freed under the GPU.
+//! Host memory is page-aligned; device addresses are at least 256-byte aligned.
+
+mod device;
+mod file;
+mod host;
+mod managed;
+mod page;
+mod pool;
+
+pub use device::DeviceBuf;
+pub use file::MappedFile;
+pub use host::{HostBuf, HostKind, PinMethod, PinOptions, RegisterError, RegisterOptions};
+pub use managed::ManagedBuf;
+pub use page::{HUGE_PAGE_BYTES, PageBox, page_size};
+pub use pool::{PinnedPool, PoolStats};
+
+use std::ptr::NonNull;
+
+use bytemuck::Pod;
+
+mod sealed {
+    pub trait Sealed {}
+}
+pub(crate) use sealed::Sealed;
+
+/// Where a buffer's bytes are, for the layers that hand it to the CPU or a GPU.
+///
+/// Opaque outside hetmem; obtained from [`Buffer::region`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Region {
+    /// The CPU address of the elements, when the CPU can address them.
+    pub(crate) host: Option<NonNull<u8>>,
+    /// The address kernels use, when the GPU can address them.
+    pub(crate) device: Option<u64>,
+    /// The elements' size in bytes.
+    pub(crate) bytes: usize,
+    /// The CUDA device the memory belongs to; `None` for CPU-backend memory.
+    pub(crate) device_ordinal: Option<usize>,
+    /// The whole pages the buffer owns (start, length), when it owns whole pages: only such
+    /// buffers can be guarded with `mprotect`.
+    pub(crate) pages: Option<(NonNull<u8>, usize)>,
+    /// The mapping is read-only for the CPU (a file).
+    pub(crate) read_only: bool,
+}
+
+// SAFETY: Region is a description (addresses and sizes); it grants no access by itself.
+unsafe impl Send for Region {}
+// SAFETY: as for Send.
+unsafe impl Sync for Region {}
+
+/// The element type of hetmem buffers: plain data (any bit pattern valid, no pointers) that may
+/// cross threads. Implemented for every such type.
+pub trait Element: Pod + Send + Sync {}
+
+impl<T: Pod + Send + Sync> Element for T {}
+
+/// A buffer of `Elem`s that can be lent to GPU work. Implemented by hetmem's buffer types only.
+pub trait Buffer: Sealed + Send + Sync + 'static {
+    /// The element type.
+    type Elem: Element;
+
+    /// The number of elements.
+    fn len(&self) -> usize;
+
+    /// Always false: hetmem buffers hold at least one element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where the bytes are.
+    #[doc(hidden)]
+    fn region(&self) -> Region;
+}
+
+/// A buffer the GPU may write. Everything but a read-only [`MappedFile`].
+pub trait WritableBuffer: Buffer {}
+
+/// A buffer the CPU can read while the GPU reads it too (through a [`crate::Shared`] lease).
+pub trait HostVisible: Buffer {}

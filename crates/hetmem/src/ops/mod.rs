@@ -1,0 +1,6 @@
+//! Operations on buffers, each with a GPU path (a CUDA kernel) and a CPU path that is both the
+//! CPU backend and the reference the GPU path is tested against.
+
+mod affine;
+
+pub use affine::{affine_u32, affine_u32_cpu};
