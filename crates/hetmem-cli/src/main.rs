@@ -2,6 +2,7 @@
 //!
 //! The binary is thin: each subcommand parses its options and calls the library.
 
+mod bench;
 mod doctor;
 
 use std::process::ExitCode;
@@ -26,6 +27,8 @@ struct Cli {
 enum Command {
     /// Report the GPUs, the driver and the host settings that decide how memory is shared.
     Doctor(doctor::Args),
+    /// Measure this machine: completion signals, pinning, ...
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +54,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let device = Device::open(choice).context("cannot open the requested backend")?;
     match cli.command {
         Command::Doctor(args) => doctor::run(&device, &args),
+        Command::Bench(args) => bench::run(&device, &args),
     }
 }
 

@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod bench;
 pub mod doctor;
 pub mod error;
 pub mod handoff;
@@ -45,6 +46,6 @@ pub use backend::{BackendChoice, BackendKind, Device};
 pub use error::{CudaError, Error, NvrtcError, Result, Unavailable};
 pub use handoff::{Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
 pub use memory::{
-    Buffer, DeviceBuf, HostBuf, HostKind, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, PinnedPool,
-    RegisterOptions,
+    Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,
+    PinOptions, PinnedPool, RegisterOptions, WritableBuffer,
 };

@@ -4,5 +4,7 @@
 //! (see `hetmem::testing`).
 
 mod cuda_smoke;
+mod handoff;
 mod kernel_compile;
+mod memory_kinds;
 mod support;

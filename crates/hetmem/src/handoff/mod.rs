@@ -18,6 +18,7 @@
 //! ```
 
 mod fence;
+mod gate;
 mod guard;
 mod launch;
 mod lease;
@@ -25,6 +26,7 @@ mod poller;
 mod queue;
 
 pub use fence::{Fence, FenceKind};
+pub use gate::Gate;
 pub use launch::KernelArgs;
 pub use lease::{Lease, LeaseState, Lent, Shared};
 pub use poller::FenceFuture;

@@ -35,8 +35,17 @@ pub static AFFINE: KernelSource = KernelSource {
     options: &[],
 };
 
+/// A one-thread kernel that waits for a go word in mapped memory, for completion-latency
+/// measurements and tests of waiting without blocking.
+pub static SIGNAL: KernelSource = KernelSource {
+    name: "signal",
+    source: include_str!("../../kernels/signal.cu"),
+    entry_points: &["wait_for_go"],
+    options: &[],
+};
+
 /// Every kernel source in hetmem; the compile check builds each of them.
-pub static ALL: &[&KernelSource] = &[&AFFINE];
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL];
 
 /// The architecture the compile check targets when there is no GPU to ask: the H200's.
 pub const DEFAULT_CHECK_ARCH: &str = "sm_90";

@@ -42,6 +42,16 @@ impl<T: Element> DeviceBuf<T> {
         Ok(DeviceBuf { storage, len, _elems: PhantomData })
     }
 
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: hetmem buffers hold at least one element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Copies `src` into the buffer and waits for the copy.
     ///
     /// # Errors

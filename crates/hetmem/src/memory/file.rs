@@ -109,6 +109,16 @@ impl<T: Element> MappedFile<T> {
         })
     }
 
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: hetmem buffers hold at least one element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The file's contents as `T`s.
     pub fn as_slice(&self) -> &[T] {
         bytemuck::cast_slice(&self.map[..])

@@ -312,6 +312,16 @@ impl<T: Element> HostBuf<T> {
         }
     }
 
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: hetmem buffers hold at least one element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The elements.
     pub fn as_slice(&self) -> &[T] {
         // SAFETY: `len` initialised elements live at `ptr` while self does (every constructor

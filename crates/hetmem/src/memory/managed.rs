@@ -69,6 +69,16 @@ impl<T: Element> ManagedBuf<T> {
         Ok(ManagedBuf { storage, ptr: ptr.cast(), len, device_ordinal })
     }
 
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: hetmem buffers hold at least one element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The elements (migrating pages to the host as they are touched).
     pub fn as_slice(&self) -> &[T] {
         // SAFETY: `len` initialised elements at `ptr`; holding the buffer by value means no GPU

@@ -1,0 +1,250 @@
+//! The hand-off's run-time promises: guard mode faults stray CPU accesses, awaiting a lease does
+//! not block an async runtime, and misuse gets clear errors.
+
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hetmem::backend::cuda::{RegisterFlags, Registration};
+use hetmem::handoff::Gate;
+use hetmem::memory::{HostBuf, PageBox, PinOptions};
+use hetmem::ops::affine_u32;
+use hetmem::testing::cuda_device_or_skip;
+use hetmem::{Device, Error, FenceKind, KernelArgs, Queue};
+
+use crate::support::{POISON, child_role, cpu_device, first_mismatch, random_words, run_child};
+
+/// In a child: lends a buffer (guarded or not) and writes it through a raw pointer kept from
+/// before the lend, as buggy unsafe code or FFI might.
+fn stray_write_child(guarded: bool) {
+    let device = match std::env::var("HETMEM_TEST_BACKEND").as_deref() {
+        Ok("cuda") => Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap()),
+        _ => cpu_device(),
+    };
+    let queue = Queue::new(&device).unwrap();
+    let mut buf = HostBuf::<u32>::pinned(&device, 4096, PinOptions::default()).unwrap();
+    let raw = buf.as_mut_slice().as_mut_ptr();
+    let lent = if guarded { queue.lend_guarded(buf).unwrap() } else { queue.lend(buf) };
+    println!("about to write through a stale pointer");
+    // SAFETY: deliberately none: this is the bug guard mode exists to catch. Without the guard
+    // the write lands in memory that is still allocated (the lease holds it), so the unguarded
+    // control run is a data race in principle but not a crash.
+    unsafe { raw.write_volatile(7) };
+    println!("the write went through");
+    drop(lent);
+}
+
+fn check_stray_write(test: &str, backend: &str) {
+    let run = |role: &str| {
+        let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+        command
+            .args([test, "--exact", "--nocapture", "--test-threads=1"])
+            .env(crate::support::CHILD_ENV, role)
+            .env("HETMEM_TEST_BACKEND", backend);
+        command.output().unwrap()
+    };
+    let guarded = run("guarded");
+    let stdout = String::from_utf8_lossy(&guarded.stdout);
+    assert!(stdout.contains("about to write"), "the child never reached the write: {stdout}");
+    assert!(!stdout.contains("the write went through"), "{stdout}");
+    assert_eq!(guarded.status.signal(), Some(libc_sigsegv()), "expected SIGSEGV, got {:?}", guarded.status);
+    let control = run("unguarded");
+    assert!(control.status.success(), "the unguarded control run failed: {control:?}");
+    assert!(String::from_utf8_lossy(&control.stdout).contains("the write went through"));
+}
+
+fn libc_sigsegv() -> i32 {
+    rustix::process::Signal::SEGV.as_raw()
+}
+
+#[test]
+fn a_stray_cpu_write_to_a_guarded_buffer_faults() {
+    const TEST: &str = "handoff::a_stray_cpu_write_to_a_guarded_buffer_faults";
+    match child_role().as_deref() {
+        Some("guarded") => return stray_write_child(true),
+        Some("unguarded") => return stray_write_child(false),
+        _ => {}
+    }
+    check_stray_write(TEST, "cpu");
+    if cuda_device_or_skip("a_stray_cpu_write_to_a_guarded_buffer_faults").is_some() {
+        check_stray_write(TEST, "cuda");
+    }
+}
+
+#[test]
+fn awaiting_a_lease_does_not_block_the_runtime() {
+    let Some(gpu) = cuda_device_or_skip("awaiting_a_lease_does_not_block_the_runtime") else { return };
+    let device = Device::Cuda(gpu);
+    for kind in [FenceKind::Flag, FenceKind::Event, FenceKind::HostCallback] {
+        let queue = Queue::with_fence_kind(&device, kind).unwrap();
+        let gate = Arc::new(Gate::new(&queue).unwrap());
+        let data = random_words(1 << 16);
+        let mut input = HostBuf::<u32>::pinned(&device, data.len(), PinOptions::default()).unwrap();
+        input.as_mut_slice().copy_from_slice(&data);
+        let mut output = HostBuf::<u32>::pinned(&device, data.len(), PinOptions::default()).unwrap();
+        output.as_mut_slice().fill(POISON);
+        let input = queue.share(input);
+        let mut output = queue.lend(output);
+        // The kernel waits on the gate, so the affine kernel queued after it cannot finish
+        // until the gate opens; only a task on the same single-threaded runtime opens it.
+        gate.launch().unwrap();
+        affine_u32(&queue, &input, &mut output, 5, 9).unwrap();
+
+        // If the await blocked the runtime's only thread, the opener would never run: a
+        // watchdog then opens the gate after 20 s so the test fails instead of hanging.
+        let blocked = Arc::new(AtomicBool::new(false));
+        let watchdog = {
+            let (gate, blocked) = (Arc::clone(&gate), Arc::clone(&blocked));
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(20));
+                if !gate.is_done() {
+                    blocked.store(true, Ordering::SeqCst);
+                    gate.open();
+                }
+            })
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let output = runtime.block_on(async {
+            let opener = {
+                let gate = Arc::clone(&gate);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    gate.open();
+                })
+            };
+            let output = output.reclaim_async().await.unwrap();
+            opener.await.unwrap();
+            output
+        });
+        assert!(!blocked.load(Ordering::SeqCst), "{kind:?}: awaiting blocked the runtime");
+        let mut want = vec![0; data.len()];
+        hetmem::ops::affine_u32_cpu(&data, &mut want, 5, 9);
+        assert_eq!(first_mismatch(output.as_slice(), &want), None, "{kind:?}");
+        gate.open();
+        drop(watchdog);
+    }
+}
+
+#[test]
+fn buffers_the_device_cannot_reach_are_refused_by_name() {
+    let Some(gpu) = cuda_device_or_skip("buffers_the_device_cannot_reach_are_refused_by_name") else {
+        return;
+    };
+    let device = Device::Cuda(gpu);
+    let queue = Queue::new(&device).unwrap();
+    let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
+    let input = queue.share(HostBuf::<u32>::pinned(&device, 64, unmapped).unwrap());
+    let mut output = queue.lend(HostBuf::<u32>::pinned(&device, 64, PinOptions::default()).unwrap());
+    let error = affine_u32(&queue, &input, &mut output, 1, 1).unwrap_err().to_string();
+    assert!(error.contains("not mapped"), "{error}");
+
+    let cpu_input = queue.share(HostBuf::<u32>::pinned(&cpu_device(), 64, PinOptions::default()).unwrap());
+    let error = affine_u32(&queue, &cpu_input, &mut output, 1, 1).unwrap_err().to_string();
+    assert!(error.contains("CPU backend"), "{error}");
+
+    let other = Queue::new(&device).unwrap();
+    let foreign = other.share(HostBuf::<u32>::pinned(&device, 64, PinOptions::default()).unwrap());
+    let error = affine_u32(&queue, &foreign, &mut output, 1, 1).unwrap_err().to_string();
+    assert!(error.contains("another queue"), "{error}");
+
+    let short = queue.share(HostBuf::<u32>::pinned(&device, 63, PinOptions::default()).unwrap());
+    assert!(matches!(affine_u32(&queue, &short, &mut output, 1, 1), Err(Error::InvalidArgument { .. })));
+    // A value argument wider than 8 bytes.
+    let kernel =
+        hetmem::kernels::kernel(queue.cuda_device().unwrap(), &hetmem::kernels::AFFINE, "affine_u32")
+            .unwrap();
+    let config = hetmem::backend::cuda::LaunchConfig::linear(64, 64, 1);
+    // SAFETY: the launch is refused before the kernel runs (the 16-byte value).
+    let refused = unsafe { queue.launch(&kernel, config, KernelArgs::new().value([0u64; 2])) };
+    assert!(refused.unwrap_err().to_string().contains("16-byte value"));
+    // After every refusal the queue still works.
+    let output = output.reclaim().unwrap();
+    assert_eq!(output.len(), 64);
+}
+
+#[test]
+fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
+    let Some(gpu) =
+        cuda_device_or_skip("registering_twice_and_read_only_mappings_get_driver_errors_with_remedies")
+    else {
+        return;
+    };
+    let memory = PageBox::<u8>::zeroed(1 << 20).unwrap();
+    let ptr = memory.as_ptr().cast_mut();
+    let flags = RegisterFlags { device_map: true, ..RegisterFlags::default() };
+    // SAFETY: `memory` outlives both registrations (dropped at the end of the test).
+    let first = unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX) }.unwrap();
+    // SAFETY: as above; the driver refuses this second registration.
+    match unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX) } {
+        Err(Error::Cuda(error)) => {
+            assert_eq!(error.name, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED");
+            assert!(error.to_string().contains("already registered"), "{error}");
+        }
+        other => panic!("a second registration should fail, got {other:?}"),
+    }
+    drop(first);
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("read-only.bin");
+    std::fs::write(&path, random_words(1 << 18).iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>())
+        .unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    // SAFETY: the test owns the file and does not change it while mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    // SAFETY: `map` outlives the attempt; the driver refuses it.
+    match unsafe { Registration::register(&gpu, map.as_ptr().cast_mut(), map.len(), flags, usize::MAX) } {
+        Err(Error::Cuda(error)) => {
+            assert_eq!(error.name, "CUDA_ERROR_INVALID_VALUE");
+            assert!(error.to_string().contains("read-only flag"), "{error}");
+        }
+        other => panic!("registering a read-only mapping without the flag should fail, got {other:?}"),
+    }
+    let read_only = RegisterFlags { read_only: true, ..flags };
+    // SAFETY: as above; with the read-only flag it succeeds.
+    let registered =
+        unsafe { Registration::register(&gpu, map.as_ptr().cast_mut(), map.len(), read_only, usize::MAX) };
+    assert!(registered.is_ok(), "{registered:?}");
+}
+
+/// In a child without CAP_IPC_LOCK and with a 64 KiB RLIMIT_MEMLOCK: pins 64 MiB each way and
+/// prints what happened.
+fn memlock_child() {
+    use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+    let mut sets = capabilities(None).unwrap();
+    sets.effective.remove(CapabilitySet::IPC_LOCK);
+    sets.permitted.remove(CapabilitySet::IPC_LOCK);
+    set_capabilities(None, sets).unwrap();
+    let limit = rustix::process::Rlimit { current: Some(64 << 10), maximum: Some(64 << 10) };
+    rustix::process::setrlimit(rustix::process::Resource::Memlock, limit).unwrap();
+    let device = Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap());
+    for method in [hetmem::PinMethod::HostAlloc, hetmem::PinMethod::Register] {
+        let options = PinOptions { method, ..PinOptions::default() };
+        match HostBuf::<u8>::pinned(&device, 64 << 20, options) {
+            Ok(_) => println!("{method:?}: pinned 64 MiB despite the limit"),
+            Err(error) => println!("{method:?}: error: {error}"),
+        }
+    }
+}
+
+#[test]
+fn pinning_past_the_memlock_limit_fails_clearly_or_is_not_limited() {
+    const TEST: &str = "handoff::pinning_past_the_memlock_limit_fails_clearly_or_is_not_limited";
+    if child_role().as_deref() == Some("memlock") {
+        return memlock_child();
+    }
+    if cuda_device_or_skip("pinning_past_the_memlock_limit_fails_clearly_or_is_not_limited").is_none() {
+        return;
+    }
+    let output = run_child(TEST, "memlock");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!("memlock child:\n{stdout}");
+    assert!(output.status.success(), "the child crashed: {output:?}");
+    for method in ["HostAlloc", "Register"] {
+        let line = stdout.lines().find(|line| line.starts_with(method)).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(
+            line.contains("despite the limit") || line.contains("ulimit -l"),
+            "a memlock failure must name the remedy: {line}"
+        );
+    }
+}
