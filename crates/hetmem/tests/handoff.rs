@@ -74,8 +74,27 @@ fn a_stray_cpu_write_to_a_guarded_buffer_faults() {
 
 #[test]
 fn awaiting_a_lease_does_not_block_the_runtime() {
-    let Some(gpu) = cuda_device_or_skip("awaiting_a_lease_does_not_block_the_runtime") else { return };
-    let device = Device::Cuda(gpu);
+    const TEST: &str = "handoff::awaiting_a_lease_does_not_block_the_runtime";
+    if child_role().as_deref() == Some("await") {
+        return await_child();
+    }
+    if cuda_device_or_skip("awaiting_a_lease_does_not_block_the_runtime").is_none() {
+        return;
+    }
+    // In a process of its own: while the gate's kernel waits, any thread's call that
+    // synchronises the device (freeing, registering) waits for it, and a test running beside
+    // this one could stall it until the watchdog fires.
+    let output = run_child(TEST, "await");
+    assert!(
+        output.status.success(),
+        "the await child failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn await_child() {
+    let device = Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap());
     for kind in [FenceKind::Flag, FenceKind::Event, FenceKind::HostCallback] {
         let queue = Queue::with_fence_kind(&device, kind).unwrap();
         let gate = Arc::new(Gate::new(&queue).unwrap());
@@ -86,24 +105,31 @@ fn awaiting_a_lease_does_not_block_the_runtime() {
         output.as_mut_slice().fill(POISON);
         let input = queue.share(input);
         let mut output = queue.lend(output);
-        // The kernel waits on the gate, so the affine kernel queued after it cannot finish
-        // until the gate opens; only a task on the same single-threaded runtime opens it.
-        gate.launch().unwrap();
-        affine_u32(&queue, &input, &mut output, 5, 9).unwrap();
+        // Compile and load the affine kernel before the gate holds the GPU.
+        hetmem::kernels::kernel(queue.cuda_device().unwrap(), &hetmem::kernels::AFFINE, "affine_u32")
+            .unwrap();
 
         // If the await blocked the runtime's only thread, the opener would never run: a
         // watchdog then opens the gate after 20 s so the test fails instead of hanging.
         let blocked = Arc::new(AtomicBool::new(false));
+        let finished = Arc::new(AtomicBool::new(false));
         let watchdog = {
-            let (gate, blocked) = (Arc::clone(&gate), Arc::clone(&blocked));
+            let (gate, blocked, finished) = (Arc::clone(&gate), Arc::clone(&blocked), Arc::clone(&finished));
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_secs(20));
-                if !gate.is_done() {
-                    blocked.store(true, Ordering::SeqCst);
-                    gate.open();
+                for _ in 0..2000 {
+                    if finished.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
+                blocked.store(true, Ordering::SeqCst);
+                gate.open();
             })
         };
+        // The kernel waits on the gate, so the affine kernel queued after it cannot finish
+        // until the gate opens; only a task on the same single-threaded runtime opens it.
+        gate.launch().unwrap();
+        affine_u32(&queue, &input, &mut output, 5, 9).unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let output = runtime.block_on(async {
             let opener = {
@@ -117,12 +143,13 @@ fn awaiting_a_lease_does_not_block_the_runtime() {
             opener.await.unwrap();
             output
         });
+        finished.store(true, Ordering::SeqCst);
+        watchdog.join().unwrap();
         assert!(!blocked.load(Ordering::SeqCst), "{kind:?}: awaiting blocked the runtime");
         let mut want = vec![0; data.len()];
         hetmem::ops::affine_u32_cpu(&data, &mut want, 5, 9);
         assert_eq!(first_mismatch(output.as_slice(), &want), None, "{kind:?}");
-        gate.open();
-        drop(watchdog);
+        println!("{kind:?}: awaited without blocking");
     }
 }
 
@@ -214,9 +241,12 @@ fn memlock_child() {
     let mut sets = capabilities(None).unwrap();
     sets.effective.remove(CapabilitySet::IPC_LOCK);
     sets.permitted.remove(CapabilitySet::IPC_LOCK);
-    set_capabilities(None, sets).unwrap();
+    println!("dropping CAP_IPC_LOCK: {:?}", set_capabilities(None, sets));
     let limit = rustix::process::Rlimit { current: Some(64 << 10), maximum: Some(64 << 10) };
-    rustix::process::setrlimit(rustix::process::Resource::Memlock, limit).unwrap();
+    println!(
+        "RLIMIT_MEMLOCK 64 KiB: {:?}",
+        rustix::process::setrlimit(rustix::process::Resource::Memlock, limit)
+    );
     let device = Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap());
     for method in [hetmem::PinMethod::HostAlloc, hetmem::PinMethod::Register] {
         let options = PinOptions { method, ..PinOptions::default() };
@@ -238,10 +268,13 @@ fn pinning_past_the_memlock_limit_fails_clearly_or_is_not_limited() {
     }
     let output = run_child(TEST, "memlock");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    eprintln!("memlock child:\n{stdout}");
-    assert!(output.status.success(), "the child crashed: {output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the child failed: {:?}\n{stdout}\n{stderr}", output.status);
     for method in ["HostAlloc", "Register"] {
-        let line = stdout.lines().find(|line| line.starts_with(method)).unwrap_or_else(|| panic!("{stdout}"));
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with(method))
+            .unwrap_or_else(|| panic!("{stdout}\n{stderr}"));
         assert!(
             line.contains("despite the limit") || line.contains("ulimit -l"),
             "a memlock failure must name the remedy: {line}"

@@ -21,6 +21,11 @@ const GO: usize = 16;
 const DONE: usize = 32;
 
 /// A page of mapped memory and the one-thread kernel that waits on it. CUDA backend only.
+///
+/// While the kernel waits, every driver call that synchronises the device (freeing or
+/// registering memory, for one) waits with it, in any thread of the process; such a call made
+/// before [`Gate::open`] by the thread that would open the gate never returns. Open it from a
+/// thread that makes no such call, and keep gates out of processes doing other GPU work.
 #[derive(Debug)]
 pub struct Gate {
     words: ManuallyDrop<PinnedAlloc>,
