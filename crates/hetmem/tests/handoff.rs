@@ -151,6 +151,33 @@ fn await_child() {
         assert_eq!(first_mismatch(output.as_slice(), &want), None, "{kind:?}");
         println!("{kind:?}: awaited without blocking");
     }
+    dropping_a_lease_waits_for_the_gpu(&device);
+}
+
+/// Dropping a lease whose kernel is still held by a gate must not return (and free the
+/// buffer) until the kernel has finished.
+fn dropping_a_lease_waits_for_the_gpu(device: &Device) {
+    let queue = Queue::new(device).unwrap();
+    let gate = Gate::new(&queue).unwrap();
+    let input = queue.share(HostBuf::<u32>::pinned(device, 1 << 16, PinOptions::default()).unwrap());
+    let mut output = queue.lend(HostBuf::<u32>::pinned(device, 1 << 16, PinOptions::default()).unwrap());
+    hetmem::kernels::kernel(queue.cuda_device().unwrap(), &hetmem::kernels::AFFINE, "affine_u32").unwrap();
+    gate.launch().unwrap();
+    affine_u32(&queue, &input, &mut output, 3, 4).unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let dropper = {
+        let dropped = Arc::clone(&dropped);
+        std::thread::spawn(move || {
+            drop(output);
+            dropped.store(true, Ordering::SeqCst);
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!dropped.load(Ordering::SeqCst), "the lease dropped while its kernel was still waiting");
+    gate.open();
+    dropper.join().unwrap();
+    assert!(dropped.load(Ordering::SeqCst));
+    println!("dropping a lease waited for its kernel");
 }
 
 #[test]
@@ -269,6 +296,7 @@ fn pinning_past_the_memlock_limit_fails_clearly_or_is_not_limited() {
     let output = run_child(TEST, "memlock");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("memlock child said:\n{stdout}");
     assert!(output.status.success(), "the child failed: {:?}\n{stdout}\n{stderr}", output.status);
     for method in ["HostAlloc", "Register"] {
         let line = stdout

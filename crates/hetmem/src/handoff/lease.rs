@@ -79,6 +79,53 @@ impl LeaseState {
     }
 }
 
+/// A buffer and its lease bookkeeping: the part [`Lent`] and [`Shared`] have in common.
+/// Dropping it waits for the GPU; if that wait fails the buffer is leaked, never freed.
+#[derive(Debug)]
+struct Held<B: Buffer> {
+    buf: ManuallyDrop<B>,
+    state: ManuallyDrop<LeaseState>,
+}
+
+impl<B: Buffer> Held<B> {
+    fn new(buf: B, queue: Arc<QueueCore>, guard: Option<Guard>) -> Held<B> {
+        Held { buf: ManuallyDrop::new(buf), state: ManuallyDrop::new(LeaseState::new(queue, guard)) }
+    }
+
+    fn reclaim(self) -> Result<B> {
+        let mut this = ManuallyDrop::new(self);
+        if let Err(error) = this.state.finish() {
+            tracing::error!("GPU work on a lent buffer failed; leaking the buffer: {error}");
+            return Err(error);
+        }
+        // SAFETY: `this` is ManuallyDrop and never used again, so each field is moved out or
+        // dropped exactly once.
+        unsafe {
+            ManuallyDrop::drop(&mut this.state);
+            Ok(ManuallyDrop::take(&mut this.buf))
+        }
+    }
+
+    async fn reclaim_async(self) -> Result<B> {
+        if let Some(fence) = self.state.pending() {
+            fence.wait_async().await?;
+        }
+        self.reclaim()
+    }
+}
+
+impl<B: Buffer> Drop for Held<B> {
+    fn drop(&mut self) {
+        match self.state.finish() {
+            // SAFETY: drop runs once; the fields are not used afterwards.
+            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.buf) },
+            Err(error) => tracing::error!("GPU work on a dropped lease failed; leaking its buffer: {error}"),
+        }
+        // SAFETY: as above.
+        unsafe { ManuallyDrop::drop(&mut self.state) };
+    }
+}
+
 /// A buffer lent to GPU work, or shared with it. Implemented by [`Lent`] and [`Shared`].
 pub trait Lease: Sealed + Send + Sync {
     /// The buffer type.
@@ -128,13 +175,12 @@ pub trait Lease: Sealed + Send + Sync {
 #[derive(Debug)]
 #[must_use = "dropping a lease waits for the GPU; reclaim it to get the buffer back"]
 pub struct Lent<B: WritableBuffer> {
-    buf: ManuallyDrop<B>,
-    state: ManuallyDrop<LeaseState>,
+    held: Held<B>,
 }
 
 impl<B: WritableBuffer> Lent<B> {
     pub(crate) fn new(buf: B, queue: Arc<QueueCore>, guard: Option<Guard>) -> Lent<B> {
-        Lent { buf: ManuallyDrop::new(buf), state: ManuallyDrop::new(LeaseState::new(queue, guard)) }
+        Lent { held: Held::new(buf, queue, guard) }
     }
 
     /// Waits for the last GPU work that used the buffer and gives it back to the CPU.
@@ -143,17 +189,7 @@ impl<B: WritableBuffer> Lent<B> {
     /// The error of the failed GPU work. The buffer is then leaked, never freed, since the
     /// GPU may still be using it.
     pub fn reclaim(self) -> Result<B> {
-        let mut this = ManuallyDrop::new(self);
-        if let Err(error) = this.state.finish() {
-            tracing::error!("GPU work on a lent buffer failed; leaking the buffer: {error}");
-            return Err(error);
-        }
-        // SAFETY: `this` is ManuallyDrop and never used again, so each field is moved out or
-        // dropped exactly once.
-        unsafe {
-            ManuallyDrop::drop(&mut this.state);
-            Ok(ManuallyDrop::take(&mut this.buf))
-        }
+        self.held.reclaim()
     }
 
     /// Awaits the last GPU work that used the buffer without blocking the thread, then gives it
@@ -162,10 +198,7 @@ impl<B: WritableBuffer> Lent<B> {
     /// # Errors
     /// As for [`Lent::reclaim`].
     pub async fn reclaim_async(self) -> Result<B> {
-        if let Some(fence) = self.state.pending() {
-            fence.wait_async().await?;
-        }
-        self.reclaim()
+        self.held.reclaim_async().await
     }
 
     /// Whether the GPU work that used the buffer has finished.
@@ -173,16 +206,16 @@ impl<B: WritableBuffer> Lent<B> {
     /// # Errors
     /// The error of failed GPU work.
     pub fn is_complete(&self) -> Result<bool> {
-        self.state.is_complete()
+        self.held.state.is_complete()
     }
 
     /// Runs `f` on the elements, mutably, on a CPU-backend queue.
     pub(crate) fn cpu_write<R>(&mut self, f: impl FnOnce(&mut [B::Elem]) -> R) -> Result<R> {
-        let region = self.buf.region();
+        let region = self.held.buf.region();
         let host =
             region.host.ok_or_else(|| Error::invalid("CPU access", "the buffer has no host address"))?;
-        let len = self.buf.len();
-        self.state.with_cpu_access(|| {
+        let len = self.held.buf.len();
+        self.held.state.with_cpu_access(|| {
             // SAFETY: as in cpu_read, and `&mut self` makes the access exclusive.
             f(unsafe { std::slice::from_raw_parts_mut(host.cast().as_ptr(), len) })
         })
@@ -197,25 +230,13 @@ impl<T: Element> Lent<ManagedBuf<T>> {
     /// # Errors
     /// The driver's error.
     pub fn prefetch(&mut self, location: MemLocation) -> Result<()> {
-        let (Some(alloc), Some(stream)) = (self.buf.managed_alloc(), self.state.queue.stream()) else {
+        let held = &self.held;
+        let (Some(alloc), Some(stream)) = (held.buf.managed_alloc(), held.state.queue.stream()) else {
             return Ok(());
         };
         alloc.prefetch(stream, location)?;
-        let fence = self.state.queue.signal()?;
-        self.state.record_use(fence);
+        held.state.record_use(held.state.queue.signal()?);
         Ok(())
-    }
-}
-
-impl<B: WritableBuffer> Drop for Lent<B> {
-    fn drop(&mut self) {
-        match self.state.finish() {
-            // SAFETY: drop runs once; the fields are not used afterwards.
-            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.buf) },
-            Err(error) => tracing::error!("GPU work on a dropped lease failed; leaking its buffer: {error}"),
-        }
-        // SAFETY: as above.
-        unsafe { ManuallyDrop::drop(&mut self.state) };
     }
 }
 
@@ -225,15 +246,15 @@ impl<B: WritableBuffer> Lease for Lent<B> {
     type Buf = B;
 
     fn len(&self) -> usize {
-        self.buf.len()
+        self.held.buf.len()
     }
 
     fn state(&self) -> &LeaseState {
-        &self.state
+        &self.held.state
     }
 
     fn region(&self) -> Region {
-        self.buf.region()
+        self.held.buf.region()
     }
 }
 
@@ -242,13 +263,12 @@ impl<B: WritableBuffer> Lease for Lent<B> {
 #[derive(Debug)]
 #[must_use = "dropping a lease waits for the GPU; reclaim it to get the buffer back"]
 pub struct Shared<B: Buffer> {
-    buf: ManuallyDrop<B>,
-    state: ManuallyDrop<LeaseState>,
+    held: Held<B>,
 }
 
 impl<B: Buffer> Shared<B> {
     pub(crate) fn new(buf: B, queue: Arc<QueueCore>) -> Shared<B> {
-        Shared { buf: ManuallyDrop::new(buf), state: ManuallyDrop::new(LeaseState::new(queue, None)) }
+        Shared { held: Held::new(buf, queue, None) }
     }
 
     /// Waits for the last GPU work that read the buffer and gives it back to the CPU.
@@ -256,16 +276,7 @@ impl<B: Buffer> Shared<B> {
     /// # Errors
     /// As for [`Lent::reclaim`].
     pub fn reclaim(self) -> Result<B> {
-        let mut this = ManuallyDrop::new(self);
-        if let Err(error) = this.state.finish() {
-            tracing::error!("GPU work on a shared buffer failed; leaking the buffer: {error}");
-            return Err(error);
-        }
-        // SAFETY: as in Lent::reclaim.
-        unsafe {
-            ManuallyDrop::drop(&mut this.state);
-            Ok(ManuallyDrop::take(&mut this.buf))
-        }
+        self.held.reclaim()
     }
 
     /// Awaits the GPU work that read the buffer, then gives it back.
@@ -273,10 +284,7 @@ impl<B: Buffer> Shared<B> {
     /// # Errors
     /// As for [`Lent::reclaim`].
     pub async fn reclaim_async(self) -> Result<B> {
-        if let Some(fence) = self.state.pending() {
-            fence.wait_async().await?;
-        }
-        self.reclaim()
+        self.held.reclaim_async().await
     }
 
     /// Whether the GPU work that read the buffer has finished.
@@ -284,30 +292,18 @@ impl<B: Buffer> Shared<B> {
     /// # Errors
     /// The error of failed GPU work.
     pub fn is_complete(&self) -> Result<bool> {
-        self.state.is_complete()
+        self.held.state.is_complete()
     }
 }
 
 impl<B: HostVisible> Shared<B> {
     /// The elements, for the CPU to read while GPU work reads them too.
     pub fn host(&self) -> &[B::Elem] {
-        let region = self.buf.region();
+        let region = self.held.buf.region();
         let host = region.host.expect("host-visible buffers have a host address");
         // SAFETY: `len` initialised elements at `host`, alive while the lease is; a shared lease
         // lets no one write them (GPU writes need a Lent), so reading races nothing.
-        unsafe { std::slice::from_raw_parts(host.cast().as_ptr(), self.buf.len()) }
-    }
-}
-
-impl<B: Buffer> Drop for Shared<B> {
-    fn drop(&mut self) {
-        match self.state.finish() {
-            // SAFETY: drop runs once; the fields are not used afterwards.
-            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.buf) },
-            Err(error) => tracing::error!("GPU work on a dropped lease failed; leaking its buffer: {error}"),
-        }
-        // SAFETY: as above.
-        unsafe { ManuallyDrop::drop(&mut self.state) };
+        unsafe { std::slice::from_raw_parts(host.cast().as_ptr(), self.held.buf.len()) }
     }
 }
 
@@ -317,14 +313,14 @@ impl<B: Buffer> Lease for Shared<B> {
     type Buf = B;
 
     fn len(&self) -> usize {
-        self.buf.len()
+        self.held.buf.len()
     }
 
     fn state(&self) -> &LeaseState {
-        &self.state
+        &self.held.state
     }
 
     fn region(&self) -> Region {
-        self.buf.region()
+        self.held.buf.region()
     }
 }

@@ -36,9 +36,10 @@ pub struct PinOptions {
     pub mapped: bool,
     /// Usable from every GPU's context, not only the allocating one. Default: off.
     pub portable: bool,
-    /// Write-combined: faster for the GPU to read over PCIe, but CPU reads bypass the cache
-    /// and are very slow (tens of times). Only for buffers the CPU writes once and never reads.
-    /// Default: off.
+    /// Write-combined: can be faster for the GPU to read over PCIe, but CPU reads bypass the
+    /// cache, which NVIDIA documents as very slow on bare metal. Only for buffers the CPU
+    /// writes once and never reads. (On the H200 test VM reads measured no slower: see
+    /// bench/results/2026-11-29-h200-handoff.) Default: off.
     pub write_combined: bool,
     /// How the memory is pinned.
     pub method: PinMethod,

@@ -21,8 +21,8 @@ pub struct HostAllocFlags {
     pub portable: bool,
     /// Mapped into the device's address space, for zero-copy kernels (`DEVICEMAP`).
     pub device_map: bool,
-    /// Write-combined (`WRITECOMBINED`): faster for the GPU to read over PCIe, but CPU reads
-    /// are uncached and very slow.
+    /// Write-combined (`WRITECOMBINED`): can be faster for the GPU to read over PCIe; CPU reads
+    /// bypass the cache (documented as very slow on bare metal).
     pub write_combined: bool,
 }
 
