@@ -44,8 +44,16 @@ pub static SIGNAL: KernelSource = KernelSource {
     options: &[],
 };
 
+/// The separable Gaussian blur of 8-bit planes, tiled for reads and writes across PCIe.
+pub static GAUSSIAN: KernelSource = KernelSource {
+    name: "gaussian",
+    source: include_str!("../../kernels/gaussian.cu"),
+    entry_points: &["gaussian_u8"],
+    options: &[],
+};
+
 /// Every kernel source in hetmem; the compile check builds each of them.
-pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL];
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN];
 
 /// The architecture the compile check targets when there is no GPU to ask: the H200's.
 pub const DEFAULT_CHECK_ARCH: &str = "sm_90";

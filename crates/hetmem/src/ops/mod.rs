@@ -2,5 +2,6 @@
 //! CPU backend and the reference the GPU path is tested against.
 
 mod affine;
+pub mod gaussian;
 
 pub use affine::{affine_u32, affine_u32_cpu};

@@ -111,6 +111,25 @@ impl Kernel {
         &self.name
     }
 
+    /// Allows launches with up to `bytes` of dynamic shared memory (above the default 48 KiB
+    /// needs this opt-in).
+    ///
+    /// # Errors
+    /// More than the device offers per block.
+    pub fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
+        self.module.ctx.bind()?;
+        // SAFETY: the function handle is live (its module is held); the attribute takes an int.
+        unsafe {
+            result::function::set_function_attribute(
+                self.raw,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .call("cuFuncSetAttribute")?;
+        Ok(())
+    }
+
     /// Queues the kernel on `stream`.
     ///
     /// # Safety

@@ -1,0 +1,175 @@
+//! The CPU path of the Gaussian blur: the CPU backend, and the reference the GPU is tested
+//! against. Rows run in parallel (rayon); the inner loops run over contiguous bytes with the
+//! taps outermost, so the compiler vectorises them.
+
+use rayon::prelude::*;
+
+use super::{FrameFormat, Gaussian, Plane};
+use crate::error::{Error, Result};
+
+/// Blurs every plane of one frame from `input` into `output`.
+///
+/// # Errors
+/// Buffers that are not one frame long, or a radius larger than the image.
+pub fn gaussian_cpu(format: &FrameFormat, kernel: &Gaussian, input: &[u8], output: &mut [u8]) -> Result<()> {
+    check(format, kernel, input.len(), output.len())?;
+    for plane in format.planes() {
+        let range = plane.offset..plane.offset + plane.bytes();
+        blur_plane(&plane, kernel, &input[range.clone()], &mut output[range]);
+    }
+    Ok(())
+}
+
+/// The checks both paths make before touching a frame.
+pub(crate) fn check(format: &FrameFormat, kernel: &Gaussian, input: usize, output: usize) -> Result<()> {
+    let frame = format.frame_bytes();
+    for (name, len) in [("input", input), ("output", output)] {
+        if len != frame {
+            return Err(Error::invalid(
+                "frame buffer",
+                format!(
+                    "the {name} holds {len} bytes; a {}x{} {:?} frame is {frame}",
+                    format.width, format.height, format.layout
+                ),
+            ));
+        }
+    }
+    let radius = kernel.radius() as usize;
+    if radius >= format.width.min(format.height) && radius > 0 {
+        return Err(Error::invalid(
+            "radius",
+            format!(
+                "{radius} is larger than the {}x{} image: use a radius below {}",
+                format.width,
+                format.height,
+                format.width.min(format.height)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn blur_plane(plane: &Plane, kernel: &Gaussian, input: &[u8], output: &mut [u8]) {
+    let (width, height, channels) = (plane.width, plane.height, plane.channels);
+    let row_bytes = plane.row_bytes();
+    let radius = kernel.radius() as usize;
+    let weights = kernel.weights();
+    let border = kernel.border();
+
+    // Horizontal pass: each row, padded with its border pixels, into Q8 sums.
+    let mut middle = vec![0u16; row_bytes * height];
+    middle.par_chunks_mut(row_bytes).zip(input.par_chunks(row_bytes)).for_each(|(mid, row)| {
+        let padded_width = width + 2 * radius;
+        let mut padded = vec![0u8; padded_width * channels];
+        for (x, pixel) in padded.chunks_exact_mut(channels).enumerate() {
+            let source = border.resolve(x as i64 - radius as i64, width as i64) as usize;
+            pixel.copy_from_slice(&row[source * channels..(source + 1) * channels]);
+        }
+        let mut sums = vec![0u32; row_bytes];
+        for (tap, &weight) in weights.iter().enumerate() {
+            let shifted = &padded[tap * channels..tap * channels + row_bytes];
+            for (sum, &byte) in sums.iter_mut().zip(shifted) {
+                *sum += weight * u32::from(byte);
+            }
+        }
+        for (out, sum) in mid.iter_mut().zip(sums) {
+            *out = ((sum + (1 << 7)) >> 8) as u16;
+        }
+    });
+
+    // Vertical pass: each output row from 2r+1 rows of the middle.
+    output.par_chunks_mut(row_bytes).enumerate().for_each(|(y, out)| {
+        let mut sums = vec![1u32 << 23; row_bytes];
+        for (tap, &weight) in weights.iter().enumerate() {
+            let source = border.resolve(y as i64 + tap as i64 - radius as i64, height as i64) as usize;
+            let mid = &middle[source * row_bytes..(source + 1) * row_bytes];
+            for (sum, &value) in sums.iter_mut().zip(mid) {
+                *sum += weight * u32::from(value);
+            }
+        }
+        for (byte, sum) in out.iter_mut().zip(sums) {
+            *byte = (sum >> 24) as u8;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::gaussian::{Border, PixelLayout};
+
+    /// The filter straight from its definition, in f64: the test oracle.
+    fn reference(plane: &Plane, kernel: &Gaussian, input: &[u8]) -> Vec<f64> {
+        let radius = kernel.radius() as i64;
+        let w: Vec<f64> = kernel.weights().iter().map(|&w| w as f64 / 65536.0).collect();
+        let (width, height, c) = (plane.width as i64, plane.height as i64, plane.channels as i64);
+        let at = |x: i64, y: i64, ch: i64| {
+            let x = kernel.border().resolve(x, width);
+            let y = kernel.border().resolve(y, height);
+            input[((y * width + x) * c + ch) as usize] as f64
+        };
+        let mut out = Vec::new();
+        for y in 0..height {
+            for x in 0..width {
+                for ch in 0..c {
+                    let mut sum = 0.0;
+                    for dy in -radius..=radius {
+                        for dx in -radius..=radius {
+                            sum += w[(dy + radius) as usize]
+                                * w[(dx + radius) as usize]
+                                * at(x + dx, y + dy, ch);
+                        }
+                    }
+                    out.push(sum);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_the_definition_within_one_on_random_frames() {
+        for (w, h, layout, radius, sigma, border) in [
+            (37, 23, PixelLayout::Rgb, Some(2), None, Border::Reflect101),
+            (7, 3, PixelLayout::Rgba, Some(2), None, Border::Replicate),
+            (16, 9, PixelLayout::Gray, Some(5), Some(2.0), Border::Reflect101),
+            (9, 8, PixelLayout::Yuv420, Some(1), None, Border::Reflect101),
+        ] {
+            let format = FrameFormat::new(w, h, layout).unwrap();
+            let kernel = Gaussian::new(radius, sigma, border).unwrap();
+            let input: Vec<u8> = (0..format.frame_bytes()).map(|_| fastrand::u8(..)).collect();
+            let mut output = vec![0xA5u8; input.len()];
+            gaussian_cpu(&format, &kernel, &input, &mut output).unwrap();
+            for plane in format.planes() {
+                let want = reference(&plane, &kernel, &input[plane.offset..plane.offset + plane.bytes()]);
+                let got = &output[plane.offset..plane.offset + plane.bytes()];
+                for (i, (&g, &e)) in got.iter().zip(&want).enumerate() {
+                    assert!((g as f64 - e).abs() <= 1.0, "{layout:?} {w}x{h} byte {i}: {g} vs {e:.3}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_constant_image_stays_constant() {
+        let format = FrameFormat::new(33, 17, PixelLayout::Rgb).unwrap();
+        let kernel = Gaussian::new(Some(4), Some(3.0), Border::Reflect101).unwrap();
+        let value = fastrand::u8(1..);
+        let input = vec![value; format.frame_bytes()];
+        let mut output = vec![!value; input.len()];
+        gaussian_cpu(&format, &kernel, &input, &mut output).unwrap();
+        assert!(output.iter().all(|&b| b == value));
+    }
+
+    #[test]
+    fn wrong_sizes_and_oversized_radii_are_refused() {
+        let format = FrameFormat::new(7, 3, PixelLayout::Rgb).unwrap();
+        let kernel = Gaussian::new(Some(2), None, Border::Reflect101).unwrap();
+        let mut output = vec![0; 63];
+        let error = gaussian_cpu(&format, &kernel, &[0; 62], &mut output).unwrap_err().to_string();
+        assert!(error.contains("62 bytes") && error.contains("63"), "{error}");
+        let big = Gaussian::new(Some(3), None, Border::Reflect101).unwrap();
+        let error = gaussian_cpu(&format, &big, &[0; 63], &mut output).unwrap_err().to_string();
+        assert!(error.contains("larger than the 7x3 image"), "{error}");
+    }
+}

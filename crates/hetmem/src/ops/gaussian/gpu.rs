@@ -1,0 +1,349 @@
+//! The GPU path of the Gaussian blur: tiling, the table the kernel reads, and the launch.
+
+use super::cpu::{check, gaussian_cpu};
+use super::{FrameFormat, Gaussian};
+use crate::backend::cuda::LaunchConfig;
+use crate::error::Result;
+use crate::handoff::{KernelArgs, Lease, Lent, Queue};
+use crate::kernels::{self, GAUSSIAN};
+use crate::memory::{Buffer, WritableBuffer};
+
+/// Rows per chunk in the kernel (`CHUNK` in gaussian.cu).
+const CHUNK: usize = 16;
+/// Words per plane descriptor in the table (`PLANE_WORDS` in gaussian.cu).
+const PLANE_WORDS: usize = 10;
+/// Threads per block.
+const THREADS: u32 = 256;
+/// Dynamic shared memory a kernel may use without opting in.
+const DEFAULT_SHARED: usize = 48 << 10;
+
+/// How one frame format is cut into tiles for the kernel, and what that costs on the link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GaussianPlan {
+    format: FrameFormat,
+    kernel: Gaussian,
+    table: Vec<u32>,
+    tiles: u32,
+    shared_bytes: usize,
+    bytes_read: u64,
+}
+
+impl GaussianPlan {
+    /// Tiles `format` for a GPU with `multiprocessors` SMs.
+    ///
+    /// Each plane is cut into bands of 128 pixels (256 for one-byte pixels) and ranges of rows
+    /// so that the frame makes about one tile per SM: enough bytes in flight to keep the link
+    /// busy, with few re-read halo rows.
+    ///
+    /// # Errors
+    /// A radius larger than the image.
+    pub fn new(format: &FrameFormat, kernel: &Gaussian, multiprocessors: u32) -> Result<GaussianPlan> {
+        let frame = format.frame_bytes();
+        check(format, kernel, frame, frame)?;
+        let r = kernel.radius() as usize;
+        let mut table: Vec<u32> = kernel.weights().to_vec();
+        let (mut tiles, mut shared_bytes, mut bytes_read) = (0usize, 0usize, 0u64);
+        let planes = format.planes();
+        for plane in &planes {
+            let band_px = if plane.channels == 1 { 256 } else { 128 };
+            let bands = plane.width.div_ceil(band_px);
+            let share = (multiprocessors as usize * plane.bytes()).div_ceil(frame).max(1);
+            let ranges = share.div_ceil(bands).clamp(1, plane.height.div_ceil(64).max(1));
+            let range_rows = plane.height.div_ceil(ranges);
+            let ranges = plane.height.div_ceil(range_rows);
+            table.extend_from_slice(&[
+                plane.offset as u32,
+                (plane.offset as u64 >> 32) as u32,
+                plane.width as u32,
+                plane.height as u32,
+                plane.channels as u32,
+                band_px as u32,
+                bands as u32,
+                ranges as u32,
+                range_rows as u32,
+                tiles as u32,
+            ]);
+            tiles += bands * ranges;
+            let ring = CHUNK + 2 * r;
+            let in_stride = (15 + (band_px + 2 * r) * plane.channels + 16).div_ceil(16) * 16;
+            shared_bytes = shared_bytes.max(ring * in_stride + ring * band_px * plane.channels * 2);
+            // Every tile reads its rows plus 2r halo rows, each its columns plus 2r halo columns.
+            for band in 0..bands {
+                let band_width = band_px.min(plane.width - band * band_px);
+                let row_bytes = (band_width + 2 * r) * plane.channels;
+                let rows: usize =
+                    (0..ranges).map(|range| range_rows.min(plane.height - range * range_rows) + 2 * r).sum();
+                bytes_read += (rows * row_bytes) as u64;
+            }
+        }
+        // Each block also reads the weights and the plane descriptors.
+        bytes_read += (tiles * (kernel.weights().len() + PLANE_WORDS + planes.len()) * 4) as u64;
+        let table_words = kernel.weights().len() + planes.len() * PLANE_WORDS;
+        debug_assert_eq!(table.len(), table_words);
+        Ok(GaussianPlan {
+            format: *format,
+            kernel: kernel.clone(),
+            table,
+            tiles: tiles as u32,
+            shared_bytes,
+            bytes_read,
+        })
+    }
+
+    /// The words the kernel's table buffer must hold: weights, then plane descriptors.
+    pub fn table(&self) -> &[u32] {
+        &self.table
+    }
+
+    /// The frame format.
+    pub fn format(&self) -> &FrameFormat {
+        &self.format
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Gaussian {
+        &self.kernel
+    }
+
+    /// Bytes the kernel reads per frame: the input with its re-read halos, and the table.
+    /// When the input is mapped host memory, this is what crosses the link inbound.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read
+    }
+}
+
+/// Queues the blur of one frame from `input` to `output` on `queue`, with the plan's table
+/// in `table`: one kernel launch on the GPU, the CPU path on the CPU backend.
+///
+/// # Errors
+/// Buffers of the wrong size, a table that is not the plan's, leases of another queue,
+/// memory the device cannot address, or a failed launch.
+pub fn gaussian<T, I, O>(
+    queue: &Queue,
+    plan: &GaussianPlan,
+    table: &T,
+    input: &I,
+    output: &mut Lent<O>,
+) -> Result<()>
+where
+    T: Lease,
+    T::Buf: Buffer<Elem = u32>,
+    I: Lease,
+    I::Buf: Buffer<Elem = u8>,
+    O: WritableBuffer<Elem = u8>,
+{
+    check(&plan.format, &plan.kernel, input.len(), output.len())?;
+    if table.len() != plan.table.len() {
+        return Err(crate::error::Error::invalid(
+            "gaussian table",
+            format!("{} words; the plan's table has {}", table.len(), plan.table.len()),
+        ));
+    }
+    let Some(device) = queue.cuda_device() else {
+        return input
+            .cpu_read(|src| output.cpu_write(|dst| gaussian_cpu(&plan.format, &plan.kernel, src, dst)))??;
+    };
+    let kernel = kernels::kernel(device, &GAUSSIAN, "gaussian_u8")?;
+    if plan.shared_bytes > DEFAULT_SHARED {
+        kernel.allow_dynamic_shared(plan.shared_bytes as u32)?;
+    }
+    let config = LaunchConfig {
+        grid: (plan.tiles, 1, 1),
+        block: (THREADS, 1, 1),
+        shared_bytes: plan.shared_bytes as u32,
+    };
+    let args = KernelArgs::new()
+        .read(input)
+        .write(output)
+        .read(table)
+        .value(plan.format.planes().len() as u32)
+        .value(plan.kernel.radius())
+        .value(plan.kernel.border().code());
+    // SAFETY: gaussian_u8(const u8* src, u8* dst, const u32* table, u32 plane_count,
+    // u32 radius, u32 border) matches the arguments in order and type. The table is the
+    // plan's (length checked), so every tile it describes lies inside the frame, and input and
+    // output are one frame long (checked): the kernel stays inside all three buffers.
+    unsafe { queue.launch(&kernel, config, args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::gaussian::{Border, PixelLayout};
+
+    /// gaussian.cu, line for line, one thread at a time, with the frame at address 0 (buffers
+    /// are page-aligned): catches tiling, ring and alignment mistakes without a GPU.
+    fn emulate_kernel(plan: &GaussianPlan, src: &[u8]) -> Vec<u8> {
+        let mut dst = vec![0xA5u8; src.len()];
+        let taps = plan.kernel.weights().len();
+        let r = plan.kernel.radius() as i64;
+        let weights = plan.kernel.weights();
+        let border = plan.kernel.border();
+        let planes = &plan.table[taps..];
+        let plane_count = planes.len() / PLANE_WORDS;
+        for block in 0..plan.tiles {
+            let mut plane = 0;
+            for p in 1..plane_count {
+                if block >= planes[p * PLANE_WORDS + 9] {
+                    plane = p;
+                }
+            }
+            let w = &planes[plane * PLANE_WORDS..(plane + 1) * PLANE_WORDS];
+            let offset = w[0] as i64 | ((w[1] as i64) << 32);
+            let (width, height, channels) = (w[2] as i64, w[3] as i64, w[4] as i64);
+            let (band_px, bands, range_rows) = (w[5] as i64, w[6] as i64, w[8] as i64);
+            let tile = block as i64 - w[9] as i64;
+            let (band, range) = (tile % bands, tile / bands);
+            let x0 = band * band_px;
+            let band_width = band_px.min(width - x0);
+            let y0 = range * range_rows;
+            let y1 = (y0 + range_rows).min(height);
+            if band_width <= 0 || y0 >= y1 {
+                continue;
+            }
+            let row_bytes = width * channels;
+            let seg_lo = x0 - r;
+            let seg_hi = x0 + band_width + r;
+            let (a_px, b_px) = (seg_lo.max(0), seg_hi.min(width));
+            let lead = (a_px - seg_lo) * channels;
+            let load_bytes = (b_px - a_px) * channels;
+            let seg_bytes = (seg_hi - seg_lo) * channels;
+            let out_bytes = band_width * channels;
+            let in_stride = ((15 + seg_bytes + 16) + 15) & !15;
+            let ring = CHUNK as i64 + 2 * r;
+            let mut in_rows = vec![0u8; (ring * in_stride) as usize];
+            let mut mid = vec![0u16; (ring * band_px * channels) as usize];
+            let resolve = |i: i64, len: i64| border.resolve(i, len);
+            let mut next_virtual = y0 - r;
+            let mut yo = y0;
+            while yo < y1 {
+                let n_out = (CHUNK as i64).min(y1 - yo);
+                let load_end = yo + n_out + r;
+                let n_load = load_end - next_virtual;
+                let max_units = load_bytes / 16 + 2;
+                for item in 0..n_load * max_units {
+                    let (row, unit) = (item / max_units, item % max_units);
+                    let y = resolve(next_virtual + row, height);
+                    let g = offset + y * row_bytes + a_px * channels;
+                    let base = (g - lead) & 15;
+                    let s = row * in_stride + base + lead;
+                    let chunk_start = (g & !15) - g + 16 * unit;
+                    if chunk_start >= load_bytes {
+                        continue;
+                    }
+                    let lo = chunk_start.max(0);
+                    let hi = (chunk_start + 16).min(load_bytes);
+                    if chunk_start >= 0 && chunk_start + 16 <= load_bytes {
+                        assert_eq!((s + chunk_start) % 16, 0, "unaligned shared vector store");
+                        assert_eq!((g + chunk_start) % 16, 0, "unaligned global vector load");
+                    }
+                    for i in lo..hi {
+                        in_rows[(s + i) as usize] = src[(g + i) as usize];
+                    }
+                }
+                let halo_px = (seg_hi - seg_lo) - (b_px - a_px);
+                if halo_px > 0 {
+                    let halo_bytes = halo_px * channels;
+                    for item in 0..n_load * halo_bytes {
+                        let (row, k) = (item / halo_bytes, item % halo_bytes);
+                        let (px_index, ch) = (k / channels, k % channels);
+                        let left = a_px - seg_lo;
+                        let x = if px_index < left { seg_lo + px_index } else { b_px + (px_index - left) };
+                        let y = resolve(next_virtual + row, height);
+                        let g = offset + y * row_bytes + a_px * channels;
+                        let base = (g - lead) & 15;
+                        let xr = resolve(x, width);
+                        in_rows[(row * in_stride + base + (x - seg_lo) * channels + ch) as usize] =
+                            src[(offset + y * row_bytes + xr * channels + ch) as usize];
+                    }
+                }
+                for item in 0..n_load * out_bytes {
+                    let (row, j) = (item / out_bytes, item % out_bytes);
+                    let y = resolve(next_virtual + row, height);
+                    let g = offset + y * row_bytes + a_px * channels;
+                    let base = (g - lead) & 15;
+                    let s = row * in_stride + base + j;
+                    let sum: u32 = (0..taps as i64)
+                        .map(|k| weights[k as usize] * in_rows[(s + k * channels) as usize] as u32)
+                        .sum();
+                    let slot = (next_virtual + row - (y0 - r)) % ring;
+                    mid[(slot * out_bytes + j) as usize] = ((sum + (1 << 7)) >> 8) as u16;
+                }
+                let out_units = out_bytes / 16 + 2;
+                for item in 0..n_out * out_units {
+                    let (row, unit) = (item / out_units, item % out_units);
+                    let y = yo + row;
+                    let g = offset + y * row_bytes + x0 * channels;
+                    let chunk_start = (g & !15) - g + 16 * unit;
+                    if chunk_start >= out_bytes {
+                        continue;
+                    }
+                    let lo = chunk_start.max(0);
+                    let hi = (chunk_start + 16).min(out_bytes);
+                    let first_slot = (y - y0) % ring;
+                    for i in lo..hi {
+                        let mut sum: u32 = 1 << 23;
+                        for k in 0..taps as i64 {
+                            sum += weights[k as usize]
+                                * mid[(((first_slot + k) % ring) * out_bytes + i) as usize] as u32;
+                        }
+                        dst[(g + i) as usize] = (sum >> 24) as u8;
+                    }
+                }
+                next_virtual = load_end;
+                yo += CHUNK as i64;
+            }
+        }
+        dst
+    }
+
+    #[test]
+    fn the_kernels_algorithm_matches_the_cpu_path_bit_for_bit() {
+        for (w, h, layout, radius, sigma, border, sms) in [
+            (1920, 1080, PixelLayout::Rgb, None, None, Border::Reflect101, 132),
+            (1919, 1081, PixelLayout::Rgb, Some(3), None, Border::Replicate, 132),
+            (7, 3, PixelLayout::Rgb, Some(2), None, Border::Reflect101, 132),
+            (7, 3, PixelLayout::Rgba, Some(1), None, Border::Replicate, 4),
+            (641, 97, PixelLayout::Gray, Some(9), Some(3.0), Border::Reflect101, 8),
+            (259, 130, PixelLayout::Yuv420, Some(2), None, Border::Reflect101, 132),
+            (258, 35, PixelLayout::Yuv422, Some(4), None, Border::Replicate, 16),
+            (130, 67, PixelLayout::Yuv444, Some(32), Some(20.0), Border::Reflect101, 16),
+        ] {
+            let format = FrameFormat::new(w, h, layout).unwrap();
+            let kernel = Gaussian::new(radius, sigma, border).unwrap();
+            let plan = GaussianPlan::new(&format, &kernel, sms).unwrap();
+            let input: Vec<u8> = (0..format.frame_bytes()).map(|_| fastrand::u8(..)).collect();
+            let mut want = vec![0u8; input.len()];
+            gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
+            let got = emulate_kernel(&plan, &input);
+            let first = got.iter().zip(&want).position(|(g, e)| g != e);
+            assert_eq!(first, None, "{w}x{h} {layout:?} r={radius:?}: first difference");
+        }
+    }
+
+    #[test]
+    fn a_1080p_rgb_frame_makes_about_one_tile_per_sm_and_reads_little_twice() {
+        let format = FrameFormat::new(1920, 1080, PixelLayout::Rgb).unwrap();
+        let plan =
+            GaussianPlan::new(&format, &Gaussian::new(None, None, Border::default()).unwrap(), 132).unwrap();
+        assert!((100..=300).contains(&plan.tiles), "{} tiles", plan.tiles);
+        let overhead = plan.bytes_read() as f64 / format.frame_bytes() as f64 - 1.0;
+        assert!(overhead < 0.10, "halo overhead {overhead:.3}");
+        assert!(plan.shared_bytes <= DEFAULT_SHARED);
+    }
+
+    #[test]
+    fn planar_frames_list_every_plane_with_its_first_tile() {
+        let format = FrameFormat::new(1919, 1081, PixelLayout::Yuv420).unwrap();
+        let plan = GaussianPlan::new(&format, &Gaussian::new(Some(3), None, Border::Replicate).unwrap(), 132)
+            .unwrap();
+        let table = plan.table();
+        let planes = &table[7..];
+        assert_eq!(planes.len(), 3 * PLANE_WORDS);
+        let (u_plane, v_plane) = (&planes[PLANE_WORDS..], &planes[2 * PLANE_WORDS..]);
+        assert_eq!(u_plane[0] as usize, 1919 * 1081);
+        assert_eq!((u_plane[2], u_plane[3]), (960, 541));
+        assert_eq!(v_plane[9], u_plane[9] + u_plane[6] * u_plane[7]);
+        assert_eq!(plan.tiles, v_plane[9] + v_plane[6] * v_plane[7]);
+    }
+}
