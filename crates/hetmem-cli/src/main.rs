@@ -3,7 +3,9 @@
 //! The binary is thin: each subcommand parses its options and calls the library.
 
 mod bench;
+mod demo;
 mod doctor;
+mod filter;
 
 use std::process::ExitCode;
 
@@ -29,6 +31,10 @@ enum Command {
     Doctor(doctor::Args),
     /// Measure this machine: completion signals, pinning, ...
     Bench(bench::Args),
+    /// Blur moving synthetic 1080p frames by every strategy the machine has, side by side.
+    Demo(demo::Args),
+    /// Blur images (PNG, JPEG, PPM) or Y4M video (files or pipes).
+    Filter(filter::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +61,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Doctor(args) => doctor::run(&device, &args),
         Command::Bench(args) => bench::run(&device, &args),
+        Command::Demo(args) => demo::run(&device, &args),
+        Command::Filter(args) => filter::run(&device, &args),
     }
 }
 

@@ -13,6 +13,8 @@
 //! - [`memory`]: typed buffers in every kind of shareable memory, and a pinned pool.
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
 //!   GPU never write one buffer at once.
+//! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
+//!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
 //! - [`ops`]: operations with a GPU and a CPU path; [`kernels`]: their CUDA sources, compiled
 //!   by NVRTC on first use and cached on disk.
 //! - [`doctor`]: what this machine can do, checked and explained.
@@ -39,6 +41,7 @@ pub mod handoff;
 pub mod kernels;
 pub mod memory;
 pub mod ops;
+pub mod pipeline;
 pub mod testing;
 
 pub use backend::cuda::{Advice, MemLocation};
@@ -49,3 +52,4 @@ pub use memory::{
     Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,
     PinOptions, PinnedPool, RegisterOptions, WritableBuffer,
 };
+pub use pipeline::{FrameFilter, Strategy};

@@ -4,7 +4,9 @@
 //! (see `hetmem::testing`).
 
 mod cuda_smoke;
+mod filter_strategies;
 mod handoff;
 mod kernel_compile;
 mod memory_kinds;
+mod opencv;
 mod support;

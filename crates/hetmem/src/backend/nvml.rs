@@ -4,6 +4,7 @@
 //! every answer is an error string that callers print as "unknown".
 
 use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
 
 /// A GPU's PCIe link: generation and lane count, now and at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -45,6 +46,17 @@ impl NvmlSession {
     /// NVML's error, as text.
     pub fn driver_version(&self) -> Result<String, String> {
         self.nvml.sys_driver_version().map_err(|error| error.to_string())
+    }
+
+    /// PCIe traffic of the GPU at `pci_bus_id` over NVML's last sampling window (about 20 ms),
+    /// in KB/s: (from the GPU to the host, from the host to the GPU).
+    ///
+    /// # Errors
+    /// NVML's error, as text.
+    pub fn pcie_throughput(&self, pci_bus_id: &str) -> Result<(u32, u32), String> {
+        let device = self.nvml.device_by_pci_bus_id(pci_bus_id).map_err(|error| error.to_string())?;
+        let read = |counter| device.pcie_throughput(counter).map_err(|error| error.to_string());
+        Ok((read(PcieUtilCounter::Send)?, read(PcieUtilCounter::Receive)?))
     }
 
     /// The PCIe link of the GPU at `pci_bus_id` (as CUDA reports it).

@@ -26,6 +26,7 @@ pub struct GaussianPlan {
     tiles: u32,
     shared_bytes: usize,
     bytes_read: u64,
+    table_bytes_read: u64,
 }
 
 impl GaussianPlan {
@@ -77,7 +78,8 @@ impl GaussianPlan {
             }
         }
         // Each block also reads the weights and the plane descriptors.
-        bytes_read += (tiles * (kernel.weights().len() + PLANE_WORDS + planes.len()) * 4) as u64;
+        let table_bytes_read = (tiles * (kernel.weights().len() + PLANE_WORDS + planes.len()) * 4) as u64;
+        bytes_read += table_bytes_read;
         let table_words = kernel.weights().len() + planes.len() * PLANE_WORDS;
         debug_assert_eq!(table.len(), table_words);
         Ok(GaussianPlan {
@@ -87,6 +89,7 @@ impl GaussianPlan {
             tiles: tiles as u32,
             shared_bytes,
             bytes_read,
+            table_bytes_read,
         })
     }
 
@@ -109,6 +112,11 @@ impl GaussianPlan {
     /// When the input is mapped host memory, this is what crosses the link inbound.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read
+    }
+
+    /// The part of [`GaussianPlan::bytes_read`] that is the table (each block reads it once).
+    pub fn bytes_read_of_table(&self) -> u64 {
+        self.table_bytes_read
     }
 }
 

@@ -1,0 +1,8 @@
+//! How frames reach a kernel: the strategies of DESIGN.md, each moving the same frames
+//! through the same kernel by a different path, so they can be compared side by side.
+
+mod frame_filter;
+mod strategy;
+
+pub use frame_filter::FrameFilter;
+pub use strategy::Strategy;

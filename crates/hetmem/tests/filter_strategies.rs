@@ -1,0 +1,69 @@
+//! Every strategy filters fresh random frames of many sizes and layouts exactly as the CPU
+//! path does (the two are bit-exact by construction), outputs poisoned before each frame.
+
+use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
+use hetmem::{Device, FrameFilter, Strategy};
+
+use crate::support::{first_mismatch, on_every_backend};
+
+fn cases() -> Vec<(FrameFormat, Gaussian)> {
+    let kernel = |radius, sigma, border| Gaussian::new(radius, sigma, border).unwrap();
+    let format = |w, h, layout| FrameFormat::new(w, h, layout).unwrap();
+    vec![
+        (format(1920, 1080, PixelLayout::Rgb), kernel(None, None, Border::Reflect101)),
+        (format(1919, 1081, PixelLayout::Rgb), kernel(Some(2), None, Border::Reflect101)),
+        (format(7, 3, PixelLayout::Rgb), kernel(Some(2), None, Border::Reflect101)),
+        (format(33, 17, PixelLayout::Rgba), kernel(Some(4), Some(2.0), Border::Replicate)),
+        (format(640, 48, PixelLayout::Gray), kernel(Some(9), Some(3.0), Border::Reflect101)),
+        (format(1919, 1081, PixelLayout::Yuv420), kernel(Some(3), None, Border::Reflect101)),
+        (format(101, 77, PixelLayout::Yuv422), kernel(Some(1), None, Border::Replicate)),
+        (format(64, 40, PixelLayout::Yuv444), kernel(Some(16), Some(6.0), Border::Reflect101)),
+    ]
+}
+
+fn check_strategy(device: &Device, strategy: Strategy) {
+    for (format, kernel) in cases() {
+        let mut filter = FrameFilter::new(device, strategy, format, &kernel)
+            .unwrap_or_else(|error| panic!("{strategy} {format:?}: {error}"));
+        for frame in 0..3 {
+            let seed = fastrand::u64(..);
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let input: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.u8(..)).collect();
+            filter.input_mut().unwrap().copy_from_slice(&input);
+            filter.fill_output(0xA5).unwrap();
+            filter.run().unwrap();
+            let mut want = vec![0u8; input.len()];
+            gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
+            assert_eq!(
+                first_mismatch(filter.output().unwrap(), &want),
+                None,
+                "{strategy}, {}x{} {:?}, radius {}, frame {frame}, seed {seed:#x}",
+                format.width,
+                format.height,
+                format.layout,
+                kernel.radius()
+            );
+        }
+    }
+}
+
+#[test]
+fn every_strategy_matches_the_cpu_path() {
+    on_every_backend("every_strategy_matches_the_cpu_path", |device| {
+        for strategy in Strategy::ALL {
+            if strategy.check(device).is_ok() {
+                check_strategy(device, strategy);
+            }
+        }
+        check_strategy(device, Strategy::Auto);
+    });
+}
+
+#[test]
+fn gpu_strategies_on_the_cpu_backend_are_refused_by_name() {
+    let cpu = crate::support::cpu_device();
+    let format = FrameFormat::new(64, 64, PixelLayout::Rgb).unwrap();
+    let kernel = Gaussian::new(None, None, Border::default()).unwrap();
+    let error = FrameFilter::new(&cpu, Strategy::ZeroCopy, format, &kernel).unwrap_err().to_string();
+    assert!(error.contains("zero-copy") && error.contains("needs a GPU"), "{error}");
+}
