@@ -73,8 +73,12 @@ fn backend_errors_name_the_call_and_the_remedy() {
     let Some(device) = cuda_device_or_skip("backend_errors_name_the_call_and_the_remedy") else {
         return;
     };
-    let garbage = random_words(256);
-    match Module::load(&device, bytemuck::cast_slice(&garbage)) {
+    // Random words, made to look like no ELF image: the driver parses them as PTX text, which
+    // ends at the NUL Module::load appends.
+    let mut garbage = random_words(256);
+    garbage[0] = u32::from_le_bytes(*b"//x ");
+    // SAFETY: not an ELF image (checked above), so the driver reads text up to the NUL.
+    match unsafe { Module::load(&device, bytemuck::cast_slice(&garbage)) } {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.call, "cuModuleLoadData");
             assert!(error.name.starts_with("CUDA_ERROR_"), "{error}");

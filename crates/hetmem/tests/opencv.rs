@@ -1,5 +1,6 @@
-//! `gaussian_cpu` against OpenCV's `cv2.GaussianBlur` on real photographs: every byte within
-//! +-1, as the `hetmem::ops::gaussian` docs claim.
+//! `gaussian_cpu` against OpenCV's `cv2.GaussianBlur` on real photographs: every byte equal,
+//! as the `hetmem::ops::gaussian` docs claim (hetmem uses OpenCV's 8-bit fixed-point weights
+//! and rounding).
 //!
 //! The reference folder is made by `scripts/opencv-reference.py` (photographs shipped with
 //! scikit-image, blurred by OpenCV) and named by `HETMEM_OPENCV_REFERENCE`; nothing is
@@ -96,8 +97,8 @@ fn read(dir: &Path, name: &str) -> Vec<u8> {
 }
 
 #[test]
-fn gaussian_cpu_is_within_one_of_opencv_on_photographs() {
-    let test = "gaussian_cpu_is_within_one_of_opencv_on_photographs";
+fn gaussian_cpu_equals_opencv_on_photographs() {
+    let test = "gaussian_cpu_equals_opencv_on_photographs";
     let Some(dir) = reference_or_skip(test) else {
         return;
     };
@@ -141,14 +142,17 @@ fn gaussian_cpu_is_within_one_of_opencv_on_photographs() {
             max_diff = max_diff.max(diff);
             match diff {
                 0 => {}
-                1 => off_by_one += 1,
+                1 => {
+                    off_by_one += 1;
+                    worse.push(i);
+                }
                 _ => worse.push(i),
             }
         }
         writeln!(
             stderr,
             "  {:<40} {}x{}x{} ksize {:>2} sigma {:<4} ({:.3} used) {:<10} max diff {max_diff}, \
-             {off_by_one} bytes off by 1 ({:.3}%), {} off by more",
+             {off_by_one} bytes off by 1 ({:.3}%), {} differing in all",
             case.output,
             case.width,
             case.height,
@@ -164,7 +168,7 @@ fn gaussian_cpu_is_within_one_of_opencv_on_photographs() {
         if let Some(&first) = worse.first() {
             let pixel = first / case.channels;
             failures.push(format!(
-                "{}: {} bytes differ by more than 1 (max {max_diff}); first at x {} y {} channel {}: \
+                "{}: {} bytes differ (max {max_diff}); first at x {} y {} channel {}: \
                  hetmem {} vs OpenCV {}",
                 case.output,
                 worse.len(),
@@ -176,5 +180,5 @@ fn gaussian_cpu_is_within_one_of_opencv_on_photographs() {
             ));
         }
     }
-    assert!(failures.is_empty(), "hetmem and OpenCV differ by more than 1:\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "hetmem and OpenCV differ:\n{}", failures.join("\n"));
 }

@@ -45,6 +45,8 @@ pub struct Fence {
 enum FenceInner {
     /// CPU-backend work, which finishes before its fence exists.
     Done,
+    /// Everything queued on the stream (the fallback when no other fence could be made).
+    Stream(Arc<Stream>),
     Event(Event),
     Flag {
         page: Arc<FlagPage>,
@@ -58,6 +60,7 @@ impl std::fmt::Debug for Fence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &*self.inner {
             FenceInner::Done => "done",
+            FenceInner::Stream(_) => "stream",
             FenceInner::Event(_) => "event",
             FenceInner::Flag { .. } => "flag",
             FenceInner::Callback(_) => "host callback",
@@ -73,6 +76,12 @@ impl Fence {
     /// A fence that is already complete (CPU-backend work).
     pub(crate) fn done() -> Fence {
         Fence { inner: Arc::new(FenceInner::Done) }
+    }
+
+    /// A fence on everything queued on `stream` so far and later: it needs no resources, so it
+    /// is what a lease records when a proper fence cannot be made.
+    pub(crate) fn stream(stream: Arc<Stream>) -> Fence {
+        Fence { inner: Arc::new(FenceInner::Stream(stream)) }
     }
 
     /// Signals `kind` on `stream` after all work queued so far.
@@ -99,6 +108,7 @@ impl Fence {
                         context: "creating an eventfd".into(),
                         source: errno.into(),
                     })?,
+                    stream: Arc::clone(stream),
                 });
                 let signalled = Arc::clone(&state);
                 stream.launch_host_fn(Box::new(move || signalled.signal()))?;
@@ -115,6 +125,7 @@ impl Fence {
     pub fn wait(&self) -> Result<()> {
         match &*self.inner {
             FenceInner::Done => Ok(()),
+            FenceInner::Stream(stream) => Ok(stream.synchronize()?),
             FenceInner::Event(event) => Ok(event.synchronize()?),
             FenceInner::Flag { page, target, stream } => {
                 let mut spins = 0u32;
@@ -156,6 +167,7 @@ impl Fence {
     pub(crate) fn poll(&self, check_errors: bool) -> Result<bool> {
         match &*self.inner {
             FenceInner::Done => Ok(true),
+            FenceInner::Stream(stream) => Ok(stream.is_idle()?),
             FenceInner::Event(event) => Ok(event.is_complete()?),
             FenceInner::Flag { page, target, stream } => {
                 if page.reached(*target) {
@@ -166,7 +178,16 @@ impl Fence {
                 }
                 Ok(false)
             }
-            FenceInner::Callback(state) => Ok(state.done.load(Ordering::Acquire)),
+            FenceInner::Callback(state) => {
+                if state.done.load(Ordering::Acquire) {
+                    return Ok(true);
+                }
+                // After a failed kernel the driver never runs the callback: ask the stream.
+                if check_errors {
+                    state.stream.is_idle()?;
+                }
+                Ok(false)
+            }
         }
     }
 
@@ -227,7 +248,12 @@ impl FlagPage {
 struct CallbackState {
     done: AtomicBool,
     fd: OwnedFd,
+    /// Asked between waits: after a failed kernel the driver never runs the callback.
+    stream: Arc<Stream>,
 }
+
+/// How long a host-callback wait blocks before asking the stream whether it failed.
+const CALLBACK_ERROR_CHECK: rustix::time::Timespec = rustix::time::Timespec { tv_sec: 0, tv_nsec: 5_000_000 };
 
 impl CallbackState {
     /// Runs on the driver's callback thread.
@@ -244,6 +270,21 @@ impl CallbackState {
         }
         let mut count = [0u8; 8];
         loop {
+            let mut fds = [rustix::event::PollFd::new(&self.fd, rustix::event::PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&CALLBACK_ERROR_CHECK)) {
+                Ok(0) => {
+                    // Nothing yet: a failed stream will never call back, so surface its error.
+                    self.stream.is_idle()?;
+                    continue;
+                }
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(errno) => {
+                    return Err(Error::Io {
+                        context: "polling a fence's eventfd".into(),
+                        source: errno.into(),
+                    });
+                }
+            }
             match rustix::io::read(&self.fd, &mut count) {
                 Ok(_) => {
                     // Reading empties the counter: put it back so other waiters of this fence

@@ -5,6 +5,7 @@
 //! mapping does not go through the CPU's page tables); only CPU accesses fault.
 
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 use rustix::mm::MprotectFlags;
 
@@ -17,6 +18,9 @@ pub(crate) struct Guard {
     start: NonNull<u8>,
     len: usize,
     restore: MprotectFlags,
+    /// CPU-backend operations using the pages now: the first lifts the protection, the last
+    /// restores it, so one thread never re-protects pages another is still reading.
+    cpu_users: Mutex<usize>,
 }
 
 // SAFETY: Guard holds the address range of memory its lease owns; mprotect may be called from
@@ -37,7 +41,7 @@ impl Guard {
         };
         let restore =
             if region.read_only { MprotectFlags::READ } else { MprotectFlags::READ | MprotectFlags::WRITE };
-        let guard = Guard { start, len, restore };
+        let guard = Guard { start, len, restore, cpu_users: Mutex::new(0) };
         guard.set(MprotectFlags::empty())?;
         Ok(guard)
     }
@@ -47,9 +51,14 @@ impl Guard {
         self.set(self.restore)
     }
 
-    /// Removes CPU access again (after a CPU-backend operation lifted it).
-    pub(crate) fn reprotect(&self) -> Result<()> {
-        self.set(MprotectFlags::empty())
+    /// Lets a CPU-backend operation touch the pages until the returned access drops.
+    pub(crate) fn cpu_access(&self) -> Result<CpuAccess<'_>> {
+        let mut users = self.cpu_users.lock().unwrap_or_else(|poison| poison.into_inner());
+        if *users == 0 {
+            self.lift()?;
+        }
+        *users += 1;
+        Ok(CpuAccess { guard: self })
     }
 
     fn set(&self, flags: MprotectFlags) -> Result<()> {
@@ -62,5 +71,23 @@ impl Guard {
                 source: errno.into(),
             }
         })
+    }
+}
+
+/// A CPU-backend operation's access to guarded pages; the last one to drop re-protects them,
+/// also when the operation panicked.
+pub(crate) struct CpuAccess<'a> {
+    guard: &'a Guard,
+}
+
+impl Drop for CpuAccess<'_> {
+    fn drop(&mut self) {
+        let mut users = self.guard.cpu_users.lock().unwrap_or_else(|poison| poison.into_inner());
+        *users -= 1;
+        if *users == 0
+            && let Err(error) = self.guard.set(MprotectFlags::empty())
+        {
+            tracing::warn!("guarded pages stay accessible after a CPU operation: {error}");
+        }
     }
 }

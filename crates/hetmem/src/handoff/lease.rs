@@ -68,14 +68,8 @@ impl LeaseState {
         if !self.queue.is_cpu() {
             return Err(Error::invalid("CPU access", "the buffer is lent to GPU work; reclaim it first"));
         }
-        if let Some(guard) = &self.guard {
-            guard.lift()?;
-        }
-        let result = f();
-        if let Some(guard) = &self.guard {
-            guard.reprotect()?;
-        }
-        Ok(result)
+        let _access = self.guard.as_ref().map(Guard::cpu_access).transpose()?;
+        Ok(f())
     }
 }
 
@@ -231,12 +225,10 @@ impl<T: Element> Lent<ManagedBuf<T>> {
     /// The driver's error.
     pub fn prefetch(&mut self, location: MemLocation) -> Result<()> {
         let held = &self.held;
-        let (Some(alloc), Some(stream)) = (held.buf.managed_alloc(), held.state.queue.stream()) else {
+        let (Some(alloc), Some(_)) = (held.buf.managed_alloc(), held.state.queue.stream()) else {
             return Ok(());
         };
-        alloc.prefetch(stream, location)?;
-        held.state.record_use(held.state.queue.signal()?);
-        Ok(())
+        held.state.queue.submit(&[&held.state], |stream| alloc.prefetch(stream, location))
     }
 }
 

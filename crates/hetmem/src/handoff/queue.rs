@@ -1,7 +1,7 @@
 //! [`Queue`]: an ordered queue of work on a device, and the owner of buffers lent to it.
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::fence::{Fence, FenceKind, FlagPage};
 use super::guard::Guard;
@@ -40,6 +40,9 @@ pub struct Queue {
 pub(crate) struct QueueCore {
     backend: QueueBackend,
     fence_kind: FenceKind,
+    /// Held from queueing work until its fence is recorded on the leases, so that across
+    /// threads the last fence a lease records is also the last in stream order.
+    submit_order: Mutex<()>,
 }
 
 enum QueueBackend {
@@ -70,6 +73,31 @@ impl QueueCore {
 
     pub(crate) fn signal(&self) -> Result<Fence> {
         self.signal_with(self.fence_kind)
+    }
+
+    /// Queues `work` on the stream and records a fence after it on every lease in `leases`.
+    ///
+    /// Should the fence fail to be made after the work is queued (no events or file
+    /// descriptors left), each lease records a fence on the whole stream instead, and the error
+    /// is returned: a lease never forgets work that uses its buffer.
+    pub(crate) fn submit(
+        &self,
+        leases: &[&LeaseState],
+        work: impl FnOnce(&Stream) -> Result<()>,
+    ) -> Result<()> {
+        let QueueBackend::Cuda { stream, .. } = &self.backend else {
+            return Err(Error::invalid("GPU work", "this queue is on the CPU backend"));
+        };
+        let _order = self.submit_order.lock().unwrap_or_else(|poison| poison.into_inner());
+        work(stream)?;
+        let (fence, failure) = match self.signal() {
+            Ok(fence) => (fence, None),
+            Err(error) => (Fence::stream(Arc::clone(stream)), Some(error)),
+        };
+        for lease in leases {
+            lease.record_use(fence.clone());
+        }
+        failure.map_or(Ok(()), Err)
     }
 
     fn signal_with(&self, kind: FenceKind) -> Result<Fence> {
@@ -123,7 +151,7 @@ impl Queue {
                 flags: Arc::new(FlagPage::new(cuda)?),
             },
         };
-        Ok(Queue { core: Arc::new(QueueCore { backend, fence_kind: kind }) })
+        Ok(Queue { core: Arc::new(QueueCore { backend, fence_kind: kind, submit_order: Mutex::new(()) }) })
     }
 
     /// The backend the queue runs on.
@@ -200,26 +228,27 @@ impl Queue {
     /// A CPU-backend queue; a lease of another queue; a buffer the device cannot address (not
     /// mapped, or of another device); the driver rejecting the launch.
     pub unsafe fn launch(&self, kernel: &Kernel, config: LaunchConfig, args: KernelArgs<'_>) -> Result<()> {
-        let QueueBackend::Cuda { stream, .. } = &self.core.backend else {
+        if self.core.is_cpu() {
             return Err(Error::invalid(
                 "kernel launch",
                 "CUDA kernels need a queue on the cuda backend; hetmem's ops run their CPU path instead",
             ));
-        };
+        }
         let (mut words, leases) = args.resolve(|state, region| self.device_address(state, region))?;
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
-        // SAFETY: the caller guarantees the argument list matches the kernel; every buffer
-        // address was checked to belong to this queue's device, and every lease records the
-        // launch's fence below, so no buffer is reclaimed or freed before the kernel finishes.
-        unsafe { kernel.launch(stream, config, &mut pointers) }?;
-        let fence = self.core.signal()?;
-        for lease in leases {
-            lease.record_use(fence.clone());
-        }
-        Ok(())
+        self.core.submit(&leases, |stream| {
+            // SAFETY: the caller guarantees the argument list matches the kernel; every buffer
+            // address was checked to belong to this queue's device; `submit` records a fence
+            // after the launch on every lease (a stream fence if the fence itself fails), so no
+            // buffer is reclaimed or freed before the kernel finishes.
+            unsafe { kernel.launch(stream, config, &mut pointers) }
+        })
     }
 
     /// Queues a copy of all of `src` into `dst` (copy engines on the GPU, memcpy on the CPU).
+    ///
+    /// A copy between two pinned host buffers is done by the driver synchronously with the
+    /// stream: the call returns only when earlier work on the queue has finished.
     ///
     /// # Errors
     /// Buffers of different lengths, leases of another queue, memory the device cannot reach,
@@ -236,14 +265,15 @@ impl Queue {
         self.check_owner(dst)?;
         match &self.core.backend {
             QueueBackend::Cpu => src.cpu_read(|from| dst.cpu_write(|to| to.copy_from_slice(from)))??,
-            QueueBackend::Cuda { stream, .. } => {
+            QueueBackend::Cuda { .. } => {
                 let (from, to) = (self.copy_address(src)?, self.copy_address(dst)?);
-                // SAFETY: both ranges are the full buffers, owned by leases of this queue that
-                // record the copy's fence below and so outlive it; `dst` is exclusively lent.
-                unsafe { stream.copy_async(to, from, src.region().bytes) }?;
-                let fence = self.core.signal()?;
-                src.state().record_use(fence.clone());
-                dst.state().record_use(fence);
+                let bytes = src.region().bytes;
+                self.core.submit(&[src.state(), dst.state()], |stream| {
+                    // SAFETY: both ranges are the full buffers, owned by leases of this queue
+                    // that record a fence after the copy (`submit`) and so outlive it; `dst` is
+                    // exclusively lent.
+                    Ok(unsafe { stream.copy_async(to, from, bytes) }?)
+                })?;
             }
         }
         Ok(())

@@ -1,9 +1,9 @@
 //! The on-disk cache of compiled kernels.
 //!
 //! Key: a SHA-256 of the source, the NVRTC options, the architecture and NVRTC's version, so
-//! editing a kernel, changing compiler or GPU never loads a stale image. Files are written
-//! to a temporary name and renamed, so a crash never leaves a half-written image under a
-//! real name. A cache that cannot be written is skipped, not an error.
+//! editing a kernel, changing compiler or GPU never loads a stale image. Each file carries the
+//! image's SHA-256 and is checked before use; files are written to a temporary name, synced and
+//! renamed. A cache that cannot be written is skipped, not an error.
 
 use std::path::{Path, PathBuf};
 
@@ -60,8 +60,10 @@ impl KernelCache {
         let path = self.path(source, arch)?;
         if let Some(path) = &path {
             match std::fs::read(path) {
-                Ok(image) if is_cubin(&image) => return Ok((image, CacheOutcome::Hit)),
-                Ok(_) => tracing::warn!("ignoring a damaged cached kernel at {}", path.display()),
+                Ok(file) => match verified_image(file) {
+                    Some(image) => return Ok((image, CacheOutcome::Hit)),
+                    None => tracing::warn!("ignoring a damaged cached kernel at {}", path.display()),
+                },
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
                 Err(error) => tracing::debug!("cannot read cached kernel {}: {error}", path.display()),
             }
@@ -105,18 +107,36 @@ impl KernelCache {
     }
 }
 
-/// A CUBIN is an ELF file; anything else under a cache name is damage.
-fn is_cubin(image: &[u8]) -> bool {
-    image.len() > 64 && image.starts_with(b"\x7fELF")
+/// The image in a cache file: the CUBIN followed by its SHA-256. A file whose digest does not
+/// match (truncated, damaged, edited) is not handed to the driver, which trusts an image's
+/// own lengths.
+fn verified_image(mut file: Vec<u8>) -> Option<Vec<u8>> {
+    let image_len = file.len().checked_sub(32)?;
+    let digest = Sha256::digest(&file[..image_len]);
+    if file[image_len..] != digest[..] || !file.starts_with(b"\x7fELF") {
+        return None;
+    }
+    file.truncate(image_len);
+    Some(file)
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes the image and its digest under a temporary name, syncs, then renames, so a crash
+/// never leaves a partial file under the real name.
+fn write_atomically(path: &Path, image: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
-    std::fs::rename(&temporary, path).inspect_err(|_| {
+    let written = (|| {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(image)?;
+        file.write_all(&Sha256::digest(image))?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if written.is_err() {
         let _ = std::fs::remove_file(&temporary);
-    })
+    }
+    written
 }

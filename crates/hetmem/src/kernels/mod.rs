@@ -81,12 +81,14 @@ pub fn kernel(device: &CudaDevice, source: &KernelSource, entry: &str) -> Result
 fn load_module(device: &CudaDevice, source: &KernelSource, arch: &str) -> Result<Arc<Module>> {
     let cache = KernelCache::from_env();
     let (image, outcome) = cache.get_or_compile(source, arch)?;
-    match Module::load(device, &image) {
+    // SAFETY: the image is NVRTC's CUBIN, fresh or from a cache file whose SHA-256 matched.
+    match unsafe { Module::load(device, &image) } {
         Ok(module) => Ok(module),
         Err(error) if outcome == CacheOutcome::Hit => {
             tracing::warn!("cached kernel {} for {arch} rejected ({error}); recompiling", source.name);
             let image = cache.recompile(source, arch)?;
-            Module::load(device, &image)
+            // SAFETY: as above, freshly compiled.
+            unsafe { Module::load(device, &image) }
         }
         Err(error) => Err(error),
     }

@@ -33,7 +33,7 @@ impl<T: Element> DeviceBuf<T> {
         let storage = match device {
             Device::Cpu(_) => DeviceStorage::Plain(PageBox::zeroed(bytes)?),
             Device::Cuda(cuda) => {
-                let alloc = DeviceAlloc::new(cuda, bytes)?;
+                let mut alloc = DeviceAlloc::new(cuda, bytes)?;
                 let stream = cuda.utility_stream()?;
                 alloc.zero(&stream)?;
                 DeviceStorage::Cuda { alloc, device: cuda.clone() }

@@ -287,7 +287,12 @@ impl<T: Element> HostBuf<T> {
         device_ordinal: Option<usize>,
     ) -> HostBuf<T> {
         let (ptr, bytes, device_ptr, kind) = storage_layout(&storage);
-        let pages = Some((ptr, bytes.div_ceil(page_size()) * page_size()));
+        // Guard mode may only protect pages the buffer owns alone: the driver packs small
+        // allocations several to a page, so anything not page-aligned and whole pages long is
+        // not guardable.
+        let whole_pages =
+            (ptr.as_ptr() as usize).is_multiple_of(page_size()) && bytes.is_multiple_of(page_size());
+        let pages = whole_pages.then_some((ptr, bytes));
         let mut buf = Self::from_parts(storage, ptr.cast(), len, device_ptr, device_ordinal);
         buf.kind = kind;
         buf.pages = pages;
@@ -370,10 +375,11 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
                 device_map: options.mapped,
                 write_combined: options.write_combined,
             };
-            let alloc = PinnedAlloc::new(device, bytes, flags)?;
-            // SAFETY: the allocation holds `bytes` bytes at `host_ptr`, owned by `alloc`;
-            // zeroing makes every element initialised before anyone reads it.
-            unsafe { std::ptr::write_bytes(alloc.host_ptr(), 0, bytes) };
+            // Whole pages, so the buffer can be guarded and shares no page with another.
+            let alloc = PinnedAlloc::new(device, bytes.div_ceil(page_size()) * page_size(), flags)?;
+            // SAFETY: the allocation holds at least `bytes` bytes at `host_ptr`, owned by
+            // `alloc`; zeroing makes every element initialised before anyone reads it.
+            unsafe { std::ptr::write_bytes(alloc.host_ptr(), 0, alloc.len_bytes()) };
             Ok(HostStorage::Allocated(alloc))
         }
         PinMethod::Register => {

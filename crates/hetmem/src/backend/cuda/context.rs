@@ -36,6 +36,11 @@ impl Context {
         Ok(Context { device, raw, deferred: Mutex::new(None) })
     }
 
+    /// Whether `other` is the same driver context (two opens of one device share it).
+    pub(crate) fn same_as(&self, other: &Context) -> bool {
+        self.raw == other.raw
+    }
+
     /// The driver's device handle.
     pub(crate) fn device(&self) -> sys::CUdevice {
         self.device

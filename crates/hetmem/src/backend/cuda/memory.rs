@@ -25,8 +25,8 @@ pub struct DeviceAlloc {
 // SAFETY: a device address is a plain integer valid in its context from any thread; every
 // use binds the context first.
 unsafe impl Send for DeviceAlloc {}
-// SAFETY: shared references only read the address and size; copies go through the driver,
-// which is thread-safe.
+// SAFETY: shared references only read the address and size, or read the device memory
+// (`download`); writing it (`upload`, `zero`) takes `&mut self`. The driver is thread-safe.
 unsafe impl Sync for DeviceAlloc {}
 
 impl DeviceAlloc {
@@ -86,7 +86,7 @@ impl DeviceAlloc {
     ///
     /// # Errors
     /// A failed memset.
-    pub fn zero(&self, stream: &Stream) -> Result<()> {
+    pub fn zero(&mut self, stream: &Stream) -> Result<()> {
         stream.bind()?;
         // SAFETY: the range is exactly this live allocation.
         unsafe { result::memset_d8_async(self.ptr, 0, self.bytes, stream.raw()) }.call("cuMemsetD8Async")?;

@@ -25,10 +25,16 @@ unsafe impl Sync for Module {}
 impl Module {
     /// Loads a CUBIN or PTX image into `device`'s context.
     ///
+    /// # Safety
+    /// `image` must be a complete CUBIN (ELF) or PTX text from a trusted source: the driver
+    /// takes no length and trusts the lengths inside an ELF image, so a truncated or forged one
+    /// makes it read past the slice; and the code it holds runs with access to the context's
+    /// memory.
+    ///
     /// # Errors
     /// An empty image, or the driver's error: an image for another architecture, or PTX
     /// newer than the driver.
-    pub fn load(device: &CudaDevice, image: &[u8]) -> Result<Arc<Module>> {
+    pub unsafe fn load(device: &CudaDevice, image: &[u8]) -> Result<Arc<Module>> {
         if image.is_empty() {
             return Err(Error::invalid("module image", "empty"));
         }
@@ -41,8 +47,8 @@ impl Module {
             image
         };
         device.bind()?;
-        // SAFETY: `image` is a complete ELF image or NUL-terminated PTX that lives for the call;
-        // the driver copies what it keeps.
+        // SAFETY: the caller guarantees a complete ELF image, or PTX text, which is
+        // NUL-terminated here; it lives for the call and the driver copies what it keeps.
         let raw = unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?;
         Ok(Arc::new(Module { raw, ctx: Arc::clone(device.context()) }))
     }
@@ -147,7 +153,7 @@ impl Kernel {
         config: LaunchConfig,
         args: &mut [*mut c_void],
     ) -> Result<()> {
-        if !Arc::ptr_eq(&self.module.ctx, stream.context()) {
+        if !self.module.ctx.same_as(stream.context()) {
             return Err(Error::invalid(
                 "kernel launch",
                 format!("kernel `{}` and the stream belong to different devices", self.name),

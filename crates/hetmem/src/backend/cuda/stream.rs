@@ -109,11 +109,14 @@ impl Stream {
     }
 
     /// Queues `callback` to run on a driver thread once all earlier work has finished.
-    /// The callback must not call CUDA (the driver refuses it there).
+    ///
+    /// The callback must not call CUDA or wait for GPU work (CUDA's contract for host
+    /// functions; breaking it can deadlock the driver), which is why this is crate-private:
+    /// hetmem's only callback writes an eventfd.
     ///
     /// # Errors
     /// A failing driver call (the callback is then dropped without running).
-    pub fn launch_host_fn(&self, callback: Box<dyn FnOnce() + Send>) -> Result<(), CudaError> {
+    pub(crate) fn launch_host_fn(&self, callback: Box<dyn FnOnce() + Send>) -> Result<(), CudaError> {
         unsafe extern "C" fn trampoline(data: *mut c_void) {
             // SAFETY: `data` is the Box<Box<dyn FnOnce>> leaked below, handed to the driver
             // exactly once; the driver calls this exactly once.

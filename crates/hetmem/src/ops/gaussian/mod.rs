@@ -4,10 +4,11 @@
 //!
 //! # Arithmetic
 //! The filter is separable and runs in fixed point, the same on the CPU and the GPU, so the two
-//! paths are **bit-exact**: weights are Q16 integers summing to exactly 65536; the horizontal
-//! pass rounds its sums to Q8 (at most 65280, 16 bits); the vertical pass sums in 32 bits
-//! (at most 65280 * 65536 + 2^23 < 2^32) and rounds to 8 bits. Against OpenCV's
-//! `cv2.GaussianBlur` with the same kernel size, sigma and border, results are within +-1.
+//! paths are **bit-exact**. The weights are OpenCV's for 8-bit images (Q8, error-diffused so
+//! they sum to exactly 256), stored as Q16; the horizontal pass is exact (sums of at most
+//! 65280, 16 bits), the vertical pass sums in 32 bits and rounds once to 8 bits. That is
+//! OpenCV's own bit-exact path for `cv2.GaussianBlur` on 8-bit images, and the CI test compares
+//! with it on real photographs (tests/opencv.rs).
 //!
 //! Kernel size and sigma follow OpenCV: a missing sigma is `0.3 * ((ksize - 1) / 2 - 1) + 0.8`
 //! and kernels of size 1, 3, 5 and 7 without a sigma use OpenCV's fixed binomial tables; a
@@ -93,33 +94,22 @@ impl Gaussian {
             ));
         }
         let size = 2 * radius as usize + 1;
-        let table: Option<&[f64]> = match (sigma, size) {
-            (None, 1) => Some(&[1.0]),
-            (None, 3) => Some(&[0.25, 0.5, 0.25]),
-            (None, 5) => Some(&[0.0625, 0.25, 0.375, 0.25, 0.0625]),
-            (None, 7) => Some(&[0.03125, 0.109375, 0.21875, 0.28125, 0.21875, 0.109375, 0.03125]),
+        let auto_sigma = 0.3 * ((size as f64 - 1.0) * 0.5 - 1.0) + 0.8;
+        // OpenCV's fixed tables for small kernels without a sigma, already whole Q8 numbers.
+        let table: Option<&[u32]> = match (sigma, size) {
+            (None, 1) => Some(&[256]),
+            (None, 3) => Some(&[64, 128, 64]),
+            (None, 5) => Some(&[16, 64, 96, 64, 16]),
+            (None, 7) => Some(&[8, 28, 56, 72, 56, 28, 8]),
             _ => None,
         };
-        let sigma = sigma.unwrap_or(0.3 * ((size as f64 - 1.0) * 0.5 - 1.0) + 0.8);
-        let real: Vec<f64> = match table {
+        let sigma = sigma.unwrap_or(auto_sigma);
+        let q8 = match table {
             Some(table) => table.to_vec(),
-            None => {
-                let raw: Vec<f64> = (0..size)
-                    .map(|i| {
-                        let x = i as f64 - radius as f64;
-                        (-(x * x) / (2.0 * sigma * sigma)).exp()
-                    })
-                    .collect();
-                let sum: f64 = raw.iter().sum();
-                raw.iter().map(|w| w / sum).collect()
-            }
+            None => opencv_q8(size, sigma),
         };
-        Ok(Gaussian {
-            radius,
-            sigma_milli: (sigma * 1000.0).round() as u64,
-            border,
-            weights: quantise(&real),
-        })
+        let weights = q8.iter().map(|w| w << 8).collect();
+        Ok(Gaussian { radius, sigma_milli: (sigma * 1000.0).round() as u64, border, weights })
     }
 
     /// The radius: the kernel has `2 * radius + 1` taps.
@@ -137,19 +127,38 @@ impl Gaussian {
         self.border
     }
 
-    /// The Q16 weights, summing to exactly 65536.
+    /// The weights in Q16 (OpenCV's Q8 weights times 256), summing to exactly 65536.
     pub fn weights(&self) -> &[u32] {
         &self.weights
     }
 }
 
-/// Q16 weights of `real` (which sums to 1), rounded, with the rounding error put on the
-/// centre tap so they sum to exactly 65536.
-fn quantise(real: &[f64]) -> Vec<u32> {
-    let mut weights: Vec<u32> = real.iter().map(|w| (w * 65536.0).round() as u32).collect();
-    let sum: i64 = weights.iter().map(|&w| i64::from(w)).sum();
-    let centre = weights.len() / 2;
-    weights[centre] = (i64::from(weights[centre]) + 65536 - sum) as u32;
+/// OpenCV's 8-bit Gaussian kernel (`getGaussianKernelBitExact` then
+/// `getGaussianKernelFixedPoint_ED` with 8 fraction bits): the taps in double precision,
+/// rounded to Q8 from the outside in with each rounding error carried to the next tap, ties to
+/// even, and the centre taking whatever makes the sum exactly 256.
+fn opencv_q8(size: usize, sigma: f64) -> Vec<u32> {
+    let half = size / 2;
+    let scale = -0.125 / (sigma * sigma);
+    // x runs over 2 * offset, as in OpenCV, from the outermost left tap.
+    let side: Vec<f64> = (0..half)
+        .map(|i| {
+            let x = (2 * i as i64 + 1 - size as i64) as f64;
+            (x * x * scale).exp()
+        })
+        .collect();
+    let normaliser = 1.0 / (side.iter().sum::<f64>() * 2.0 + 1.0);
+    let mut weights = vec![0u32; size];
+    let (mut error, mut sum) = (0.0f64, 0u32);
+    for (i, &value) in side.iter().enumerate() {
+        let adjusted = value * normaliser * 256.0 + error;
+        let rounded = adjusted.round_ties_even();
+        error = adjusted - rounded;
+        weights[i] = rounded as u32;
+        weights[size - 1 - i] = rounded as u32;
+        sum += rounded as u32;
+    }
+    weights[half] = 256 - 2 * sum;
     weights
 }
 
@@ -185,6 +194,18 @@ mod tests {
     fn the_default_is_opencvs_5x5() {
         let kernel = Gaussian::new(None, None, Border::default()).unwrap();
         assert_eq!(kernel.weights(), [4096, 16384, 24576, 16384, 4096]);
+        // OpenCV's bit-exact Q8 kernels for a given sigma (cv::getGaussianKernel then its
+        // fixed-point error diffusion): k=5 sigma 1.5 and k=7 sigma 2.
+        let q8 = |radius, sigma| -> Vec<u32> {
+            Gaussian::new(Some(radius), Some(sigma), Border::default())
+                .unwrap()
+                .weights()
+                .iter()
+                .map(|w| w >> 8)
+                .collect()
+        };
+        assert_eq!(q8(2, 1.5), [31, 60, 74, 60, 31]);
+        assert_eq!(q8(3, 2.0), [18, 34, 48, 56, 48, 34, 18]);
         assert_eq!(kernel.sigma(), 1.1);
         assert_eq!(Gaussian::new(None, Some(1.0), Border::default()).unwrap().radius(), 3);
     }
