@@ -199,7 +199,7 @@ fn render(frame: &mut [u8], width: usize, height: usize, t: u32) {
     for (y, row) in frame.chunks_exact_mut(width * 3).enumerate() {
         let dy2 = (y as f64 - cy).powi(2);
         for (x, pixel) in row.chunks_exact_mut(3).enumerate() {
-            let checker = if ((x + 2 * t) / 6 + y / 6) % 2 == 0 { 48 } else { 0 };
+            let checker = if ((x + 2 * t) / 6 + y / 6).is_multiple_of(2) { 48 } else { 0 };
             let inside = (x as f64 - cx).powi(2) + dy2 < radius2;
             let r = (x * 255 / width) as u8;
             let g = (y * 255 / height) as u8;

@@ -1,0 +1,143 @@
+//! The summary `hetmem filter` prints at the end, on stderr: stdout may carry the video.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use hetmem::Strategy;
+use hetmem::bench::Summary;
+use hetmem::ops::gaussian::{Border, Gaussian, PixelLayout};
+
+/// Frame latencies and time, gathered while filtering.
+#[derive(Debug)]
+pub(super) struct Clock {
+    start: Instant,
+    latencies_ms: Vec<f64>,
+    busy: Duration,
+}
+
+impl Clock {
+    pub(super) fn start() -> Clock {
+        Clock { start: Instant::now(), latencies_ms: Vec::new(), busy: Duration::ZERO }
+    }
+
+    /// One frame through the filter took `latency`.
+    pub(super) fn frame(&mut self, latency: Duration) {
+        self.busy += latency;
+        self.latencies_ms.push(latency.as_secs_f64() * 1e3);
+    }
+
+    pub(super) fn frames(&self) -> usize {
+        self.latencies_ms.len()
+    }
+}
+
+/// The run, summed up.
+#[derive(Debug, serde::Serialize)]
+pub(super) struct Report {
+    pub input: String,
+    pub output: String,
+    /// `image` or `video`.
+    pub kind: &'static str,
+    /// The container's name for the pixels: `PNG L8`, `Y4M C420jpeg`, ...
+    pub format: String,
+    pub width: usize,
+    pub height: usize,
+    pub layout: PixelLayout,
+    pub strategy: Strategy,
+    pub radius: u32,
+    pub sigma: f64,
+    pub border: Border,
+    pub frames: usize,
+    /// Per frame, from handing it to the filter to the result being readable; `null` with no
+    /// frames.
+    pub latency_ms: Option<Summary>,
+    /// Frames per second end to end: reading, filtering and writing.
+    pub frames_per_s: f64,
+    /// Frames per second of the filter alone.
+    pub filter_frames_per_s: f64,
+    pub wall_s: f64,
+    pub warnings: Vec<String>,
+}
+
+/// What a report needs besides the clock.
+#[derive(Debug)]
+pub(super) struct Facts {
+    pub input: String,
+    pub output: String,
+    pub kind: &'static str,
+    pub format: String,
+    pub width: usize,
+    pub height: usize,
+    pub layout: PixelLayout,
+    pub strategy: Strategy,
+    pub warnings: Vec<String>,
+}
+
+impl Report {
+    pub(super) fn new(facts: Facts, kernel: &Gaussian, clock: &Clock) -> Report {
+        let wall = clock.start.elapsed().as_secs_f64();
+        let frames = clock.frames();
+        let per_s = |seconds: f64| if seconds > 0.0 { frames as f64 / seconds } else { 0.0 };
+        Report {
+            input: facts.input,
+            output: facts.output,
+            kind: facts.kind,
+            format: facts.format,
+            width: facts.width,
+            height: facts.height,
+            layout: facts.layout,
+            strategy: facts.strategy,
+            radius: kernel.radius(),
+            sigma: kernel.sigma(),
+            border: kernel.border(),
+            frames,
+            latency_ms: Summary::of(&clock.latencies_ms),
+            frames_per_s: per_s(wall),
+            filter_frames_per_s: per_s(clock.busy.as_secs_f64()),
+            wall_s: wall,
+            warnings: facts.warnings,
+        }
+    }
+
+    /// Prints the summary (and the warnings) on stderr, as text or JSON.
+    pub(super) fn print(&self, json: bool) -> anyhow::Result<()> {
+        let mut err = std::io::stderr().lock();
+        if json {
+            serde_json::to_writer_pretty(&mut err, self)?;
+            writeln!(err)?;
+        } else {
+            for warning in &self.warnings {
+                writeln!(err, "hetmem: warning: {warning}")?;
+            }
+            let taps = 2 * self.radius + 1;
+            writeln!(
+                err,
+                "hetmem filter: {} -> {}: {} frame{} of {}x{} {}, Gaussian {taps}x{taps} (sigma {}, {}), \
+                 strategy {}",
+                self.input,
+                self.output,
+                self.frames,
+                if self.frames == 1 { "" } else { "s" },
+                self.width,
+                self.height,
+                self.format,
+                self.sigma,
+                match self.border {
+                    Border::Reflect101 => "reflect101",
+                    Border::Replicate => "replicate",
+                },
+                self.strategy
+            )?;
+            match &self.latency_ms {
+                Some(latency) => writeln!(
+                    err,
+                    "latency p50 {:.3} ms, p99 {:.3} ms; {:.1} frames/s end to end, {:.1} frames/s in the filter",
+                    latency.median, latency.p99, self.frames_per_s, self.filter_frames_per_s
+                )?,
+                None => writeln!(err, "no frames")?,
+            }
+        }
+        err.flush()?;
+        Ok(())
+    }
+}

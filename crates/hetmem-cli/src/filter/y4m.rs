@@ -1,0 +1,342 @@
+//! Y4M (YUV4MPEG2) video: files, or pipes from and to ffmpeg.
+//!
+//! The stream header is written out byte for byte as it came in (size, frame rate,
+//! interlacing, aspect, colour space, comments), and so is each `FRAME` line. Each frame's
+//! planes are read straight into the filter's input memory and written straight from its
+//! output memory, then flushed: when the input turns out truncated or corrupt, every frame
+//! before the bad one is already in the output.
+//!
+//! The `y4m` crate is not used for this: its decoder reads frames into its own buffer (a copy
+//! more per frame) and its encoder cannot write interlacing or pass parameters through.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+
+use anyhow::{Context as _, bail};
+use hetmem::FrameFilter;
+use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::stats::{Clock, Facts, Report};
+use super::{Endpoint, Job};
+
+/// How a Y4M stream starts.
+pub(super) const MAGIC: &[u8] = b"YUV4MPEG2";
+/// How each frame starts.
+const FRAME: &[u8] = b"FRAME";
+/// The longest stream header accepted (real ones are under 100 bytes).
+const HEADER_LIMIT: u64 = 4096;
+/// The longest `FRAME` line accepted.
+const FRAME_LINE_LIMIT: u64 = 1024;
+/// The colour spaces hetmem filters, for messages.
+const SUPPORTED: &str = "C420, C420jpeg, C420paldv, C420mpeg2 (4:2:0), C422, C444 and Cmono, all 8-bit";
+
+/// What the stream header says, and the header itself.
+#[derive(Debug)]
+struct Header {
+    width: usize,
+    height: usize,
+    /// The `C` parameter as written (`420jpeg`), or `None` when absent (4:2:0 then).
+    colour_space: Option<String>,
+    layout: PixelLayout,
+    /// The `I` parameter: `p`, `t`, `b`, `m` or `?`.
+    interlacing: Option<char>,
+}
+
+impl Header {
+    fn colour_space_name(&self) -> String {
+        self.colour_space.as_ref().map_or("C420 (implied)".to_string(), |name| format!("C{name}"))
+    }
+}
+
+/// The pixel layout of a Y4M colour space (the `C` parameter without its `C`).
+fn layout_of(colour_space: &str) -> Option<PixelLayout> {
+    Some(match colour_space {
+        "420" | "420jpeg" | "420paldv" | "420mpeg2" => PixelLayout::Yuv420,
+        "422" => PixelLayout::Yuv422,
+        "444" => PixelLayout::Yuv444,
+        "mono" => PixelLayout::Gray,
+        _ => return None,
+    })
+}
+
+/// A byte string for a message: printable ASCII as is, the rest escaped, at most 32 bytes.
+fn shown(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(32)];
+    let more = if bytes.len() > cut.len() { "..." } else { "" };
+    format!("\"{}{more}\"", cut.escape_ascii())
+}
+
+/// Parses the stream header line (with its `\n`).
+fn parse_header(line: &[u8]) -> anyhow::Result<Header> {
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    let params = match body.strip_prefix(MAGIC) {
+        Some(rest) if rest.is_empty() || rest[0] == b' ' => rest,
+        _ => bail!("not a Y4M stream: it starts with {} instead of YUV4MPEG2", shown(line)),
+    };
+    let (mut width, mut height, mut colour_space, mut interlacing) = (None, None, None, None);
+    for param in params.split(|&byte| byte == b' ').filter(|param| !param.is_empty()) {
+        let value = &param[1..];
+        let number = |name: &str| -> anyhow::Result<usize> {
+            std::str::from_utf8(value)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .with_context(|| format!("corrupt Y4M header: the {name} {} is not a number", shown(param)))
+        };
+        match param[0] {
+            b'W' => width = Some(number("width")?),
+            b'H' => height = Some(number("height")?),
+            b'C' => colour_space = Some(String::from_utf8_lossy(value).into_owned()),
+            b'I' => interlacing = value.first().map(|&byte| char::from(byte)),
+            // F (frame rate), A (aspect), X (comments) and the rest pass through untouched.
+            _ => {}
+        }
+    }
+    let width = width.context("corrupt Y4M header: no width (W)")?;
+    let height = height.context("corrupt Y4M header: no height (H)")?;
+    let layout = match &colour_space {
+        None => PixelLayout::Yuv420,
+        Some(name) => layout_of(name).with_context(|| {
+            format!(
+                "unsupported Y4M colour space C{name}: hetmem filters {SUPPORTED} \
+                 (convert first, e.g. with ffmpeg's -pix_fmt yuv420p)"
+            )
+        })?,
+    };
+    Ok(Header { width, height, colour_space, layout, interlacing })
+}
+
+/// How reading a line ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// Nothing: the stream ended before it.
+    End,
+    /// A line with its `\n`.
+    Complete,
+    /// Bytes, then the end of the stream, no `\n`.
+    Truncated,
+    /// No `\n` within the limit.
+    TooLong,
+}
+
+fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>, limit: u64) -> io::Result<Line> {
+    line.clear();
+    let read = reader.by_ref().take(limit).read_until(b'\n', line)?;
+    Ok(if read == 0 {
+        Line::End
+    } else if line.last() == Some(&b'\n') {
+        Line::Complete
+    } else if read as u64 == limit {
+        Line::TooLong
+    } else {
+        Line::Truncated
+    })
+}
+
+/// Fills `buf` unless the stream ends first; returns the bytes read.
+fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
+}
+
+/// stdout without Rust's line buffering, which would split frames at every `\n` byte.
+#[cfg(unix)]
+fn stdout() -> io::Result<Box<dyn Write>> {
+    use std::os::fd::AsFd as _;
+    Ok(Box::new(File::from(io::stdout().as_fd().try_clone_to_owned()?)))
+}
+
+#[cfg(not(unix))]
+fn stdout() -> io::Result<Box<dyn Write>> {
+    Ok(Box::new(io::stdout()))
+}
+
+fn progress(frames: Option<u64>) -> ProgressBar {
+    match frames {
+        Some(frames) => ProgressBar::new(frames).with_style(
+            ProgressStyle::with_template("{wide_bar} {pos}/{len} frames, {per_sec}, {eta} left")
+                .expect("a valid template"),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {pos} frames, {per_sec}").expect("a valid template"),
+        ),
+    }
+}
+
+pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
+    let (input, output) = (job.input.to_string(), job.output.to_string());
+    let (mut reader, file_bytes): (Box<dyn BufRead>, Option<u64>) = match job.input.endpoint {
+        Endpoint::Std => (Box::new(io::stdin().lock()), None),
+        Endpoint::File(path) => {
+            let file = File::open(path).with_context(|| format!("cannot open {input}"))?;
+            let metadata = file.metadata().with_context(|| format!("cannot read {input}"))?;
+            let bytes = metadata.is_file().then_some(metadata.len());
+            (Box::new(BufReader::with_capacity(1 << 16, file)), bytes)
+        }
+    };
+    if let (Endpoint::File(from), Endpoint::File(to)) = (job.input.endpoint, job.output.endpoint)
+        && let (Ok(from), Ok(to)) = (from.canonicalize(), to.canonicalize())
+        && from == to
+    {
+        bail!("{input} is both the input and the output: write the video somewhere else");
+    }
+
+    let mut line = Vec::with_capacity(256);
+    let ended =
+        read_line(&mut reader, &mut line, HEADER_LIMIT).with_context(|| format!("cannot read {input}"))?;
+    if !line.is_empty() && !line.starts_with(&MAGIC[..line.len().min(MAGIC.len())]) {
+        bail!("{input}: not a Y4M stream: it starts with {} instead of YUV4MPEG2", shown(&line));
+    }
+    match ended {
+        Line::End => bail!("{input}: empty: no Y4M header"),
+        Line::Truncated => bail!("{input}: truncated Y4M header: the stream ends inside it"),
+        Line::TooLong => {
+            bail!("{input}: corrupt Y4M header: no end of line in its first {HEADER_LIMIT} bytes")
+        }
+        Line::Complete => {}
+    }
+    let header = parse_header(&line).with_context(|| input.clone())?;
+    let (width, height) = (header.width, header.height);
+    let format = FrameFormat::new(width, height, header.layout).with_context(|| {
+        format!("cannot filter {input} ({width}x{height} {})", header.colour_space_name())
+    })?;
+    let mut filter = FrameFilter::new(job.device, job.strategy, format, job.kernel).with_context(|| {
+        format!(
+            "cannot filter {input} ({width}x{height} {}) by the {} strategy",
+            header.colour_space_name(),
+            job.strategy
+        )
+    })?;
+    let mut warnings = Vec::new();
+    if let Some(mode @ ('t' | 'b' | 'm')) = header.interlacing {
+        warnings.push(format!(
+            "{input} is interlaced (I{mode}): each frame is blurred whole, which mixes its two fields"
+        ));
+    }
+    // Assumes no per-frame parameters: only the progress bar depends on it.
+    let frames = file_bytes.map(|bytes| {
+        bytes.saturating_sub(line.len() as u64) / (format.frame_bytes() + FRAME.len() + 1) as u64
+    });
+
+    let sink: Box<dyn Write> = match job.output.endpoint {
+        Endpoint::Std => stdout().context("cannot write to stdout")?,
+        Endpoint::File(path) => {
+            Box::new(File::create(path).with_context(|| format!("cannot create {output}"))?)
+        }
+    };
+    let mut out = BufWriter::with_capacity(1 << 16, sink);
+    out.write_all(&line)
+        .and_then(|()| out.flush())
+        .with_context(|| format!("writing the Y4M header to {output}"))?;
+
+    let bar = progress(frames);
+    let mut clock = Clock::start();
+    let pumped = pump(&mut reader, &mut filter, &mut out, &mut clock, &bar, &input, &output);
+    bar.finish_and_clear();
+    pumped?;
+
+    let facts = Facts {
+        input,
+        output,
+        kind: "video",
+        format: format!("Y4M {}", header.colour_space_name()),
+        width,
+        height,
+        layout: header.layout,
+        strategy: filter.strategy(),
+        warnings,
+    };
+    Ok(Report::new(facts, job.kernel, &clock))
+}
+
+/// Frames through the filter until the input ends.
+fn pump(
+    reader: &mut impl BufRead,
+    filter: &mut FrameFilter,
+    out: &mut impl Write,
+    clock: &mut Clock,
+    bar: &ProgressBar,
+    input: &str,
+    output: &str,
+) -> anyhow::Result<()> {
+    let frame_bytes = filter.format().frame_bytes();
+    let mut line = Vec::with_capacity(64);
+    for index in 0.. {
+        let written = match index {
+            0 => format!("no frame was written to {output}"),
+            1 => format!("frame 0 was written to {output}"),
+            _ => format!("frames 0 to {} were written to {output}", index - 1),
+        };
+        let ended = read_line(reader, &mut line, FRAME_LINE_LIMIT)
+            .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
+        let is_frame_line = line.starts_with(FRAME) && matches!(line.get(FRAME.len()), Some(b' ' | b'\n'));
+        match ended {
+            Line::End => return Ok(()),
+            Line::Complete if is_frame_line => {}
+            Line::Truncated if line.starts_with(&FRAME[..line.len().min(FRAME.len())]) => bail!(
+                "{input}: frame {index} (counting from 0) is truncated: the stream ends inside its FRAME line; \
+                 {written}"
+            ),
+            _ => bail!(
+                "{input}: frame {index} (counting from 0) is corrupt: it starts with {} instead of FRAME; {written}",
+                shown(&line)
+            ),
+        }
+        let read = read_full(reader, filter.input_mut()?)
+            .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
+        if read < frame_bytes {
+            bail!(
+                "{input}: frame {index} (counting from 0) is truncated: the stream ends after {read} of its \
+                 {frame_bytes} bytes; {written}"
+            );
+        }
+        let latency = filter.run().with_context(|| {
+            format!("filtering frame {index} of {input} by the {} strategy", filter.strategy())
+        })?;
+        clock.frame(latency);
+        out.write_all(&line)
+            .and_then(|()| out.write_all(filter.output().map_err(io::Error::other)?))
+            .and_then(|()| out.flush())
+            .with_context(|| format!("writing frame {index} to {output}"))?;
+        bar.inc(1);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_parse_and_refuse_what_they_should() {
+        let header =
+            parse_header(b"YUV4MPEG2 W33 H17 F30000:1001 Ip A1:1 C420jpeg XYSCSS=420JPEG\n").unwrap();
+        assert_eq!((header.width, header.height, header.layout), (33, 17, PixelLayout::Yuv420));
+        assert_eq!(header.interlacing, Some('p'));
+        assert_eq!(parse_header(b"YUV4MPEG2 W2 H2\n").unwrap().layout, PixelLayout::Yuv420);
+        assert_eq!(parse_header(b"YUV4MPEG2 W2 H2 Cmono\n").unwrap().layout, PixelLayout::Gray);
+        assert_eq!(parse_header(b"YUV4MPEG2 W2 H2 C422\n").unwrap().layout, PixelLayout::Yuv422);
+        let error = format!("{:#}", parse_header(b"YUV4MPEG2 W2 H2 C420p10\n").unwrap_err());
+        assert!(error.contains("C420p10") && error.contains("C444"), "{error}");
+        assert!(parse_header(b"YUV4MPEG2 H2\n").is_err());
+        assert!(parse_header(b"YUV4MPEG2 Wx H2\n").is_err());
+        assert!(parse_header(b"YUV4MPEG2X W2 H2\n").is_err());
+    }
+
+    #[test]
+    fn lines_end_in_four_ways() {
+        let mut line = Vec::new();
+        assert_eq!(read_line(&mut &b""[..], &mut line, 8).unwrap(), Line::End);
+        assert_eq!(read_line(&mut &b"FRAME\nxx"[..], &mut line, 8).unwrap(), Line::Complete);
+        assert_eq!(read_line(&mut &b"FRA"[..], &mut line, 8).unwrap(), Line::Truncated);
+        assert_eq!(read_line(&mut &b"FRAMEFRAMEFRAME"[..], &mut line, 8).unwrap(), Line::TooLong);
+    }
+}
