@@ -13,7 +13,7 @@ const CHUNK: usize = 16;
 /// Words per plane descriptor in the table (`PLANE_WORDS` in gaussian.cu).
 const PLANE_WORDS: usize = 10;
 /// Threads per block.
-const THREADS: u32 = 256;
+const THREADS: u32 = 512;
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED: usize = 48 << 10;
 
@@ -48,6 +48,8 @@ impl GaussianPlan {
         for plane in &planes {
             let band_px = if plane.channels == 1 { 256 } else { 128 };
             let bands = plane.width.div_ceil(band_px);
+            // About one tile per SM, ranges of at least 64 rows, so the re-read halo rows stay
+            // few; blocks of 512 threads with several loads in flight each keep the link busy.
             let share = (multiprocessors as usize * plane.bytes()).div_ceil(frame).max(1);
             let ranges = share.div_ceil(bands).clamp(1, plane.height.div_ceil(64).max(1));
             let range_rows = plane.height.div_ceil(ranges);
