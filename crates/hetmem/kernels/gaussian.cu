@@ -5,8 +5,12 @@
 // the last 2r rows in a shared-memory ring, so every input row of the range crosses the link
 // once; only the 2r halo columns of a band and the 2r halo rows of a range are read twice.
 // Global reads and writes are 16-byte vectors wherever the row allows, bytes at the ends.
-// Each thread issues LOADS_IN_FLIGHT loads before it waits for any, so one chunk costs about
-// one round trip over the link, not one per load.
+//
+// Latency: the next chunk's loads are issued before the current chunk's vertical pass and
+// land in registers while it computes, so the link round trip hides behind arithmetic.
+// Shared memory: the horizontal pass and the vertical pass both read consecutive words per
+// thread (no bank conflicts); the vertical results are staged in shared memory and written
+// out as aligned 16-byte vectors.
 //
 // Arithmetic (identical to the CPU path, so the two are bit-exact): Q16 weights summing to
 // 65536; horizontal sums rounded to Q8 (<= 65280); vertical sums in 32 bits, rounded to 8 bits.
@@ -14,11 +18,12 @@
 // table (u32): taps weights, then PLANE_WORDS words per plane:
 //   offset_lo, offset_hi, width, height, channels, band_px, bands, ranges, range_rows, tile_start
 
-#define CHUNK 16
+#define CHUNK 32
 #define PLANE_WORDS 10
 #define MAX_TAPS 65
 #define MAX_RING (CHUNK + MAX_TAPS - 1)
-#define LOADS_IN_FLIGHT 4
+#define THREADS 1024
+#define LOADS_PER_THREAD 2
 
 __device__ __forceinline__ int resolve(int index, int len, unsigned int border) {
     if (border == 1) {  // replicate
@@ -35,17 +40,111 @@ __device__ __forceinline__ int resolve(int index, int len, unsigned int border) 
     return folded < len ? folded : period - folded;
 }
 
-extern "C" __global__ void gaussian_u8(const unsigned char* __restrict__ src,
-                                      unsigned char* __restrict__ dst,
-                                      const unsigned int* __restrict__ table,
-                                      unsigned int plane_count,
-                                      unsigned int radius,
-                                      unsigned int border) {
+// The geometry of one tile, shared by every phase.
+struct Tile {
+    const unsigned char* src;  // the plane's first byte
+    unsigned char* dst;
+    long long row_bytes;
+    int width, height, channels;
+    int x0, y0, y1;
+    int seg_lo, a_px, b_px, lead, load_bytes, out_bytes, halo_bytes;
+    int in_stride, out_stride, ring;
+};
+
+// Offset from a row's image-part address down to its 16-byte boundary (<= 0).
+__device__ __forceinline__ long long align_down(const unsigned char* g) {
+    return (long long)(((unsigned long long)g & ~15ull) - (unsigned long long)g);
+}
+
+// Where rows [first, first + count) (virtual: may lie outside the plane) come from.
+__device__ void locate_rows(const Tile& t, int first, int count, unsigned int border,
+                            long long* row_offset, int* row_base) {
+    for (int row = threadIdx.x; row < count; row += blockDim.x) {
+        const int y = resolve(first + row, t.height, border);
+        const long long at = y * t.row_bytes + (long long)t.a_px * t.channels;
+        row_offset[row] = at;
+        row_base[row] = (int)(((unsigned long long)(t.src + at) - (unsigned long long)t.lead) & 15);
+    }
+}
+
+// Issues this thread's whole 16-byte loads of the located rows into registers.
+__device__ __forceinline__ void issue_loads(const Tile& t, int count, const long long* row_offset,
+                                            uint4 (&vectors)[LOADS_PER_THREAD]) {
+    const int max_units = t.load_bytes / 16 + 2;
+#pragma unroll
+    for (int k = 0; k < LOADS_PER_THREAD; ++k) {
+        const int item = threadIdx.x + k * blockDim.x;
+        if (item < count * max_units) {
+            const int row = item / max_units;
+            const int unit = item - row * max_units;
+            const unsigned char* g = t.src + row_offset[row];
+            const long long start = align_down(g) + 16ll * unit;
+            if (start >= 0 && start + 16 <= t.load_bytes) {
+                vectors[k] = *(const uint4*)(g + start);
+            }
+        }
+    }
+}
+
+// Stores the loaded vectors into the input rows, then the partial units and the border
+// columns (bytes, read now).
+__device__ void store_loads(const Tile& t, int count, const long long* row_offset, const int* row_base,
+                            const uint4 (&vectors)[LOADS_PER_THREAD], unsigned char* in_rows,
+                            unsigned int border) {
+    const int max_units = t.load_bytes / 16 + 2;
+    const int items = count * max_units;
+    for (int item = threadIdx.x; item < items; item += blockDim.x) {
+        const int k = (item - threadIdx.x) / blockDim.x;
+        const int row = item / max_units;
+        const int unit = item - row * max_units;
+        const unsigned char* g = t.src + row_offset[row];
+        unsigned char* s = in_rows + row * t.in_stride + row_base[row] + t.lead;  // s == g (mod 16)
+        const long long start = align_down(g) + 16ll * unit;
+        if (start >= t.load_bytes) {
+            continue;
+        }
+        if (start >= 0 && start + 16 <= t.load_bytes && k < LOADS_PER_THREAD) {
+            uint4 v = vectors[0];
+#pragma unroll
+            for (int i = 1; i < LOADS_PER_THREAD; ++i) {
+                if (k == i) {
+                    v = vectors[i];
+                }
+            }
+            *(uint4*)(s + start) = v;
+        } else {
+            const int lo = (int)max(start, 0ll);
+            const int hi = (int)min(start + 16, (long long)t.load_bytes);
+            for (int i = lo; i < hi; ++i) {
+                s[i] = g[i];
+            }
+        }
+    }
+    if (t.halo_bytes > 0) {
+        const int left = t.a_px - t.seg_lo;
+        for (int item = threadIdx.x; item < count * t.halo_bytes; item += blockDim.x) {
+            const int row = item / t.halo_bytes;
+            const int k = item - row * t.halo_bytes;
+            const int px_index = k / t.channels;
+            const int ch = k - px_index * t.channels;
+            const int x = px_index < left ? t.seg_lo + px_index : t.b_px + (px_index - left);
+            const int xr = resolve(x, t.width, border);
+            const long long row_start = row_offset[row] - (long long)t.a_px * t.channels;
+            in_rows[row * t.in_stride + row_base[row] + (x - t.seg_lo) * t.channels + ch] =
+                t.src[row_start + (long long)xr * t.channels + ch];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+            const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
+            unsigned int border) {
     extern __shared__ __align__(16) unsigned char shared[];
     __shared__ unsigned int weights[MAX_TAPS];
     __shared__ unsigned int plane_words[PLANE_WORDS];
-    // Per loaded row of a chunk: the byte offset of the row's image part in global memory, and
-    // where its first loaded pixel sits in shared memory (keeps 16-byte alignment with global).
+    // Per row of the chunk being loaded: its image part's byte offset in the plane, and where
+    // its first loaded pixel sits in shared memory (keeps 16-byte alignment with global).
     __shared__ long long row_offset[MAX_RING];
     __shared__ int row_base[MAX_RING];
 
@@ -53,7 +152,6 @@ extern "C" __global__ void gaussian_u8(const unsigned char* __restrict__ src,
     const int taps = 2 * r + 1;
     const unsigned int* planes = table + taps;
 
-    // Which plane and tile this block owns.
     unsigned int plane = 0;
     for (unsigned int p = 1; p < plane_count; ++p) {
         if (blockIdx.x >= planes[p * PLANE_WORDS + 9]) {
@@ -68,193 +166,148 @@ extern "C" __global__ void gaussian_u8(const unsigned char* __restrict__ src,
     }
     __syncthreads();
 
+    Tile t;
     const unsigned long long offset =
         (unsigned long long)plane_words[0] | ((unsigned long long)plane_words[1] << 32);
-    const int width = (int)plane_words[2];
-    const int height = (int)plane_words[3];
-    const int channels = (int)plane_words[4];
+    t.width = (int)plane_words[2];
+    t.height = (int)plane_words[3];
+    t.channels = (int)plane_words[4];
     const int band_px = (int)plane_words[5];
     const int bands = (int)plane_words[6];
     const int range_rows = (int)plane_words[8];
     const int tile = (int)(blockIdx.x - plane_words[9]);
-    const int band = tile % bands;
-    const int range = tile / bands;
-
-    const int x0 = band * band_px;
-    const int band_width = min(band_px, width - x0);
-    const int y0 = range * range_rows;
-    const int y1 = min(y0 + range_rows, height);
-    if (band_width <= 0 || y0 >= y1) {
+    t.x0 = (tile % bands) * band_px;
+    const int band_width = min(band_px, t.width - t.x0);
+    t.y0 = (tile / bands) * range_rows;
+    t.y1 = min(t.y0 + range_rows, t.height);
+    if (band_width <= 0 || t.y0 >= t.y1) {
         return;
     }
-    const long long row_bytes = (long long)width * channels;
-    const unsigned char* plane_src = src + offset;
-    unsigned char* plane_dst = dst + offset;
+    t.row_bytes = (long long)t.width * t.channels;
+    t.src = src + offset;
+    t.dst = dst + offset;
+    t.seg_lo = t.x0 - r;
+    const int seg_hi = t.x0 + band_width + r;
+    t.a_px = max(t.seg_lo, 0);
+    t.b_px = min(seg_hi, t.width);
+    t.lead = (t.a_px - t.seg_lo) * t.channels;
+    t.load_bytes = (t.b_px - t.a_px) * t.channels;
+    const int seg_bytes = (seg_hi - t.seg_lo) * t.channels;
+    t.out_bytes = band_width * t.channels;
+    t.halo_bytes = ((seg_hi - t.seg_lo) - (t.b_px - t.a_px)) * t.channels;
+    t.in_stride = ((15 + seg_bytes + 16) + 15) & ~15;
+    t.out_stride = ((15 + t.out_bytes + 16) + 15) & ~15;
+    t.ring = CHUNK + 2 * r;
+    const int mid_stride = (t.out_bytes + 3) & ~3;  // u16 per row, whole quads
 
-    // Loaded columns: [seg_lo, seg_hi) in pixels; the in-image part [a_px, b_px).
-    const int seg_lo = x0 - r;
-    const int seg_hi = x0 + band_width + r;
-    const int a_px = max(seg_lo, 0);
-    const int b_px = min(seg_hi, width);
-    const int lead = (a_px - seg_lo) * channels;          // halo bytes left of the image part
-    const int load_bytes = (b_px - a_px) * channels;       // in-image bytes per row
-    const int seg_bytes = (seg_hi - seg_lo) * channels;    // every loaded byte per row
-    const int out_bytes = band_width * channels;
-    const int halo_px = (seg_hi - seg_lo) - (b_px - a_px);
-    const int halo_bytes = halo_px * channels;
-
-    // Shared memory: the input rows of a chunk, then the ring of horizontal results.
-    const int in_stride = ((15 + seg_bytes + 16) + 15) & ~15;
-    const int ring = CHUNK + 2 * r;
+    // Shared memory: input rows, the ring of horizontal results, the staged output rows; each
+    // section starts on 16 bytes.
     unsigned char* in_rows = shared;
-    unsigned short* mid = (unsigned short*)(shared + (size_t)ring * in_stride);
+    unsigned short* mid = (unsigned short*)(shared + (size_t)t.ring * t.in_stride);
+    unsigned char* out_rows =
+        shared + (size_t)t.ring * t.in_stride + ((((size_t)t.ring * mid_stride * 2) + 15) & ~(size_t)15);
 
-    int next_virtual = y0 - r;  // the next row (virtual: may lie outside the plane) to load
-    for (int yo = y0; yo < y1; yo += CHUNK) {
-        const int n_out = min(CHUNK, y1 - yo);
-        const int load_end = yo + n_out + r;
-        const int n_load = load_end - next_virtual;
+    // Prologue: load the first chunk with its halo rows above.
+    int next_virtual = t.y0 - r;
+    int n_load = min(CHUNK, t.y1 - t.y0) + 2 * r;
+    uint4 vectors[LOADS_PER_THREAD];
+    locate_rows(t, next_virtual, n_load, border, row_offset, row_base);
+    __syncthreads();
+    issue_loads(t, n_load, row_offset, vectors);
+    store_loads(t, n_load, row_offset, row_base, vectors, in_rows, border);
+    __syncthreads();
 
-        // 0. Where each row to load lives.
-        for (int row = threadIdx.x; row < n_load; row += blockDim.x) {
-            const int y = resolve(next_virtual + row, height, border);
-            const long long at = y * row_bytes + (long long)a_px * channels;
-            row_offset[row] = at;
-            row_base[row] = (int)(((unsigned long long)(plane_src + at) - (unsigned long long)lead) & 15);
-        }
-        __syncthreads();
+    for (int yo = t.y0; yo < t.y1; yo += CHUNK) {
+        const int n_out = min(CHUNK, t.y1 - yo);
 
-        // 1. Load rows [next_virtual, load_end) into in_rows, 16-byte units, several in flight.
-        const int max_units = load_bytes / 16 + 2;
-        const int items = n_load * max_units;
-        for (int first = threadIdx.x; first < items; first += LOADS_IN_FLIGHT * blockDim.x) {
-            uint4 vectors[LOADS_IN_FLIGHT];
-#pragma unroll
-            for (int k = 0; k < LOADS_IN_FLIGHT; ++k) {
-                const int item = first + k * blockDim.x;
-                if (item < items) {
-                    const int row = item / max_units;
-                    const int unit = item - row * max_units;
-                    const unsigned char* g = plane_src + row_offset[row];
-                    const long long chunk_start = (long long)(((unsigned long long)g & ~15ull) - (unsigned long long)g) + 16ll * unit;
-                    if (chunk_start >= 0 && chunk_start + 16 <= load_bytes) {
-                        vectors[k] = *(const uint4*)(g + chunk_start);
-                    }
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < LOADS_IN_FLIGHT; ++k) {
-                const int item = first + k * blockDim.x;
-                if (item < items) {
-                    const int row = item / max_units;
-                    const int unit = item - row * max_units;
-                    const unsigned char* g = plane_src + row_offset[row];
-                    unsigned char* s = in_rows + row * in_stride + row_base[row] + lead;  // s == g (mod 16)
-                    const long long chunk_start = (long long)(((unsigned long long)g & ~15ull) - (unsigned long long)g) + 16ll * unit;
-                    if (chunk_start >= load_bytes) {
-                        continue;
-                    }
-                    if (chunk_start >= 0 && chunk_start + 16 <= load_bytes) {
-                        *(uint4*)(s + chunk_start) = vectors[k];
-                    } else {
-                        const int lo = (int)max(chunk_start, 0ll);
-                        const int hi = (int)min(chunk_start + 16, (long long)load_bytes);
-                        for (int i = lo; i < hi; ++i) {
-                            s[i] = g[i];
-                        }
-                    }
-                }
-            }
-        }
-        // Border columns outside the plane (edge bands only), read from their mirror pixels.
-        if (halo_px > 0) {
-            const int left = a_px - seg_lo;
-            for (int item = threadIdx.x; item < n_load * halo_bytes; item += blockDim.x) {
-                const int row = item / halo_bytes;
-                const int k = item - row * halo_bytes;
-                const int px_index = k / channels;
-                const int ch = k - px_index * channels;
-                const int x = px_index < left ? seg_lo + px_index : b_px + (px_index - left);
-                const int xr = resolve(x, width, border);
-                const long long row_start = row_offset[row] - (long long)a_px * channels;
-                in_rows[row * in_stride + row_base[row] + (x - seg_lo) * channels + ch] =
-                    plane_src[row_start + (long long)xr * channels + ch];
-            }
-        }
-        __syncthreads();
-
-        // 2. Horizontal pass into the ring, four bytes per thread.
-        const int quads = (out_bytes + 3) / 4;
-        const int first_slot_loaded = next_virtual - (y0 - r);
+        // 1. Horizontal pass of the loaded rows into the ring, four bytes per thread.
+        const int quads = mid_stride / 4;
+        const int first_slot_loaded = next_virtual - (t.y0 - r);
         for (int item = threadIdx.x; item < n_load * quads; item += blockDim.x) {
             const int row = item / quads;
             const int j0 = (item - row * quads) * 4;
-            const unsigned char* s = in_rows + row * in_stride + row_base[row];
-            int slot = (first_slot_loaded + row) % ring;
-            unsigned short* out = mid + slot * out_bytes;
-            const int j_end = min(j0 + 4, out_bytes);
-            for (int j = j0; j < j_end; ++j) {
-                unsigned int sum = 0;
-                for (int k = 0; k < taps; ++k) {
-                    sum += weights[k] * (unsigned int)s[j + k * channels];
+            const unsigned char* s = in_rows + row * t.in_stride + row_base[row] + j0;
+            unsigned int sums[4] = {0, 0, 0, 0};
+            for (int k = 0; k < taps; ++k) {
+                const unsigned int w = weights[k];
+                const unsigned char* p = s + k * t.channels;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    sums[i] += w * (unsigned int)p[i];
                 }
-                out[j] = (unsigned short)((sum + (1u << 7)) >> 8);
+            }
+            const int slot = (first_slot_loaded + row) % t.ring;
+            unsigned short* out = mid + slot * mid_stride + j0;
+            // Bytes past the row end are computed from the row's spare shared bytes and never read.
+            uint2 packed;
+            packed.x = ((sums[0] + 128u) >> 8) | (((sums[1] + 128u) >> 8) << 16);
+            packed.y = ((sums[2] + 128u) >> 8) | (((sums[3] + 128u) >> 8) << 16);
+            *(uint2*)out = packed;
+        }
+        next_virtual += n_load;
+        __syncthreads();
+
+        // 2. Start loading the next chunk; its loads land while this chunk's vertical pass runs.
+        const int next_out = min(CHUNK, t.y1 - (yo + CHUNK));
+        if (next_out > 0) {
+            n_load = next_out;
+            locate_rows(t, next_virtual, n_load, border, row_offset, row_base);
+            __syncthreads();
+            issue_loads(t, n_load, row_offset, vectors);
+        }
+
+        // 3. Vertical pass into the staged output rows, four bytes per thread.
+        for (int item = threadIdx.x; item < n_out * quads; item += blockDim.x) {
+            const int row = item / quads;
+            const int j0 = (item - row * quads) * 4;
+            const int y = yo + row;
+            unsigned int sums[4] = {1u << 23, 1u << 23, 1u << 23, 1u << 23};
+            int slot = (y - t.y0) % t.ring;  // the slot of virtual row y - r
+            for (int k = 0; k < taps; ++k) {
+                const uint2 m = *(const uint2*)(mid + slot * mid_stride + j0);
+                const unsigned int w = weights[k];
+                sums[0] += w * (m.x & 0xffffu);
+                sums[1] += w * (m.x >> 16);
+                sums[2] += w * (m.y & 0xffffu);
+                sums[3] += w * (m.y >> 16);
+                slot = slot + 1 == t.ring ? 0 : slot + 1;
+            }
+            const unsigned char* g = t.dst + y * t.row_bytes + (long long)t.x0 * t.channels;
+            const int base = (int)((unsigned long long)g & 15);
+            unsigned char* o = out_rows + row * t.out_stride + base + j0;
+            const int valid = min(4, t.out_bytes - j0);
+            for (int i = 0; i < valid; ++i) {
+                o[i] = (unsigned char)(sums[i] >> 24);
             }
         }
         __syncthreads();
 
-        // 3. Vertical pass: rows [yo, yo + n_out) out to global, 16 bytes at a time.
-        const int out_units = out_bytes / 16 + 2;
+        // 4. Write the staged rows out, aligned 16-byte vectors and bytes at the ends.
+        const int out_units = t.out_bytes / 16 + 2;
         for (int item = threadIdx.x; item < n_out * out_units; item += blockDim.x) {
             const int row = item / out_units;
             const int unit = item - row * out_units;
-            const int y = yo + row;
-            unsigned char* g = plane_dst + y * row_bytes + (long long)x0 * channels;
-            const unsigned long long g_addr = (unsigned long long)g;
-            const long long chunk_start = (long long)((g_addr & ~15ull) - g_addr) + 16ll * unit;
-            if (chunk_start >= out_bytes) {
+            unsigned char* g = t.dst + (yo + row) * t.row_bytes + (long long)t.x0 * t.channels;
+            const unsigned char* o = out_rows + row * t.out_stride + (int)((unsigned long long)g & 15);
+            const long long start = align_down(g) + 16ll * unit;
+            if (start >= t.out_bytes) {
                 continue;
             }
-            const int first_slot = (y - y0) % ring;  // the slot of virtual row y - r
-            if (chunk_start >= 0 && chunk_start + 16 <= out_bytes) {
-                unsigned int sums[16];
-#pragma unroll
-                for (int i = 0; i < 16; ++i) {
-                    sums[i] = 1u << 23;
-                }
-                int slot = first_slot;
-                for (int k = 0; k < taps; ++k) {
-                    const unsigned short* m = mid + slot * out_bytes + chunk_start;
-                    const unsigned int w = weights[k];
-#pragma unroll
-                    for (int i = 0; i < 16; ++i) {
-                        sums[i] += w * (unsigned int)m[i];
-                    }
-                    slot = slot + 1 == ring ? 0 : slot + 1;
-                }
-                uint4 packed;
-                unsigned int* words = (unsigned int*)&packed;
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    words[q] = (sums[4 * q] >> 24) | ((sums[4 * q + 1] >> 24) << 8) |
-                               ((sums[4 * q + 2] >> 24) << 16) | ((sums[4 * q + 3] >> 24) << 24);
-                }
-                *(uint4*)(g + chunk_start) = packed;
+            if (start >= 0 && start + 16 <= t.out_bytes) {
+                *(uint4*)(g + start) = *(const uint4*)(o + start);
             } else {
-                const int lo = (int)max(chunk_start, 0ll);
-                const int hi = (int)min(chunk_start + 16, (long long)out_bytes);
+                const int lo = (int)max(start, 0ll);
+                const int hi = (int)min(start + 16, (long long)t.out_bytes);
                 for (int i = lo; i < hi; ++i) {
-                    unsigned int sum = 1u << 23;
-                    int slot = first_slot;
-                    for (int k = 0; k < taps; ++k) {
-                        sum += weights[k] * (unsigned int)mid[slot * out_bytes + i];
-                        slot = slot + 1 == ring ? 0 : slot + 1;
-                    }
-                    g[i] = (unsigned char)(sum >> 24);
+                    g[i] = o[i];
                 }
             }
         }
+
+        // 5. Put the next chunk's rows in place.
+        if (next_out > 0) {
+            store_loads(t, n_load, row_offset, row_base, vectors, in_rows, border);
+        }
         __syncthreads();
-        next_virtual = load_end;
     }
 }
