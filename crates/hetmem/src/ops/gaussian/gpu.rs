@@ -305,8 +305,8 @@ mod tests {
                     for i in 0..(out_bytes - j0).min(4) {
                         let mut sum: u32 = 1 << 23;
                         let mut slot = (y - y0) % ring;
-                        for k in 0..taps {
-                            sum += weights[k] * mid[(slot * mid_stride + j0 + i) as usize] as u32;
+                        for &weight in weights {
+                            sum += weight * mid[(slot * mid_stride + j0 + i) as usize] as u32;
                             slot = if slot + 1 == ring { 0 } else { slot + 1 };
                         }
                         out_rows[(o + i) as usize] = (sum >> 24) as u8;
