@@ -187,9 +187,9 @@ fn remedy_for(call: &str, name: &str) -> Option<&'static str> {
     let host_memory_call = matches!(call, "cuMemHostAlloc" | "cuMemHostRegister" | "cuMemAllocHost");
     Some(match name {
         "CUDA_ERROR_OUT_OF_MEMORY" if host_memory_call => {
-            "pinned host memory is limited by free RAM and the locked-memory limit: \
-             raise `ulimit -l` (or memlock in /etc/security/limits.conf), pin less, \
-             or reuse buffers through the pinned pool"
+            "pinned host memory is limited by free RAM: pin less, or reuse buffers through the \
+             pinned pool (NVIDIA's driver 580 does not count pinned memory against `ulimit -l`; \
+             other drivers may, so raising it can help there)"
         }
         "CUDA_ERROR_OUT_OF_MEMORY" => {
             "the GPU is out of memory: free device buffers, use smaller frames or windows, \

@@ -58,7 +58,9 @@ impl HostReport {
     /// (a GPU without a compiler runs no hetmem kernel) rather than a warning.
     pub fn checks(&self, gpu_present: bool) -> Vec<Check> {
         let mut checks = Vec::new();
-        let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+        // Measured on the H200 machine (driver 580): without CAP_IPC_LOCK and with a 64 KiB
+        // limit, cuMemHostAlloc and cuMemHostRegister both pinned 64 MiB. NVIDIA's driver does
+        // not count pinned memory against RLIMIT_MEMLOCK, so a low limit is no fault.
         checks.push(match self.memlock_limit_bytes {
             None => Check::ok("host", "memlock", "RLIMIT_MEMLOCK unlimited"),
             Some(limit) if self.cap_ipc_lock => Check::ok(
@@ -66,15 +68,13 @@ impl HostReport {
                 "memlock",
                 format!("RLIMIT_MEMLOCK {} KiB, lifted by CAP_IPC_LOCK", limit / 1024),
             ),
-            Some(limit) if self.total_memory_bytes.is_some_and(|total| limit >= total / 2) => {
-                Check::ok("host", "memlock", format!("RLIMIT_MEMLOCK {:.1} GiB", gib(limit)))
-            }
-            Some(limit) => Check::warn(
+            Some(limit) => Check::ok(
                 "host",
                 "memlock",
-                format!("RLIMIT_MEMLOCK is {} KiB", limit / 1024),
-                "if pinning or registering large buffers fails, raise it: `ulimit -l unlimited`, or \
-                 `* - memlock unlimited` in /etc/security/limits.conf (LimitMEMLOCK= for services)",
+                format!(
+                    "RLIMIT_MEMLOCK {:.1} MiB; NVIDIA's driver pins past it (measured: driver 580)",
+                    limit as f64 / (1 << 20) as f64
+                ),
             ),
         });
         checks.push(match self.transparent_hugepages.as_deref() {
@@ -211,15 +211,18 @@ mod tests {
     }
 
     #[test]
-    fn a_small_memlock_limit_warns_with_the_ulimit_remedy() {
+    fn a_small_memlock_limit_is_reported_but_not_a_fault() {
         let mut host = report();
         host.memlock_limit_bytes = Some(8 << 20);
         host.memlock_unlimited = false;
         let checks = host.checks(true);
         let memlock = checks.iter().find(|check| check.name == "memlock").unwrap();
-        assert_eq!(memlock.status, Status::Warn);
-        assert!(memlock.remedy.as_deref().unwrap().contains("ulimit -l"));
-        assert_eq!(status_of(&report().checks(true), "memlock"), Status::Ok);
+        assert_eq!(memlock.status, Status::Ok);
+        assert!(
+            memlock.detail.contains("8.0 MiB") && memlock.detail.contains("pins past it"),
+            "{}",
+            memlock.detail
+        );
     }
 
     #[test]
