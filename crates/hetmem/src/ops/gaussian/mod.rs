@@ -19,7 +19,7 @@ mod format;
 mod gpu;
 
 pub use cpu::gaussian_cpu;
-pub use format::{FrameFormat, PixelLayout, Plane};
+pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane};
 pub use gpu::{GaussianPlan, gaussian};
 
 use crate::error::{Error, Result};
