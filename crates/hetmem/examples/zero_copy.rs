@@ -7,13 +7,15 @@
 //!
 //! Run with `cargo run -p hetmem --example zero_copy` (set `HETMEM_BACKEND=cpu` to force the CPU).
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use hetmem::{Device, HostBuf, PinOptions, Queue, ops};
 
 /// Words per buffer: a bit over 4 MiB, and not a multiple of the block size, so the kernel's
 /// tail handling is exercised too.
 const LEN: usize = (1 << 20) + 7;
+
+mod support;
+
+use support::{XorShift32, check};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 1. The best device: the first GPU, else the CPU (with the reason).
@@ -78,43 +80,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         queue.backend()
     );
     Ok(())
-}
-
-/// An error naming the first word that differs from the reference, if any does.
-fn check(what: &str, got: &[u32], expected: &[u32]) -> Result<(), String> {
-    if got.len() != expected.len() {
-        return Err(format!("{what}: {} words, expected {}", got.len(), expected.len()));
-    }
-    match got.iter().zip(expected).position(|(g, e)| g != e) {
-        None => Ok(()),
-        Some(i) => Err(format!(
-            "{what}: word {i} is {:#010x}, the CPU computed {:#010x} ({} of {} words differ)",
-            got[i],
-            expected[i],
-            got.iter().zip(expected).filter(|(g, e)| g != e).count(),
-            got.len()
-        )),
-    }
-}
-
-/// Marsaglia's xorshift32: fast, dependency-free, and never yields 0 from a non-zero state,
-/// so every generated word is non-zero and differs from the buffers' zeroed contents.
-struct XorShift32(u32);
-
-impl XorShift32 {
-    /// Seeded from the clock, so each run uses fresh data.
-    fn from_time() -> Self {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_nanos());
-        let seed = (nanos as u32) ^ ((nanos >> 32) as u32) ^ std::process::id();
-        XorShift32(if seed == 0 { 0x9E37_79B9 } else { seed })
-    }
-
-    fn next_u32(&mut self) -> u32 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        self.0 = x;
-        x
-    }
 }

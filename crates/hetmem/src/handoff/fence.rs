@@ -31,7 +31,7 @@ pub enum FenceKind {
     /// A sequence number written into mapped host memory by the stream; waiting spins on it.
     Flag,
     /// A host function run by the driver after the work, writing an eventfd; waiting blocks in
-    /// `read`.
+    /// `poll`/`read`. Each such fence holds one file descriptor until its last clone drops.
     HostCallback,
 }
 

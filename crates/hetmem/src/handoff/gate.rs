@@ -67,7 +67,9 @@ impl Gate {
     /// # Errors
     /// The kernel failing to compile or launch.
     pub fn launch(&self) -> Result<()> {
-        // The previous kernel (if any) must be finished before its words are reused.
+        // The previous kernel (if any) must be finished before its words are reused: let it go
+        // first, or waiting for it would wait for ever.
+        self.open();
         self.queue.synchronize()?;
         for index in [STARTED, GO, DONE] {
             self.word(index).store(0, Ordering::Release);

@@ -187,7 +187,8 @@ impl<B: WritableBuffer> Lent<B> {
     }
 
     /// Awaits the last GPU work that used the buffer without blocking the thread, then gives it
-    /// back.
+    /// back. Dropping the future before it completes drops the lease, which then waits for the
+    /// GPU on the dropping thread.
     ///
     /// # Errors
     /// As for [`Lent::reclaim`].
