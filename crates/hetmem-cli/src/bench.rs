@@ -61,7 +61,7 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
                     "mechanism", "median", "p90", "p99", "after kernel end"
                 )?;
                 for row in &report.rows {
-                    let name = serde_json::to_value(row.mechanism)?.as_str().unwrap_or_default().to_string();
+                    let name = snake_name(&row.mechanism)?;
                     let s = &row.go_to_known_us;
                     writeln!(
                         out,
@@ -86,7 +86,7 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
                     "method", "MiB", "setup ms", "GB/s", "release ms"
                 )?;
                 for row in &report.rows {
-                    let name = serde_json::to_value(row.method)?.as_str().unwrap_or_default().to_string();
+                    let name = snake_name(&row.method)?;
                     writeln!(
                         out,
                         "{name:<28} {:>10} {:>11.2} {:>9.2} {:>12.2}",
@@ -114,4 +114,9 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The name an enum variant has in the JSON output (`event_sync`), for the text tables.
+fn snake_name(value: &impl serde::Serialize) -> anyhow::Result<String> {
+    Ok(serde_json::to_value(value)?.as_str().unwrap_or_default().to_string())
 }

@@ -34,16 +34,8 @@ impl Clock {
 /// The run, summed up.
 #[derive(Debug, serde::Serialize)]
 pub(super) struct Report {
-    pub input: String,
-    pub output: String,
-    /// `image` or `video`.
-    pub kind: &'static str,
-    /// The container's name for the pixels: `PNG L8`, `Y4M C420jpeg`, ...
-    pub format: String,
-    pub width: usize,
-    pub height: usize,
-    pub layout: PixelLayout,
-    pub strategy: Strategy,
+    #[serde(flatten)]
+    pub facts: Facts,
     pub radius: u32,
     pub sigma: f64,
     pub border: Border,
@@ -56,15 +48,16 @@ pub(super) struct Report {
     /// Frames per second of the filter alone.
     pub filter_frames_per_s: f64,
     pub wall_s: f64,
-    pub warnings: Vec<String>,
 }
 
-/// What a report needs besides the clock.
-#[derive(Debug)]
+/// What a report needs besides the kernel and the clock.
+#[derive(Debug, serde::Serialize)]
 pub(super) struct Facts {
     pub input: String,
     pub output: String,
+    /// `image` or `video`.
     pub kind: &'static str,
+    /// The container's name for the pixels: `PNG L8`, `Y4M C420jpeg`, ...
     pub format: String,
     pub width: usize,
     pub height: usize,
@@ -79,14 +72,7 @@ impl Report {
         let frames = clock.frames();
         let per_s = |seconds: f64| if seconds > 0.0 { frames as f64 / seconds } else { 0.0 };
         Report {
-            input: facts.input,
-            output: facts.output,
-            kind: facts.kind,
-            format: facts.format,
-            width: facts.width,
-            height: facts.height,
-            layout: facts.layout,
-            strategy: facts.strategy,
+            facts,
             radius: kernel.radius(),
             sigma: kernel.sigma(),
             border: kernel.border(),
@@ -95,7 +81,6 @@ impl Report {
             frames_per_s: per_s(wall),
             filter_frames_per_s: per_s(clock.busy.as_secs_f64()),
             wall_s: wall,
-            warnings: facts.warnings,
         }
     }
 
@@ -106,7 +91,7 @@ impl Report {
             serde_json::to_writer_pretty(&mut err, self)?;
             writeln!(err)?;
         } else {
-            for warning in &self.warnings {
+            for warning in &self.facts.warnings {
                 writeln!(err, "hetmem: warning: {warning}")?;
             }
             let taps = 2 * self.radius + 1;
@@ -114,19 +99,19 @@ impl Report {
                 err,
                 "hetmem filter: {} -> {}: {} frame{} of {}x{} {}, Gaussian {taps}x{taps} (sigma {}, {}), \
                  strategy {}",
-                self.input,
-                self.output,
+                self.facts.input,
+                self.facts.output,
                 self.frames,
                 if self.frames == 1 { "" } else { "s" },
-                self.width,
-                self.height,
-                self.format,
+                self.facts.width,
+                self.facts.height,
+                self.facts.format,
                 self.sigma,
                 match self.border {
                     Border::Reflect101 => "reflect101",
                     Border::Replicate => "replicate",
                 },
-                self.strategy
+                self.facts.strategy
             )?;
             match &self.latency_ms {
                 Some(latency) => writeln!(
