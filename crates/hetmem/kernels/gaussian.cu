@@ -6,8 +6,8 @@
 // once; only the 2r halo columns of a band and the 2r halo rows of a range are read twice.
 // Global reads and writes are 16-byte vectors wherever the row allows, bytes at the ends.
 //
-// Latency: the next chunk's loads are issued before the current chunk's vertical pass and
-// land in registers while it computes, so the link round trip hides behind arithmetic.
+// Latency: the next chunk's loads are issued before the current chunk's passes and land in
+// registers while it computes and writes, so the link round trip hides behind the work.
 // Shared memory: the horizontal pass and the vertical pass both read consecutive words per
 // thread (no bank conflicts); the vertical results are staged in shared memory and written
 // out as aligned 16-byte vectors.
@@ -15,10 +15,18 @@
 // Arithmetic (identical to the CPU path, so the two are bit-exact): Q16 weights summing to
 // 65536; horizontal sums rounded to Q8 (<= 65280); vertical sums in 32 bits, rounded to 8 bits.
 //
+// Overlap (gaussian_u8_overlap): the input arrives in device memory in segments, copied in
+// order by a copy engine that raises ready_in[s] = seq after segment s; a block waits for the
+// segment holding the last byte a chunk reads before loading it. Once every byte of an output
+// segment is written (counted in done[s]), the block that completes it raises
+// ready_out[s] = seq, and a copy engine waiting on that word copies the segment out. Input
+// loads then bypass L1 (ld.global.cg): a cached sector could straddle a segment that had not
+// arrived yet.
+//
 // table (u32): taps weights, then PLANE_WORDS words per plane:
 //   offset_lo, offset_hi, width, height, channels, band_px, bands, ranges, range_rows, tile_start
 
-#define CHUNK 32
+#define CHUNK 16
 #define PLANE_WORDS 10
 #define MAX_TAPS 65
 #define MAX_RING (CHUNK + MAX_TAPS - 1)
@@ -67,7 +75,93 @@ __device__ void locate_rows(const Tile& t, int first, int count, unsigned int bo
     }
 }
 
+// The segment hand-shake of the overlap entry point; `ready_in` is null in the plain one.
+struct Overlap {
+    const volatile unsigned int* ready_in;
+    volatile unsigned int* ready_out;
+    unsigned int* done;
+    unsigned long long segment_bytes, frame_bytes;
+    unsigned int seq;
+};
+
+template <bool OVERLAP>
+__device__ __forceinline__ uint4 load16(const unsigned char* g) {
+    return OVERLAP ? __ldcg((const uint4*)g) : *(const uint4*)g;
+}
+
+template <bool OVERLAP>
+__device__ __forceinline__ unsigned char load1(const unsigned char* g) {
+    return OVERLAP ? __ldcg(g) : *g;
+}
+
+// Overlap only: thread 0 waits until the segment holding the last byte of the located rows
+// has arrived (segments arrive in order, so every earlier one has too). The caller
+// synchronises the block before and after.
+template <bool OVERLAP>
+__device__ void wait_for_rows(const Tile& t, const Overlap& o, unsigned long long plane_offset, int count,
+                              const long long* row_offset) {
+    if (!OVERLAP || threadIdx.x != 0) {
+        return;
+    }
+    long long last = 0;
+    for (int row = 0; row < count; ++row) {
+        last = max(last, row_offset[row]);
+    }
+    // The row holding `last`, to its end: covers the image part and both halo sides.
+    const long long row_end = (last / t.row_bytes + 1) * t.row_bytes;
+    const unsigned int segment = (unsigned int)((plane_offset + row_end - 1) / o.segment_bytes);
+    while (o.ready_in[segment] != o.seq) {
+        __nanosleep(64);
+    }
+    __threadfence();
+}
+
+// Overlap only: adds `bytes` written to `segment`'s count; the block that completes the
+// segment resets its count for the next frame and raises ready_out.
+__device__ void add_written(const Overlap& o, unsigned int segment, unsigned long long bytes) {
+    if (bytes == 0) {
+        return;
+    }
+    const unsigned long long start = (unsigned long long)segment * o.segment_bytes;
+    const unsigned long long total = min(o.segment_bytes, o.frame_bytes - start);
+    const unsigned int before = atomicAdd(o.done + segment, (unsigned int)bytes);
+    if (before + bytes == total) {
+        o.done[segment] = 0;
+        __threadfence();
+        o.ready_out[segment] = o.seq;
+    }
+}
+
+// Overlap only: counts the bytes of this tile's output rows [y, y + count) into their
+// segments. Every thread fenced its writes and the block synchronised before the call.
+template <bool OVERLAP>
+__device__ void count_written(const Tile& t, const Overlap& o, unsigned long long plane_offset, int y,
+                              int count) {
+    if (!OVERLAP || threadIdx.x != 0) {
+        return;
+    }
+    unsigned int segment = 0;
+    unsigned long long pending = 0;
+    for (int row = 0; row < count; ++row) {
+        unsigned long long lo = plane_offset + (y + row) * t.row_bytes + (long long)t.x0 * t.channels;
+        const unsigned long long hi = lo + t.out_bytes;
+        while (lo < hi) {
+            const unsigned int s = (unsigned int)(lo / o.segment_bytes);
+            if (s != segment) {
+                add_written(o, segment, pending);
+                segment = s;
+                pending = 0;
+            }
+            const unsigned long long end = min(hi, (unsigned long long)(s + 1) * o.segment_bytes);
+            pending += end - lo;
+            lo = end;
+        }
+    }
+    add_written(o, segment, pending);
+}
+
 // Issues this thread's whole 16-byte loads of the located rows into registers.
+template <bool OVERLAP>
 __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long long* row_offset,
                                             uint4 (&vectors)[LOADS_PER_THREAD]) {
     const int max_units = t.load_bytes / 16 + 2;
@@ -80,7 +174,7 @@ __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long
             const unsigned char* g = t.src + row_offset[row];
             const long long start = align_down(g) + 16ll * unit;
             if (start >= 0 && start + 16 <= t.load_bytes) {
-                vectors[k] = *(const uint4*)(g + start);
+                vectors[k] = load16<OVERLAP>(g + start);
             }
         }
     }
@@ -88,6 +182,7 @@ __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long
 
 // Stores the loaded vectors into the input rows, then the partial units and the border
 // columns (bytes, read now).
+template <bool OVERLAP>
 __device__ void store_loads(const Tile& t, int count, const long long* row_offset, const int* row_base,
                             const uint4 (&vectors)[LOADS_PER_THREAD], unsigned char* in_rows,
                             unsigned int border) {
@@ -116,7 +211,7 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
             const int lo = (int)max(start, 0ll);
             const int hi = (int)min(start + 16, (long long)t.load_bytes);
             for (int i = lo; i < hi; ++i) {
-                s[i] = g[i];
+                s[i] = load1<OVERLAP>(g + i);
             }
         }
     }
@@ -131,22 +226,25 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
             const int xr = resolve(x, t.width, border);
             const long long row_start = row_offset[row] - (long long)t.a_px * t.channels;
             in_rows[row * t.in_stride + row_base[row] + (x - t.seg_lo) * t.channels + ch] =
-                t.src[row_start + (long long)xr * t.channels + ch];
+                load1<OVERLAP>(t.src + row_start + (long long)xr * t.channels + ch);
         }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
-            const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
-            unsigned int border) {
+template <bool OVERLAP>
+__device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ src,
+                                              unsigned char* __restrict__ dst,
+                                              const unsigned int* __restrict__ table,
+                                              unsigned int plane_count, unsigned int radius,
+                                              unsigned int border, const Overlap& o) {
     extern __shared__ __align__(16) unsigned char shared[];
     __shared__ unsigned int weights[MAX_TAPS];
     __shared__ unsigned int plane_words[PLANE_WORDS];
     // Per row of the chunk being loaded: its image part's byte offset in the plane, and where
     // its first loaded pixel sits in shared memory (keeps 16-byte alignment with global).
-    __shared__ long long row_offset[MAX_RING];
-    __shared__ int row_base[MAX_RING];
+    // Two sets: the plain kernel locates the next chunk's rows while this chunk's are in use.
+    __shared__ long long row_offset[2][MAX_RING];
+    __shared__ int row_base[2][MAX_RING];
 
     const int r = (int)radius;
     const int taps = 2 * r + 1;
@@ -208,25 +306,41 @@ gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ d
         shared + (size_t)t.ring * t.in_stride + ((((size_t)t.ring * mid_stride * 2) + 15) & ~(size_t)15);
 
     // Prologue: load the first chunk with its halo rows above.
-    int next_virtual = t.y0 - r;
+    int load_first = t.y0 - r;  // the virtual row of the first row in in_rows
     int n_load = min(CHUNK, t.y1 - t.y0) + 2 * r;
+    int cur = 0;
     uint4 vectors[LOADS_PER_THREAD];
-    locate_rows(t, next_virtual, n_load, border, row_offset, row_base);
+    locate_rows(t, load_first, n_load, border, row_offset[cur], row_base[cur]);
     __syncthreads();
-    issue_loads(t, n_load, row_offset, vectors);
-    store_loads(t, n_load, row_offset, row_base, vectors, in_rows, border);
+    if (OVERLAP) {
+        wait_for_rows<OVERLAP>(t, o, offset, n_load, row_offset[cur]);
+        __syncthreads();
+    }
+    issue_loads<OVERLAP>(t, n_load, row_offset[cur], vectors);
+    store_loads<OVERLAP>(t, n_load, row_offset[cur], row_base[cur], vectors, in_rows, border);
     __syncthreads();
 
     for (int yo = t.y0; yo < t.y1; yo += CHUNK) {
         const int n_out = min(CHUNK, t.y1 - yo);
+        const int next_out = min(CHUNK, t.y1 - (yo + CHUNK));
+        const int next_first = load_first + n_load;
+        const int nxt = cur ^ 1;
+
+        // 0. The plain kernel issues the next chunk's loads first: they are in flight during
+        // both passes and the write-out, so reading the link never pauses for arithmetic.
+        if (!OVERLAP && next_out > 0) {
+            locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
+            __syncthreads();
+            issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
+        }
 
         // 1. Horizontal pass of the loaded rows into the ring, four bytes per thread.
         const int quads = mid_stride / 4;
-        const int first_slot_loaded = next_virtual - (t.y0 - r);
+        const int first_slot_loaded = load_first - (t.y0 - r);
         for (int item = threadIdx.x; item < n_load * quads; item += blockDim.x) {
             const int row = item / quads;
             const int j0 = (item - row * quads) * 4;
-            const unsigned char* s = in_rows + row * t.in_stride + row_base[row] + j0;
+            const unsigned char* s = in_rows + row * t.in_stride + row_base[cur][row] + j0;
             unsigned int sums[4] = {0, 0, 0, 0};
             for (int k = 0; k < taps; ++k) {
                 const unsigned int w = weights[k];
@@ -244,16 +358,16 @@ gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ d
             packed.y = ((sums[2] + 128u) >> 8) | (((sums[3] + 128u) >> 8) << 16);
             *(uint2*)out = packed;
         }
-        next_virtual += n_load;
         __syncthreads();
 
-        // 2. Start loading the next chunk; its loads land while this chunk's vertical pass runs.
-        const int next_out = min(CHUNK, t.y1 - (yo + CHUNK));
-        if (next_out > 0) {
-            n_load = next_out;
-            locate_rows(t, next_virtual, n_load, border, row_offset, row_base);
+        // 2. The overlap kernel issues the next chunk's loads once its segment has arrived,
+        // after this chunk's horizontal pass, so waiting never holds back this chunk's output.
+        if (OVERLAP && next_out > 0) {
+            locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
             __syncthreads();
-            issue_loads(t, n_load, row_offset, vectors);
+            wait_for_rows<OVERLAP>(t, o, offset, next_out, row_offset[nxt]);
+            __syncthreads();
+            issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
         }
 
         // 3. Vertical pass into the staged output rows, four bytes per thread.
@@ -306,8 +420,34 @@ gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ d
 
         // 5. Put the next chunk's rows in place.
         if (next_out > 0) {
-            store_loads(t, n_load, row_offset, row_base, vectors, in_rows, border);
+            store_loads<OVERLAP>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
+        }
+        if (OVERLAP) {
+            __threadfence();  // this chunk's output, before it is counted
         }
         __syncthreads();
+        count_written<OVERLAP>(t, o, offset, yo, n_out);
+        load_first = next_first;
+        n_load = next_out;
+        cur = nxt;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+            const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
+            unsigned int border) {
+    const Overlap none = {nullptr, nullptr, nullptr, 1, 0, 0};
+    gaussian_body<false>(src, dst, table, plane_count, radius, border, none);
+}
+
+// `sync` holds ready_in[segments], ready_out[segments], done[segments] (all zero at first).
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gaussian_u8_overlap(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+                    const unsigned int* __restrict__ table, unsigned int plane_count,
+                    unsigned int radius, unsigned int border, unsigned int* sync,
+                    unsigned int segments, unsigned long long segment_bytes,
+                    unsigned long long frame_bytes, unsigned int seq) {
+    const Overlap o = {sync, sync + segments, sync + 2 * segments, segment_bytes, frame_bytes, seq};
+    gaussian_body<true>(src, dst, table, plane_count, radius, border, o);
 }

@@ -1,8 +1,11 @@
 //! Every strategy filters fresh random frames of many sizes and layouts exactly as the CPU
 //! path does (the two are bit-exact by construction), outputs poisoned before each frame.
 
-use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
-use hetmem::{Device, FrameFilter, Strategy};
+use hetmem::ops::gaussian::{
+    Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, gaussian_cpu,
+};
+use hetmem::testing::cuda_device_or_skip;
+use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy};
 
 use crate::support::{first_mismatch, on_every_backend};
 
@@ -66,4 +69,60 @@ fn gpu_strategies_on_the_cpu_backend_are_refused_by_name() {
     let kernel = Gaussian::new(None, None, Border::default()).unwrap();
     let error = FrameFilter::new(&cpu, Strategy::ZeroCopy, format, &kernel).unwrap_err().to_string();
     assert!(error.contains("zero-copy") && error.contains("needs a GPU"), "{error}");
+}
+
+/// The overlapped upload, blur and download (PinnedAsync's path) with one segment, a few, and
+/// the most: the segment hand-shake between copy engines and kernel loses and repeats nothing.
+#[test]
+fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
+    let Some(gpu) = cuda_device_or_skip("overlapped_frames_match_the_cpu_path_for_any_segment_count") else {
+        return;
+    };
+    let device = Device::Cuda(gpu);
+    let queue = Queue::new(&device).unwrap();
+    let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
+    for (format, kernel) in cases() {
+        let plan = GaussianPlan::new(&format, &kernel, 132).unwrap();
+        let frame = format.frame_bytes();
+        let mut table = DeviceBuf::<u32>::new(&device, plan.table().len()).unwrap();
+        table.copy_from_slice(plan.table()).unwrap();
+        let table = queue.share(table);
+        for segments in [1, 3, 64] {
+            let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments).unwrap();
+            let mut host_in = HostBuf::<u8>::pinned(&device, frame, unmapped).unwrap();
+            let mut host_out = HostBuf::<u8>::pinned(&device, frame, unmapped).unwrap();
+            let (mut dev_in, mut dev_out) = (
+                DeviceBuf::<u8>::new(&device, frame).unwrap(),
+                DeviceBuf::<u8>::new(&device, frame).unwrap(),
+            );
+            for frame_index in 0..3 {
+                let seed = fastrand::u64(..);
+                let mut rng = fastrand::Rng::with_seed(seed);
+                host_in.as_mut_slice().iter_mut().for_each(|byte| *byte = rng.u8(..));
+                host_out.as_mut_slice().fill(0xA5);
+                dev_out.copy_from_slice(&vec![0x5A; frame]).unwrap();
+                let shared_in = queue.share(host_in);
+                let (mut lent_in, mut lent_out) = (queue.lend(dev_in), queue.lend(dev_out));
+                let mut lent_host_out = queue.lend(host_out);
+                overlap
+                    .run(&queue, &table, &shared_in, &mut lent_in, &mut lent_out, &mut lent_host_out)
+                    .unwrap();
+                host_out = lent_host_out.reclaim().unwrap();
+                (dev_in, dev_out) = (lent_in.reclaim().unwrap(), lent_out.reclaim().unwrap());
+                host_in = shared_in.reclaim().unwrap();
+                let mut want = vec![0u8; frame];
+                gaussian_cpu(&format, &kernel, host_in.as_slice(), &mut want).unwrap();
+                assert_eq!(
+                    first_mismatch(host_out.as_slice(), &want),
+                    None,
+                    "{}x{} {:?}, {} segments asked, {} made, frame {frame_index}, seed {seed:#x}",
+                    format.width,
+                    format.height,
+                    format.layout,
+                    segments,
+                    overlap.segments()
+                );
+            }
+        }
+    }
 }

@@ -279,6 +279,27 @@ impl Queue {
         Ok(())
     }
 
+    /// Queues `work` (which may fan out to other streams, provided it joins them back into the
+    /// queue's stream before returning) and records a fence after it on every lease in
+    /// `leases`: for hetmem's ops that queue several operations as one unit.
+    pub(crate) fn submit_joined(
+        &self,
+        leases: &[&LeaseState],
+        work: impl FnOnce(&Stream) -> Result<()>,
+    ) -> Result<()> {
+        self.core.submit(leases, work)
+    }
+
+    /// The address copies and kernels on this queue use for the lease's buffer: its device
+    /// address, else (pinned, unmapped) its host address, which only copies may use.
+    ///
+    /// # Errors
+    /// A lease of another queue, or a buffer of another device.
+    pub(crate) fn address_of<L: Lease>(&self, lease: &L) -> Result<u64> {
+        self.check_owner(lease)?;
+        self.copy_address(lease)
+    }
+
     fn check_owner<L: Lease>(&self, lease: &L) -> Result<()> {
         if Arc::ptr_eq(&lease.state().queue, &self.core) {
             Ok(())

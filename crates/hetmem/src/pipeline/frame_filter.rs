@@ -13,7 +13,7 @@ use crate::backend::cuda::MemLocation;
 use crate::error::{Error, Result};
 use crate::handoff::{Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, ManagedBuf, PinOptions};
-use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianPlan, gaussian, gaussian_cpu};
+use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, gaussian, gaussian_cpu};
 
 /// Where the kernel's table lives: mapped host memory (ZeroCopy) or device memory.
 enum Table {
@@ -39,6 +39,7 @@ enum Slots {
         output: Option<HostBuf<u8>>,
         device_in: Option<DeviceBuf<u8>>,
         device_out: Option<DeviceBuf<u8>>,
+        overlap: Box<GaussianOverlap>,
     },
     Mapped {
         input: Option<HostBuf<u8>>,
@@ -125,6 +126,7 @@ impl FrameFilter {
                     output: Some(HostBuf::pinned(device, frame, unmapped)?),
                     device_in: Some(DeviceBuf::new(device, frame)?),
                     device_out: Some(DeviceBuf::new(device, frame)?),
+                    overlap: Box::new(GaussianOverlap::new(device, queue, &plan)?),
                 },
                 Some(device_table(queue)?),
                 2 * frame,
@@ -240,15 +242,23 @@ impl FrameFilter {
                 *device_out = Some(result);
                 *device_in = Some(device_input.reclaim()?);
             }
-            Slots::PinnedAsync { input, output, device_in, device_out } => {
+            Slots::PinnedAsync { input, output, device_in, device_out, overlap } => {
                 let queue = queue.expect("GPU strategies have a queue");
+                let Some(Table::Device(table)) = &self.table else {
+                    unreachable!("PinnedAsync keeps its table in device memory")
+                };
                 let host_input = queue.share(input.take().ok_or_else(lost)?);
                 let mut device_input = queue.lend(device_in.take().ok_or_else(lost)?);
                 let mut device_output = queue.lend(device_out.take().ok_or_else(lost)?);
                 let mut host_output = queue.lend(output.take().ok_or_else(lost)?);
-                queue.copy(&host_input, &mut device_input)?;
-                run_kernel(queue, plan, self.table.as_ref(), &device_input, &mut device_output)?;
-                queue.copy(&device_output, &mut host_output)?;
+                overlap.run(
+                    queue,
+                    table,
+                    &host_input,
+                    &mut device_input,
+                    &mut device_output,
+                    &mut host_output,
+                )?;
                 *output = Some(host_output.reclaim()?);
                 *device_out = Some(device_output.reclaim()?);
                 *device_in = Some(device_input.reclaim()?);

@@ -108,6 +108,30 @@ impl Stream {
         .call("cuStreamWriteValue32")
     }
 
+    /// Makes later work on this stream wait until the 32-bit word at `address` equals `value`
+    /// (the GPU's front end polls it; the CPU is not involved).
+    ///
+    /// # Safety
+    /// `address` must be a 4-byte aligned device or mapped host address that stays valid until
+    /// the wait has ended, and something must eventually store `value` there, or the stream
+    /// (and whatever waits for it) never progresses.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub unsafe fn wait_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
+        self.ctx.bind()?;
+        // SAFETY: the caller guarantees the address and that the value will be stored.
+        unsafe {
+            sys::cuStreamWaitValue32_v2(
+                self.raw,
+                address,
+                value,
+                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+            )
+        }
+        .call("cuStreamWaitValue32")
+    }
+
     /// Queues `callback` to run on a driver thread once all earlier work has finished.
     ///
     /// The callback must not call CUDA or wait for GPU work (CUDA's contract for host

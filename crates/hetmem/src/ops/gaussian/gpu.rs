@@ -2,14 +2,14 @@
 
 use super::cpu::{check, gaussian_cpu};
 use super::{FrameFormat, Gaussian};
-use crate::backend::cuda::LaunchConfig;
+use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig};
 use crate::error::Result;
 use crate::handoff::{KernelArgs, Lease, Lent, Queue};
 use crate::kernels::{self, GAUSSIAN};
 use crate::memory::{Buffer, WritableBuffer};
 
 /// Rows per chunk in the kernel (`CHUNK` in gaussian.cu).
-const CHUNK: usize = 32;
+const CHUNK: usize = 16;
 /// Words per plane descriptor in the table (`PLANE_WORDS` in gaussian.cu).
 const PLANE_WORDS: usize = 10;
 /// Threads per block (`THREADS` in gaussian.cu).
@@ -43,7 +43,7 @@ impl GaussianPlan {
     /// Tiles `format` for a GPU with `multiprocessors` SMs.
     ///
     /// Each plane is cut into bands of 128 pixels (256 for one-byte pixels) and ranges of rows
-    /// so that the frame makes about one tile per SM: enough bytes in flight to keep the link
+    /// so that the frame makes at most about one tile per SM: enough bytes in flight to keep the link
     /// busy, with few re-read halo rows.
     ///
     /// # Errors
@@ -58,10 +58,11 @@ impl GaussianPlan {
         for plane in &planes {
             let band_px = if plane.channels == 1 { 256 } else { 128 };
             let bands = plane.width.div_ceil(band_px);
-            // About one tile per SM, ranges of at least 64 rows, so the re-read halo rows stay
-            // few; blocks of 512 threads with several loads in flight each keep the link busy.
-            let share = (multiprocessors as usize * plane.bytes()).div_ceil(frame).max(1);
-            let ranges = share.div_ceil(bands).clamp(1, plane.height.div_ceil(64).max(1));
+            // At most one tile per SM (one block fits an SM, and a second wave of a few tiles
+            // would run alone at the end), ranges of at least 64 rows so the re-read halo rows
+            // stay few.
+            let share = (multiprocessors as usize * plane.bytes() / frame).max(1);
+            let ranges = (share / bands).clamp(1, plane.height.div_ceil(64).max(1));
             let range_rows = plane.height.div_ceil(ranges);
             let ranges = plane.height.div_ceil(range_rows);
             table.extend_from_slice(&[
@@ -128,6 +129,24 @@ impl GaussianPlan {
     pub fn bytes_read_of_table(&self) -> u64 {
         self.table_bytes_read
     }
+
+    /// Entry point `entry` of gaussian.cu, loaded, with the plan's shared memory allowed.
+    pub(super) fn entry_point(&self, device: &CudaDevice, entry: &str) -> Result<Kernel> {
+        let kernel = kernels::kernel(device, &GAUSSIAN, entry)?;
+        if self.shared_bytes > DEFAULT_SHARED {
+            kernel.allow_dynamic_shared(self.shared_bytes as u32)?;
+        }
+        Ok(kernel)
+    }
+
+    /// One block per tile.
+    pub(super) fn launch_config(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid: (self.tiles, 1, 1),
+            block: (THREADS, 1, 1),
+            shared_bytes: self.shared_bytes as u32,
+        }
+    }
 }
 
 /// Queues the blur of one frame from `input` to `output` on `queue`, with the plan's table
@@ -161,15 +180,8 @@ where
         return input
             .cpu_read(|src| output.cpu_write(|dst| gaussian_cpu(&plan.format, &plan.kernel, src, dst)))??;
     };
-    let kernel = kernels::kernel(device, &GAUSSIAN, "gaussian_u8")?;
-    if plan.shared_bytes > DEFAULT_SHARED {
-        kernel.allow_dynamic_shared(plan.shared_bytes as u32)?;
-    }
-    let config = LaunchConfig {
-        grid: (plan.tiles, 1, 1),
-        block: (THREADS, 1, 1),
-        shared_bytes: plan.shared_bytes as u32,
-    };
+    let kernel = plan.entry_point(device, "gaussian_u8")?;
+    let config = plan.launch_config();
     let args = KernelArgs::new()
         .read(input)
         .write(output)
@@ -191,8 +203,13 @@ mod tests {
 
     /// gaussian.cu, phase for phase, one thread at a time, with the frame at address 0
     /// (buffers are page-aligned): catches tiling, ring and alignment mistakes without a GPU.
-    fn emulate_kernel(plan: &GaussianPlan, src: &[u8]) -> Vec<u8> {
+    ///
+    /// Also emulates the overlap entry point's bookkeeping with segments of `segment_bytes`:
+    /// checks that every byte a chunk reads lies in a segment it waited for, and returns the
+    /// bytes counted into each output segment.
+    fn emulate_kernel(plan: &GaussianPlan, src: &[u8], segment_bytes: usize) -> (Vec<u8>, Vec<usize>) {
         let mut dst = vec![0xA5u8; src.len()];
+        let mut counted = vec![0usize; src.len().div_ceil(segment_bytes)];
         let taps = plan.kernel.weights().len();
         let r = plan.kernel.radius() as i64;
         let weights = plan.kernel.weights();
@@ -246,7 +263,18 @@ mod tests {
                     row_base[row as usize] = (offset + at - lead) & 15;
                 }
             };
+            // wait_for_rows: the segment of the last byte of the row holding the last row offset.
+            let waited_end = |count: i64, row_offset: &[i64]| {
+                let last = row_offset[..count as usize].iter().copied().max().unwrap();
+                let row_end = (last / row_bytes + 1) * row_bytes;
+                ((offset + row_end - 1) as usize / segment_bytes + 1) * segment_bytes
+            };
             let load = |count: i64, row_offset: &[i64], row_base: &[i64], in_rows: &mut Vec<u8>| {
+                let readable = waited_end(count, row_offset) as i64;
+                let read = |at: i64| {
+                    assert!(at < readable, "byte {at} read before its segment (up to {readable}) arrived");
+                    src[at as usize]
+                };
                 let max_units = load_bytes / 16 + 2;
                 for item in 0..count * max_units {
                     let (row, unit) = (item / max_units, item % max_units);
@@ -261,7 +289,7 @@ mod tests {
                         assert_eq!((g + start) % 16, 0, "unaligned global vector load");
                     }
                     for i in start.max(0)..(start + 16).min(load_bytes) {
-                        in_rows[(s + i) as usize] = src[(g + i) as usize];
+                        in_rows[(s + i) as usize] = read(g + i);
                     }
                 }
                 let left = a_px - seg_lo;
@@ -272,7 +300,7 @@ mod tests {
                     let xr = resolve(x, width);
                     let row_start = row_offset[row as usize] - a_px * channels;
                     in_rows[(row * in_stride + row_base[row as usize] + (x - seg_lo) * channels + ch)
-                        as usize] = src[(offset + row_start + xr * channels + ch) as usize];
+                        as usize] = read(offset + row_start + xr * channels + ch);
                 }
             };
             let mut next_virtual = y0 - r;
@@ -333,10 +361,21 @@ mod tests {
                     locate(next_virtual, n_load, &mut row_offset, &mut row_base);
                     load(n_load, &row_offset, &row_base, &mut in_rows);
                 }
+                // count_written
+                for row in 0..n_out {
+                    let mut lo = (offset + (yo + row) * row_bytes + x0 * channels) as usize;
+                    let hi = lo + out_bytes as usize;
+                    while lo < hi {
+                        let segment = lo / segment_bytes;
+                        let end = hi.min((segment + 1) * segment_bytes);
+                        counted[segment] += end - lo;
+                        lo = end;
+                    }
+                }
                 yo += chunk;
             }
         }
-        dst
+        (dst, counted)
     }
 
     #[test]
@@ -357,9 +396,20 @@ mod tests {
             let input: Vec<u8> = (0..format.frame_bytes()).map(|_| fastrand::u8(..)).collect();
             let mut want = vec![0u8; input.len()];
             gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
-            let got = emulate_kernel(&plan, &input);
-            let first = got.iter().zip(&want).position(|(g, e)| g != e);
-            assert_eq!(first, None, "{w}x{h} {layout:?} r={radius:?}: first difference");
+            let frame = input.len();
+            for segment_bytes in [frame.div_ceil(6).next_multiple_of(16), 16, frame] {
+                let (got, counted) = emulate_kernel(&plan, &input, segment_bytes);
+                let first = got.iter().zip(&want).position(|(g, e)| g != e);
+                assert_eq!(first, None, "{w}x{h} {layout:?} r={radius:?}: first difference");
+                // Every output segment is counted complete exactly when all its bytes are written.
+                for (segment, &bytes) in counted.iter().enumerate() {
+                    let total = segment_bytes.min(frame - segment * segment_bytes);
+                    assert_eq!(
+                        bytes, total,
+                        "{w}x{h} {layout:?}: segment {segment} of {segment_bytes} bytes"
+                    );
+                }
+            }
         }
     }
 
@@ -368,7 +418,7 @@ mod tests {
         let format = FrameFormat::new(1920, 1080, PixelLayout::Rgb).unwrap();
         let plan =
             GaussianPlan::new(&format, &Gaussian::new(None, None, Border::default()).unwrap(), 132).unwrap();
-        assert!((100..=300).contains(&plan.tiles), "{} tiles", plan.tiles);
+        assert!((100..=132).contains(&plan.tiles), "{} tiles", plan.tiles);
         let overhead = plan.bytes_read() as f64 / format.frame_bytes() as f64 - 1.0;
         assert!(overhead < 0.10, "halo overhead {overhead:.3}");
         // The largest kernel must still fit the H100/H200's 227 KiB of shared memory per block.

@@ -17,10 +17,12 @@
 mod cpu;
 mod format;
 mod gpu;
+mod overlap;
 
 pub use cpu::gaussian_cpu;
 pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane};
 pub use gpu::{GaussianPlan, gaussian};
+pub use overlap::{GaussianOverlap, SEGMENTS_ENV};
 
 use crate::error::{Error, Result};
 

@@ -1,0 +1,307 @@
+//! [`GaussianOverlap`]: the blur of a frame in pinned host memory, with its upload, the kernel
+//! and its download overlapped inside the frame.
+//!
+//! Copied whole, a frame crosses the link in, is blurred, and crosses back: three steps one
+//! after the other. Here the frame is cut into segments of bytes. A copy engine uploads them
+//! in order and raises a word in device memory after each (`cuStreamWriteValue32`); the
+//! kernel, launched at once, blurs each chunk of rows as soon as the segments it reads have
+//! arrived, and raises a word when it has written every byte of an output segment; a second
+//! copy engine, waiting on those words (`cuStreamWaitValue32`), downloads each segment as soon
+//! as it is done. Uploads, blurring and downloads then run at the same time, and a frame takes
+//! little more than its upload.
+//!
+//! Still one kernel launch per frame. The segment count follows the frame size (about 1 MiB
+//! each, 1 to 16); the environment variable [`SEGMENTS_ENV`] overrides it, `1` giving the
+//! plain copy, blur, copy sequence for comparison.
+
+use super::GaussianPlan;
+use super::cpu::check;
+use crate::backend::Device;
+use crate::backend::cuda::{Event, Stream};
+use crate::error::{Error, Result};
+use crate::handoff::{Lease, Lent, Queue};
+use crate::memory::{Buffer, DeviceBuf, WritableBuffer};
+
+/// Overrides the number of segments a frame is cut into (1 to 64).
+pub const SEGMENTS_ENV: &str = "HETMEM_SEGMENTS";
+
+/// Bytes per segment the default count aims at: a copy long enough to run at the copy
+/// engine's full rate, short enough that the first segment arrives early.
+const SEGMENT_TARGET: usize = 1 << 20;
+/// The most segments by default.
+const MAX_DEFAULT_SEGMENTS: usize = 16;
+/// The most segments [`SEGMENTS_ENV`] may ask for.
+const MAX_SEGMENTS: usize = 64;
+
+/// The upload, blur and download of one frame format, overlapped; holds its two copy streams
+/// and the words the copies and the kernel signal through.
+pub struct GaussianOverlap {
+    /// ready_in, ready_out and done, one word per segment each; lent to the queue for good.
+    /// First field, so it drops (waiting for the last frame) before the streams.
+    sync: Lent<DeviceBuf<u32>>,
+    upload: Stream,
+    download: Stream,
+    start: Event,
+    uploaded: Event,
+    downloaded: Event,
+    plan: GaussianPlan,
+    segments: usize,
+    segment_bytes: usize,
+    seq: u32,
+}
+
+impl std::fmt::Debug for GaussianOverlap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GaussianOverlap")
+            .field("format", self.plan.format())
+            .field("segments", &self.segments)
+            .field("segment_bytes", &self.segment_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The segment size for `frame` bytes cut into about `segments` pieces: a multiple of 16 bytes
+/// (so copies stay aligned), under 2 GiB (the kernel counts a segment's bytes in 32 bits).
+fn segment_bytes(frame: usize, segments: usize) -> usize {
+    frame.div_ceil(segments.max(1)).next_multiple_of(16).clamp(16, 1 << 31)
+}
+
+/// The segment count: [`SEGMENTS_ENV`] if set, else about one per [`SEGMENT_TARGET`] bytes.
+fn segment_count(frame: usize) -> Result<usize> {
+    match std::env::var(SEGMENTS_ENV) {
+        Ok(value) => match value.trim().parse::<usize>() {
+            Ok(count) if (1..=MAX_SEGMENTS).contains(&count) => Ok(count),
+            _ => Err(Error::invalid(
+                SEGMENTS_ENV,
+                format!("`{value}`: give a whole number from 1 to {MAX_SEGMENTS}, or unset it"),
+            )),
+        },
+        Err(_) => Ok(frame.div_ceil(SEGMENT_TARGET).clamp(1, MAX_DEFAULT_SEGMENTS)),
+    }
+}
+
+impl GaussianOverlap {
+    /// Streams, events and signal words for blurring `plan`'s frames on `queue`.
+    ///
+    /// # Errors
+    /// `queue` is not on a CUDA device of `device`, a bad [`SEGMENTS_ENV`], or the driver's
+    /// error.
+    pub fn new(device: &Device, queue: &Queue, plan: &GaussianPlan) -> Result<GaussianOverlap> {
+        GaussianOverlap::with_segments(device, queue, plan, segment_count(plan.format().frame_bytes())?)
+    }
+
+    /// Like [`GaussianOverlap::new`], with the frame cut into about `segments` pieces (fewer
+    /// when the frame is too small for that many 16-byte segments).
+    ///
+    /// # Errors
+    /// `segments` outside 1 to 64, `queue` not on a CUDA device of `device`, or the driver's
+    /// error.
+    pub fn with_segments(
+        device: &Device,
+        queue: &Queue,
+        plan: &GaussianPlan,
+        segments: usize,
+    ) -> Result<GaussianOverlap> {
+        if !(1..=MAX_SEGMENTS).contains(&segments) {
+            return Err(Error::invalid(
+                "overlapped blur",
+                format!("{segments} segments; give 1 to {MAX_SEGMENTS}"),
+            ));
+        }
+        let (Some(gpu), Some(queue_gpu)) = (device.as_cuda(), queue.cuda_device()) else {
+            return Err(Error::invalid("overlapped blur", "it needs a queue on a CUDA device"));
+        };
+        if gpu.ordinal() != queue_gpu.ordinal() {
+            return Err(Error::invalid("overlapped blur", "the queue belongs to another device"));
+        }
+        let frame = plan.format().frame_bytes();
+        let segment_bytes = segment_bytes(frame, segments);
+        let segments = frame.div_ceil(segment_bytes);
+        let mut sync = DeviceBuf::<u32>::new(device, 3 * segments)?;
+        sync.copy_from_slice(&vec![0; 3 * segments])?;
+        Ok(GaussianOverlap {
+            sync: queue.lend(sync),
+            upload: Stream::new(gpu)?,
+            download: Stream::new(gpu)?,
+            start: Event::new(gpu, false)?,
+            uploaded: Event::new(gpu, false)?,
+            downloaded: Event::new(gpu, false)?,
+            plan: plan.clone(),
+            segments,
+            segment_bytes,
+            seq: 0,
+        })
+    }
+
+    /// Segments per frame.
+    pub fn segments(&self) -> usize {
+        self.segments
+    }
+
+    /// Queues the upload of `host_input` into `device_input`, the blur into `device_output`
+    /// and the download into `host_output`, overlapped, on `queue`; `table` is the plan's
+    /// table in device memory. Every lease records the frame's completion.
+    ///
+    /// # Errors
+    /// Buffers of the wrong size, a table that is not the plan's, leases of another queue, or
+    /// the driver's error. Work already queued when an error happens is still waited for by
+    /// the leases.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run<T, HI, DI, DO, HO>(
+        &mut self,
+        queue: &Queue,
+        table: &T,
+        host_input: &HI,
+        device_input: &mut Lent<DI>,
+        device_output: &mut Lent<DO>,
+        host_output: &mut Lent<HO>,
+    ) -> Result<()>
+    where
+        T: Lease,
+        T::Buf: Buffer<Elem = u32>,
+        HI: Lease,
+        HI::Buf: Buffer<Elem = u8>,
+        DI: WritableBuffer<Elem = u8>,
+        DO: WritableBuffer<Elem = u8>,
+        HO: WritableBuffer<Elem = u8>,
+    {
+        let plan = &self.plan;
+        let frame = plan.format().frame_bytes();
+        check(plan.format(), plan.kernel(), host_input.len(), host_output.len())?;
+        check(plan.format(), plan.kernel(), device_input.len(), device_output.len())?;
+        if table.len() != plan.table().len() {
+            return Err(Error::invalid(
+                "gaussian table",
+                format!("{} words; the plan's table has {}", table.len(), plan.table().len()),
+            ));
+        }
+        let device = queue.cuda_device().ok_or_else(|| Error::invalid("overlapped blur", "a CPU queue"))?;
+        let kernel = plan.entry_point(device, "gaussian_u8_overlap")?;
+        let config = plan.launch_config();
+        let [table_at, host_in, dev_in, dev_out, host_out, sync] = [
+            queue.address_of(table)?,
+            queue.address_of(host_input)?,
+            queue.address_of(device_input)?,
+            queue.address_of(device_output)?,
+            queue.address_of(host_output)?,
+            queue.address_of(&self.sync)?,
+        ];
+        for (what, address) in [("table", table_at), ("device input", dev_in), ("device output", dev_out)] {
+            if address == 0 {
+                return Err(Error::invalid("overlapped blur", format!("the {what} has no device address")));
+            }
+        }
+        self.seq = self.seq.checked_add(1).unwrap_or(1);
+        let (seq, segments, segment_bytes) = (self.seq, self.segments, self.segment_bytes);
+        let ready_in = |s: usize| sync + 4 * s as u64;
+        let ready_out = |s: usize| sync + 4 * (segments + s) as u64;
+        let piece = |s: usize| {
+            let offset = s * segment_bytes;
+            (offset as u64, segment_bytes.min(frame - offset))
+        };
+        let mut words: [u64; 11] = [
+            dev_in,
+            dev_out,
+            table_at,
+            plan.format().planes().len() as u64,
+            u64::from(plan.kernel().radius()),
+            u64::from(plan.kernel().border().code()),
+            sync,
+            segments as u64,
+            segment_bytes as u64,
+            frame as u64,
+            u64::from(seq),
+        ];
+        let mut pointers: Vec<*mut std::ffi::c_void> =
+            words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
+        let (upload, download) = (&self.upload, &self.download);
+        let (start, uploaded, downloaded) = (&self.start, &self.uploaded, &self.downloaded);
+        let mut failure = None;
+        let leases = [
+            table.state(),
+            host_input.state(),
+            device_input.state(),
+            device_output.state(),
+            host_output.state(),
+            self.sync.state(),
+        ];
+        let joined = queue.submit_joined(&leases, |main| {
+            start.record(main)?;
+            upload.wait_event(start)?;
+            download.wait_event(start)?;
+            let queued = (|| -> Result<()> {
+                for s in 0..segments {
+                    let (offset, bytes) = piece(s);
+                    // SAFETY: both ranges lie inside one-frame buffers (sizes checked above)
+                    // held by leases that record the fence `submit_joined` makes after this
+                    // work, which waits for this stream (joined below); device_input is lent.
+                    unsafe { upload.copy_async(dev_in + offset, host_in + offset, bytes) }?;
+                    // SAFETY: ready_in(s) is inside the sync buffer, lent to this queue for
+                    // the life of `self`.
+                    unsafe { upload.write_value32(ready_in(s), seq) }?;
+                }
+                // SAFETY: gaussian_u8_overlap(src, dst, table, plane_count, radius, border,
+                // sync, segments, segment_bytes, frame_bytes, seq) matches `words` in order and
+                // type (32-bit parameters read the low half of their little-endian word). The
+                // table is the plan's and the buffers are one frame (checked), so the kernel
+                // stays inside them and inside the 3 * segments words of `sync`; every lease
+                // records the fence made after this work.
+                unsafe { kernel.launch(main, config, &mut pointers) }?;
+                for s in 0..segments {
+                    let (offset, bytes) = piece(s);
+                    // SAFETY: the kernel launched above stores `seq` into every ready_out
+                    // word once it has written that segment, so the wait ends.
+                    unsafe { download.wait_value32(ready_out(s), seq) }?;
+                    // SAFETY: as for the upload; host_output is lent.
+                    unsafe { download.copy_async(host_out + offset, dev_out + offset, bytes) }?;
+                }
+                Ok(())
+            })();
+            failure = queued.err();
+            // Join both copy streams back, so the fence recorded after this covers them too.
+            uploaded.record(upload)?;
+            main.wait_event(uploaded)?;
+            downloaded.record(download)?;
+            main.wait_event(downloaded)?;
+            Ok(())
+        });
+        if let Err(error) = joined {
+            // The streams could not be joined: wait for them here instead, so no lease is
+            // given back while a copy or the kernel may still use its buffer.
+            for stream in [upload, download] {
+                if let Err(sync_error) = stream.synchronize() {
+                    tracing::error!("waiting for a copy stream after a failed frame: {sync_error}");
+                }
+            }
+            if let Err(sync_error) = queue.synchronize() {
+                tracing::error!("waiting for the queue after a failed frame: {sync_error}");
+            }
+            return Err(error);
+        }
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_are_aligned_and_cover_the_frame() {
+        for (frame, count) in [(6_220_800, 6), (63, 4), (20, 4), (1, 1), (5 << 20, 64)] {
+            let bytes = segment_bytes(frame, count);
+            assert_eq!(bytes % 16, 0, "{frame} bytes in {count}");
+            let segments = frame.div_ceil(bytes);
+            assert!(segments <= count && segments >= 1, "{frame} bytes in {count}: {segments}");
+            assert!((segments - 1) * bytes < frame && segments * bytes >= frame);
+        }
+    }
+
+    #[test]
+    fn a_1080p_rgb_frame_makes_about_one_mebibyte_segments() {
+        assert_eq!(std::env::var(SEGMENTS_ENV).ok(), None, "unset {SEGMENTS_ENV} for this test");
+        assert_eq!(segment_count(1920 * 1080 * 3).unwrap(), 6);
+        assert_eq!(segment_count(100).unwrap(), 1);
+        assert_eq!(segment_count(1 << 30).unwrap(), MAX_DEFAULT_SEGMENTS);
+    }
+}
