@@ -250,186 +250,193 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
     const int taps = 2 * r + 1;
     const unsigned int* planes = table + taps;
 
-    unsigned int plane = 0;
-    for (unsigned int p = 1; p < plane_count; ++p) {
-        if (blockIdx.x >= planes[p * PLANE_WORDS + 9]) {
-            plane = p;
-        }
-    }
-    if (threadIdx.x < PLANE_WORDS) {
-        plane_words[threadIdx.x] = planes[plane * PLANE_WORDS + threadIdx.x];
-    }
     for (int k = threadIdx.x; k < taps; k += blockDim.x) {
         weights[k] = table[k];
     }
-    __syncthreads();
-
-    Tile t;
-    const unsigned long long offset =
-        (unsigned long long)plane_words[0] | ((unsigned long long)plane_words[1] << 32);
-    t.width = (int)plane_words[2];
-    t.height = (int)plane_words[3];
-    t.channels = (int)plane_words[4];
-    const int band_px = (int)plane_words[5];
-    const int bands = (int)plane_words[6];
-    const int range_rows = (int)plane_words[8];
-    const int tile = (int)(blockIdx.x - plane_words[9]);
-    t.x0 = (tile % bands) * band_px;
-    const int band_width = min(band_px, t.width - t.x0);
-    t.y0 = (tile / bands) * range_rows;
-    t.y1 = min(t.y0 + range_rows, t.height);
-    if (band_width <= 0 || t.y0 >= t.y1) {
-        return;
-    }
-    t.row_bytes = (long long)t.width * t.channels;
-    t.src = src + offset;
-    t.dst = dst + offset;
-    t.seg_lo = t.x0 - r;
-    const int seg_hi = t.x0 + band_width + r;
-    t.a_px = max(t.seg_lo, 0);
-    t.b_px = min(seg_hi, t.width);
-    t.lead = (t.a_px - t.seg_lo) * t.channels;
-    t.load_bytes = (t.b_px - t.a_px) * t.channels;
-    const int seg_bytes = (seg_hi - t.seg_lo) * t.channels;
-    t.out_bytes = band_width * t.channels;
-    t.halo_bytes = ((seg_hi - t.seg_lo) - (t.b_px - t.a_px)) * t.channels;
-    t.in_stride = ((15 + seg_bytes + 16) + 15) & ~15;
-    t.out_stride = ((15 + t.out_bytes + 16) + 15) & ~15;
-    t.ring = CHUNK + 2 * r;
-    const int mid_stride = (t.out_bytes + 3) & ~3;  // u16 per row, whole quads
-
-    // Shared memory: input rows, the ring of horizontal results, the staged output rows; each
-    // section starts on 16 bytes.
-    unsigned char* in_rows = shared;
-    unsigned short* mid = (unsigned short*)(shared + (size_t)t.ring * t.in_stride);
-    unsigned char* out_rows =
-        shared + (size_t)t.ring * t.in_stride + ((((size_t)t.ring * mid_stride * 2) + 15) & ~(size_t)15);
-
-    // Prologue: load the first chunk with its halo rows above.
-    int load_first = t.y0 - r;  // the virtual row of the first row in in_rows
-    int n_load = min(CHUNK, t.y1 - t.y0) + 2 * r;
-    int cur = 0;
-    uint4 vectors[LOADS_PER_THREAD];
-    locate_rows(t, load_first, n_load, border, row_offset[cur], row_base[cur]);
-    __syncthreads();
-    if (OVERLAP) {
-        wait_for_rows<OVERLAP>(t, o, offset, n_load, row_offset[cur]);
-        __syncthreads();
-    }
-    issue_loads<OVERLAP>(t, n_load, row_offset[cur], vectors);
-    store_loads<OVERLAP>(t, n_load, row_offset[cur], row_base[cur], vectors, in_rows, border);
-    __syncthreads();
-
-    for (int yo = t.y0; yo < t.y1; yo += CHUNK) {
-        const int n_out = min(CHUNK, t.y1 - yo);
-        const int next_out = min(CHUNK, t.y1 - (yo + CHUNK));
-        const int next_first = load_first + n_load;
-        const int nxt = cur ^ 1;
-
-        // 0. The plain kernel issues the next chunk's loads first: they are in flight during
-        // both passes and the write-out, so reading the link never pauses for arithmetic.
-        if (!OVERLAP && next_out > 0) {
-            locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
-            __syncthreads();
-            issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
-        }
-
-        // 1. Horizontal pass of the loaded rows into the ring, four bytes per thread.
-        const int quads = mid_stride / 4;
-        const int first_slot_loaded = load_first - (t.y0 - r);
-        for (int item = threadIdx.x; item < n_load * quads; item += blockDim.x) {
-            const int row = item / quads;
-            const int j0 = (item - row * quads) * 4;
-            const unsigned char* s = in_rows + row * t.in_stride + row_base[cur][row] + j0;
-            unsigned int sums[4] = {0, 0, 0, 0};
-            for (int k = 0; k < taps; ++k) {
-                const unsigned int w = weights[k];
-                const unsigned char* p = s + k * t.channels;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    sums[i] += w * (unsigned int)p[i];
-                }
+    // Tiles in order, a grid's worth at a time: the plain kernel launches one block per tile;
+    // the overlap kernel fewer blocks than tiles, walking down the frame as it arrives.
+    const unsigned int* last_plane = planes + (plane_count - 1) * PLANE_WORDS;
+    const unsigned int tiles = last_plane[9] + last_plane[6] * last_plane[7];
+    for (unsigned int index = blockIdx.x; index < tiles; index += gridDim.x) {
+        __syncthreads();  // the previous tile is done with every shared array
+        unsigned int plane = 0;
+        for (unsigned int p = 1; p < plane_count; ++p) {
+            if (index >= planes[p * PLANE_WORDS + 9]) {
+                plane = p;
             }
-            const int slot = (first_slot_loaded + row) % t.ring;
-            unsigned short* out = mid + slot * mid_stride + j0;
-            // Bytes past the row end are computed from the row's spare shared bytes and never read.
-            uint2 packed;
-            packed.x = ((sums[0] + 128u) >> 8) | (((sums[1] + 128u) >> 8) << 16);
-            packed.y = ((sums[2] + 128u) >> 8) | (((sums[3] + 128u) >> 8) << 16);
-            *(uint2*)out = packed;
+        }
+        if (threadIdx.x < PLANE_WORDS) {
+            plane_words[threadIdx.x] = planes[plane * PLANE_WORDS + threadIdx.x];
         }
         __syncthreads();
 
-        // 2. The overlap kernel issues the next chunk's loads once its segment has arrived,
-        // after this chunk's horizontal pass, so waiting never holds back this chunk's output.
-        if (OVERLAP && next_out > 0) {
-            locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
-            __syncthreads();
-            wait_for_rows<OVERLAP>(t, o, offset, next_out, row_offset[nxt]);
-            __syncthreads();
-            issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
+        Tile t;
+        const unsigned long long offset =
+            (unsigned long long)plane_words[0] | ((unsigned long long)plane_words[1] << 32);
+        t.width = (int)plane_words[2];
+        t.height = (int)plane_words[3];
+        t.channels = (int)plane_words[4];
+        const int band_px = (int)plane_words[5];
+        const int bands = (int)plane_words[6];
+        const int range_rows = (int)plane_words[8];
+        const int tile = (int)(index - plane_words[9]);
+        t.x0 = (tile % bands) * band_px;
+        const int band_width = min(band_px, t.width - t.x0);
+        t.y0 = (tile / bands) * range_rows;
+        t.y1 = min(t.y0 + range_rows, t.height);
+        if (band_width <= 0 || t.y0 >= t.y1) {
+            continue;
         }
+        t.row_bytes = (long long)t.width * t.channels;
+        t.src = src + offset;
+        t.dst = dst + offset;
+        t.seg_lo = t.x0 - r;
+        const int seg_hi = t.x0 + band_width + r;
+        t.a_px = max(t.seg_lo, 0);
+        t.b_px = min(seg_hi, t.width);
+        t.lead = (t.a_px - t.seg_lo) * t.channels;
+        t.load_bytes = (t.b_px - t.a_px) * t.channels;
+        const int seg_bytes = (seg_hi - t.seg_lo) * t.channels;
+        t.out_bytes = band_width * t.channels;
+        t.halo_bytes = ((seg_hi - t.seg_lo) - (t.b_px - t.a_px)) * t.channels;
+        t.in_stride = ((15 + seg_bytes + 16) + 15) & ~15;
+        t.out_stride = ((15 + t.out_bytes + 16) + 15) & ~15;
+        t.ring = CHUNK + 2 * r;
+        const int mid_stride = (t.out_bytes + 3) & ~3;  // u16 per row, whole quads
 
-        // 3. Vertical pass into the staged output rows, four bytes per thread.
-        for (int item = threadIdx.x; item < n_out * quads; item += blockDim.x) {
-            const int row = item / quads;
-            const int j0 = (item - row * quads) * 4;
-            const int y = yo + row;
-            unsigned int sums[4] = {1u << 23, 1u << 23, 1u << 23, 1u << 23};
-            int slot = (y - t.y0) % t.ring;  // the slot of virtual row y - r
-            for (int k = 0; k < taps; ++k) {
-                const uint2 m = *(const uint2*)(mid + slot * mid_stride + j0);
-                const unsigned int w = weights[k];
-                sums[0] += w * (m.x & 0xffffu);
-                sums[1] += w * (m.x >> 16);
-                sums[2] += w * (m.y & 0xffffu);
-                sums[3] += w * (m.y >> 16);
-                slot = slot + 1 == t.ring ? 0 : slot + 1;
-            }
-            const unsigned char* g = t.dst + y * t.row_bytes + (long long)t.x0 * t.channels;
-            const int base = (int)((unsigned long long)g & 15);
-            unsigned char* o = out_rows + row * t.out_stride + base + j0;
-            const int valid = min(4, t.out_bytes - j0);
-            for (int i = 0; i < valid; ++i) {
-                o[i] = (unsigned char)(sums[i] >> 24);
-            }
-        }
+        // Shared memory: input rows, the ring of horizontal results, the staged output rows; each
+        // section starts on 16 bytes.
+        unsigned char* in_rows = shared;
+        unsigned short* mid = (unsigned short*)(shared + (size_t)t.ring * t.in_stride);
+        unsigned char* out_rows =
+            shared + (size_t)t.ring * t.in_stride + ((((size_t)t.ring * mid_stride * 2) + 15) & ~(size_t)15);
+
+        // Prologue: load the first chunk with its halo rows above.
+        int load_first = t.y0 - r;  // the virtual row of the first row in in_rows
+        int n_load = min(CHUNK, t.y1 - t.y0) + 2 * r;
+        int cur = 0;
+        uint4 vectors[LOADS_PER_THREAD];
+        locate_rows(t, load_first, n_load, border, row_offset[cur], row_base[cur]);
         __syncthreads();
-
-        // 4. Write the staged rows out, aligned 16-byte vectors and bytes at the ends.
-        const int out_units = t.out_bytes / 16 + 2;
-        for (int item = threadIdx.x; item < n_out * out_units; item += blockDim.x) {
-            const int row = item / out_units;
-            const int unit = item - row * out_units;
-            unsigned char* g = t.dst + (yo + row) * t.row_bytes + (long long)t.x0 * t.channels;
-            const unsigned char* o = out_rows + row * t.out_stride + (int)((unsigned long long)g & 15);
-            const long long start = align_down(g) + 16ll * unit;
-            if (start >= t.out_bytes) {
-                continue;
-            }
-            if (start >= 0 && start + 16 <= t.out_bytes) {
-                *(uint4*)(g + start) = *(const uint4*)(o + start);
-            } else {
-                const int lo = (int)max(start, 0ll);
-                const int hi = (int)min(start + 16, (long long)t.out_bytes);
-                for (int i = lo; i < hi; ++i) {
-                    g[i] = o[i];
-                }
-            }
-        }
-
-        // 5. Put the next chunk's rows in place.
-        if (next_out > 0) {
-            store_loads<OVERLAP>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
-        }
         if (OVERLAP) {
-            __threadfence();  // this chunk's output, before it is counted
+            wait_for_rows<OVERLAP>(t, o, offset, n_load, row_offset[cur]);
+            __syncthreads();
         }
+        issue_loads<OVERLAP>(t, n_load, row_offset[cur], vectors);
+        store_loads<OVERLAP>(t, n_load, row_offset[cur], row_base[cur], vectors, in_rows, border);
         __syncthreads();
-        count_written<OVERLAP>(t, o, offset, yo, n_out);
-        load_first = next_first;
-        n_load = next_out;
-        cur = nxt;
+
+        for (int yo = t.y0; yo < t.y1; yo += CHUNK) {
+            const int n_out = min(CHUNK, t.y1 - yo);
+            const int next_out = min(CHUNK, t.y1 - (yo + CHUNK));
+            const int next_first = load_first + n_load;
+            const int nxt = cur ^ 1;
+
+            // 0. The plain kernel issues the next chunk's loads first: they are in flight during
+            // both passes and the write-out, so reading the link never pauses for arithmetic.
+            if (!OVERLAP && next_out > 0) {
+                locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
+                __syncthreads();
+                issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
+            }
+
+            // 1. Horizontal pass of the loaded rows into the ring, four bytes per thread.
+            const int quads = mid_stride / 4;
+            const int first_slot_loaded = load_first - (t.y0 - r);
+            for (int item = threadIdx.x; item < n_load * quads; item += blockDim.x) {
+                const int row = item / quads;
+                const int j0 = (item - row * quads) * 4;
+                const unsigned char* s = in_rows + row * t.in_stride + row_base[cur][row] + j0;
+                unsigned int sums[4] = {0, 0, 0, 0};
+                for (int k = 0; k < taps; ++k) {
+                    const unsigned int w = weights[k];
+                    const unsigned char* p = s + k * t.channels;
+    #pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        sums[i] += w * (unsigned int)p[i];
+                    }
+                }
+                const int slot = (first_slot_loaded + row) % t.ring;
+                unsigned short* out = mid + slot * mid_stride + j0;
+                // Bytes past the row end are computed from the row's spare shared bytes and never read.
+                uint2 packed;
+                packed.x = ((sums[0] + 128u) >> 8) | (((sums[1] + 128u) >> 8) << 16);
+                packed.y = ((sums[2] + 128u) >> 8) | (((sums[3] + 128u) >> 8) << 16);
+                *(uint2*)out = packed;
+            }
+            __syncthreads();
+
+            // 2. The overlap kernel issues the next chunk's loads once its segment has arrived,
+            // after this chunk's horizontal pass, so waiting never holds back this chunk's output.
+            if (OVERLAP && next_out > 0) {
+                locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
+                __syncthreads();
+                wait_for_rows<OVERLAP>(t, o, offset, next_out, row_offset[nxt]);
+                __syncthreads();
+                issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
+            }
+
+            // 3. Vertical pass into the staged output rows, four bytes per thread.
+            for (int item = threadIdx.x; item < n_out * quads; item += blockDim.x) {
+                const int row = item / quads;
+                const int j0 = (item - row * quads) * 4;
+                const int y = yo + row;
+                unsigned int sums[4] = {1u << 23, 1u << 23, 1u << 23, 1u << 23};
+                int slot = (y - t.y0) % t.ring;  // the slot of virtual row y - r
+                for (int k = 0; k < taps; ++k) {
+                    const uint2 m = *(const uint2*)(mid + slot * mid_stride + j0);
+                    const unsigned int w = weights[k];
+                    sums[0] += w * (m.x & 0xffffu);
+                    sums[1] += w * (m.x >> 16);
+                    sums[2] += w * (m.y & 0xffffu);
+                    sums[3] += w * (m.y >> 16);
+                    slot = slot + 1 == t.ring ? 0 : slot + 1;
+                }
+                const unsigned char* g = t.dst + y * t.row_bytes + (long long)t.x0 * t.channels;
+                const int base = (int)((unsigned long long)g & 15);
+                unsigned char* o = out_rows + row * t.out_stride + base + j0;
+                const int valid = min(4, t.out_bytes - j0);
+                for (int i = 0; i < valid; ++i) {
+                    o[i] = (unsigned char)(sums[i] >> 24);
+                }
+            }
+            __syncthreads();
+
+            // 4. Write the staged rows out, aligned 16-byte vectors and bytes at the ends.
+            const int out_units = t.out_bytes / 16 + 2;
+            for (int item = threadIdx.x; item < n_out * out_units; item += blockDim.x) {
+                const int row = item / out_units;
+                const int unit = item - row * out_units;
+                unsigned char* g = t.dst + (yo + row) * t.row_bytes + (long long)t.x0 * t.channels;
+                const unsigned char* o = out_rows + row * t.out_stride + (int)((unsigned long long)g & 15);
+                const long long start = align_down(g) + 16ll * unit;
+                if (start >= t.out_bytes) {
+                    continue;
+                }
+                if (start >= 0 && start + 16 <= t.out_bytes) {
+                    *(uint4*)(g + start) = *(const uint4*)(o + start);
+                } else {
+                    const int lo = (int)max(start, 0ll);
+                    const int hi = (int)min(start + 16, (long long)t.out_bytes);
+                    for (int i = lo; i < hi; ++i) {
+                        g[i] = o[i];
+                    }
+                }
+            }
+
+            // 5. Put the next chunk's rows in place.
+            if (next_out > 0) {
+                store_loads<OVERLAP>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
+            }
+            if (OVERLAP) {
+                __threadfence();  // this chunk's output, before it is counted
+            }
+            __syncthreads();
+            count_written<OVERLAP>(t, o, offset, yo, n_out);
+            load_first = next_first;
+            n_load = next_out;
+            cur = nxt;
+        }
     }
 }
 

@@ -84,9 +84,6 @@ fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
     for (format, kernel) in cases() {
         let plan = GaussianPlan::new(&format, &kernel, 132).unwrap();
         let frame = format.frame_bytes();
-        let mut table = DeviceBuf::<u32>::new(&device, plan.table().len()).unwrap();
-        table.copy_from_slice(plan.table()).unwrap();
-        let table = queue.share(table);
         for segments in [1, 3, 64] {
             let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments).unwrap();
             let mut host_in = HostBuf::<u8>::pinned(&device, frame, unmapped).unwrap();
@@ -104,9 +101,7 @@ fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
                 let shared_in = queue.share(host_in);
                 let (mut lent_in, mut lent_out) = (queue.lend(dev_in), queue.lend(dev_out));
                 let mut lent_host_out = queue.lend(host_out);
-                overlap
-                    .run(&queue, &table, &shared_in, &mut lent_in, &mut lent_out, &mut lent_host_out)
-                    .unwrap();
+                overlap.run(&queue, &shared_in, &mut lent_in, &mut lent_out, &mut lent_host_out).unwrap();
                 host_out = lent_host_out.reclaim().unwrap();
                 (dev_in, dev_out) = (lent_in.reclaim().unwrap(), lent_out.reclaim().unwrap());
                 host_in = shared_in.reclaim().unwrap();

@@ -120,18 +120,22 @@ impl FrameFilter {
                 2 * frame,
                 2 * frame + table_bytes,
             ),
-            (Strategy::PinnedAsync, Some(queue)) => (
-                Slots::PinnedAsync {
-                    input: Some(HostBuf::pinned(device, frame, unmapped)?),
-                    output: Some(HostBuf::pinned(device, frame, unmapped)?),
-                    device_in: Some(DeviceBuf::new(device, frame)?),
-                    device_out: Some(DeviceBuf::new(device, frame)?),
-                    overlap: Box::new(GaussianOverlap::new(device, queue, &plan)?),
-                },
-                Some(device_table(queue)?),
-                2 * frame,
-                2 * frame + table_bytes,
-            ),
+            (Strategy::PinnedAsync, Some(queue)) => {
+                let overlap = GaussianOverlap::new(device, queue, &plan)?;
+                let overlap_bytes = overlap.device_bytes();
+                (
+                    Slots::PinnedAsync {
+                        input: Some(HostBuf::pinned(device, frame, unmapped)?),
+                        output: Some(HostBuf::pinned(device, frame, unmapped)?),
+                        device_in: Some(DeviceBuf::new(device, frame)?),
+                        device_out: Some(DeviceBuf::new(device, frame)?),
+                        overlap: Box::new(overlap),
+                    },
+                    None,
+                    2 * frame,
+                    2 * frame + overlap_bytes,
+                )
+            }
             (Strategy::ZeroCopy | Strategy::Hybrid, Some(queue)) => {
                 let table = if strategy == Strategy::ZeroCopy {
                     let mut table = HostBuf::<u32>::pinned(device, plan.table().len(), mapped)?;
@@ -244,21 +248,11 @@ impl FrameFilter {
             }
             Slots::PinnedAsync { input, output, device_in, device_out, overlap } => {
                 let queue = queue.expect("GPU strategies have a queue");
-                let Some(Table::Device(table)) = &self.table else {
-                    unreachable!("PinnedAsync keeps its table in device memory")
-                };
                 let host_input = queue.share(input.take().ok_or_else(lost)?);
                 let mut device_input = queue.lend(device_in.take().ok_or_else(lost)?);
                 let mut device_output = queue.lend(device_out.take().ok_or_else(lost)?);
                 let mut host_output = queue.lend(output.take().ok_or_else(lost)?);
-                overlap.run(
-                    queue,
-                    table,
-                    &host_input,
-                    &mut device_input,
-                    &mut device_output,
-                    &mut host_output,
-                )?;
+                overlap.run(queue, &host_input, &mut device_input, &mut device_output, &mut host_output)?;
                 *output = Some(host_output.reclaim()?);
                 *device_out = Some(device_output.reclaim()?);
                 *device_in = Some(device_input.reclaim()?);

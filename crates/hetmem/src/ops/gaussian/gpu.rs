@@ -14,8 +14,12 @@ const CHUNK: usize = 16;
 const PLANE_WORDS: usize = 10;
 /// Threads per block (`THREADS` in gaussian.cu).
 const THREADS: u32 = 1024;
-/// Dynamic shared memory a kernel may use without opting in.
+/// Shared memory a block may use without opting in, static and dynamic together.
 const DEFAULT_SHARED: usize = 48 << 10;
+/// A bound on gaussian.cu's static shared arrays (2.2 KiB today).
+const STATIC_SHARED: usize = 4 << 10;
+/// Rows per range in the overlap kernel's tiling: two chunks.
+const OVERLAP_RANGE_ROWS: usize = 2 * CHUNK;
 
 /// Dynamic shared memory of one block (the sections of gaussian.cu): the input rows of a
 /// chunk with their halo, the ring of horizontal results, the staged output rows.
@@ -34,6 +38,7 @@ pub struct GaussianPlan {
     kernel: Gaussian,
     table: Vec<u32>,
     tiles: u32,
+    blocks: u32,
     shared_bytes: usize,
     bytes_read: u64,
     table_bytes_read: u64,
@@ -49,6 +54,27 @@ impl GaussianPlan {
     /// # Errors
     /// A radius larger than the image.
     pub fn new(format: &FrameFormat, kernel: &Gaussian, multiprocessors: u32) -> Result<GaussianPlan> {
+        GaussianPlan::tiled(format, kernel, multiprocessors, None)
+    }
+
+    /// Tiles `format` for the overlap kernel ([`super::GaussianOverlap`]): ranges of
+    /// [`OVERLAP_RANGE_ROWS`] rows, taken in order by one block per SM, so that each part of
+    /// the frame is blurred by the whole GPU as soon as it arrives. Re-reading the halo rows
+    /// of many ranges costs nothing on the link here: the input is in device memory.
+    pub(super) fn for_overlap(
+        format: &FrameFormat,
+        kernel: &Gaussian,
+        multiprocessors: u32,
+    ) -> Result<GaussianPlan> {
+        GaussianPlan::tiled(format, kernel, multiprocessors, Some(OVERLAP_RANGE_ROWS))
+    }
+
+    fn tiled(
+        format: &FrameFormat,
+        kernel: &Gaussian,
+        multiprocessors: u32,
+        range_rows: Option<usize>,
+    ) -> Result<GaussianPlan> {
         let frame = format.frame_bytes();
         check(format, kernel, frame, frame)?;
         let r = kernel.radius() as usize;
@@ -63,7 +89,7 @@ impl GaussianPlan {
             // stay few.
             let share = (multiprocessors as usize * plane.bytes() / frame).max(1);
             let ranges = (share / bands).clamp(1, plane.height.div_ceil(64).max(1));
-            let range_rows = plane.height.div_ceil(ranges);
+            let range_rows = range_rows.unwrap_or(plane.height.div_ceil(ranges)).min(plane.height);
             let ranges = plane.height.div_ceil(range_rows);
             table.extend_from_slice(&[
                 plane.offset as u32,
@@ -98,6 +124,11 @@ impl GaussianPlan {
             kernel: kernel.clone(),
             table,
             tiles: tiles as u32,
+            blocks: if range_rows.is_some() {
+                tiles.min(multiprocessors as usize) as u32
+            } else {
+                tiles as u32
+            },
             shared_bytes,
             bytes_read,
             table_bytes_read,
@@ -133,16 +164,16 @@ impl GaussianPlan {
     /// Entry point `entry` of gaussian.cu, loaded, with the plan's shared memory allowed.
     pub(super) fn entry_point(&self, device: &CudaDevice, entry: &str) -> Result<Kernel> {
         let kernel = kernels::kernel(device, &GAUSSIAN, entry)?;
-        if self.shared_bytes > DEFAULT_SHARED {
+        if self.shared_bytes + STATIC_SHARED > DEFAULT_SHARED {
             kernel.allow_dynamic_shared(self.shared_bytes as u32)?;
         }
         Ok(kernel)
     }
 
-    /// One block per tile.
+    /// One block per tile, or per SM for the overlap kernel's tiling.
     pub(super) fn launch_config(&self) -> LaunchConfig {
         LaunchConfig {
-            grid: (self.tiles, 1, 1),
+            grid: (self.blocks, 1, 1),
             block: (THREADS, 1, 1),
             shared_bytes: self.shared_bytes as u32,
         }
@@ -392,13 +423,20 @@ mod tests {
         ] {
             let format = FrameFormat::new(w, h, layout).unwrap();
             let kernel = Gaussian::new(radius, sigma, border).unwrap();
-            let plan = GaussianPlan::new(&format, &kernel, sms).unwrap();
             let input: Vec<u8> = (0..format.frame_bytes()).map(|_| fastrand::u8(..)).collect();
             let mut want = vec![0u8; input.len()];
             gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
             let frame = input.len();
-            for segment_bytes in [frame.div_ceil(6).next_multiple_of(16), 16, frame] {
-                let (got, counted) = emulate_kernel(&plan, &input, segment_bytes);
+            let plain = GaussianPlan::new(&format, &kernel, sms).unwrap();
+            let overlap = GaussianPlan::for_overlap(&format, &kernel, sms).unwrap();
+            assert!(overlap.blocks <= sms && plain.blocks == plain.tiles);
+            for (plan, segment_bytes) in [
+                (&plain, frame),
+                (&overlap, frame.div_ceil(6).next_multiple_of(16)),
+                (&overlap, 16),
+                (&overlap, frame.next_multiple_of(16)),
+            ] {
+                let (got, counted) = emulate_kernel(plan, &input, segment_bytes);
                 let first = got.iter().zip(&want).position(|(g, e)| g != e);
                 assert_eq!(first, None, "{w}x{h} {layout:?} r={radius:?}: first difference");
                 // Every output segment is counted complete exactly when all its bytes are written.

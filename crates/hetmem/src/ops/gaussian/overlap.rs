@@ -19,7 +19,7 @@ use super::cpu::check;
 use crate::backend::Device;
 use crate::backend::cuda::{Event, Stream};
 use crate::error::{Error, Result};
-use crate::handoff::{Lease, Lent, Queue};
+use crate::handoff::{Lease, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, WritableBuffer};
 
 /// Overrides the number of segments a frame is cut into (1 to 64).
@@ -39,6 +39,8 @@ pub struct GaussianOverlap {
     /// ready_in, ready_out and done, one word per segment each; lent to the queue for good.
     /// First field, so it drops (waiting for the last frame) before the streams.
     sync: Lent<DeviceBuf<u32>>,
+    /// The overlap tiling's table.
+    table: Shared<DeviceBuf<u32>>,
     upload: Stream,
     download: Stream,
     start: Event,
@@ -81,7 +83,8 @@ fn segment_count(frame: usize) -> Result<usize> {
 }
 
 impl GaussianOverlap {
-    /// Streams, events and signal words for blurring `plan`'s frames on `queue`.
+    /// Streams, events, the table and signal words for blurring `plan`'s frames on `queue`
+    /// (the overlap kernel tiles the frame its own way; `plan` gives the format and kernel).
     ///
     /// # Errors
     /// `queue` is not on a CUDA device of `device`, a bad [`SEGMENTS_ENV`], or the driver's
@@ -114,6 +117,10 @@ impl GaussianOverlap {
         if gpu.ordinal() != queue_gpu.ordinal() {
             return Err(Error::invalid("overlapped blur", "the queue belongs to another device"));
         }
+        let sms = gpu.attributes().multiprocessor_count;
+        let plan = GaussianPlan::for_overlap(plan.format(), plan.kernel(), sms)?;
+        let mut table = DeviceBuf::<u32>::new(device, plan.table().len())?;
+        table.copy_from_slice(plan.table())?;
         let frame = plan.format().frame_bytes();
         let segment_bytes = segment_bytes(frame, segments);
         let segments = frame.div_ceil(segment_bytes);
@@ -121,16 +128,22 @@ impl GaussianOverlap {
         sync.copy_from_slice(&vec![0; 3 * segments])?;
         Ok(GaussianOverlap {
             sync: queue.lend(sync),
+            table: queue.share(table),
             upload: Stream::new(gpu)?,
             download: Stream::new(gpu)?,
             start: Event::new(gpu, false)?,
             uploaded: Event::new(gpu, false)?,
             downloaded: Event::new(gpu, false)?,
-            plan: plan.clone(),
+            plan,
             segments,
             segment_bytes,
             seq: 0,
         })
+    }
+
+    /// Device memory this holds besides the frames: its table and signal words, in bytes.
+    pub fn device_bytes(&self) -> usize {
+        4 * (self.plan.table().len() + 3 * self.segments)
     }
 
     /// Segments per frame.
@@ -139,26 +152,22 @@ impl GaussianOverlap {
     }
 
     /// Queues the upload of `host_input` into `device_input`, the blur into `device_output`
-    /// and the download into `host_output`, overlapped, on `queue`; `table` is the plan's
-    /// table in device memory. Every lease records the frame's completion.
+    /// and the download into `host_output`, overlapped, on `queue`. Every lease records the
+    /// frame's completion.
     ///
     /// # Errors
-    /// Buffers of the wrong size, a table that is not the plan's, leases of another queue, or
+    /// Buffers of the wrong size, leases of another queue, or
     /// the driver's error. Work already queued when an error happens is still waited for by
     /// the leases.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run<T, HI, DI, DO, HO>(
+    pub fn run<HI, DI, DO, HO>(
         &mut self,
         queue: &Queue,
-        table: &T,
         host_input: &HI,
         device_input: &mut Lent<DI>,
         device_output: &mut Lent<DO>,
         host_output: &mut Lent<HO>,
     ) -> Result<()>
     where
-        T: Lease,
-        T::Buf: Buffer<Elem = u32>,
         HI: Lease,
         HI::Buf: Buffer<Elem = u8>,
         DI: WritableBuffer<Elem = u8>,
@@ -169,17 +178,11 @@ impl GaussianOverlap {
         let frame = plan.format().frame_bytes();
         check(plan.format(), plan.kernel(), host_input.len(), host_output.len())?;
         check(plan.format(), plan.kernel(), device_input.len(), device_output.len())?;
-        if table.len() != plan.table().len() {
-            return Err(Error::invalid(
-                "gaussian table",
-                format!("{} words; the plan's table has {}", table.len(), plan.table().len()),
-            ));
-        }
         let device = queue.cuda_device().ok_or_else(|| Error::invalid("overlapped blur", "a CPU queue"))?;
         let kernel = plan.entry_point(device, "gaussian_u8_overlap")?;
         let config = plan.launch_config();
         let [table_at, host_in, dev_in, dev_out, host_out, sync] = [
-            queue.address_of(table)?,
+            queue.address_of(&self.table)?,
             queue.address_of(host_input)?,
             queue.address_of(device_input)?,
             queue.address_of(device_output)?,
@@ -218,7 +221,7 @@ impl GaussianOverlap {
         let (start, uploaded, downloaded) = (&self.start, &self.uploaded, &self.downloaded);
         let mut failure = None;
         let leases = [
-            table.state(),
+            self.table.state(),
             host_input.state(),
             device_input.state(),
             device_output.state(),
