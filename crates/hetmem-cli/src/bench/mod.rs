@@ -72,6 +72,9 @@ enum What {
         /// 30 frames per strategy instead of 300.
         #[arg(long)]
         quick: bool,
+        /// Frames per strategy (overrides --quick).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        frames: Option<u32>,
         /// Strategies to run, comma-separated (default: every one the machine has).
         #[arg(long, value_delimiter = ',')]
         strategies: Vec<String>,
@@ -105,10 +108,10 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
                 link::compare_plots(&report, dir)
             })
         }
-        What::Pipeline { quick, strategies } => {
+        What::Pipeline { quick, frames, strategies } => {
             let wanted: Vec<Strategy> =
                 strategies.iter().map(|name| name.parse()).collect::<Result<_, _>>()?;
-            let frames = if *quick { 30 } else { 300 };
+            let frames = frames.unwrap_or(if *quick { 30 } else { 300 });
             let reports = pipeline::measure(device, frames, &wanted, !args.json && !args.markdown)?;
             emit(args, "pipeline", &reports, &pipeline::tables(&reports), |dir| {
                 pipeline::plots(&reports, dir)
