@@ -32,13 +32,17 @@ pub fn lines(
     if x_min > x_max {
         return Err(anyhow!("{}: nothing to plot", path.display()));
     }
-    let x_range = (x_min / 1.5..x_max * 1.5).log_scale();
+    let x_range = (x_min / 1.5..x_max * 1.5).log_scale().base(4.0);
     let fail = fail(path);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let mut builder = ChartBuilder::on(&root);
     builder.caption(title, ("sans-serif", 22)).margin(16).x_label_area_size(48).y_label_area_size(72);
-    let format_x = |x: &f64| hetmem::bench::sizes::format(x.round() as usize);
+    // Ticks fall on powers of 4; anything else stays unlabelled rather than read `5120 B`.
+    let format_x = |x: &f64| {
+        let bytes = x.round() as usize;
+        if bytes.is_power_of_two() { hetmem::bench::sizes::format(bytes) } else { String::new() }
+    };
     macro_rules! draw {
         ($chart:expr) => {{
             let mut chart = $chart;
@@ -143,4 +147,50 @@ pub fn spread(
 pub fn file_in(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir.join(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use hetmem::bench::Summary;
+
+    use super::{lines, spread};
+
+    fn summary(median: f64) -> Summary {
+        Summary { samples: 5, min: median * 0.8, median, p90: median * 1.2, p99: median * 1.5 }
+    }
+
+    #[test]
+    fn spread_labels_every_column_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = [
+            "pinned_sync_h2d",
+            "pinned_async_h2d",
+            "zero_copy_kernel_read",
+            "file_kernel_read",
+            "doorbell",
+            "x",
+        ];
+        let items: Vec<_> =
+            names.iter().enumerate().map(|(i, n)| (n.to_string(), summary(2.0 + i as f64))).collect();
+        let file = spread(&dir.path().join("spread.svg"), "spread", "us", &items).unwrap();
+        let svg = std::fs::read_to_string(file).unwrap();
+        for name in names {
+            assert!(svg.contains(&format!(">\n{name}\n<")), "{name} is not a label");
+        }
+    }
+
+    #[test]
+    fn lines_draw_each_series_with_a_legend_entry_and_size_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        let series = vec![
+            ("zero_copy_read".to_string(), vec![(4096.0, 3.0), (1048576.0, 40.0), (1073741824.0, 51.0)]),
+            ("pinned_async_h2d".to_string(), vec![(4096.0, 5.0), (1048576.0, 45.0), (1073741824.0, 55.0)]),
+        ];
+        let file = lines(&dir.path().join("lines.svg"), "bw", ("bytes", "GB/s"), &series, false).unwrap();
+        let svg = std::fs::read_to_string(file).unwrap();
+        assert!(svg.contains("zero_copy_read") && svg.contains("pinned_async_h2d"));
+        assert!(svg.matches("<polyline").count() >= 2, "one line per series");
+        assert!(svg.contains("MiB") || svg.contains("GiB") || svg.contains("KiB"), "sizes label the x axis");
+        assert!(lines(&dir.path().join("empty.svg"), "bw", ("bytes", "GB/s"), &[], false).is_err());
+    }
 }
