@@ -51,6 +51,7 @@ struct Rig {
     /// Blocks per launch at most: SMs x 8.
     blocks: u32,
     ordinal: usize,
+    device: CudaDevice,
     slots: DeviceAlloc,
 }
 
@@ -227,6 +228,7 @@ impl Rig {
             strided: kernel("bench_read_strided")?,
             blocks: cuda.attributes().multiprocessor_count.max(1) * 8,
             ordinal: cuda.ordinal(),
+            device: cuda.clone(),
             slots,
             stream,
         })
@@ -457,8 +459,10 @@ impl Rig {
                 };
             }
         };
-        self.stream.synchronize()?;
-        self.second.synchronize()?;
+        // The synchronous copies run on the legacy default stream, which a non-blocking stream
+        // does not wait for (and a pageable upload may still be in flight when it returns), so
+        // the whole device is idle before the check reads the result.
+        self.device.synchronize()?;
         let verified_by = match path {
             Path::PageableH2d | Path::PinnedSyncH2d | Path::PinnedAsyncH2d => {
                 let source =

@@ -51,6 +51,8 @@ pub enum Path {
     /// `memcpy` between two host buffers, one thread: the host side of every other path.
     HostMemcpy,
     /// `cuMemcpyHtoD` from a plain (pageable) `Vec`: the driver stages through its own buffer.
+    /// Timed to the call's return, as a caller sees it (the last staged chunk may still be on
+    /// its way).
     PageableH2d,
     /// `cuMemcpyDtoH` into a plain `Vec`.
     PageableD2h,
