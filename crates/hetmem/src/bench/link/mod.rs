@@ -29,6 +29,8 @@ pub const MAX_SIZE: usize = 1 << 30;
 pub const MIN_LATENCY_SIZE: usize = 4;
 /// The largest latency size.
 pub const MAX_LATENCY_SIZE: usize = 64 << 10;
+/// The most warm-up plus timed repetitions of one cell.
+pub const MAX_RUNS: usize = 1024;
 
 /// Which way the bytes go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -265,8 +267,9 @@ impl LinkOptions {
     /// Checks every size and count.
     ///
     /// # Errors
-    /// A size out of range or not a multiple of 4 KiB, no sizes or paths, zero repeats, or
-    /// latency sizes without samples; the message lists what is accepted.
+    /// A size out of range or not a multiple of 4 KiB, no sizes or paths, zero repeats or more
+    /// than [`MAX_RUNS`] with the warm-up, or latency sizes without samples; the message lists
+    /// what is accepted.
     pub fn validate(&self) -> Result<()> {
         let range = format!("{} to {}", sizes::format(MIN_SIZE), sizes::format(MAX_SIZE));
         if self.sizes.is_empty() {
@@ -297,6 +300,12 @@ impl LinkOptions {
         }
         if self.repeats == 0 || (!self.latency_sizes.is_empty() && self.latency_samples == 0) {
             return Err(Error::invalid("repeats", "need at least one timed repetition and sample"));
+        }
+        if self.warm_up + self.repeats > MAX_RUNS {
+            return Err(Error::invalid(
+                "repeats",
+                format!("{} warm-up and {} timed: at most {MAX_RUNS} together", self.warm_up, self.repeats),
+            ));
         }
         Ok(())
     }
@@ -525,6 +534,9 @@ mod tests {
         options.sizes = vec![4096];
         options.latency_sizes = vec![128 << 10];
         assert!(options.validate().unwrap_err().to_string().contains("64 KiB"));
+        options.latency_sizes = vec![4];
+        options.repeats = MAX_RUNS;
+        assert!(options.validate().unwrap_err().to_string().contains("at most 1024"));
     }
 
     #[test]
