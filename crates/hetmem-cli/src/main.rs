@@ -6,6 +6,8 @@ mod bench;
 mod demo;
 mod doctor;
 mod filter;
+mod frame_strategies;
+mod table;
 
 use std::process::ExitCode;
 

@@ -135,3 +135,147 @@ fn forcing_the_cpu_is_not_reported_as_a_fallback() {
     assert_eq!(report["backend"]["selected"], "cpu");
     assert!(report["backend"]["fallback_reason"].is_null());
 }
+
+fn bench_on_cpu(args: &[&str]) -> Output {
+    let mut all = vec!["--backend", "cpu", "bench"];
+    all.extend_from_slice(args);
+    hetmem(&all, &[])
+}
+
+fn positive(value: &Value) -> bool {
+    value.as_f64().is_some_and(|v| v.is_finite() && v > 0.0)
+}
+
+#[test]
+fn bench_link_on_the_cpu_measures_host_cells_and_says_gpu_cells_were_not_measured() {
+    let output = bench_on_cpu(&["link", "--quick", "--sizes", "4KiB,64KiB", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("valid JSON");
+    assert_eq!(report["gpu_measured"], false);
+    assert!(report["gpu_not_measured_because"].as_str().unwrap().contains("GPU cells were not measured"));
+    assert!(report["ceiling"].is_null() && report["completion"].is_null());
+    let cells = report["bandwidth"].as_array().unwrap();
+    let sizes: Vec<u64> = cells.iter().map(|cell| cell["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, [4096, 65536]);
+    for cell in cells {
+        assert_eq!(cell["path"], "host_memcpy");
+        assert_eq!(cell["direction"], "host");
+        assert!(positive(&cell["gb_s"]["median"]) && positive(&cell["gb_s"]["min"]), "{cell}");
+        assert!(cell["ratio_to_ceiling"].is_null());
+    }
+    let latency = report["latency"].as_array().unwrap();
+    let latency_sizes: Vec<u64> = latency.iter().map(|cell| cell["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(latency_sizes, [4, 65536]);
+    assert!(latency.iter().all(|cell| cell["path"] == "host_memcpy" && positive(&cell["us"]["median"])));
+
+    let text = bench_on_cpu(&["link", "--quick", "--sizes", "4KiB"]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("GPU cells were not measured"), "{text}");
+    assert!(text.contains("host_memcpy"), "{text}");
+}
+
+#[test]
+fn bench_link_rejects_bad_input_listing_what_is_valid() {
+    let unknown = bench_on_cpu(&["link", "--quick", "--paths", "zero_copy_read,warp_drive"]);
+    assert!(!unknown.status.success());
+    let message = stderr(&unknown);
+    assert!(message.contains("warp_drive") && message.contains("managed_prefetch_read"), "{message}");
+    for (sizes, expected) in
+        [("2GiB", "4 KiB to 1 GiB"), ("1000", "multiples of 4 KiB"), ("12parsecs", "KiB")]
+    {
+        let output = bench_on_cpu(&["link", "--quick", "--sizes", sizes]);
+        assert!(!output.status.success(), "{sizes} accepted");
+        assert!(stderr(&output).contains(expected), "{sizes}: {}", stderr(&output));
+    }
+    let latency = bench_on_cpu(&["link", "--quick", "--sizes", "4KiB", "--latency-sizes", "1MiB"]);
+    assert!(!latency.status.success());
+    assert!(stderr(&latency).contains("4 B to 64 KiB"), "{}", stderr(&latency));
+    let both = bench_on_cpu(&["link", "--quick", "--json", "--markdown"]);
+    assert!(!both.status.success(), "--json and --markdown together are refused");
+}
+
+#[test]
+fn bench_link_writes_markdown_json_and_svg_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("saved");
+    let plots = dir.path().join("plots");
+    let output = bench_on_cpu(&[
+        "link",
+        "--quick",
+        "--sizes",
+        "4KiB,16KiB,64KiB",
+        "--markdown",
+        "--save",
+        saved.to_str().unwrap(),
+        "--svg",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let markdown = String::from_utf8_lossy(&output.stdout);
+    assert!(markdown.contains("### link bandwidth on "), "{markdown}");
+    assert!(markdown.contains("| path | 4 KiB | 16 KiB | 64 KiB |\n|---|---:|---:|---:|"), "{markdown}");
+    assert!(markdown.contains("| host_memcpy | "), "{markdown}");
+    assert!(markdown.contains("- GPU cells were not measured"), "{markdown}");
+
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(saved.join("link.json")).unwrap()).unwrap();
+    assert_eq!(json["bandwidth"].as_array().unwrap().len(), 3);
+    let md = std::fs::read_to_string(saved.join("link.md")).unwrap();
+    assert!(md.starts_with("## hetmem bench link\n") && md.contains("| host_memcpy | "), "{md}");
+
+    for (file, series) in [
+        ("bandwidth_vs_size.svg", "host_memcpy"),
+        ("latency_vs_size.svg", "host_memcpy"),
+        ("latency_spread.svg", "host_memcpy"),
+    ] {
+        let svg = std::fs::read_to_string(plots.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{file}");
+        assert!(svg.contains(series), "{file} has no {series} series");
+        assert!(
+            svg.contains("<polyline") || svg.contains("<path") || svg.contains("<line"),
+            "{file}: nothing drawn"
+        );
+    }
+}
+
+#[test]
+fn bench_compare_and_pipeline_run_on_the_cpu() {
+    let output = bench_on_cpu(&["compare", "--quick", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    let methods: Vec<&str> = rows.iter().map(|row| row["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["memcpy_pinned", "memcpy_pageable", "zero_copy", "mmap", "host_memcpy"]);
+    for row in rows {
+        let host = row["method"] == "host_memcpy";
+        assert_eq!(positive(&row["latency_us"]), host, "{row}");
+        assert_eq!(positive(&row["bandwidth_gb_s"]), host, "{row}");
+    }
+    assert!(report["gpu_not_measured_because"].as_str().unwrap().contains("not measured"));
+
+    let output = bench_on_cpu(&["pipeline", "--frames", "1", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let reports: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let sizes: Vec<(u64, u64)> = reports
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|report| (report["width"].as_u64().unwrap(), report["height"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(sizes, [(1920, 1080), (3840, 2160)]);
+    for report in reports.as_array().unwrap() {
+        let row = &report["rows"][0];
+        assert_eq!(row["strategy"], "cpu");
+        assert_eq!(row["verified_bit_exact"], true);
+        assert!(positive(&row["frames_per_s"]));
+        assert!(report["skipped"][0].as_str().unwrap().contains("GPU cells were not measured"));
+    }
+}
+
+#[test]
+fn gpu_only_benches_say_gpu_cells_were_not_measured_on_the_cpu() {
+    let output = bench_on_cpu(&["completion", "--samples", "1"]);
+    assert!(!output.status.success());
+    assert!(stderr(&output).contains("GPU cells were not measured"), "{}", stderr(&output));
+}

@@ -4,8 +4,11 @@
 //! timings use device events or CPU clocks around synchronised work; data is random, never
 //! zeros.
 
+pub mod compare;
 pub mod completion;
+pub mod link;
 pub mod pinning;
+pub mod sizes;
 mod stats;
 
 pub use stats::Summary;

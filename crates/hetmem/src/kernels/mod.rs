@@ -52,8 +52,17 @@ pub static GAUSSIAN: KernelSource = KernelSource {
     options: &[],
 };
 
+/// The link benchmark's zero-copy kernels: coalesced and strided reads folded into a checksum,
+/// writes of a checkable pattern, and a read+write copy.
+pub static BENCH: KernelSource = KernelSource {
+    name: "bench",
+    source: include_str!("../../kernels/bench.cu"),
+    entry_points: &["bench_read_u4", "bench_write_u4", "bench_copy_u4", "bench_read_strided"],
+    options: &[],
+};
+
 /// Every kernel source in hetmem; the compile check builds each of them.
-pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN];
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &BENCH];
 
 /// The architecture the compile check targets when there is no GPU to ask: the H200's.
 pub const DEFAULT_CHECK_ARCH: &str = "sm_90";

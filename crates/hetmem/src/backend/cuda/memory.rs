@@ -82,6 +82,35 @@ impl DeviceAlloc {
         Ok(stream.synchronize()?)
     }
 
+    /// Copies `src` to the start of this allocation with the driver's synchronous copy
+    /// (`cuMemcpyHtoD`), which returns once the copy is done (or, from pageable memory, once
+    /// `src` has been staged).
+    ///
+    /// # Errors
+    /// `src` longer than the allocation, or a failed copy.
+    pub fn upload_sync(&mut self, src: &[u8]) -> Result<()> {
+        self.check_fits(src.len())?;
+        self.ctx.bind()?;
+        // SAFETY: the destination range lies inside this allocation (checked); the call is
+        // synchronous with respect to `src`, so the driver is done with it when it returns.
+        unsafe { result::memcpy_htod_sync(self.ptr, src) }.call("cuMemcpyHtoD")?;
+        Ok(())
+    }
+
+    /// Copies the start of this allocation into `dst` with the driver's synchronous copy
+    /// (`cuMemcpyDtoH`), which returns once `dst` holds the data.
+    ///
+    /// # Errors
+    /// `dst` longer than the allocation, or a failed copy.
+    pub fn download_sync(&self, dst: &mut [u8]) -> Result<()> {
+        self.check_fits(dst.len())?;
+        self.ctx.bind()?;
+        // SAFETY: the source range lies inside this allocation (checked); `dst` is borrowed
+        // mutably for the call, which returns only when the copy into it has finished.
+        unsafe { result::memcpy_dtoh_sync(dst, self.ptr) }.call("cuMemcpyDtoH")?;
+        Ok(())
+    }
+
     /// Sets every byte to zero through `stream` and waits for it.
     ///
     /// # Errors

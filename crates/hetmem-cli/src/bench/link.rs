@@ -1,0 +1,228 @@
+//! `hetmem bench link` and `hetmem bench compare`: the library's reports as tables and plots.
+
+use std::path::{Path, PathBuf};
+
+use hetmem::bench::compare::CompareReport;
+use hetmem::bench::link::{Direction, LinkReport, Path as LinkPath};
+use hetmem::bench::sizes;
+
+use super::plot::{self, Series};
+use super::signals;
+use crate::table::Table;
+
+fn sorted_unique(mut values: Vec<usize>) -> Vec<usize> {
+    values.sort_unstable();
+    values.dedup();
+    values
+}
+
+/// Bandwidth (path x size), latency (path x size) and, where measured, the completion signals.
+pub fn tables(report: &LinkReport) -> Vec<Table> {
+    let mut tables = Vec::new();
+    let sizes_measured = sorted_unique(report.bandwidth.iter().map(|cell| cell.bytes).collect());
+    let mut headers = vec!["path".to_string()];
+    headers.extend(sizes_measured.iter().map(|&bytes| sizes::format(bytes)));
+    let mut bandwidth = Table::new(
+        format!("link bandwidth on {}, GB/s median (share of the copy-engine ceiling)", report.device),
+        &[],
+    );
+    bandwidth.headers = headers.clone();
+    let mut paths: Vec<LinkPath> = Vec::new();
+    for cell in &report.bandwidth {
+        if !paths.contains(&cell.path) {
+            paths.push(cell.path);
+        }
+    }
+    for path in &paths {
+        let mut row = vec![path.name().to_string()];
+        for &bytes in &sizes_measured {
+            let cell = report.bandwidth.iter().find(|cell| cell.path == *path && cell.bytes == bytes);
+            row.push(cell.map_or("-".to_string(), |cell| match cell.ratio_to_ceiling {
+                Some(ratio) => format!("{:.2} ({:.0}%)", cell.gb_s.median, ratio * 100.0),
+                None => format!("{:.2}", cell.gb_s.median),
+            }));
+        }
+        bandwidth.row(row);
+    }
+    if let Some(ceiling) = report.ceiling {
+        bandwidth.note(format!(
+            "ceiling (pinned async copies, best median in this run): H2D {:.2} GB/s, D2H {:.2} GB/s; \
+             two-way rows are per direction, against the slower ceiling",
+            ceiling.h2d_gb_s, ceiling.d2h_gb_s
+        ));
+    }
+    if report.bandwidth.iter().any(|cell| cell.direction != Direction::Host) {
+        bandwidth
+            .note("every cell was checked against the CPU (kernel XOR checksums, word-for-word compares)");
+    }
+    bandwidth.note(format!(
+        "median of up to {} timed repetitions after warm-up; 1 GB/s = 10^9 B/s",
+        report.repeats
+    ));
+    if let Some(because) = &report.gpu_not_measured_because {
+        bandwidth.note(because.clone());
+    }
+    tables.push(bandwidth);
+
+    let latency_sizes = sorted_unique(report.latency.iter().map(|cell| cell.bytes).collect());
+    if !latency_sizes.is_empty() {
+        let mut latency =
+            Table::new(format!("small-transfer latency on {}, us median (p99)", report.device), &[]);
+        latency.headers = vec!["path".to_string()];
+        latency.headers.extend(latency_sizes.iter().map(|&bytes| sizes::format(bytes)));
+        let mut names = Vec::new();
+        for cell in &report.latency {
+            if !names.contains(&cell.path) {
+                names.push(cell.path);
+            }
+        }
+        for path in names {
+            let mut row = vec![path.name().to_string()];
+            for &bytes in &latency_sizes {
+                let cell = report.latency.iter().find(|cell| cell.path == path && cell.bytes == bytes);
+                row.push(match cell {
+                    Some(cell) => cell
+                        .us
+                        .map_or("not measured".to_string(), |us| format!("{:.2} ({:.2})", us.median, us.p99)),
+                    None => "-".to_string(),
+                });
+            }
+            latency.row(row);
+        }
+        for cell in &report.latency {
+            if let Some(note) = &cell.note {
+                let line = format!("{}: {note}", cell.path.name());
+                if !latency.notes.contains(&line) {
+                    latency.note(line);
+                }
+            }
+        }
+        tables.push(latency);
+    }
+    if let Some(completion) = &report.completion {
+        tables.push(signals::completion_table(completion));
+    }
+    tables
+}
+
+/// `bandwidth_vs_size.svg`, `latency_vs_size.svg`, `latency_spread.svg` (the smallest latency
+/// size, and the completion signals).
+pub fn plots(report: &LinkReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let mut series: Vec<Series> = Vec::new();
+    for cell in &report.bandwidth {
+        let point = (cell.bytes as f64, cell.gb_s.median);
+        match series.iter_mut().find(|(name, _)| name == cell.path.name()) {
+            Some((_, points)) => points.push(point),
+            None => series.push((cell.path.name().to_string(), vec![point])),
+        }
+    }
+    if !series.is_empty() {
+        let title = format!("bandwidth vs size, {}", report.device);
+        let file = plot::file_in(dir, "bandwidth_vs_size.svg")?;
+        written.push(plot::lines(&file, &title, ("bytes per transfer", "GB/s (median)"), &series, false)?);
+    }
+    let mut series: Vec<Series> = Vec::new();
+    for cell in &report.latency {
+        let Some(us) = cell.us else { continue };
+        let point = (cell.bytes as f64, us.median);
+        match series.iter_mut().find(|(name, _)| name == cell.path.name()) {
+            Some((_, points)) => points.push(point),
+            None => series.push((cell.path.name().to_string(), vec![point])),
+        }
+    }
+    if series.iter().any(|(_, points)| points.len() > 1) {
+        let title = format!("latency vs size, {}", report.device);
+        let file = plot::file_in(dir, "latency_vs_size.svg")?;
+        written.push(plot::lines(
+            &file,
+            &title,
+            ("bytes per transfer", "microseconds (median)"),
+            &series,
+            true,
+        )?);
+    }
+    let smallest = report.latency.iter().map(|cell| cell.bytes).min();
+    let mut items: Vec<(String, hetmem::bench::Summary)> = report
+        .latency
+        .iter()
+        .filter(|cell| Some(cell.bytes) == smallest)
+        .filter_map(|cell| cell.us.map(|us| (cell.path.name().to_string(), us)))
+        .collect();
+    if let Some(completion) = &report.completion {
+        items.extend(completion.rows.iter().map(|row| {
+            (format!("signal: {}", super::snake_name(&row.mechanism).unwrap_or_default()), row.go_to_known_us)
+        }));
+    }
+    if !items.is_empty() {
+        let title = format!(
+            "latency distribution at {} (bar: min..p99, dot: median, ring: p90)",
+            sizes::format(smallest.unwrap_or(4))
+        );
+        let file = plot::file_in(dir, "latency_spread.svg")?;
+        written.push(plot::spread(&file, &title, "microseconds", &items)?);
+    }
+    Ok(written)
+}
+
+/// Seed 2's table.
+pub fn compare_tables(report: &CompareReport) -> Vec<Table> {
+    let mut table = Table::new(
+        format!("copy vs zero-copy vs mmap on {}, host to device", report.device),
+        &[
+            "method",
+            &format!("latency us ({})", sizes::format(report.small_bytes)),
+            &format!("GB/s ({})", sizes::format(report.large_bytes)),
+            "share of copy engine",
+        ],
+    );
+    let or_dash = |value: Option<String>| value.unwrap_or_else(|| "not measured".to_string());
+    for row in &report.rows {
+        table.row(vec![
+            row.method.to_string(),
+            or_dash(row.latency_us.map(|us| format!("{us:.2}"))),
+            or_dash(row.bandwidth_gb_s.map(|gb| format!("{gb:.2}"))),
+            match (row.ratio_to_ceiling, row.bandwidth_gb_s) {
+                (Some(ratio), _) => format!("{:.0}%", ratio * 100.0),
+                (None, Some(_)) => "n/a (host only)".to_string(),
+                (None, None) => "not measured".to_string(),
+            },
+        ]);
+    }
+    table.note(
+        "memcpy: cuMemcpyHtoD (synchronous); zero_copy and mmap: a kernel reading mapped pinned memory or a \
+         registered read-only file mapping, latency including the launch and the stream synchronisation",
+    );
+    if let Some(because) = &report.gpu_not_measured_because {
+        table.note(because.clone());
+    }
+    vec![table]
+}
+
+/// `compare_latency.svg` and `compare_bandwidth.svg`: one column per method.
+pub fn compare_plots(report: &CompareReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    let point =
+        |value: f64| hetmem::bench::Summary { samples: 1, min: value, median: value, p90: value, p99: value };
+    let latency: Vec<_> = report
+        .rows
+        .iter()
+        .filter_map(|row| row.latency_us.map(|us| (row.method.to_string(), point(us))))
+        .collect();
+    if !latency.is_empty() {
+        let file = plot::file_in(dir, "compare_latency.svg")?;
+        let title = format!("latency of {} (median)", sizes::format(report.small_bytes));
+        written.push(plot::spread(&file, &title, "microseconds", &latency)?);
+    }
+    let bandwidth: Vec<_> = report
+        .rows
+        .iter()
+        .filter_map(|row| row.bandwidth_gb_s.map(|gb| (row.method.to_string(), point(gb))))
+        .collect();
+    if !bandwidth.is_empty() {
+        let file = plot::file_in(dir, "compare_bandwidth.svg")?;
+        let title = format!("bandwidth at {} (median)", sizes::format(report.large_bytes));
+        written.push(plot::spread(&file, &title, "GB/s", &bandwidth)?);
+    }
+    Ok(written)
+}

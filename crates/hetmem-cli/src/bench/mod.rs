@@ -1,0 +1,227 @@
+//! `hetmem bench`: measurements of this machine's ways of sharing memory.
+//!
+//! Every subcommand prints a table, or JSON (`--json`) or Markdown (`--markdown`); `--svg DIR`
+//! also draws plots and `--save DIR` also writes `<name>.json` and `<name>.md`, so one run gives
+//! every form.
+
+mod link;
+mod pipeline;
+mod plot;
+mod signals;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use hetmem::bench::link::{LinkOptions, Path as LinkPath};
+use hetmem::bench::{compare, completion, pinning, sizes};
+use hetmem::{Device, Queue, Strategy};
+
+use crate::table::Table;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true, conflicts_with = "markdown")]
+    json: bool,
+    /// Print Markdown instead of a table.
+    #[arg(long, global = true)]
+    markdown: bool,
+    /// Also draw SVG plots into this folder.
+    #[arg(long, global = true, value_name = "DIR")]
+    svg: Option<PathBuf>,
+    /// Also write <subcommand>.json and <subcommand>.md into this folder.
+    #[arg(long, global = true, value_name = "DIR")]
+    save: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum What {
+    /// Bandwidth vs size and small-transfer latency of every path across the link, against the
+    /// copy engines' own rate. Without a GPU: the host-side cells only.
+    Link {
+        /// A few sizes and repeats (under a minute on a GPU machine).
+        #[arg(long)]
+        quick: bool,
+        /// Bandwidth sizes, comma-separated (4KiB..1GiB, multiples of 4 KiB). Default: 4KiB to
+        /// 1GiB by x4.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<String>,
+        /// Latency sizes, comma-separated (4 B..64KiB); `none` for no latency cells.
+        #[arg(long, value_delimiter = ',')]
+        latency_sizes: Vec<String>,
+        /// Paths to measure, comma-separated (default: all; see the error for the names).
+        #[arg(long, value_delimiter = ',')]
+        paths: Vec<String>,
+        /// Timed repetitions per bandwidth cell.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        repeats: Option<u64>,
+    },
+    /// Seed 2's table: cudaMemcpy (pinned, pageable) vs zero-copy vs mmap, latency of a small
+    /// transfer and bandwidth of a large one.
+    Compare {
+        /// 256 MiB instead of 1 GiB, fewer repeats.
+        #[arg(long)]
+        quick: bool,
+    },
+    /// The per-strategy frame table (Gaussian 5x5 on RGB frames) at 1080p and 4K.
+    Pipeline {
+        /// 30 frames per strategy instead of 300.
+        #[arg(long)]
+        quick: bool,
+        /// Frames per strategy (overrides --quick).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        frames: Option<u32>,
+        /// Strategies to run, comma-separated (default: every one the machine has).
+        #[arg(long, value_delimiter = ',')]
+        strategies: Vec<String>,
+    },
+    /// Time from a kernel's end to the CPU knowing, for every completion signal.
+    Completion {
+        /// Samples per signal.
+        #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+        samples: u64,
+    },
+    /// Pinning cost by method and size, CPU access to pinned memory, and pool reuse.
+    Pinning {
+        /// 64 MiB only, one repeat.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
+    match &args.what {
+        What::Link { quick, sizes, latency_sizes, paths, repeats } => {
+            let options = link_options(*quick, sizes, latency_sizes, paths, *repeats)?;
+            progress(args, "measuring the link (bench link)...");
+            let report = hetmem::bench::link::measure(device, &options).context("link benchmark")?;
+            emit(args, "link", &report, &link::tables(&report), |dir| link::plots(&report, dir))
+        }
+        What::Compare { quick } => {
+            progress(args, "measuring copy vs zero-copy vs mmap (bench compare)...");
+            let report = compare::measure(device, *quick).context("compare benchmark")?;
+            emit(args, "compare", &report, &link::compare_tables(&report), |dir| {
+                link::compare_plots(&report, dir)
+            })
+        }
+        What::Pipeline { quick, frames, strategies } => {
+            let wanted: Vec<Strategy> =
+                strategies.iter().map(|name| name.parse()).collect::<Result<_, _>>()?;
+            let frames = frames.unwrap_or(if *quick { 30 } else { 300 });
+            let reports = pipeline::measure(device, frames, &wanted, !args.json && !args.markdown)?;
+            emit(args, "pipeline", &reports, &pipeline::tables(&reports), |dir| {
+                pipeline::plots(&reports, dir)
+            })
+        }
+        What::Completion { samples } => {
+            require_gpu(device)?;
+            let queue = Queue::new(device)?;
+            let report = completion::measure(&queue, *samples as usize).context("completion benchmark")?;
+            let table = signals::completion_table(&report);
+            emit(args, "completion", &report, &[table], |dir| signals::completion_plots(&report, dir))
+        }
+        What::Pinning { quick } => {
+            require_gpu(device)?;
+            let (sizes, repeats): (&[usize], usize) =
+                if *quick { (&[64 << 20], 1) } else { (&[2 << 20, 64 << 20, 1 << 30], 3) };
+            let report = pinning::measure(device, sizes, repeats).context("pinning benchmark")?;
+            emit(args, "pinning", &report, &signals::pinning_tables(&report), |dir| {
+                signals::pinning_plots(&report, dir)
+            })
+        }
+    }
+}
+
+/// The link options from the command line: the quick or full set, with sizes, paths and
+/// repeats replaced where given.
+fn link_options(
+    quick: bool,
+    sizes_given: &[String],
+    latency_given: &[String],
+    paths: &[String],
+    repeats: Option<u64>,
+) -> anyhow::Result<LinkOptions> {
+    let mut options = if quick { LinkOptions::quick() } else { LinkOptions::full() };
+    if !sizes_given.is_empty() {
+        options.sizes = sizes_given.iter().map(|text| sizes::parse(text)).collect::<Result<_, _>>()?;
+    }
+    if latency_given.iter().any(|text| text == "none") {
+        options.latency_sizes.clear();
+    } else if !latency_given.is_empty() {
+        options.latency_sizes =
+            latency_given.iter().map(|text| sizes::parse(text)).collect::<Result<_, _>>()?;
+    }
+    if !paths.is_empty() {
+        options.paths = paths.iter().map(|name| name.parse::<LinkPath>()).collect::<Result<_, _>>()?;
+    }
+    if let Some(repeats) = repeats {
+        options.repeats = repeats as usize;
+    }
+    options.validate()?;
+    Ok(options)
+}
+
+fn require_gpu(device: &Device) -> anyhow::Result<()> {
+    if device.as_cuda().is_none() {
+        bail!(
+            "this benchmark measures a GPU and none is in use ({}); GPU cells were not measured",
+            device
+                .cpu_fallback_reason()
+                .map_or("the CPU backend was chosen".to_string(), ToString::to_string)
+        );
+    }
+    Ok(())
+}
+
+fn progress(args: &Args, message: &str) {
+    if !args.json && !args.markdown {
+        eprintln!("{message}");
+    }
+}
+
+/// Prints the report as asked, and writes the saved forms and plots.
+fn emit(
+    args: &Args,
+    name: &str,
+    report: &impl serde::Serialize,
+    tables: &[Table],
+    plots: impl FnOnce(&Path) -> anyhow::Result<Vec<PathBuf>>,
+) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, report)?;
+        writeln!(out)?;
+    } else {
+        for table in tables {
+            if args.markdown { table.write_markdown(&mut out)? } else { table.write_text(&mut out)? }
+        }
+    }
+    out.flush()?;
+    if let Some(dir) = &args.save {
+        let json = plot::file_in(dir, &format!("{name}.json"))?;
+        std::fs::write(&json, serde_json::to_string_pretty(report)? + "\n")
+            .with_context(|| format!("writing {}", json.display()))?;
+        let mut markdown = Vec::new();
+        writeln!(markdown, "## hetmem bench {name}\n")?;
+        for table in tables {
+            table.write_markdown(&mut markdown)?;
+        }
+        let md = dir.join(format!("{name}.md"));
+        std::fs::write(&md, markdown).with_context(|| format!("writing {}", md.display()))?;
+    }
+    if let Some(dir) = &args.svg {
+        for file in plots(dir)? {
+            eprintln!("wrote {}", file.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The name an enum variant has in the JSON output (`event_sync`), for the text tables.
+fn snake_name(value: &impl serde::Serialize) -> anyhow::Result<String> {
+    Ok(serde_json::to_value(value)?.as_str().unwrap_or_default().to_string())
+}

@@ -1,0 +1,76 @@
+// Kernels of `hetmem bench link`: moving bytes across the link with the kernel's own loads and
+// stores (zero-copy), and checking that every byte really moved.
+//
+// Each kernel is grid-stride (launched with about SMs x 8 blocks of 512 threads) so any size
+// runs with one launch. Reads fold every 32-bit word into an XOR checksum that is written to
+// device memory and compared with the CPU's: the loads cannot be elided, and a missed or
+// repeated word changes the result. Writes store a value computed from the index, which the
+// CPU recomputes.
+
+// The value written at 32-bit word `i`: a cheap mix of the index and the seed (never all zero).
+__device__ __forceinline__ unsigned int bench_word(unsigned long long i, unsigned int seed) {
+    unsigned int x = (unsigned int)i ^ (unsigned int)(i >> 32) * 0x9E3779B9u ^ seed;
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    x ^= x >> 16;
+    return x;
+}
+
+// XOR of a thread's value across the block, added to *out by one atomic per warp.
+__device__ __forceinline__ void xor_into(unsigned int value, unsigned int* out) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        value ^= __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicXor(out, value);
+    }
+}
+
+// *out ^= XOR of the n16 16-byte vectors at src: coalesced 16-byte loads.
+extern "C" __global__ void bench_read_u4(const uint4* __restrict__ src, unsigned long long n16,
+                                         unsigned int* out) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned int acc = 0;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        const uint4 v = src[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    xor_into(acc, out);
+}
+
+// dst[i] = bench_word(i, seed) for the n16 * 4 words at dst: coalesced 16-byte stores.
+extern "C" __global__ void bench_write_u4(uint4* __restrict__ dst, unsigned long long n16, unsigned int seed) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        const unsigned long long w = i * 4;
+        dst[i] = make_uint4(bench_word(w, seed), bench_word(w + 1, seed), bench_word(w + 2, seed),
+                            bench_word(w + 3, seed));
+    }
+}
+
+// dst[i] = src[i] ^ key over n16 16-byte vectors: every byte crosses the link twice, once
+// each way, at the same time.
+extern "C" __global__ void bench_copy_u4(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                         unsigned long long n16, unsigned int key) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        const uint4 v = src[i];
+        dst[i] = make_uint4(v.x ^ key, v.y ^ key, v.z ^ key, v.w ^ key);
+    }
+}
+
+// *out ^= XOR of the n32 32-bit words at src (n32 a multiple of 32), read in the pitfall's
+// pattern: consecutive threads read words 128 bytes apart, so each warp's 32 loads touch 32
+// lines and each 4-byte load is its own transaction on the link. Every word is still read once.
+extern "C" __global__ void bench_read_strided(const unsigned int* __restrict__ src, unsigned long long n32,
+                                              unsigned int* out) {
+    const unsigned long long lines = n32 / 32;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned int acc = 0;
+    for (unsigned long long g = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; g < n32; g += stride) {
+        acc ^= src[(g % lines) * 32 + g / lines];
+    }
+    xor_into(acc, out);
+}

@@ -1,0 +1,601 @@
+//! The GPU cells: copies through the driver and the copy engines, kernels reading and writing
+//! host memory directly, and managed memory.
+//!
+//! Buffers are made once at the largest size; each cell uses a prefix. Outputs are poisoned
+//! before each cell, so a check can only pass if the cell's own work wrote them. Each read
+//! repetition folds its bytes into its own checksum slot, so every repetition is checked.
+
+use std::ffi::c_void;
+use std::time::Instant;
+
+use super::{
+    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, Path, bench_word, doorbell_round_trip,
+    fill_random, first_pattern_mismatch, fresh_seed, xor_checksum,
+};
+use crate::backend::Device;
+use crate::backend::cuda::{CudaDevice, DeviceAlloc, Event, Kernel, LaunchConfig, MemLocation, Stream};
+use crate::bench::Summary;
+use crate::bench::completion::{self, CompletionReport};
+use crate::error::{Error, Result};
+use crate::handoff::Queue;
+use crate::kernels::{self, BENCH};
+use crate::memory::{
+    Buffer, HostBuf, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions,
+};
+
+/// Checksum slots: one per repetition of a cell.
+const SLOTS: usize = super::MAX_RUNS;
+/// What outputs hold before a cell writes them.
+const POISON: u32 = 0xA5A5_A5A5;
+/// Threads per block of the bench kernels.
+const BLOCK: u32 = 512;
+
+/// The GPU cells and the completion signals.
+pub(super) struct Measured {
+    pub(super) bandwidth: Vec<BandwidthCell>,
+    pub(super) latency: Vec<LatencyCell>,
+    pub(super) completion: Option<CompletionReport>,
+}
+
+/// Streams, events, kernels and the checksum slots.
+struct Rig {
+    stream: Stream,
+    second: Stream,
+    start: Event,
+    end: Event,
+    second_end: Event,
+    read: Kernel,
+    write: Kernel,
+    copy: Kernel,
+    strided: Kernel,
+    /// Blocks per launch at most: SMs x 8.
+    blocks: u32,
+    ordinal: usize,
+    device: CudaDevice,
+    slots: DeviceAlloc,
+}
+
+/// Every buffer the cells use, each at the largest size.
+struct Buffers {
+    /// Pinned, mapped, random: the source of uploads and zero-copy reads.
+    src: HostBuf<u32>,
+    /// Pinned, mapped: the destination of downloads and zero-copy writes.
+    dst: HostBuf<u32>,
+    /// Plain memory, random: the source of pageable uploads.
+    pageable: Vec<u32>,
+    /// Plain memory: the destination of pageable downloads.
+    pageable_out: Vec<u32>,
+    /// Device memory: the destination of uploads.
+    dev_in: DeviceAlloc,
+    /// Device memory holding `bench_word(i, dev_seed)`: the source of downloads.
+    dev_out: DeviceAlloc,
+    dev_seed: u32,
+    /// Memory of the process, registered mapped, random.
+    registered: HostBuf<u32>,
+    /// A temporary file of random data, mapped read-only and registered read-only.
+    file: MappedFile<u32>,
+    /// Managed memory, random.
+    managed: ManagedBuf<u32>,
+}
+
+pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions) -> Result<Measured> {
+    let mut rig = Rig::new(cuda)?;
+    let largest = options.sizes.iter().copied().max().expect("validated: at least one size");
+    let mut buffers = Buffers::new(device, &rig, largest)?;
+    let mut bandwidth = Vec::new();
+    for &bytes in &options.sizes {
+        for &path in &Path::ALL {
+            let ceiling = matches!(path, Path::PinnedAsyncH2d | Path::PinnedAsyncD2h);
+            if path.needs_gpu() && (options.paths.contains(&path) || ceiling) {
+                let (gb_s, verified_by) = rig
+                    .bandwidth(&mut buffers, path, bytes, options)
+                    .map_err(|error| in_cell(error, path.name(), bytes))?;
+                bandwidth.push(BandwidthCell {
+                    path,
+                    direction: path.direction(),
+                    bytes,
+                    gb_s,
+                    ratio_to_ceiling: None,
+                    verified_by,
+                });
+            }
+        }
+    }
+    let mut latency = Vec::new();
+    for &bytes in &options.latency_sizes {
+        for path in [
+            LatencyPath::PageableSyncH2d,
+            LatencyPath::PinnedSyncH2d,
+            LatencyPath::PinnedSyncD2h,
+            LatencyPath::PinnedAsyncH2d,
+            LatencyPath::PinnedAsyncD2h,
+            LatencyPath::ZeroCopyKernelRead,
+            LatencyPath::FileKernelRead,
+        ] {
+            let us = rig
+                .latency(&mut buffers, path, bytes, options.latency_samples)
+                .map_err(|error| in_cell(error, path.name(), bytes))?;
+            let note = matches!(path, LatencyPath::ZeroCopyKernelRead | LatencyPath::FileKernelRead)
+                .then(|| "includes the kernel launch and the stream synchronisation".to_string());
+            latency.push(LatencyCell { path, bytes, us: Some(us), note });
+        }
+    }
+    drop(buffers);
+    let completion = if options.latency_sizes.is_empty() || !options.completion {
+        None
+    } else {
+        let queue = Queue::new(device)?;
+        let report = completion::measure(&queue, options.latency_samples)?;
+        let round_trip = report.rows.first().map(|row| row.go_to_known_us);
+        latency.push(LatencyCell {
+            path: LatencyPath::MappedFlagRoundTrip,
+            bytes: 4,
+            us: round_trip,
+            note: Some("CPU write seen by a waiting kernel, its answer seen by the CPU".to_string()),
+        });
+        let doorbell = doorbell_round_trip(device, options.latency_samples)?;
+        latency.push(LatencyCell {
+            path: LatencyPath::Doorbell,
+            bytes: 4,
+            note: doorbell
+                .is_none()
+                .then(|| "not measured: the persistent-kernel doorbell is issue 6".into()),
+            us: doorbell,
+        });
+        Some(report)
+    };
+    Ok(Measured { bandwidth, latency, completion })
+}
+
+fn in_cell(error: Error, name: &str, bytes: usize) -> Error {
+    Error::invalid("bench link cell", format!("{name} at {bytes} bytes: {error}"))
+}
+
+impl Buffers {
+    fn new(device: &Device, rig: &Rig, largest: usize) -> Result<Buffers> {
+        let cuda = device.as_cuda().expect("GPU cells run on a GPU");
+        let words = largest / 4;
+        let pinned = PinOptions { mapped: true, method: PinMethod::HostAlloc, ..PinOptions::default() };
+        let mut src = HostBuf::<u32>::pinned(device, words, pinned)?;
+        fill_random(src.as_mut_slice(), fresh_seed());
+        let dst = HostBuf::<u32>::pinned(device, words, pinned)?;
+        let mut pageable = vec![0u32; words];
+        fill_random(&mut pageable, fresh_seed());
+        let pageable_out = vec![POISON; words];
+        let dev_in = DeviceAlloc::new(cuda, largest)?;
+        let dev_out = DeviceAlloc::new(cuda, largest)?;
+        let dev_seed = fresh_seed() as u32;
+        // SAFETY: bench_write_u4(uint4* dst, u64 n16, u32 seed); dev_out holds `largest` bytes,
+        // n16 * 16 of them, and lives until the stream is synchronised below.
+        unsafe {
+            rig.launch(
+                &rig.write,
+                words / 4,
+                &mut [dev_out.device_ptr(), (words / 4) as u64, dev_seed.into()],
+            )
+        }?;
+        rig.stream.synchronize()?;
+        let mut registered =
+            HostBuf::register(device, PageBox::<u32>::zeroed(words)?, RegisterOptions::default())?;
+        fill_random(registered.as_mut_slice(), fresh_seed());
+        let file = random_file(device, words)?;
+        let mut managed = ManagedBuf::<u32>::new(device, words)?;
+        fill_random(managed.as_mut_slice(), fresh_seed());
+        Ok(Buffers { src, dst, pageable, pageable_out, dev_in, dev_out, dev_seed, registered, file, managed })
+    }
+}
+
+/// `words` random words in a fresh temporary file, mapped and registered read-only; the file is
+/// unlinked at once (the mapping keeps its pages), and read once by the CPU so the page cache is
+/// hot.
+fn random_file(device: &Device, words: usize) -> Result<MappedFile<u32>> {
+    let path =
+        std::env::temp_dir().join(format!("hetmem-bench-{}-{:x}.bin", std::process::id(), fresh_seed()));
+    let mut data = vec![0u32; words];
+    fill_random(&mut data, fresh_seed());
+    std::fs::write(&path, bytemuck::cast_slice::<u32, u8>(&data))
+        .map_err(|source| Error::Io { context: format!("writing {}", path.display()), source })?;
+    drop(data);
+    // SAFETY: the file is this process's own, just written under a unique name and unlinked
+    // below, right after mapping: nothing truncates or modifies it while it is mapped.
+    let file = unsafe { MappedFile::<u32>::open(device, &path) };
+    let _ = std::fs::remove_file(&path);
+    let file = file?;
+    std::hint::black_box(xor_checksum(file.as_slice()));
+    Ok(file)
+}
+
+impl Rig {
+    fn new(cuda: &CudaDevice) -> Result<Rig> {
+        let kernel = |entry| kernels::kernel(cuda, &BENCH, entry);
+        let mut slots = DeviceAlloc::new(cuda, SLOTS * 4)?;
+        let stream = Stream::new(cuda)?;
+        slots.zero(&stream)?;
+        Ok(Rig {
+            second: Stream::new(cuda)?,
+            start: Event::new(cuda, true)?,
+            end: Event::new(cuda, true)?,
+            second_end: Event::new(cuda, true)?,
+            read: kernel("bench_read_u4")?,
+            write: kernel("bench_write_u4")?,
+            copy: kernel("bench_copy_u4")?,
+            strided: kernel("bench_read_strided")?,
+            blocks: cuda.attributes().multiprocessor_count.max(1) * 8,
+            ordinal: cuda.ordinal(),
+            device: cuda.clone(),
+            slots,
+            stream,
+        })
+    }
+
+    /// Queues `kernel` on the first stream over `items` work items, with one 64-bit word per
+    /// parameter (pointers, counts, and 32-bit values in the low half).
+    ///
+    /// # Safety
+    /// `words` must match the kernel's parameters in number and order; every address in it must
+    /// be device-accessible memory, large enough for `items`, that stays valid and is not
+    /// accessed by the CPU until the stream is synchronised.
+    unsafe fn launch(&self, kernel: &Kernel, items: usize, words: &mut [u64]) -> Result<()> {
+        let config = LaunchConfig::linear(items, BLOCK, self.blocks);
+        let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
+        // SAFETY: the caller's contract; each pointer points to a live u64 for this call.
+        unsafe { kernel.launch(&self.stream, config, &mut pointers) }
+    }
+
+    /// The checksum slots, after the stream is idle.
+    fn slots(&self, count: usize) -> Result<Vec<u32>> {
+        let mut words = vec![0u32; count];
+        self.slots.download(&self.stream, bytemuck::cast_slice_mut(&mut words))?;
+        Ok(words)
+    }
+
+    /// Checks that every repetition's checksum slot holds `want`, and clears them.
+    fn check_slots(&mut self, count: usize, want: u32) -> Result<&'static str> {
+        let got = self.slots(count)?;
+        self.slots.zero(&self.stream)?;
+        match got.iter().position(|&sum| sum != want) {
+            None => Ok("kernel XOR checksum equals the CPU's"),
+            Some(rep) => Err(Error::invalid(
+                "checksum",
+                format!(
+                    "repetition {rep}: the kernel read {:#010x}, the CPU computes {want:#010x}",
+                    got[rep]
+                ),
+            )),
+        }
+    }
+
+    /// The read kernel's checksum of `bytes` at device address `from` into slot `slot`.
+    fn queue_read(&self, strided: bool, from: u64, bytes: usize, slot: usize) -> Result<()> {
+        let out = self.slots.device_ptr() + 4 * slot as u64;
+        let (kernel, items) = if strided { (&self.strided, bytes / 4) } else { (&self.read, bytes / 16) };
+        // SAFETY: bench_read_u4(const uint4*, u64 n16, u32* out) and bench_read_strided(const
+        // u32*, u64 n32, u32* out) read `bytes` at `from` (a live, mapped or device range of
+        // at least that size, per the callers) and XOR into one slot inside `slots`; callers
+        // synchronise the stream before touching either.
+        unsafe { self.launch(kernel, items, &mut [from, items as u64, out]) }
+    }
+
+    /// Times `work(rep)` with device events, after `prepare` (untimed), returning GB/s.
+    fn timed(
+        &self,
+        bytes: usize,
+        runs: (usize, usize),
+        mut prepare: impl FnMut() -> Result<()>,
+        mut work: impl FnMut(usize) -> Result<()>,
+    ) -> Result<Summary> {
+        let (warm_up, repeats) = runs;
+        let mut rates = Vec::with_capacity(repeats);
+        for rep in 0..warm_up + repeats {
+            prepare()?;
+            self.start.record(&self.stream)?;
+            work(rep)?;
+            self.end.record(&self.stream)?;
+            self.end.synchronize()?;
+            let seconds = f64::from(self.end.elapsed_ms_since(&self.start)?) / 1e3;
+            if rep >= warm_up {
+                rates.push(bytes as f64 / seconds / 1e9);
+            }
+        }
+        Ok(Summary::of(&rates).expect("at least one repeat"))
+    }
+
+    /// Times `work()` with the CPU clock (synchronous copies), returning GB/s.
+    fn timed_cpu(
+        bytes: usize,
+        runs: (usize, usize),
+        mut work: impl FnMut() -> Result<()>,
+    ) -> Result<Summary> {
+        let (warm_up, repeats) = runs;
+        let mut rates = Vec::with_capacity(repeats);
+        for rep in 0..warm_up + repeats {
+            let start = Instant::now();
+            work()?;
+            if rep >= warm_up {
+                rates.push(bytes as f64 / start.elapsed().as_secs_f64() / 1e9);
+            }
+        }
+        Ok(Summary::of(&rates).expect("at least one repeat"))
+    }
+
+    fn bandwidth(
+        &mut self,
+        b: &mut Buffers,
+        path: Path,
+        bytes: usize,
+        options: &LinkOptions,
+    ) -> Result<(Summary, &'static str)> {
+        let words = bytes / 4;
+        let runs = (options.warm_up, options.repeats_at(bytes));
+        let count = runs.0 + runs.1;
+        let src_host = b.src.as_slice().as_ptr() as u64;
+        let src_mapped = b.src.device_ptr().expect("mapped");
+        let dst_host = b.dst.as_mut_slice().as_mut_ptr() as u64;
+        let dst_mapped = b.dst.device_ptr().expect("mapped");
+        let (dev_in, dev_out) = (b.dev_in.device_ptr(), b.dev_out.device_ptr());
+        if matches!(path.direction(), Direction::D2h | Direction::Both) {
+            b.dst.as_mut_slice()[..words].fill(POISON);
+        }
+        if matches!(
+            path,
+            Path::PageableH2d | Path::PinnedSyncH2d | Path::PinnedAsyncH2d | Path::PinnedAsyncBoth
+        ) {
+            b.dev_in.zero(&self.stream)?;
+        }
+        let summary = match path {
+            Path::HostMemcpy => unreachable!("host cells are measured by the host module"),
+            Path::PageableH2d => {
+                let (dev, src) = (&mut b.dev_in, &b.pageable[..words]);
+                Rig::timed_cpu(bytes, runs, || dev.upload_sync(bytemuck::cast_slice(src)))?
+            }
+            Path::PinnedSyncH2d => {
+                let (dev, src) = (&mut b.dev_in, &b.src.as_slice()[..words]);
+                Rig::timed_cpu(bytes, runs, || dev.upload_sync(bytemuck::cast_slice(src)))?
+            }
+            Path::PageableD2h => {
+                b.pageable_out[..words].fill(POISON);
+                let (dev, dst) = (&b.dev_out, &mut b.pageable_out[..words]);
+                Rig::timed_cpu(bytes, runs, || dev.download_sync(bytemuck::cast_slice_mut(dst)))?
+            }
+            Path::PinnedSyncD2h => {
+                let (dev, dst) = (&b.dev_out, &mut b.dst.as_mut_slice()[..words]);
+                Rig::timed_cpu(bytes, runs, || dev.download_sync(bytemuck::cast_slice_mut(dst)))?
+            }
+            Path::PinnedAsyncH2d => self.timed(
+                bytes,
+                runs,
+                || Ok(()),
+                |_| {
+                    // SAFETY: `bytes` of pinned `src` into `dev_in`, both at least `largest` long and
+                    // alive until `timed` synchronises the stream; the CPU does not touch them meanwhile.
+                    Ok(unsafe { self.stream.copy_async(dev_in, src_host, bytes) }?)
+                },
+            )?,
+            Path::PinnedAsyncD2h => self.timed(
+                bytes,
+                runs,
+                || Ok(()),
+                |_| {
+                    // SAFETY: as above, `dev_out` into pinned `dst`.
+                    Ok(unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }?)
+                },
+            )?,
+            Path::PinnedAsyncBoth => self.both_ways(bytes, runs, (dev_in, src_host), (dst_host, dev_out))?,
+            Path::ZeroCopyRead | Path::ZeroCopyReadStrided => {
+                let strided = path == Path::ZeroCopyReadStrided;
+                self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(strided, src_mapped, bytes, rep))?
+            }
+            Path::RegisteredVecRead => {
+                let from = b.registered.device_ptr().expect("registered mapped");
+                self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
+            }
+            Path::RegisteredFileRead => {
+                let from = b.file.region().device.expect("registered mapped");
+                self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
+            }
+            Path::ManagedRead | Path::ManagedPrefetchRead => {
+                let alloc = b.managed.managed_alloc().expect("a GPU allocation");
+                let ordinal = self.ordinal;
+                let prefetch = path == Path::ManagedPrefetchRead;
+                let to_host = || {
+                    alloc.prefetch(&self.stream, MemLocation::Host)?;
+                    Ok(self.stream.synchronize()?)
+                };
+                self.timed(bytes, runs, to_host, |rep| {
+                    if prefetch {
+                        alloc.prefetch(&self.stream, MemLocation::Device(ordinal))?;
+                    }
+                    self.queue_read(false, alloc.ptr(), bytes, rep)
+                })?
+            }
+            Path::ZeroCopyWrite => {
+                let seed = b.dev_seed ^ 0x5A5A_0001;
+                let n16 = bytes / 16;
+                let summary = self.timed(
+                    bytes,
+                    runs,
+                    || Ok(()),
+                    |_| {
+                        // SAFETY: bench_write_u4(uint4*, u64 n16, u32 seed) writes n16 * 16 = `bytes`
+                        // of mapped `dst`, alive until `timed` synchronises the stream; the CPU does
+                        // not touch it meanwhile.
+                        unsafe { self.launch(&self.write, n16, &mut [dst_mapped, n16 as u64, seed.into()]) }
+                    },
+                )?;
+                self.stream.synchronize()?;
+                return Ok((summary, check_pattern(&b.dst.as_slice()[..words], seed)?));
+            }
+            Path::ZeroCopyReadWrite => {
+                let key = fresh_seed() as u32 | 1;
+                let n16 = bytes / 16;
+                let summary = self.timed(
+                    bytes,
+                    runs,
+                    || Ok(()),
+                    |_| {
+                        // SAFETY: bench_copy_u4(const uint4*, uint4*, u64 n16, u32 key) reads `bytes`
+                        // of mapped `src` and writes `bytes` of mapped `dst` (separate buffers), both
+                        // alive until `timed` synchronises the stream.
+                        unsafe {
+                            self.launch(
+                                &self.copy,
+                                n16,
+                                &mut [src_mapped, dst_mapped, n16 as u64, key.into()],
+                            )
+                        }
+                    },
+                )?;
+                self.stream.synchronize()?;
+                let (src, dst) = (&b.src.as_slice()[..words], &b.dst.as_slice()[..words]);
+                return match src.iter().zip(dst).position(|(&s, &d)| d != s ^ key) {
+                    None => Ok((summary, "every output word equals input ^ key")),
+                    Some(at) => Err(Error::invalid("zero-copy read+write", format!("word {at} is wrong"))),
+                };
+            }
+        };
+        // The synchronous copies run on the legacy default stream, which a non-blocking stream
+        // does not wait for (and a pageable upload may still be in flight when it returns), so
+        // the whole device is idle before the check reads the result.
+        self.device.synchronize()?;
+        let verified_by = match path {
+            Path::PageableH2d | Path::PinnedSyncH2d | Path::PinnedAsyncH2d => {
+                let source =
+                    if path == Path::PageableH2d { &b.pageable[..words] } else { &b.src.as_slice()[..words] };
+                self.queue_read(false, dev_in, bytes, 0)?;
+                self.stream.synchronize()?;
+                self.check_slots(1, xor_checksum(source))
+                    .map(|_| "the device copy's XOR checksum equals the CPU's")?
+            }
+            Path::PageableD2h => check_pattern(&b.pageable_out[..words], b.dev_seed)?,
+            Path::PinnedSyncD2h | Path::PinnedAsyncD2h => {
+                check_pattern(&b.dst.as_slice()[..words], b.dev_seed)?
+            }
+            Path::PinnedAsyncBoth => {
+                check_pattern(&b.dst.as_slice()[..words], b.dev_seed)?;
+                self.queue_read(false, dev_in, bytes, 0)?;
+                self.stream.synchronize()?;
+                self.check_slots(1, xor_checksum(&b.src.as_slice()[..words]))?;
+                "both copies checked against the CPU"
+            }
+            Path::ZeroCopyRead | Path::ZeroCopyReadStrided => {
+                self.check_slots(count, xor_checksum(&b.src.as_slice()[..words]))?
+            }
+            Path::RegisteredVecRead => {
+                self.check_slots(count, xor_checksum(&b.registered.as_slice()[..words]))?
+            }
+            Path::RegisteredFileRead => self.check_slots(count, xor_checksum(&b.file.as_slice()[..words]))?,
+            Path::ManagedRead | Path::ManagedPrefetchRead => {
+                self.check_slots(count, xor_checksum(&b.managed.as_slice()[..words]))?
+            }
+            Path::HostMemcpy | Path::ZeroCopyWrite | Path::ZeroCopyReadWrite => {
+                unreachable!("returned above")
+            }
+        };
+        Ok((summary, verified_by))
+    }
+
+    /// An upload on the first stream and a download on the second at once; GB/s each way.
+    fn both_ways(
+        &self,
+        bytes: usize,
+        runs: (usize, usize),
+        upload: (u64, u64),
+        download: (u64, u64),
+    ) -> Result<Summary> {
+        let (warm_up, repeats) = runs;
+        let mut rates = Vec::with_capacity(repeats);
+        for rep in 0..warm_up + repeats {
+            self.start.record(&self.stream)?;
+            self.second.wait_event(&self.start)?;
+            // SAFETY: `bytes` of pinned `src` into `dev_in` and of `dev_out` into pinned `dst`:
+            // four distinct buffers at least `bytes` long, alive until both streams are
+            // synchronised below; the CPU does not touch them meanwhile.
+            unsafe {
+                self.stream.copy_async(upload.0, upload.1, bytes)?;
+                self.second.copy_async(download.0, download.1, bytes)?;
+            }
+            self.end.record(&self.stream)?;
+            self.second_end.record(&self.second)?;
+            self.end.synchronize()?;
+            self.second_end.synchronize()?;
+            let ms =
+                self.end.elapsed_ms_since(&self.start)?.max(self.second_end.elapsed_ms_since(&self.start)?);
+            if rep >= warm_up {
+                rates.push(bytes as f64 / (f64::from(ms) / 1e3) / 1e9);
+            }
+        }
+        Ok(Summary::of(&rates).expect("at least one repeat"))
+    }
+
+    /// Microseconds per small transfer by `path`, `samples` times after as many warm-ups.
+    fn latency(
+        &mut self,
+        b: &mut Buffers,
+        path: LatencyPath,
+        bytes: usize,
+        samples: usize,
+    ) -> Result<Summary> {
+        let words = bytes.div_ceil(4);
+        // The kernels read whole 16-byte vectors; the buffers are at least 4 KiB long.
+        let read_bytes = bytes.div_ceil(16) * 16;
+        let mut times = Vec::with_capacity(samples);
+        for sample in 0..2 * samples {
+            let start = Instant::now();
+            match path {
+                LatencyPath::PageableSyncH2d => {
+                    b.dev_in.upload_sync(bytemuck::cast_slice(&b.pageable[..words]))?;
+                }
+                LatencyPath::PinnedSyncH2d => {
+                    b.dev_in.upload_sync(bytemuck::cast_slice(&b.src.as_slice()[..words]))?
+                }
+                LatencyPath::PinnedSyncD2h => {
+                    b.dev_out.download_sync(bytemuck::cast_slice_mut(&mut b.dst.as_mut_slice()[..words]))?;
+                }
+                LatencyPath::PinnedAsyncH2d => {
+                    // SAFETY: `bytes` of pinned `src` into `dev_in`, synchronised before the
+                    // next statement; neither is touched by the CPU meanwhile.
+                    unsafe {
+                        self.stream.copy_async(b.dev_in.device_ptr(), b.src.as_slice().as_ptr() as u64, bytes)
+                    }?;
+                    self.stream.synchronize()?;
+                }
+                LatencyPath::PinnedAsyncD2h => {
+                    let dst = b.dst.as_mut_slice().as_mut_ptr() as u64;
+                    // SAFETY: as above, `dev_out` into pinned `dst`.
+                    unsafe { self.stream.copy_async(dst, b.dev_out.device_ptr(), bytes) }?;
+                    self.stream.synchronize()?;
+                }
+                LatencyPath::ZeroCopyKernelRead => {
+                    self.queue_read(false, b.src.device_ptr().expect("mapped"), read_bytes, 0)?;
+                    self.stream.synchronize()?;
+                }
+                LatencyPath::FileKernelRead => {
+                    self.queue_read(false, b.file.region().device.expect("registered"), read_bytes, 0)?;
+                    self.stream.synchronize()?;
+                }
+                other => unreachable!("{other:?} is not measured here"),
+            }
+            let micros = start.elapsed().as_secs_f64() * 1e6;
+            if sample >= samples {
+                times.push(micros);
+            }
+            if matches!(path, LatencyPath::ZeroCopyKernelRead | LatencyPath::FileKernelRead) {
+                let source =
+                    if path == LatencyPath::FileKernelRead { b.file.as_slice() } else { b.src.as_slice() };
+                self.check_slots(1, xor_checksum(&source[..read_bytes / 4]))?;
+            }
+        }
+        Ok(Summary::of(&times).expect("at least one sample"))
+    }
+}
+
+/// Checks that `words` hold `bench_word(i, seed)`.
+fn check_pattern(words: &[u32], seed: u32) -> Result<&'static str> {
+    match first_pattern_mismatch(words, seed) {
+        None => Ok("every word equals the pattern the CPU computes"),
+        Some(at) => Err(Error::invalid(
+            "written data",
+            format!("word {at} is {:#010x}, expected {:#010x}", words[at], bench_word(at as u64, seed)),
+        )),
+    }
+}

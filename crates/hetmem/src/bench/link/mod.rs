@@ -1,0 +1,575 @@
+//! `hetmem bench link`: bandwidth and latency of every way bytes cross the CPU<->GPU link,
+//! each bandwidth cell also as a ratio to the copy engines' own rate, measured in the same run.
+//!
+//! Method: buffers are allocated once at the largest size and filled with random data (never
+//! zeros); each cell runs warm-up repetitions, then timed ones, and reports the median and
+//! spread. GPU-side times come from device events around the work; synchronous copies and
+//! latencies from the CPU clock. Every cell is checked: kernel reads fold the bytes into an
+//! XOR checksum compared with the CPU's, writes and copies are compared word for word, so a
+//! figure is never reported for work that did not happen. A mismatch is an error.
+//!
+//! Without a GPU only the host-side cells run, and the report says plainly that the GPU cells
+//! were not measured.
+
+mod gpu;
+mod host;
+
+use std::str::FromStr;
+
+use super::completion::CompletionReport;
+use super::{Summary, sizes};
+use crate::backend::Device;
+use crate::error::{Error, Result};
+
+/// The smallest bandwidth size.
+pub const MIN_SIZE: usize = 4 << 10;
+/// The largest bandwidth size.
+pub const MAX_SIZE: usize = 1 << 30;
+/// The smallest latency size.
+pub const MIN_LATENCY_SIZE: usize = 4;
+/// The largest latency size.
+pub const MAX_LATENCY_SIZE: usize = 64 << 10;
+/// The most warm-up plus timed repetitions of one cell.
+pub const MAX_RUNS: usize = 1024;
+
+/// Which way the bytes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Host to device.
+    H2d,
+    /// Device to host.
+    D2h,
+    /// Both at once; rates are per direction.
+    Both,
+    /// Host memory to host memory (no GPU).
+    Host,
+}
+
+/// A way of moving bytes, one row of the bandwidth table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Path {
+    /// `memcpy` between two host buffers, one thread: the host side of every other path.
+    HostMemcpy,
+    /// `cuMemcpyHtoD` from a plain (pageable) `Vec`: the driver stages through its own buffer.
+    /// Timed to the call's return, as a caller sees it (the last staged chunk may still be on
+    /// its way).
+    PageableH2d,
+    /// `cuMemcpyDtoH` into a plain `Vec`.
+    PageableD2h,
+    /// `cuMemcpyHtoD` from pinned memory, one call at a time (CPU clock).
+    PinnedSyncH2d,
+    /// `cuMemcpyDtoH` into pinned memory, one call at a time (CPU clock).
+    PinnedSyncD2h,
+    /// `cuMemcpyAsync` from pinned memory on a stream (device events): the copy engine's rate,
+    /// the ceiling of host-to-device cells.
+    PinnedAsyncH2d,
+    /// `cuMemcpyAsync` into pinned memory: the ceiling of device-to-host cells.
+    PinnedAsyncD2h,
+    /// An upload and a download at once, on two streams; the rate is per direction.
+    PinnedAsyncBoth,
+    /// A kernel reading mapped pinned memory with coalesced 16-byte loads (zero-copy).
+    ZeroCopyRead,
+    /// A kernel writing mapped pinned memory with coalesced 16-byte stores.
+    ZeroCopyWrite,
+    /// A kernel reading one mapped buffer and writing another; the rate is per direction.
+    ZeroCopyReadWrite,
+    /// A kernel reading mapped memory 4 bytes at a time, neighbouring threads 128 bytes apart:
+    /// the uncoalesced pitfall.
+    ZeroCopyReadStrided,
+    /// A kernel reading memory the process allocated itself, registered with
+    /// `cuMemHostRegister` (mapped).
+    RegisteredVecRead,
+    /// A kernel reading a read-only file mapping registered read-only (page cache hot).
+    RegisteredFileRead,
+    /// A kernel reading managed memory resident on the host: pages migrate on fault.
+    ManagedRead,
+    /// `cuMemPrefetchAsync` of managed memory to the device, then the kernel's read, timed
+    /// together.
+    ManagedPrefetchRead,
+}
+
+impl Path {
+    /// Every path, in table order.
+    pub const ALL: [Path; 16] = [
+        Path::HostMemcpy,
+        Path::PageableH2d,
+        Path::PageableD2h,
+        Path::PinnedSyncH2d,
+        Path::PinnedSyncD2h,
+        Path::PinnedAsyncH2d,
+        Path::PinnedAsyncD2h,
+        Path::PinnedAsyncBoth,
+        Path::ZeroCopyRead,
+        Path::ZeroCopyWrite,
+        Path::ZeroCopyReadWrite,
+        Path::ZeroCopyReadStrided,
+        Path::RegisteredVecRead,
+        Path::RegisteredFileRead,
+        Path::ManagedRead,
+        Path::ManagedPrefetchRead,
+    ];
+
+    /// The name used in tables, JSON and `--paths`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::HostMemcpy => "host_memcpy",
+            Path::PageableH2d => "pageable_h2d",
+            Path::PageableD2h => "pageable_d2h",
+            Path::PinnedSyncH2d => "pinned_sync_h2d",
+            Path::PinnedSyncD2h => "pinned_sync_d2h",
+            Path::PinnedAsyncH2d => "pinned_async_h2d",
+            Path::PinnedAsyncD2h => "pinned_async_d2h",
+            Path::PinnedAsyncBoth => "pinned_async_both",
+            Path::ZeroCopyRead => "zero_copy_read",
+            Path::ZeroCopyWrite => "zero_copy_write",
+            Path::ZeroCopyReadWrite => "zero_copy_read_write",
+            Path::ZeroCopyReadStrided => "zero_copy_read_strided",
+            Path::RegisteredVecRead => "registered_vec_read",
+            Path::RegisteredFileRead => "registered_file_read",
+            Path::ManagedRead => "managed_read",
+            Path::ManagedPrefetchRead => "managed_prefetch_read",
+        }
+    }
+
+    /// Which way its bytes go.
+    pub fn direction(self) -> Direction {
+        match self {
+            Path::HostMemcpy => Direction::Host,
+            Path::PageableD2h | Path::PinnedSyncD2h | Path::PinnedAsyncD2h | Path::ZeroCopyWrite => {
+                Direction::D2h
+            }
+            Path::PinnedAsyncBoth | Path::ZeroCopyReadWrite => Direction::Both,
+            _ => Direction::H2d,
+        }
+    }
+
+    /// Whether it needs a GPU.
+    pub fn needs_gpu(self) -> bool {
+        self != Path::HostMemcpy
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Path {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Path> {
+        Path::ALL.into_iter().find(|path| path.name() == text.trim()).ok_or_else(|| {
+            let names: Vec<&str> = Path::ALL.iter().map(|path| path.name()).collect();
+            Error::invalid("path", format!("`{text}`: the paths are {}", names.join(", ")))
+        })
+    }
+}
+
+/// A way of getting a few bytes across, one row of the latency table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LatencyPath {
+    /// `memcpy` of the bytes between two host buffers.
+    HostMemcpy,
+    /// `cuMemcpyHtoD` from pageable memory.
+    PageableSyncH2d,
+    /// `cuMemcpyHtoD` from pinned memory.
+    PinnedSyncH2d,
+    /// `cuMemcpyDtoH` into pinned memory.
+    PinnedSyncD2h,
+    /// `cuMemcpyAsync` from pinned memory, then `cuStreamSynchronize`.
+    PinnedAsyncH2d,
+    /// `cuMemcpyAsync` into pinned memory, then `cuStreamSynchronize`.
+    PinnedAsyncD2h,
+    /// Launching a kernel that reads the bytes from mapped pinned memory, then
+    /// `cuStreamSynchronize`.
+    ZeroCopyKernelRead,
+    /// Launching a kernel that reads the bytes from a registered read-only file mapping, then
+    /// `cuStreamSynchronize`.
+    FileKernelRead,
+    /// The CPU writes a word in mapped memory, a waiting kernel sees it and writes an answer
+    /// the CPU sees (a round trip; 4 bytes each way; from the completion benchmark's
+    /// baseline).
+    MappedFlagRoundTrip,
+    /// A request through a persistent kernel polling mapped memory, and its answer: the
+    /// doorbell of issue 6, measured by [`doorbell_round_trip`].
+    Doorbell,
+}
+
+impl LatencyPath {
+    /// The name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            LatencyPath::HostMemcpy => "host_memcpy",
+            LatencyPath::PageableSyncH2d => "pageable_sync_h2d",
+            LatencyPath::PinnedSyncH2d => "pinned_sync_h2d",
+            LatencyPath::PinnedSyncD2h => "pinned_sync_d2h",
+            LatencyPath::PinnedAsyncH2d => "pinned_async_h2d",
+            LatencyPath::PinnedAsyncD2h => "pinned_async_d2h",
+            LatencyPath::ZeroCopyKernelRead => "zero_copy_kernel_read",
+            LatencyPath::FileKernelRead => "file_kernel_read",
+            LatencyPath::MappedFlagRoundTrip => "mapped_flag_round_trip",
+            LatencyPath::Doorbell => "doorbell",
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkOptions {
+    /// Bandwidth sizes in bytes, each a multiple of 4 KiB in [`MIN_SIZE`]..=[`MAX_SIZE`].
+    pub sizes: Vec<usize>,
+    /// Bandwidth paths. The pinned async H2D and D2H paths (the ceiling) are measured on a GPU
+    /// whether listed or not.
+    pub paths: Vec<Path>,
+    /// Timed repetitions per bandwidth cell (fewer for the largest sizes, at least 3).
+    pub repeats: usize,
+    /// Untimed repetitions before them.
+    pub warm_up: usize,
+    /// Latency sizes in bytes, in [`MIN_LATENCY_SIZE`]..=[`MAX_LATENCY_SIZE`]; empty: none.
+    pub latency_sizes: Vec<usize>,
+    /// Samples per latency cell, and per completion signal.
+    pub latency_samples: usize,
+    /// Also measure every completion signal (with latency sizes, on a GPU).
+    pub completion: bool,
+}
+
+impl LinkOptions {
+    /// The full sweep: 4 KiB to 1 GiB by x4, 4 B to 64 KiB latencies, 20 repeats.
+    pub fn full() -> LinkOptions {
+        LinkOptions {
+            sizes: sizes::log_steps(MIN_SIZE, MAX_SIZE, 4).expect("constant range"),
+            paths: Path::ALL.to_vec(),
+            repeats: 20,
+            warm_up: 3,
+            latency_sizes: sizes::log_steps(MIN_LATENCY_SIZE, MAX_LATENCY_SIZE, 4).expect("constant range"),
+            latency_samples: 1000,
+            completion: true,
+        }
+    }
+
+    /// A few sizes and repeats: under a minute on the H200 machine.
+    pub fn quick() -> LinkOptions {
+        LinkOptions {
+            sizes: vec![64 << 10, 4 << 20, 256 << 20],
+            paths: Path::ALL.to_vec(),
+            repeats: 5,
+            warm_up: 1,
+            latency_sizes: vec![4, 64 << 10],
+            latency_samples: 200,
+            completion: true,
+        }
+    }
+
+    /// Checks every size and count.
+    ///
+    /// # Errors
+    /// A size out of range or not a multiple of 4 KiB, no sizes or paths, zero repeats or more
+    /// than [`MAX_RUNS`] with the warm-up, or latency sizes without samples; the message lists
+    /// what is accepted.
+    pub fn validate(&self) -> Result<()> {
+        let range = format!("{} to {}", sizes::format(MIN_SIZE), sizes::format(MAX_SIZE));
+        if self.sizes.is_empty() {
+            return Err(Error::invalid("sizes", format!("none given: give sizes from {range}")));
+        }
+        for &size in &self.sizes {
+            if !(MIN_SIZE..=MAX_SIZE).contains(&size) || !size.is_multiple_of(MIN_SIZE) {
+                return Err(Error::invalid(
+                    "size",
+                    format!("{size} bytes: bandwidth sizes are multiples of 4 KiB from {range}"),
+                ));
+            }
+        }
+        for &size in &self.latency_sizes {
+            if !(MIN_LATENCY_SIZE..=MAX_LATENCY_SIZE).contains(&size) || !size.is_multiple_of(4) {
+                return Err(Error::invalid(
+                    "latency size",
+                    format!(
+                        "{size} bytes: latency sizes are multiples of 4 bytes from {} to {}",
+                        sizes::format(MIN_LATENCY_SIZE),
+                        sizes::format(MAX_LATENCY_SIZE)
+                    ),
+                ));
+            }
+        }
+        if self.paths.is_empty() {
+            return Err(Error::invalid("paths", "none given"));
+        }
+        if self.repeats == 0 || (!self.latency_sizes.is_empty() && self.latency_samples == 0) {
+            return Err(Error::invalid("repeats", "need at least one timed repetition and sample"));
+        }
+        if self.warm_up + self.repeats > MAX_RUNS {
+            return Err(Error::invalid(
+                "repeats",
+                format!("{} warm-up and {} timed: at most {MAX_RUNS} together", self.warm_up, self.repeats),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The timed repetitions at `bytes`: all of them up to 64 MiB, fewer above (but at least 3),
+    /// so a 1 GiB managed cell does not take a minute.
+    pub(crate) fn repeats_at(&self, bytes: usize) -> usize {
+        let scaled = self.repeats * (64 << 20) / bytes.max(64 << 20);
+        scaled.clamp(self.repeats.min(3), self.repeats)
+    }
+}
+
+/// One bandwidth cell: a path at a size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BandwidthCell {
+    /// The path.
+    pub path: Path,
+    /// Which way (the ratio's ceiling follows it).
+    pub direction: Direction,
+    /// Bytes moved per repetition, per direction.
+    pub bytes: usize,
+    /// GB/s (10^9 bytes per second) per direction, over the repetitions. `min` is the slowest.
+    pub gb_s: Summary,
+    /// The median over the ceiling of its direction (both directions: the slower ceiling);
+    /// `None` for host cells and where no ceiling was measured.
+    pub ratio_to_ceiling: Option<f64>,
+    /// How the result was checked against the CPU.
+    pub verified_by: &'static str,
+}
+
+/// The copy engines' own rate in this run: the best median of the pinned async copies.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Ceiling {
+    /// Host to device, GB/s.
+    pub h2d_gb_s: f64,
+    /// Device to host, GB/s.
+    pub d2h_gb_s: f64,
+}
+
+impl Ceiling {
+    fn for_direction(self, direction: Direction) -> Option<f64> {
+        match direction {
+            Direction::H2d => Some(self.h2d_gb_s),
+            Direction::D2h => Some(self.d2h_gb_s),
+            Direction::Both => Some(self.h2d_gb_s.min(self.d2h_gb_s)),
+            Direction::Host => None,
+        }
+    }
+}
+
+/// One latency cell.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LatencyCell {
+    /// The path.
+    pub path: LatencyPath,
+    /// Bytes moved.
+    pub bytes: usize,
+    /// Microseconds per transfer; `None` when not measured (see `note`).
+    pub us: Option<Summary>,
+    /// Why it was not measured, or how to read it.
+    pub note: Option<String>,
+}
+
+/// The link report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LinkReport {
+    /// The device (or the CPU backend's name).
+    pub device: String,
+    /// Whether GPU cells were measured.
+    pub gpu_measured: bool,
+    /// Why not, in plain words, when they were not.
+    pub gpu_not_measured_because: Option<String>,
+    /// Timed repetitions per bandwidth cell (the most; large sizes use fewer).
+    pub repeats: usize,
+    /// The copy-engine ceiling, on a GPU.
+    pub ceiling: Option<Ceiling>,
+    /// Bandwidth cells, by size then path.
+    pub bandwidth: Vec<BandwidthCell>,
+    /// Latency cells, by size then path.
+    pub latency: Vec<LatencyCell>,
+    /// Every completion signal of the hand-off, on a GPU with latency sizes.
+    pub completion: Option<CompletionReport>,
+}
+
+/// Measures the link of `device` as `options` say.
+///
+/// # Errors
+/// Invalid options (see [`LinkOptions::validate`]); memory that cannot be allocated or pinned;
+/// a kernel failing to compile or launch; a checked result differing from the CPU's.
+pub fn measure(device: &Device, options: &LinkOptions) -> Result<LinkReport> {
+    options.validate()?;
+    let mut bandwidth = Vec::new();
+    let mut latency = Vec::new();
+    if options.paths.contains(&Path::HostMemcpy) {
+        bandwidth.extend(host::bandwidth(options)?);
+    }
+    latency.extend(host::latency(options));
+    let Some(cuda) = device.as_cuda() else {
+        let because = device
+            .cpu_fallback_reason()
+            .map_or("the CPU backend was chosen".to_string(), ToString::to_string);
+        return Ok(LinkReport {
+            device: device.name(),
+            gpu_measured: false,
+            gpu_not_measured_because: Some(format!("GPU cells were not measured: {because}")),
+            repeats: options.repeats,
+            ceiling: None,
+            bandwidth,
+            latency,
+            completion: None,
+        });
+    };
+    let measured = gpu::measure(device, cuda, options)?;
+    bandwidth.extend(measured.bandwidth);
+    latency.extend(measured.latency);
+    let ceiling = ceiling_of(&bandwidth);
+    if let Some(ceiling) = ceiling {
+        for cell in &mut bandwidth {
+            cell.ratio_to_ceiling = ceiling.for_direction(cell.direction).map(|top| cell.gb_s.median / top);
+        }
+    }
+    if !options.paths.contains(&Path::PinnedAsyncH2d) || !options.paths.contains(&Path::PinnedAsyncD2h) {
+        bandwidth.retain(|cell| {
+            options.paths.contains(&cell.path)
+                || !matches!(cell.path, Path::PinnedAsyncH2d | Path::PinnedAsyncD2h)
+        });
+    }
+    Ok(LinkReport {
+        device: cuda.name().to_string(),
+        gpu_measured: true,
+        gpu_not_measured_because: None,
+        repeats: options.repeats,
+        ceiling,
+        bandwidth,
+        latency,
+        completion: measured.completion,
+    })
+}
+
+/// The best median of each pinned async copy direction.
+fn ceiling_of(cells: &[BandwidthCell]) -> Option<Ceiling> {
+    let best = |path: Path| {
+        cells.iter().filter(|cell| cell.path == path).map(|cell| cell.gb_s.median).reduce(f64::max)
+    };
+    Some(Ceiling { h2d_gb_s: best(Path::PinnedAsyncH2d)?, d2h_gb_s: best(Path::PinnedAsyncD2h)? })
+}
+
+/// The doorbell round trip through a persistent kernel, `samples` times: the hook for issue 6's
+/// doorbell, which is not built yet, so this reports it as not measured (`None`).
+///
+/// # Errors
+/// None yet; the doorbell's own driver errors once it is wired up.
+pub fn doorbell_round_trip(_device: &Device, _samples: usize) -> Result<Option<Summary>> {
+    Ok(None)
+}
+
+/// A reproducible stream of random words: xorshift64*, seeded from the clock and the process.
+pub(crate) fn fresh_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos() as u64);
+    (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1
+}
+
+/// Fills `words` with random data from `seed` (in parallel, one stream per 1 MiB chunk).
+pub(crate) fn fill_random(words: &mut [u32], seed: u64) {
+    use rayon::prelude::*;
+    words.par_chunks_mut(1 << 18).enumerate().for_each(|(chunk, words)| {
+        let mut state = (seed ^ (chunk as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
+        for word in words {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            *word = (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32;
+        }
+    });
+}
+
+/// The XOR of every word: what the read kernels compute.
+pub(crate) fn xor_checksum(words: &[u32]) -> u32 {
+    use rayon::prelude::*;
+    words.par_chunks(1 << 18).map(|chunk| chunk.iter().fold(0, |acc, &w| acc ^ w)).reduce(|| 0, |a, b| a ^ b)
+}
+
+/// The word `bench_write_u4` stores at index `i` (kernels/bench.cu's `bench_word`).
+pub(crate) fn bench_word(i: u64, seed: u32) -> u32 {
+    let mut x = (i as u32) ^ ((i >> 32) as u32).wrapping_mul(0x9E37_79B9) ^ seed;
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7FEB_352D);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846C_A68B);
+    x ^= x >> 16;
+    x
+}
+
+/// The first index where `words` differs from `bench_word(i, seed)`.
+pub(crate) fn first_pattern_mismatch(words: &[u32], seed: u32) -> Option<usize> {
+    use rayon::prelude::*;
+    words.par_iter().enumerate().position_first(|(i, &word)| word != bench_word(i as u64, seed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_names_round_trip_and_unknown_names_list_the_valid_ones() {
+        for path in Path::ALL {
+            assert_eq!(path.name().parse::<Path>().unwrap(), path);
+            assert_eq!(serde_json::to_value(path).unwrap(), path.name());
+        }
+        let error = "warp_drive".parse::<Path>().unwrap_err().to_string();
+        assert!(error.contains("warp_drive") && error.contains("zero_copy_read_strided"), "{error}");
+    }
+
+    #[test]
+    fn options_reject_sizes_out_of_range_with_the_range() {
+        assert!(LinkOptions::quick().validate().is_ok());
+        assert!(LinkOptions::full().validate().is_ok());
+        let mut options = LinkOptions::quick();
+        options.sizes = vec![2 << 30];
+        let error = options.validate().unwrap_err().to_string();
+        assert!(error.contains("4 KiB to 1 GiB"), "{error}");
+        options.sizes = vec![6000];
+        assert!(options.validate().is_err());
+        options.sizes = vec![4096];
+        options.latency_sizes = vec![128 << 10];
+        assert!(options.validate().unwrap_err().to_string().contains("64 KiB"));
+        options.latency_sizes = vec![4];
+        options.repeats = MAX_RUNS;
+        assert!(options.validate().unwrap_err().to_string().contains("at most 1024"));
+    }
+
+    #[test]
+    fn large_sizes_get_fewer_repeats_but_at_least_three() {
+        let options = LinkOptions::full();
+        assert_eq!(options.repeats_at(4096), 20);
+        assert_eq!(options.repeats_at(256 << 20), 5);
+        assert_eq!(options.repeats_at(1 << 30), 3);
+    }
+
+    #[test]
+    fn the_full_sweep_covers_4_kib_to_1_gib() {
+        let options = LinkOptions::full();
+        assert_eq!((options.sizes[0], *options.sizes.last().unwrap()), (MIN_SIZE, MAX_SIZE));
+        assert_eq!(options.latency_sizes, [4, 16, 64, 256, 1024, 4096, 16384, 65536]);
+    }
+
+    #[test]
+    fn random_data_is_not_zeros_and_checksums_see_every_word() {
+        let mut words = vec![0u32; 1 << 20];
+        fill_random(&mut words, fresh_seed());
+        assert!(words.iter().filter(|&&w| w == 0).count() < 4);
+        let sum = xor_checksum(&words);
+        words[777_777] ^= 1 << 9;
+        assert_eq!(xor_checksum(&words), sum ^ (1 << 9));
+    }
+
+    #[test]
+    fn the_write_pattern_is_checked_word_for_word() {
+        let mut words: Vec<u32> = (0..4096u64).map(|i| bench_word(i, 7)).collect();
+        assert_eq!(first_pattern_mismatch(&words, 7), None);
+        assert!(first_pattern_mismatch(&words, 8).is_some());
+        words[1234] ^= 1;
+        assert_eq!(first_pattern_mismatch(&words, 7), Some(1234));
+    }
+}
