@@ -52,6 +52,10 @@ __device__ __forceinline__ int resolve(int index, int len, unsigned int border) 
 struct Tile {
     const unsigned char* src;  // the plane's first byte
     unsigned char* dst;
+    // The frame's input bytes: a 16-byte vector inside them may be read whole even where only
+    // part of it is needed (the rest lies in a neighbouring row or band).
+    const unsigned char* frame_lo;
+    const unsigned char* frame_hi;
     long long row_bytes;
     int width, height, channels;
     int x0, y0, y1;
@@ -133,34 +137,38 @@ __device__ void add_written(const Overlap& o, unsigned int segment, unsigned lon
 }
 
 // Overlap only: counts the bytes of this tile's output rows [y, y + count) into their
-// segments. Every thread fenced its writes and the block synchronised before the call.
+// segments, a row per thread. Every thread fenced its writes and the block synchronised
+// before the call.
 template <bool OVERLAP>
 __device__ void count_written(const Tile& t, const Overlap& o, unsigned long long plane_offset, int y,
                               int count) {
-    if (!OVERLAP || threadIdx.x != 0) {
+    if (!OVERLAP || (int)threadIdx.x >= count) {
         return;
     }
-    unsigned int segment = 0;
-    unsigned long long pending = 0;
-    for (int row = 0; row < count; ++row) {
-        unsigned long long lo = plane_offset + (y + row) * t.row_bytes + (long long)t.x0 * t.channels;
-        const unsigned long long hi = lo + t.out_bytes;
-        while (lo < hi) {
-            const unsigned int s = (unsigned int)(lo / o.segment_bytes);
-            if (s != segment) {
-                add_written(o, segment, pending);
-                segment = s;
-                pending = 0;
-            }
-            const unsigned long long end = min(hi, (unsigned long long)(s + 1) * o.segment_bytes);
-            pending += end - lo;
-            lo = end;
-        }
+    unsigned long long lo = plane_offset + (y + threadIdx.x) * t.row_bytes + (long long)t.x0 * t.channels;
+    const unsigned long long hi = lo + t.out_bytes;
+    while (lo < hi) {
+        const unsigned int segment = (unsigned int)(lo / o.segment_bytes);
+        const unsigned long long end = min(hi, (unsigned long long)(segment + 1) * o.segment_bytes);
+        add_written(o, segment, end - lo);
+        lo = end;
     }
-    add_written(o, segment, pending);
 }
 
-// Issues this thread's whole 16-byte loads of the located rows into registers.
+// Whether the aligned 16 bytes at `g` lie inside the frame.
+__device__ __forceinline__ bool in_frame(const Tile& t, const unsigned char* g) {
+    return g >= t.frame_lo && g + 16 <= t.frame_hi;
+}
+
+// Byte `j` (0-15) of a vector.
+__device__ __forceinline__ unsigned char byte_of(const uint4& v, int j) {
+    const unsigned int word = j < 8 ? (j < 4 ? v.x : v.y) : (j < 12 ? v.z : v.w);
+    return (unsigned char)(word >> (8 * (j & 3)));
+}
+
+// Issues this thread's 16-byte loads of the located rows into registers: every aligned vector
+// holding a byte of a row, partial ones at the row's ends included, so no thread waits on a
+// string of single-byte reads later (each would cost a full trip across the link).
 template <bool OVERLAP>
 __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long long* row_offset,
                                             uint4 (&vectors)[LOADS_PER_THREAD]) {
@@ -173,15 +181,16 @@ __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long
             const int unit = item - row * max_units;
             const unsigned char* g = t.src + row_offset[row];
             const long long start = align_down(g) + 16ll * unit;
-            if (start >= 0 && start + 16 <= t.load_bytes) {
+            if (start < t.load_bytes && in_frame(t, g + start)) {
                 vectors[k] = load16<OVERLAP>(g + start);
             }
         }
     }
 }
 
-// Stores the loaded vectors into the input rows, then the partial units and the border
-// columns (bytes, read now).
+// Stores the loaded vectors into the input rows (the needed bytes of partial ones), reads what
+// no vector covered (bytes at the frame's ends, rows beyond the threads' vectors) byte by
+// byte, then the border columns.
 template <bool OVERLAP>
 __device__ void store_loads(const Tile& t, int count, const long long* row_offset, const int* row_base,
                             const uint4 (&vectors)[LOADS_PER_THREAD], unsigned char* in_rows,
@@ -198,7 +207,9 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
         if (start >= t.load_bytes) {
             continue;
         }
-        if (start >= 0 && start + 16 <= t.load_bytes && k < LOADS_PER_THREAD) {
+        const int lo = (int)max(start, 0ll);
+        const int hi = (int)min(start + 16, (long long)t.load_bytes);
+        if (k < LOADS_PER_THREAD && in_frame(t, g + start)) {
             uint4 v = vectors[0];
 #pragma unroll
             for (int i = 1; i < LOADS_PER_THREAD; ++i) {
@@ -206,10 +217,14 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
                     v = vectors[i];
                 }
             }
-            *(uint4*)(s + start) = v;
+            if (lo == start && hi == start + 16) {
+                *(uint4*)(s + start) = v;
+            } else {
+                for (int i = lo; i < hi; ++i) {
+                    s[i] = byte_of(v, (int)(i - start));
+                }
+            }
         } else {
-            const int lo = (int)max(start, 0ll);
-            const int hi = (int)min(start + 16, (long long)t.load_bytes);
             for (int i = lo; i < hi; ++i) {
                 s[i] = load1<OVERLAP>(g + i);
             }
@@ -257,6 +272,9 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
     // the overlap kernel fewer blocks than tiles, walking down the frame as it arrives.
     const unsigned int* last_plane = planes + (plane_count - 1) * PLANE_WORDS;
     const unsigned int tiles = last_plane[9] + last_plane[6] * last_plane[7];
+    const unsigned long long frame_bytes =
+        ((unsigned long long)last_plane[0] | ((unsigned long long)last_plane[1] << 32)) +
+        (unsigned long long)last_plane[2] * last_plane[3] * last_plane[4];
     for (unsigned int index = blockIdx.x; index < tiles; index += gridDim.x) {
         __syncthreads();  // the previous tile is done with every shared array
         unsigned int plane = 0;
@@ -289,6 +307,8 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
         }
         t.row_bytes = (long long)t.width * t.channels;
         t.src = src + offset;
+        t.frame_lo = src;
+        t.frame_hi = src + frame_bytes;
         t.dst = dst + offset;
         t.seg_lo = t.x0 - r;
         const int seg_hi = t.x0 + band_width + r;
