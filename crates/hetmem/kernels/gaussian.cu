@@ -86,6 +86,7 @@ struct Overlap {
     unsigned int* done;
     unsigned long long segment_bytes, frame_bytes;
     unsigned int seq;
+    unsigned int download;  // 0: dst is mapped host memory, nothing to count
 };
 
 template <bool OVERLAP>
@@ -142,7 +143,7 @@ __device__ void add_written(const Overlap& o, unsigned int segment, unsigned lon
 template <bool OVERLAP>
 __device__ void count_written(const Tile& t, const Overlap& o, unsigned long long plane_offset, int y,
                               int count) {
-    if (!OVERLAP || (int)threadIdx.x >= count) {
+    if (!OVERLAP || !o.download || (int)threadIdx.x >= count) {
         return;
     }
     unsigned long long lo = plane_offset + (y + threadIdx.x) * t.row_bytes + (long long)t.x0 * t.channels;
@@ -448,7 +449,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
             if (next_out > 0) {
                 store_loads<OVERLAP>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
             }
-            if (OVERLAP) {
+            if (OVERLAP && o.download) {
                 __threadfence();  // this chunk's output, before it is counted
             }
             __syncthreads();
@@ -464,17 +465,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
             const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
             unsigned int border) {
-    const Overlap none = {nullptr, nullptr, nullptr, 1, 0, 0};
+    const Overlap none = {nullptr, nullptr, nullptr, 1, 0, 0, 0};
     gaussian_body<false>(src, dst, table, plane_count, radius, border, none);
 }
 
 // `sync` holds ready_in[segments], ready_out[segments], done[segments] (all zero at first).
+// With `download` 0, `dst` is mapped host memory written in place and nothing is counted.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gaussian_u8_overlap(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
                     const unsigned int* __restrict__ table, unsigned int plane_count,
                     unsigned int radius, unsigned int border, unsigned int* sync,
                     unsigned int segments, unsigned long long segment_bytes,
-                    unsigned long long frame_bytes, unsigned int seq) {
-    const Overlap o = {sync, sync + segments, sync + 2 * segments, segment_bytes, frame_bytes, seq};
+                    unsigned long long frame_bytes, unsigned int seq, unsigned int download) {
+    const Overlap o = {sync, sync + segments, sync + 2 * segments, segment_bytes, frame_bytes, seq, download};
     gaussian_body<true>(src, dst, table, plane_count, radius, border, o);
 }

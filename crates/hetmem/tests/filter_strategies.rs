@@ -71,8 +71,9 @@ fn gpu_strategies_on_the_cpu_backend_are_refused_by_name() {
     assert!(error.contains("zero-copy") && error.contains("needs a GPU"), "{error}");
 }
 
-/// The overlapped upload, blur and download (PinnedAsync's path) with one segment, a few, and
-/// the most: the segment hand-shake between copy engines and kernel loses and repeats nothing.
+/// The overlapped upload, blur and download (PinnedAsync's path), and the variant writing
+/// mapped host memory, with one segment, a few, and the most: the segment hand-shake between
+/// copy engines and kernel loses and repeats nothing.
 #[test]
 fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
     let Some(gpu) = cuda_device_or_skip("overlapped_frames_match_the_cpu_path_for_any_segment_count") else {
@@ -88,6 +89,7 @@ fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
             let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments).unwrap();
             let mut host_in = HostBuf::<u8>::pinned(&device, frame, unmapped).unwrap();
             let mut host_out = HostBuf::<u8>::pinned(&device, frame, unmapped).unwrap();
+            let mut mapped_out = HostBuf::<u8>::pinned(&device, frame, PinOptions::default()).unwrap();
             let (mut dev_in, mut dev_out) = (
                 DeviceBuf::<u8>::new(&device, frame).unwrap(),
                 DeviceBuf::<u8>::new(&device, frame).unwrap(),
@@ -107,6 +109,24 @@ fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
                 host_in = shared_in.reclaim().unwrap();
                 let mut want = vec![0u8; frame];
                 gaussian_cpu(&format, &kernel, host_in.as_slice(), &mut want).unwrap();
+                // The same frame again, written straight into mapped host memory.
+                mapped_out.as_mut_slice().fill(0xA5);
+                let (shared_in, mut lent_in) = (queue.share(host_in), queue.lend(dev_in));
+                let mut lent_mapped_out = queue.lend(mapped_out);
+                overlap.run_mapped_output(&queue, &shared_in, &mut lent_in, &mut lent_mapped_out).unwrap();
+                (mapped_out, dev_in, host_in) = (
+                    lent_mapped_out.reclaim().unwrap(),
+                    lent_in.reclaim().unwrap(),
+                    shared_in.reclaim().unwrap(),
+                );
+                assert_eq!(
+                    first_mismatch(mapped_out.as_slice(), &want),
+                    None,
+                    "mapped output: {}x{} {:?}, {segments} segments, frame {frame_index}, seed {seed:#x}",
+                    format.width,
+                    format.height,
+                    format.layout
+                );
                 assert_eq!(
                     first_mismatch(host_out.as_slice(), &want),
                     None,

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// |---|---|---|---|
 /// | `Cpu` | plain | none | none: the CPU path |
 /// | `Copy` | pageable `Vec` | frame-sized | in + out, through the driver's staging copies |
-/// | `PinnedAsync` | pinned | frame-sized | in + out, by the copy engines |
+/// | `PinnedAsync` | pinned | frame-sized | in + out, by the copy engines, overlapped with the kernel in segments ([`crate::ops::gaussian::GaussianOverlap`]) |
 /// | `ZeroCopy` | mapped pinned (frames and the kernel's table) | none | in + out, read and written by the kernel itself |
 /// | `Managed` | managed | migrates | in + out, by prefetch |
 /// | `Hybrid` | mapped pinned (frames) | the kernel's table | in + out by the kernel; constant data read from device memory |
@@ -25,7 +25,7 @@ pub enum Strategy {
     Cpu,
     /// Pageable memory and synchronous copies.
     Copy,
-    /// Pinned memory, copies on the queue.
+    /// Pinned memory; the upload, the kernel and the download overlap within each frame.
     PinnedAsync,
     /// The kernel reads and writes mapped host memory.
     ZeroCopy,

@@ -19,7 +19,7 @@ use super::cpu::check;
 use crate::backend::Device;
 use crate::backend::cuda::{Event, Stream};
 use crate::error::{Error, Result};
-use crate::handoff::{Lease, Lent, Queue, Shared};
+use crate::handoff::{Lease, LeaseState, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, WritableBuffer};
 
 /// Overrides the number of segments a frame is cut into (1 to 64).
@@ -156,9 +156,8 @@ impl GaussianOverlap {
     /// frame's completion.
     ///
     /// # Errors
-    /// Buffers of the wrong size, leases of another queue, or
-    /// the driver's error. Work already queued when an error happens is still waited for by
-    /// the leases.
+    /// Buffers of the wrong size, leases of another queue, or the driver's error. Work already
+    /// queued when an error happens is still waited for by the leases.
     pub fn run<HI, DI, DO, HO>(
         &mut self,
         queue: &Queue,
@@ -175,25 +174,62 @@ impl GaussianOverlap {
         HO: WritableBuffer<Elem = u8>,
     {
         let plan = &self.plan;
-        let frame = plan.format().frame_bytes();
         check(plan.format(), plan.kernel(), host_input.len(), host_output.len())?;
         check(plan.format(), plan.kernel(), device_input.len(), device_output.len())?;
+        let dev_out = device_address(queue, device_output, "device output")?;
+        let frame = Frame {
+            host_in: queue.address_of(host_input)?,
+            dev_in: device_address(queue, device_input, "device input")?,
+            dst: dev_out,
+            download: Some((queue.address_of(host_output)?, dev_out)),
+        };
+        let leases = [host_input.state(), device_input.state(), device_output.state(), host_output.state()];
+        self.queue_frame(queue, frame, &leases)
+    }
+
+    /// Like [`GaussianOverlap::run`], but the kernel writes the result straight into
+    /// `host_output`, pinned host memory mapped into the device (zero-copy), as it goes: no
+    /// device output and no download, so the frame ends when its last rows are written.
+    ///
+    /// # Errors
+    /// As for [`GaussianOverlap::run`]; also a `host_output` the device cannot address.
+    pub fn run_mapped_output<HI, DI, HO>(
+        &mut self,
+        queue: &Queue,
+        host_input: &HI,
+        device_input: &mut Lent<DI>,
+        host_output: &mut Lent<HO>,
+    ) -> Result<()>
+    where
+        HI: Lease,
+        HI::Buf: Buffer<Elem = u8>,
+        DI: WritableBuffer<Elem = u8>,
+        HO: WritableBuffer<Elem = u8>,
+    {
+        let plan = &self.plan;
+        check(plan.format(), plan.kernel(), host_input.len(), host_output.len())?;
+        check(plan.format(), plan.kernel(), device_input.len(), device_input.len())?;
+        let frame = Frame {
+            host_in: queue.address_of(host_input)?,
+            dev_in: device_address(queue, device_input, "device input")?,
+            dst: device_address(queue, host_output, "mapped host output (allocate it mapped)")?,
+            download: None,
+        };
+        let leases = [host_input.state(), device_input.state(), host_output.state()];
+        self.queue_frame(queue, frame, &leases)
+    }
+
+    /// Queues one frame: uploads with their signals on one stream, the kernel on the queue's
+    /// stream, the downloads (if any) waiting on the kernel's signals on the other, all joined
+    /// back into the queue's stream before the leases record the fence after it.
+    fn queue_frame(&mut self, queue: &Queue, frame_at: Frame, leases: &[&LeaseState]) -> Result<()> {
+        let plan = &self.plan;
+        let frame = plan.format().frame_bytes();
         let device = queue.cuda_device().ok_or_else(|| Error::invalid("overlapped blur", "a CPU queue"))?;
         let kernel = plan.entry_point(device, "gaussian_u8_overlap")?;
         let config = plan.launch_config();
-        let [table_at, host_in, dev_in, dev_out, host_out, sync] = [
-            queue.address_of(&self.table)?,
-            queue.address_of(host_input)?,
-            queue.address_of(device_input)?,
-            queue.address_of(device_output)?,
-            queue.address_of(host_output)?,
-            queue.address_of(&self.sync)?,
-        ];
-        for (what, address) in [("table", table_at), ("device input", dev_in), ("device output", dev_out)] {
-            if address == 0 {
-                return Err(Error::invalid("overlapped blur", format!("the {what} has no device address")));
-            }
-        }
+        let table_at = device_address(queue, &self.table, "table")?;
+        let sync = device_address(queue, &self.sync, "signal words")?;
         self.seq = self.seq.checked_add(1).unwrap_or(1);
         let (seq, segments, segment_bytes) = (self.seq, self.segments, self.segment_bytes);
         let ready_in = |s: usize| sync + 4 * s as u64;
@@ -202,9 +238,10 @@ impl GaussianOverlap {
             let offset = s * segment_bytes;
             (offset as u64, segment_bytes.min(frame - offset))
         };
-        let mut words: [u64; 11] = [
+        let Frame { host_in, dev_in, dst, download: downloads } = frame_at;
+        let mut words: [u64; 12] = [
             dev_in,
-            dev_out,
+            dst,
             table_at,
             plan.format().planes().len() as u64,
             u64::from(plan.kernel().radius()),
@@ -214,49 +251,48 @@ impl GaussianOverlap {
             segment_bytes as u64,
             frame as u64,
             u64::from(seq),
+            u64::from(downloads.is_some()),
         ];
         let mut pointers: Vec<*mut std::ffi::c_void> =
             words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
         let (upload, download) = (&self.upload, &self.download);
         let (start, uploaded, downloaded) = (&self.start, &self.uploaded, &self.downloaded);
         let mut failure = None;
-        let leases = [
-            self.table.state(),
-            host_input.state(),
-            device_input.state(),
-            device_output.state(),
-            host_output.state(),
-            self.sync.state(),
-        ];
-        let joined = queue.submit_joined(&leases, |main| {
+        let mut all_leases = vec![self.table.state(), self.sync.state()];
+        all_leases.extend_from_slice(leases);
+        let joined = queue.submit_joined(&all_leases, |main| {
             start.record(main)?;
             upload.wait_event(start)?;
             download.wait_event(start)?;
             let queued = (|| -> Result<()> {
                 for s in 0..segments {
                     let (offset, bytes) = piece(s);
-                    // SAFETY: both ranges lie inside one-frame buffers (sizes checked above)
-                    // held by leases that record the fence `submit_joined` makes after this
-                    // work, which waits for this stream (joined below); device_input is lent.
+                    // SAFETY: both ranges lie inside one-frame buffers (sizes checked by the
+                    // callers) held by leases that record the fence `submit_joined` makes after
+                    // this work, which waits for this stream (joined below); the device input
+                    // is lent.
                     unsafe { upload.copy_async(dev_in + offset, host_in + offset, bytes) }?;
                     // SAFETY: ready_in(s) is inside the sync buffer, lent to this queue for
                     // the life of `self`.
                     unsafe { upload.write_value32(ready_in(s), seq) }?;
                 }
                 // SAFETY: gaussian_u8_overlap(src, dst, table, plane_count, radius, border,
-                // sync, segments, segment_bytes, frame_bytes, seq) matches `words` in order and
-                // type (32-bit parameters read the low half of their little-endian word). The
-                // table is the plan's and the buffers are one frame (checked), so the kernel
-                // stays inside them and inside the 3 * segments words of `sync`; every lease
-                // records the fence made after this work.
+                // sync, segments, segment_bytes, frame_bytes, seq, download) matches `words` in
+                // order and type (32-bit parameters read the low half of their little-endian
+                // word). The table is the plan's and the buffers are one frame (checked), so
+                // the kernel stays inside them and inside the 3 * segments words of `sync`;
+                // every lease records the fence made after this work.
                 unsafe { kernel.launch(main, config, &mut pointers) }?;
-                for s in 0..segments {
-                    let (offset, bytes) = piece(s);
-                    // SAFETY: the kernel launched above stores `seq` into every ready_out
-                    // word once it has written that segment, so the wait ends.
-                    unsafe { download.wait_value32(ready_out(s), seq) }?;
-                    // SAFETY: as for the upload; host_output is lent.
-                    unsafe { download.copy_async(host_out + offset, dev_out + offset, bytes) }?;
+                if let Some((host_out, dev_out)) = downloads {
+                    for s in 0..segments {
+                        let (offset, bytes) = piece(s);
+                        // SAFETY: the kernel launched above stores `seq` into every ready_out
+                        // word once it has written that segment (it counts them when
+                        // `download` is 1), so the wait ends.
+                        unsafe { download.wait_value32(ready_out(s), seq) }?;
+                        // SAFETY: as for the upload; the host output is lent.
+                        unsafe { download.copy_async(host_out + offset, dev_out + offset, bytes) }?;
+                    }
                 }
                 Ok(())
             })();
@@ -283,6 +319,25 @@ impl GaussianOverlap {
         }
         failure.map_or(Ok(()), Err)
     }
+}
+
+/// The addresses of one frame's buffers.
+struct Frame {
+    host_in: u64,
+    dev_in: u64,
+    /// Where the kernel writes: the device output, or mapped host output.
+    dst: u64,
+    /// (host output, device output) when the result is downloaded by a copy engine.
+    download: Option<(u64, u64)>,
+}
+
+/// The device address of `lease`'s buffer, which the kernel dereferences.
+fn device_address<L: Lease>(queue: &Queue, lease: &L, what: &str) -> Result<u64> {
+    let address = queue.address_of(lease)?;
+    if lease.region().device.is_none() || address == 0 {
+        return Err(Error::invalid("overlapped blur", format!("the {what} has no device address")));
+    }
+    Ok(address)
 }
 
 #[cfg(test)]
