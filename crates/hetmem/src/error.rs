@@ -57,6 +57,32 @@ pub enum Error {
         /// The pool's budget.
         budget: usize,
     },
+    /// A non-blocking call found that it would have to wait: a full frame ring, an empty one,
+    /// a frame still on the GPU, a full doorbell queue. Try again later, or use the blocking
+    /// call.
+    #[error("{0} would block")]
+    WouldBlock(&'static str),
+    /// A frame of a stream failed; frames before it came out intact.
+    #[error("frame {index} (counting from 0) failed: {source}")]
+    FrameFailed {
+        /// The failed frame's index in the stream.
+        index: u64,
+        /// Why it failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A doorbell request got no reply in time: the persistent kernel is hung or gone.
+    #[error(
+        "doorbell request {sequence} got no reply within {timeout:?}: the persistent kernel is hung \
+         or has stopped; remedy: check the GPU with `nvidia-smi`, raise the watchdog timeout if the \
+         GPU is busy with other work, or restart the process"
+    )]
+    DoorbellTimeout {
+        /// The request's sequence number.
+        sequence: u64,
+        /// The watchdog's timeout.
+        timeout: std::time::Duration,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {
