@@ -9,4 +9,5 @@ mod handoff;
 mod kernel_compile;
 mod memory_kinds;
 mod opencv;
+mod ring;
 mod support;

@@ -146,6 +146,7 @@ struct GpuSlot {
     timing: Option<(Event, Event)>,
 }
 
+#[allow(clippy::large_enum_variant, reason = "one per slot, inside the slot's Box")]
 enum GpuMemory {
     /// Pinned host memory in and out, device memory for the kernel: the copy strategies.
     Copied {
@@ -165,6 +166,7 @@ enum GpuMemory {
     },
 }
 
+#[allow(clippy::large_enum_variant, reason = "one per slot, inside the slot's Box")]
 enum Flight {
     Copied {
         host_in: Shared<HostBuf<u8>>,
