@@ -62,6 +62,9 @@ pub enum Error {
     /// call.
     #[error("{0} would block")]
     WouldBlock(&'static str),
+    /// A frame ring was closed: it takes no more frames, and every frame it took has come out.
+    #[error("the frame ring is closed")]
+    RingClosed,
     /// A frame of a stream failed; frames before it came out intact.
     #[error("frame {index} (counting from 0) failed: {source}")]
     FrameFailed {

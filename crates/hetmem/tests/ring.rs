@@ -204,3 +204,19 @@ fn one_slot_at_a_time_per_side() {
     assert!(ring.fill_outputs(0).is_err(), "poisoning a busy ring");
     assert_eq!(&output[..], &[!7u8; 64][..]);
 }
+
+#[test]
+fn closing_wakes_a_waiting_producer_and_ends_the_stream_after_the_last_frame() {
+    let ring = inverting_ring(1, None);
+    let mut slot = ring.try_next_input().unwrap();
+    slot.fill(1);
+    slot.submit();
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| ring.next_input().map(|slot| slot.index()));
+        std::thread::sleep(Duration::from_millis(50));
+        ring.close();
+        assert!(matches!(waiting.join().unwrap(), Err(Error::RingClosed)));
+    });
+    assert_eq!(&ring.next_output().unwrap()[..], &[!1u8; 64][..]);
+    assert!(matches!(ring.next_output(), Err(Error::RingClosed)));
+}

@@ -408,7 +408,8 @@ impl FrameRing {
     /// finishes with the oldest frame).
     ///
     /// # Errors
-    /// An input slot is already held, or the slot's memory was lost to an earlier failed frame.
+    /// [`Error::RingClosed`]; an input slot is already held; the slot's memory was lost to an
+    /// earlier failed frame.
     pub fn next_input(&self) -> Result<InputSlot<'_>> {
         self.input(true)
     }
@@ -432,6 +433,7 @@ impl FrameRing {
                 Err(Stall::Full) => {
                     return Err(Error::WouldBlock("a frame ring's next input (the ring is full)"));
                 }
+                Err(Stall::Closed) => return Err(Error::RingClosed),
                 Err(_) => {
                     return Err(Error::invalid(
                         "frame ring",
@@ -454,12 +456,22 @@ impl FrameRing {
         Ok(InputSlot { ring: self, guard: Some(guard), slot, index })
     }
 
+    /// Takes no more frames: [`FrameRing::next_input`] (also one waiting now) returns
+    /// [`Error::RingClosed`], and so does [`FrameRing::next_output`] once every frame submitted
+    /// before has come out. How a producer says the stream has ended, or a consumer that gives
+    /// up says so to a producer waiting on a full ring.
+    pub fn close(&self) {
+        lock(&self.state).close();
+        self.changed.notify_all();
+    }
+
     /// The oldest frame, once filtered, waiting for it to be submitted and for its work to
     /// finish. Dropping the returned [`OutputFrame`] frees its slot for the producer.
     ///
     /// # Errors
     /// [`Error::FrameFailed`] for a frame whose work failed (its slot is freed, and the next
-    /// call returns the next frame); an output frame is already held.
+    /// call returns the next frame); [`Error::RingClosed`] after the last frame of a closed
+    /// ring; an output frame is already held.
     pub fn next_output(&self) -> Result<OutputFrame<'_>> {
         self.output(true)
     }
@@ -499,6 +511,7 @@ impl FrameRing {
                 Err(Stall::Empty) => {
                     return Err(Error::WouldBlock("a frame ring's next output (no frame was submitted)"));
                 }
+                Err(Stall::Closed) => return Err(Error::RingClosed),
                 Err(_) => {
                     return Err(Error::invalid(
                         "frame ring",

@@ -41,6 +41,8 @@ pub(crate) enum Stall {
     InputHeld,
     /// The consumer already holds an output frame (one at a time).
     OutputHeld,
+    /// The ring is closed: no more input, and every submitted frame has been drained.
+    Closed,
 }
 
 /// The slots' states and the two frame counters.
@@ -51,13 +53,15 @@ pub(crate) struct RingState {
     submitted: u64,
     /// Frames the consumer has finished with: the index of the next frame it reads.
     drained: u64,
+    /// No more frames will be submitted.
+    closed: bool,
 }
 
 impl RingState {
     /// A ring of `slots` free slots (at least one).
     pub(crate) fn new(slots: usize) -> RingState {
         assert!(slots > 0, "a ring needs a slot");
-        RingState { slots: vec![SlotState::Free; slots], submitted: 0, drained: 0 }
+        RingState { slots: vec![SlotState::Free; slots], submitted: 0, drained: 0, closed: false }
     }
 
     /// The number of slots.
@@ -80,12 +84,21 @@ impl RingState {
         self.drained
     }
 
+    /// Takes no more input: the producer is refused from now on, and the consumer, once it
+    /// has drained every submitted frame, learns that the stream has ended.
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+    }
+
     fn slot_of(&self, index: u64) -> usize {
         (index % self.slots.len() as u64) as usize
     }
 
     /// Takes the next frame's slot for the producer: `(slot, frame index)`.
     pub(crate) fn begin_input(&mut self) -> Result<(usize, u64), Stall> {
+        if self.closed {
+            return Err(Stall::Closed);
+        }
         let index = self.submitted;
         let slot = self.slot_of(index);
         match self.slots[slot] {
@@ -146,6 +159,7 @@ impl RingState {
             }
             SlotState::InFlight { index: at } if at == index => Err(Stall::Pending),
             SlotState::Draining { .. } => Err(Stall::OutputHeld),
+            _ if self.closed && self.submitted == self.drained => Err(Stall::Closed),
             _ => Err(Stall::Empty),
         }
     }
@@ -364,5 +378,19 @@ mod tests {
         state.complete(slot);
         assert_eq!(state.begin_output(), Ok((0, 0)));
         assert_eq!(state.begin_output(), Err(Stall::OutputHeld));
+    }
+
+    #[test]
+    fn a_closed_ring_refuses_input_and_ends_the_output_after_the_last_frame() {
+        let mut state = RingState::new(3);
+        let (slot, _) = state.begin_input().unwrap();
+        state.submit(slot);
+        state.close();
+        assert_eq!(state.begin_input(), Err(Stall::Closed));
+        assert_eq!(state.begin_output(), Err(Stall::Pending));
+        state.complete(slot);
+        let (slot, _) = state.begin_output().unwrap();
+        state.finish_output(slot);
+        assert_eq!(state.begin_output(), Err(Stall::Closed));
     }
 }
