@@ -7,5 +7,6 @@
 pub mod completion;
 pub mod pinning;
 mod stats;
+pub mod streaming;
 
 pub use stats::Summary;
