@@ -1,0 +1,144 @@
+// The doorbell: a persistent kernel (one block) that serves small requests the CPU writes into
+// mapped host memory, and replies there. Layout (handoff/doorbell.rs mirrors it, in words):
+//
+//   control, 128 bytes at the start:
+//     [0] stop     the CPU writes 1: exit once no request is waiting
+//     [1] started  the kernel writes 1 when it runs
+//     [2] exited   the kernel writes 1 as its last act
+//   then `depth` slots of SLOT_WORDS words each; request k (k = 1, 2, ...) uses slot (k-1) % depth:
+//     [0] request sequence   the CPU writes k LAST, with release semantics
+//     [1] opcode  [2] sample count  [3] tap count  [4] gain (f32 bits)
+//     [16..80)     FIR taps (f32, at most 64)
+//     [80..1104)   samples (f32, at most 1024 = 4 KiB)
+//     [1104] reply sequence  the kernel writes k LAST, after a system-scope fence
+//     [1105] status: 0 done, 1 unknown opcode, 2 stopped while stalled
+//     [1120..2144) reply samples
+//
+// Thread 0 polls the next slot's request sequence with acquire loads at system scope; the
+// block then stages the request in shared memory (volatile loads, which bypass L1 so a slot
+// reused `depth` requests later is never served from a stale line), computes, writes the
+// reply, fences at system scope, and thread 0 publishes the reply sequence with a release
+// store. Arithmetic: gain is one f32 multiply; FIR is y[i] = sum_j taps[j] * x[i-j] (x before
+// the block is 0), accumulated from j = 0 up with fmaf: bit-exact with the CPU's mul_add.
+
+#define STOP 0
+#define STARTED 1
+#define EXITED 2
+#define CONTROL_WORDS 32
+#define SLOT_WORDS 2144
+#define REQ_SEQ 0
+#define REQ_OP 1
+#define REQ_LEN 2
+#define REQ_TAPS 3
+#define REQ_GAIN 4
+#define TAPS 16
+#define SAMPLES 80
+#define REPLY_SEQ 1104
+#define REPLY_STATUS 1105
+#define REPLY_SAMPLES 1120
+#define MAX_SAMPLES 1024
+#define MAX_TAPS 64
+
+#define OP_GAIN 1
+#define OP_FIR 2
+// Tests only: spin until stop, so the CPU's watchdog can be seen to fire.
+#define OP_STALL 0x57A11
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* address) {
+    unsigned int value;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+    return value;
+}
+
+__device__ __forceinline__ void store_release(unsigned int* address, unsigned int value) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
+}
+
+extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
+    __shared__ float samples[MAX_SAMPLES];
+    __shared__ float taps[MAX_TAPS];
+    // go (0: exit, 1: serve), opcode, samples, taps, gain bits
+    __shared__ unsigned int command[5];
+    unsigned int* control = words;
+    if (threadIdx.x == 0) {
+        store_release(&control[STARTED], 1);
+    }
+    for (unsigned int expected = 1;; ++expected) {
+        unsigned int* slot = words + CONTROL_WORDS + (size_t)((expected - 1) % depth) * SLOT_WORDS;
+        if (threadIdx.x == 0) {
+            unsigned int go = 0;
+            for (;;) {
+                if (load_acquire(&slot[REQ_SEQ]) == expected) {
+                    go = 1;
+                    break;
+                }
+                if (load_acquire(&control[STOP]) != 0) {
+                    break;
+                }
+            }
+            command[0] = go;
+            if (go) {
+                const volatile unsigned int* header = slot;
+                command[1] = header[REQ_OP];
+                command[2] = min(header[REQ_LEN], (unsigned int)MAX_SAMPLES);
+                command[3] = min(header[REQ_TAPS], (unsigned int)MAX_TAPS);
+                command[4] = header[REQ_GAIN];
+            }
+        }
+        __syncthreads();
+        if (command[0] == 0) {
+            break;
+        }
+        const unsigned int opcode = command[1];
+        const unsigned int len = command[2];
+        const unsigned int tap_count = command[3];
+        const volatile float* in = (const volatile float*)(slot + SAMPLES);
+        const volatile float* in_taps = (const volatile float*)(slot + TAPS);
+        for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) {
+            samples[i] = in[i];
+        }
+        for (unsigned int j = threadIdx.x; j < tap_count; j += blockDim.x) {
+            taps[j] = in_taps[j];
+        }
+        __syncthreads();
+        float* out = (float*)(slot + REPLY_SAMPLES);
+        unsigned int status = 0;
+        if (opcode == OP_GAIN) {
+            const float gain = __uint_as_float(command[4]);
+            for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) {
+                out[i] = __fmul_rn(gain, samples[i]);
+            }
+        } else if (opcode == OP_FIR) {
+            for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) {
+                float acc = 0.0f;
+                const unsigned int last = min(tap_count, i + 1);
+                for (unsigned int j = 0; j < last; ++j) {
+                    acc = fmaf(taps[j], samples[i - j], acc);
+                }
+                out[i] = acc;
+            }
+        } else if (opcode == OP_STALL) {
+            status = 2;
+            if (threadIdx.x == 0) {
+                while (load_acquire(&control[STOP]) == 0) {
+                }
+            }
+        } else {
+            status = 1;
+        }
+        // Every thread's reply samples reach host memory before the sequence that covers them.
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            ((volatile unsigned int*)slot)[REPLY_STATUS] = status;
+            __threadfence_system();
+            store_release(&slot[REPLY_SEQ], expected);
+        }
+        // `command` and the staged samples are rewritten next round only after all have read them.
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        store_release(&control[EXITED], 1);
+    }
+}
