@@ -86,6 +86,16 @@ pub enum Error {
         /// The watchdog's timeout.
         timeout: std::time::Duration,
     },
+    /// A doorbell's persistent kernel did not stop when asked: its memory is leaked, since
+    /// freeing it would wait for the kernel for ever.
+    #[error(
+        "the doorbell kernel did not stop within {timeout:?}; its memory is leaked; remedy: \
+         restart the process (the driver reclaims the GPU when it exits)"
+    )]
+    DoorbellStuck {
+        /// How long shutdown waited.
+        timeout: std::time::Duration,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -4,6 +4,7 @@
 //! (see `hetmem::testing`).
 
 mod cuda_smoke;
+mod doorbell;
 mod filter_strategies;
 mod handoff;
 mod kernel_compile;
