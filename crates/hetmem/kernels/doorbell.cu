@@ -38,6 +38,7 @@
 #define REPLY_SAMPLES 1120
 #define MAX_SAMPLES 1024
 #define MAX_TAPS 64
+#define STOP_POLLS 256
 
 #define OP_GAIN 1
 #define OP_FIR 2
@@ -67,12 +68,14 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
         unsigned int* slot = words + CONTROL_WORDS + (size_t)((expected - 1) % depth) * SLOT_WORDS;
         if (threadIdx.x == 0) {
             unsigned int go = 0;
-            for (;;) {
+            // One read over the link per poll; the stop word only every STOP_POLLS polls, so
+            // the request is seen as soon as it lands.
+            for (unsigned int polls = 1;; ++polls) {
                 if (load_acquire(&slot[REQ_SEQ]) == expected) {
                     go = 1;
                     break;
                 }
-                if (load_acquire(&control[STOP]) != 0) {
+                if (polls % STOP_POLLS == 0 && load_acquire(&control[STOP]) != 0) {
                     break;
                 }
             }
@@ -127,7 +130,9 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
             status = 1;
         }
         // Every thread's reply samples reach host memory before the sequence that covers them.
-        __threadfence_system();
+        if (threadIdx.x < len) {
+            __threadfence_system();
+        }
         __syncthreads();
         if (threadIdx.x == 0) {
             ((volatile unsigned int*)slot)[REPLY_STATUS] = status;

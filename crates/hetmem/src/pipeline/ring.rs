@@ -1,52 +1,7 @@
 //! [`FrameRing`]: a stream of frames through the Gaussian blur, N frames in flight at once.
 //!
-//! The producer writes frame k+1 straight into its slot ([`FrameRing::next_input`]) while the
-//! GPU filters frame k and the consumer reads frame k-1 ([`FrameRing::next_output`]). Each
-//! slot owns its memory and its own queue (a CUDA stream), so the work of different frames
-//! overlaps: with the copy strategies, one frame's upload, another's kernel and a third's
-//! download run at once on the copy engines and the SMs; with the mapped strategies, the
-//! kernels of consecutive frames overlap their reads and writes across the link.
-//!
-//! The rules (the slot state machine in `ring/state.rs`, model-tested there):
-//! - frames come out in the order they went in, each exactly once, failed ones included;
-//! - a slot held by the GPU or the consumer is never handed to the producer: a full ring blocks
-//!   ([`FrameRing::next_input`]) or refuses with [`Error::WouldBlock`]
-//!   ([`FrameRing::try_next_input`]), so memory stays bounded at N slots;
-//! - while the GPU works on a slot its buffers are lent to it (the hand-off's [`Lent`] and
-//!   [`Shared`] leases), so no safe code can reach them until its fence completes;
-//! - a frame whose work fails comes out as [`Error::FrameFailed`] naming its index; the frames
-//!   before it come out intact.
-//!
-//! The producer and the consumer may be two threads sharing `&FrameRing`, or one thread that
-//! drains an output whenever [`FrameRing::try_next_input`] says the ring is full.
-//!
-//! # Examples
-//! ```
-//! use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
-//! use hetmem::pipeline::{FrameRing, RingOptions};
-//! use hetmem::{Device, Strategy};
-//!
-//! let device = Device::open_best()?;
-//! let format = FrameFormat::new(64, 48, PixelLayout::Rgb)?;
-//! let kernel = Gaussian::new(None, None, Border::default())?;
-//! let ring = FrameRing::new(&device, Strategy::Auto, format, &kernel, RingOptions::default())?;
-//! std::thread::scope(|scope| {
-//!     scope.spawn(|| {
-//!         for frame in 0..10u8 {
-//!             let mut slot = ring.next_input()?;
-//!             slot.fill(frame);
-//!             slot.submit();
-//!         }
-//!         Ok::<(), hetmem::Error>(())
-//!     });
-//!     for frame in 0..10u8 {
-//!         let output = ring.next_output()?;
-//!         assert!(output.iter().all(|&byte| byte == frame)); // a flat frame stays flat
-//!     }
-//!     Ok::<(), hetmem::Error>(())
-//! })?;
-//! # Ok::<(), hetmem::Error>(())
-//! ```
+//! The slot state machine is in `ring/state.rs`, model-tested there; the rules it keeps are
+//! on [`FrameRing`].
 
 mod state;
 
@@ -88,7 +43,54 @@ impl Default for RingOptions {
 pub type CpuStage = dyn Fn(&[u8], &mut [u8]) -> Result<()> + Send + Sync;
 
 /// A ring of frame slots between a producer, the GPU (or a CPU stage) and a consumer.
-/// See the [module documentation](self).
+///
+/// The producer writes frame k+1 straight into its slot ([`FrameRing::next_input`]) while the
+/// GPU filters frame k and the consumer reads frame k-1 ([`FrameRing::next_output`]). Each
+/// slot owns its memory and its own queue (a CUDA stream), so the work of different frames
+/// overlaps: with the copy strategies, one frame's upload, another's kernel and a third's
+/// download run at once on the copy engines and the SMs; with the mapped strategies, the
+/// kernels of consecutive frames overlap their reads and writes across the link.
+///
+/// The rules (the slot state machine in `ring/state.rs`, model-tested there):
+/// - frames come out in the order they went in, each exactly once, failed ones included;
+/// - a slot held by the GPU or the consumer is never handed to the producer: a full ring blocks
+///   ([`FrameRing::next_input`]) or refuses with [`Error::WouldBlock`]
+///   ([`FrameRing::try_next_input`]), so memory stays bounded at N slots;
+/// - while the GPU works on a slot its buffers are lent to it (the hand-off's [`Lent`] and
+///   [`Shared`] leases), so no safe code can reach them until its fence completes;
+/// - a frame whose work fails comes out as [`Error::FrameFailed`] naming its index; the frames
+///   before it come out intact.
+///
+/// The producer and the consumer may be two threads sharing `&FrameRing`, or one thread that
+/// drains an output whenever [`FrameRing::try_next_input`] says the ring is full.
+///
+/// # Examples
+/// ```
+/// use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
+/// use hetmem::pipeline::{FrameRing, RingOptions};
+/// use hetmem::{Device, Strategy};
+///
+/// let device = Device::open_best()?;
+/// let format = FrameFormat::new(64, 48, PixelLayout::Rgb)?;
+/// let kernel = Gaussian::new(None, None, Border::default())?;
+/// let ring = FrameRing::new(&device, Strategy::Auto, format, &kernel, RingOptions::default())?;
+/// std::thread::scope(|scope| {
+///     scope.spawn(|| {
+///         for frame in 0..10u8 {
+///             let mut slot = ring.next_input()?;
+///             slot.fill(frame);
+///             slot.submit();
+///         }
+///         Ok::<(), hetmem::Error>(())
+///     });
+///     for frame in 0..10u8 {
+///         let output = ring.next_output()?;
+///         assert!(output.iter().all(|&byte| byte == frame)); // a flat frame stays flat
+///     }
+///     Ok::<(), hetmem::Error>(())
+/// })?;
+/// # Ok::<(), hetmem::Error>(())
+/// ```
 pub struct FrameRing {
     state: Mutex<RingState>,
     /// Notified on every change of `state`.
