@@ -220,3 +220,54 @@ fn closing_wakes_a_waiting_producer_and_ends_the_stream_after_the_last_frame() {
     assert_eq!(&ring.next_output().unwrap()[..], &[!1u8; 64][..]);
     assert!(matches!(ring.next_output(), Err(Error::RingClosed)));
 }
+
+/// Issue 6, async completions: a task awaits each frame without blocking its runtime's only
+/// thread, whether the frame is still on the GPU (a fence through the poller) or not yet
+/// submitted (woken by the producer).
+#[test]
+fn frames_can_be_awaited_in_order() {
+    on_every_backend("frames_can_be_awaited_in_order", |device| {
+        let kernel = Gaussian::new(None, None, Border::Reflect101).unwrap();
+        let format = FrameFormat::new(640, 360, PixelLayout::Rgb).unwrap();
+        let strategy = Strategy::Auto.resolve(device);
+        let ring = FrameRing::new(device, strategy, format, &kernel, RingOptions::default()).unwrap();
+        ring.fill_outputs(0xA5).unwrap();
+        let inputs: Vec<(Vec<u8>, u64)> = (0..12).map(|_| random_frame(format.frame_bytes())).collect();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for (input, _) in &inputs {
+                    // A producer slower than the consumer, so the task also waits on an empty ring.
+                    std::thread::sleep(Duration::from_millis(3));
+                    let mut slot = ring.next_input().unwrap();
+                    slot.copy_from_slice(input);
+                    slot.submit();
+                }
+            });
+            runtime.block_on(async {
+                // A ticking task shows the runtime's thread is never blocked by the awaits.
+                let ticks = std::sync::Arc::new(AtomicU64::new(0));
+                let counter = std::sync::Arc::clone(&ticks);
+                let ticker = tokio::spawn(async move {
+                    loop {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                });
+                for (index, (input, seed)) in inputs.iter().enumerate() {
+                    let output = ring.next_output_async().await.unwrap();
+                    assert_eq!(output.index(), index as u64);
+                    let mut want = vec![0u8; input.len()];
+                    gaussian_cpu(&format, &kernel, input, &mut want).unwrap();
+                    assert_eq!(
+                        first_mismatch(&output, &want),
+                        None,
+                        "{strategy}: frame {index}, seed {seed:#x}"
+                    );
+                }
+                ticker.abort();
+                assert!(ticks.load(Ordering::Relaxed) >= 10, "the runtime's thread was blocked");
+            });
+        });
+    });
+}

@@ -6,5 +6,5 @@ mod ring;
 mod strategy;
 
 pub use frame_filter::FrameFilter;
-pub use ring::{CpuStage, DEFAULT_SLOTS, FrameRing, InputSlot, OutputFrame, RingOptions};
+pub use ring::{CpuStage, DEFAULT_SLOTS, FrameRing, InputSlot, NextOutput, OutputFrame, RingOptions};
 pub use strategy::Strategy;

@@ -5,9 +5,12 @@
 
 mod state;
 
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 
 use state::{RingState, Stall};
 
@@ -15,7 +18,7 @@ use super::Strategy;
 use crate::backend::Device;
 use crate::backend::cuda::{Event, MemLocation};
 use crate::error::{Error, Result};
-use crate::handoff::{Lent, Queue, Shared};
+use crate::handoff::{FenceFuture, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, ManagedBuf, PinOptions, WritableBuffer};
 use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianPlan, gaussian, gaussian_cpu};
 
@@ -105,6 +108,8 @@ pub struct FrameRing {
     host_bytes: usize,
     device_bytes: usize,
     busy_nanos: AtomicU64,
+    /// Tasks awaiting [`FrameRing::next_output_async`] on an empty ring, woken with `changed`.
+    wakers: Mutex<Vec<Waker>>,
 }
 
 impl std::fmt::Debug for FrameRing {
@@ -286,6 +291,7 @@ impl FrameRing {
             host_bytes,
             device_bytes,
             busy_nanos: AtomicU64::new(0),
+            wakers: Mutex::new(Vec::new()),
         })
     }
 
@@ -324,6 +330,7 @@ impl FrameRing {
             host_bytes: 2 * frame_bytes * options.slots,
             device_bytes: 0,
             busy_nanos: AtomicU64::new(0),
+            wakers: Mutex::new(Vec::new()),
         })
     }
 
@@ -452,7 +459,7 @@ impl FrameRing {
             let error = gpu.lost();
             drop(guard);
             lock(&self.state).cancel_input(slot);
-            self.changed.notify_all();
+            self.notify();
             return Err(error);
         }
         Ok(InputSlot { ring: self, guard: Some(guard), slot, index })
@@ -464,7 +471,7 @@ impl FrameRing {
     /// up says so to a producer waiting on a full ring.
     pub fn close(&self) {
         lock(&self.state).close();
-        self.changed.notify_all();
+        self.notify();
     }
 
     /// The oldest frame, once filtered, waiting for it to be submitted and for its work to
@@ -500,7 +507,7 @@ impl FrameRing {
                     state = lock(&self.state);
                     if finished {
                         state.complete(slot);
-                        self.changed.notify_all();
+                        self.notify();
                     } else {
                         return Err(Error::WouldBlock(
                             "a frame ring's next output (its frame is still on the GPU)",
@@ -531,10 +538,35 @@ impl FrameRing {
         if let Some(source) = failure {
             drop(guard);
             lock(&self.state).finish_output(slot);
-            self.changed.notify_all();
+            self.notify();
             return Err(Error::FrameFailed { index, source: Box::new(source) });
         }
         Ok(OutputFrame { ring: self, guard: Some(guard), slot, index })
+    }
+
+    /// The oldest frame, as a future: like [`FrameRing::next_output`], but a task waiting for
+    /// its GPU work awaits a fence through the hand-off's poller thread, and a task waiting for
+    /// the producer is woken by [`InputSlot::submit`] or [`FrameRing::close`]; no thread blocks.
+    pub fn next_output_async(&self) -> NextOutput<'_> {
+        NextOutput { ring: self, fence: None }
+    }
+
+    /// Wakes every thread and task waiting for the ring to change.
+    fn notify(&self) {
+        self.changed.notify_all();
+        for waker in lock(&self.wakers).drain(..) {
+            waker.wake();
+        }
+    }
+
+    /// A fence after the oldest frame's GPU work, if it is on the GPU now.
+    fn oldest_fence(&self) -> Result<Option<crate::handoff::Fence>> {
+        let Ok((slot, _)) = lock(&self.state).oldest_in_flight() else { return Ok(None) };
+        match &*lock(&self.slots[slot]) {
+            // Work on one queue finishes in order: a fence queued now follows the frame's work.
+            Slot::Gpu(gpu) if gpu.flight.is_some() => gpu.queue.signal().map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// Finishes the GPU work of the in-flight `slot`: gives its buffers back, or records its
@@ -729,7 +761,7 @@ impl InputSlot<'_> {
         }
         drop(guard);
         lock(&self.ring.state).submit(self.slot);
-        self.ring.changed.notify_all();
+        self.ring.notify();
         self.index
     }
 }
@@ -767,7 +799,7 @@ impl Drop for InputSlot<'_> {
         if let Some(guard) = self.guard.take() {
             drop(guard);
             lock(&self.ring.state).cancel_input(self.slot);
-            self.ring.changed.notify_all();
+            self.ring.notify();
         }
     }
 }
@@ -813,6 +845,57 @@ impl Drop for OutputFrame<'_> {
     fn drop(&mut self) {
         drop(self.guard.take());
         lock(&self.ring.state).finish_output(self.slot);
-        self.ring.changed.notify_all();
+        self.ring.notify();
+    }
+}
+
+/// The future of [`FrameRing::next_output_async`].
+#[must_use = "a future does nothing unless awaited"]
+pub struct NextOutput<'ring> {
+    ring: &'ring FrameRing,
+    fence: Option<FenceFuture>,
+}
+
+impl std::fmt::Debug for NextOutput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NextOutput").field("awaiting_gpu", &self.fence.is_some()).finish()
+    }
+}
+
+impl<'ring> Future for NextOutput<'ring> {
+    type Output = Result<OutputFrame<'ring>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let ring = self.ring;
+        loop {
+            if let Some(fence) = self.fence.as_mut() {
+                match Pin::new(fence).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    // A failed fence: the frame's own reclaim below reports the failure.
+                    Poll::Ready(_) => self.fence = None,
+                }
+            }
+            match ring.try_next_output() {
+                Err(Error::WouldBlock(_)) => {}
+                done => return Poll::Ready(done),
+            }
+            match ring.oldest_fence() {
+                Ok(Some(fence)) => self.fence = Some(fence.wait_async()),
+                Ok(None) => {
+                    // Nothing submitted yet: wait for the producer. Registered before looking
+                    // again, so a submission in between is not missed.
+                    let mut wakers = lock(&ring.wakers);
+                    if !wakers.iter().any(|waker| waker.will_wake(cx.waker())) {
+                        wakers.push(cx.waker().clone());
+                    }
+                    drop(wakers);
+                    return match ring.try_next_output() {
+                        Err(Error::WouldBlock(_)) => Poll::Pending,
+                        done => Poll::Ready(done),
+                    };
+                }
+                Err(error) => return Poll::Ready(Err(error)),
+            }
+        }
     }
 }
