@@ -211,6 +211,9 @@ pub struct Doorbell {
     /// Per slot: a ticket for its request is alive and has not read the reply yet.
     outstanding: Box<[AtomicBool]>,
     stopped: AtomicBool,
+    /// No server touches the memory: never started, or stopped and its stream idle. Only then
+    /// may the memory be freed.
+    quiet: AtomicBool,
 }
 
 impl std::fmt::Debug for Doorbell {
@@ -277,6 +280,7 @@ impl Doorbell {
                     outstanding,
                     // Nothing to stop until the launch succeeds.
                     stopped: AtomicBool::new(true),
+                    quiet: AtomicBool::new(true),
                 };
                 bell.words().iter().for_each(|word| word.store(0, Ordering::Relaxed));
                 let Memory::Cuda(alloc) = &bell.memory else { unreachable!("made above") };
@@ -290,6 +294,7 @@ impl Doorbell {
                 // kernel: shutdown frees it only after the kernel has written EXITED and the
                 // stream is idle, and leaks it otherwise.
                 unsafe { queue.launch(&kernel, config, args) }?;
+                bell.quiet.store(false, Ordering::Release);
                 bell.stopped.store(false, Ordering::Release);
                 bell.wait_started()?;
                 return Ok(bell);
@@ -303,6 +308,7 @@ impl Doorbell {
             next: Mutex::new(1),
             outstanding,
             stopped: AtomicBool::new(false),
+            quiet: AtomicBool::new(false),
         };
         bell.wait_started()?;
         Ok(bell)
@@ -509,20 +515,23 @@ impl Doorbell {
             }
             Server::Cuda(queue) => queue.synchronize()?,
         }
+        self.quiet.store(true, Ordering::Release);
         Ok(())
     }
 }
 
 impl Drop for Doorbell {
     fn drop(&mut self) {
-        let stopped = self.stop();
-        if let Err(error) = &stopped {
-            tracing::error!("stopping a doorbell failed; leaking its memory: {error}");
+        if let Err(error) = self.stop() {
+            tracing::error!("stopping a doorbell failed: {error}");
         }
-        if stopped.is_ok() {
+        // A failed stop (now, or in an earlier `shutdown`) leaves the memory to the kernel.
+        if !self.quiet.load(Ordering::Acquire) {
+            tracing::error!("a doorbell's kernel may still run: leaking its memory and stream");
+        } else {
             if let Memory::Cuda(alloc) = &mut self.memory {
-                // SAFETY: the kernel has exited and its stream is idle, so nothing on the GPU
-                // touches the memory; dropped once, here.
+                // SAFETY: `quiet`: the kernel never launched, or it wrote EXITED and its stream
+                // has synchronised, so nothing on the GPU touches the memory; dropped once, here.
                 unsafe { ManuallyDrop::drop(alloc) };
             }
             if let Server::Cuda(queue) = &mut self.server {
