@@ -44,11 +44,20 @@
 #define OP_FIR 2
 // Tests only: spin until stop, so the CPU's watchdog can be seen to fire.
 #define OP_STALL 0x57A11
+// Tests only: spin for the gain word's milliseconds, ignoring stop: a kernel that does not
+// stop when asked, for the bounded shutdown.
+#define OP_WEDGE 0x3ED6E
 
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* address) {
     unsigned int value;
     asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
     return value;
+}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    return ns;
 }
 
 __device__ __forceinline__ void store_release(unsigned int* address, unsigned int value) {
@@ -124,6 +133,13 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
             status = 2;
             if (threadIdx.x == 0) {
                 while (load_acquire(&control[STOP]) == 0) {
+                }
+            }
+        } else if (opcode == OP_WEDGE) {
+            status = 2;
+            if (threadIdx.x == 0) {
+                const unsigned long long until = global_ns() + (unsigned long long)command[4] * 1000000ull;
+                while (global_ns() < until) {
                 }
             }
         } else {

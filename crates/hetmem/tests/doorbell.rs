@@ -150,3 +150,21 @@ fn doorbell_refuses_bad_requests() {
 fn doorbell_replies_can_be_awaited() {
     on_both("doorbell_replies_can_be_awaited", "async", async_wait);
 }
+
+/// Shutting down a server that does not stop returns an error within the timeout (its memory
+/// leaked, never freed under it) instead of hanging.
+fn stuck_shutdown_is_bounded(device: &Device) {
+    let options = DoorbellOptions { depth: 2, timeout: Duration::from_millis(300) };
+    let bell = Doorbell::start_with(device, options).unwrap();
+    drop(bell.submit(Request::Wedge { millis: 2500 }).unwrap());
+    let start = Instant::now();
+    let stopped = bell.shutdown();
+    let waited = start.elapsed();
+    assert!(matches!(stopped, Err(Error::DoorbellStuck { .. })), "{stopped:?}");
+    assert!(waited < Duration::from_secs(2), "shutdown waited {waited:?}");
+}
+
+#[test]
+fn doorbell_shutdown_of_a_stuck_server_is_bounded() {
+    on_both("doorbell_shutdown_of_a_stuck_server_is_bounded", "stuck", stuck_shutdown_is_bounded);
+}

@@ -90,6 +90,7 @@ const REPLY_SAMPLES: usize = 1120;
 const OP_GAIN: u32 = 1;
 const OP_FIR: u32 = 2;
 const OP_STALL: u32 = 0x57A11;
+const OP_WEDGE: u32 = 0x3ED6E;
 
 const STATUS_DONE: u32 = 0;
 const STATUS_UNKNOWN: u32 = 1;
@@ -121,19 +122,27 @@ pub enum Request<'a> {
     /// Tests only: the server spins until shut down and never replies, so the watchdog fires.
     #[doc(hidden)]
     Stall,
+    /// Tests only: the server spins for `millis` milliseconds and ignores shutdown meanwhile,
+    /// like a kernel that is stuck.
+    #[doc(hidden)]
+    Wedge {
+        /// How long.
+        millis: u32,
+    },
 }
 
 impl Request<'_> {
     fn samples(&self) -> &[f32] {
         match self {
             Request::Gain { samples, .. } | Request::Fir { samples, .. } => samples,
-            Request::Stall => &[],
+            Request::Stall | Request::Wedge { .. } => &[],
         }
     }
 
     fn check(&self) -> Result<()> {
         let samples = self.samples().len();
-        if !matches!(self, Request::Stall) && !(1..=MAX_SAMPLES).contains(&samples) {
+        let test_only = matches!(self, Request::Stall | Request::Wedge { .. });
+        if !test_only && !(1..=MAX_SAMPLES).contains(&samples) {
             return Err(Error::invalid("doorbell request", format!("{samples} samples: 1 to {MAX_SAMPLES}")));
         }
         if let Request::Fir { taps, .. } = self
@@ -149,7 +158,7 @@ impl Request<'_> {
         match *self {
             Request::Gain { gain, samples } => gain_of(gain, samples),
             Request::Fir { taps, samples } => fir_of(taps, samples),
-            Request::Stall => Vec::new(),
+            Request::Stall | Request::Wedge { .. } => Vec::new(),
         }
     }
 }
@@ -425,6 +434,7 @@ impl Doorbell {
             Request::Gain { gain, .. } => (OP_GAIN, &[][..], gain),
             Request::Fir { taps, .. } => (OP_FIR, taps, 0.0),
             Request::Stall => (OP_STALL, &[][..], 0.0),
+            Request::Wedge { millis } => (OP_WEDGE, &[][..], f32::from_bits(millis)),
         };
         let samples = request.samples();
         words[base + REQ_OP].store(op, Ordering::Relaxed);

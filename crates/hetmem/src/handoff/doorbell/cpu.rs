@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::{
-    CONTROL_WORDS, EXITED, OP_FIR, OP_GAIN, OP_STALL, REPLY_SAMPLES, REPLY_SEQ, REPLY_STATUS, REQ_GAIN,
-    REQ_LEN, REQ_OP, REQ_SEQ, REQ_TAPS, SAMPLES, SLOT_WORDS, STARTED, STATUS_DONE, STATUS_STOPPED,
+    CONTROL_WORDS, EXITED, OP_FIR, OP_GAIN, OP_STALL, OP_WEDGE, REPLY_SAMPLES, REPLY_SEQ, REPLY_STATUS,
+    REQ_GAIN, REQ_LEN, REQ_OP, REQ_SEQ, REQ_TAPS, SAMPLES, SLOT_WORDS, STARTED, STATUS_DONE, STATUS_STOPPED,
     STATUS_UNKNOWN, STOP, TAPS, fir_of, gain_of,
 };
 use crate::handoff::doorbell::{MAX_SAMPLES, MAX_TAPS};
@@ -63,6 +63,11 @@ fn execute(words: &[AtomicU32], base: usize) -> u32 {
             while words[STOP].load(Ordering::Acquire) == 0 {
                 std::thread::sleep(IDLE_SLEEP);
             }
+            return STATUS_STOPPED;
+        }
+        OP_WEDGE => {
+            let millis = words[base + REQ_GAIN].load(Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(millis.into()));
             return STATUS_STOPPED;
         }
         _ => return STATUS_UNKNOWN,
