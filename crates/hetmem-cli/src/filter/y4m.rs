@@ -273,10 +273,16 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
 /// Set by the Ctrl-C handler: read no more frames, write the ones in the ring, end.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// Makes Ctrl-C end the stream cleanly instead of killing the process mid-frame.
+/// Makes Ctrl-C end the stream cleanly instead of killing the process mid-frame. A second
+/// Ctrl-C exits at once: the reader may be waiting on an input that never comes.
 fn catch_ctrl_c() {
+    let handler = || {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    };
     // A second filter in one process keeps the first handler, which sets the same flag.
-    if let Err(error) = ctrlc::set_handler(|| INTERRUPTED.store(true, Ordering::SeqCst)) {
+    if let Err(error) = ctrlc::set_handler(handler) {
         tracing::debug!("no Ctrl-C handler: {error}");
     }
 }
