@@ -6,16 +6,20 @@
 //     [1] started  the kernel writes 1 when it runs
 //     [2] exited   the kernel writes 1 as its last act
 //   then `depth` slots of SLOT_WORDS words each; request k (k = 1, 2, ...) uses slot (k-1) % depth:
-//     [0] request sequence   the CPU writes k LAST, with release semantics
-//     [1] opcode  [2] sample count  [3] tap count  [4] gain (f32 bits)
+//     [0] the doorbell word, which the CPU writes LAST, with release semantics:
+//         bits 0-15 k mod 2^16, bits 16-26 the sample count, bits 27-31 the opcode
+//         (depth <= 256, so k mod 2^16 tells request k from the slot's previous one, k - depth)
+//     [3] tap count  [4] gain (f32 bits; milliseconds for the test-only wedge)
 //     [16..80)     FIR taps (f32, at most 64)
 //     [80..1104)   samples (f32, at most 1024 = 4 KiB)
 //     [1104] reply sequence  the kernel writes k LAST, after a system-scope fence
 //     [1105] status: 0 done, 1 unknown opcode, 2 stopped while stalled
 //     [1120..2144) reply samples
 //
-// Thread 0 polls the next slot's request sequence with acquire loads at system scope; the
-// block then stages the request in shared memory (volatile loads, which bypass L1 so a slot
+// Thread 0 polls the next slot's doorbell word with acquire loads at system scope: one read
+// over the link tells it that request k has arrived, its opcode and its size. The block then
+// stages the rest of the request (samples, taps, tap count, gain) in one parallel pass into
+// shared memory (volatile loads, which bypass L1 so a slot
 // reused `depth` requests later is never served from a stale line), computes, writes the
 // reply, fences at system scope, and thread 0 publishes the reply sequence with a release
 // store. Arithmetic: gain is one f32 multiply; FIR is y[i] = sum_j taps[j] * x[i-j] (x before
@@ -27,8 +31,10 @@
 #define CONTROL_WORDS 32
 #define SLOT_WORDS 2144
 #define REQ_SEQ 0
-#define REQ_OP 1
-#define REQ_LEN 2
+#define SEQ_MASK 0xFFFFu
+#define LEN_SHIFT 16
+#define LEN_MASK 0x7FFu
+#define OP_SHIFT 27
 #define REQ_TAPS 3
 #define REQ_GAIN 4
 #define TAPS 16
@@ -43,10 +49,10 @@
 #define OP_GAIN 1
 #define OP_FIR 2
 // Tests only: spin until stop, so the CPU's watchdog can be seen to fire.
-#define OP_STALL 0x57A11
+#define OP_STALL 3
 // Tests only: spin for the gain word's milliseconds, ignoring stop: a kernel that does not
 // stop when asked, for the bounded shutdown.
-#define OP_WEDGE 0x3ED6E
+#define OP_WEDGE 4
 
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* address) {
     unsigned int value;
@@ -76,11 +82,13 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
     for (unsigned int expected = 1;; ++expected) {
         unsigned int* slot = words + CONTROL_WORDS + (size_t)((expected - 1) % depth) * SLOT_WORDS;
         if (threadIdx.x == 0) {
+            unsigned int bell = 0;
             unsigned int go = 0;
             // One read over the link per poll; the stop word only every STOP_POLLS polls, so
             // the request is seen as soon as it lands.
             for (unsigned int polls = 1;; ++polls) {
-                if (load_acquire(&slot[REQ_SEQ]) == expected) {
+                bell = load_acquire(&slot[REQ_SEQ]);
+                if ((bell & SEQ_MASK) == (expected & SEQ_MASK)) {
                     go = 1;
                     break;
                 }
@@ -89,13 +97,8 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
                 }
             }
             command[0] = go;
-            if (go) {
-                const volatile unsigned int* header = slot;
-                command[1] = header[REQ_OP];
-                command[2] = min(header[REQ_LEN], (unsigned int)MAX_SAMPLES);
-                command[3] = min(header[REQ_TAPS], (unsigned int)MAX_TAPS);
-                command[4] = header[REQ_GAIN];
-            }
+            command[1] = bell >> OP_SHIFT;
+            command[2] = min((bell >> LEN_SHIFT) & LEN_MASK, (unsigned int)MAX_SAMPLES);
         }
         __syncthreads();
         if (command[0] == 0) {
@@ -103,16 +106,25 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
         }
         const unsigned int opcode = command[1];
         const unsigned int len = command[2];
-        const unsigned int tap_count = command[3];
+        // One parallel pass over the link for the rest: samples, every tap word (the count is
+        // read in the same pass), the tap count and the gain.
+        const volatile unsigned int* header = slot;
         const volatile float* in = (const volatile float*)(slot + SAMPLES);
         const volatile float* in_taps = (const volatile float*)(slot + TAPS);
         for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) {
             samples[i] = in[i];
         }
-        for (unsigned int j = threadIdx.x; j < tap_count; j += blockDim.x) {
-            taps[j] = in_taps[j];
+        if (opcode == OP_FIR) {
+            for (unsigned int j = threadIdx.x; j < MAX_TAPS; j += blockDim.x) {
+                taps[j] = in_taps[j];
+            }
+        }
+        if (threadIdx.x == blockDim.x - 1) {
+            command[3] = min(header[REQ_TAPS], (unsigned int)MAX_TAPS);
+            command[4] = header[REQ_GAIN];
         }
         __syncthreads();
+        const unsigned int tap_count = command[3];
         float* out = (float*)(slot + REPLY_SAMPLES);
         unsigned int status = 0;
         if (opcode == OP_GAIN) {

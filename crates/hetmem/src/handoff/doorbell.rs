@@ -76,9 +76,13 @@ const STARTED: usize = 1;
 const EXITED: usize = 2;
 const CONTROL_WORDS: usize = 32;
 const SLOT_WORDS: usize = 2144;
+/// The doorbell word: the sequence number's low 16 bits, the sample count, the opcode; written
+/// last, so one read tells the server a request has arrived and what it is.
 const REQ_SEQ: usize = 0;
-const REQ_OP: usize = 1;
-const REQ_LEN: usize = 2;
+const SEQ_MASK: u32 = 0xFFFF;
+const LEN_SHIFT: u32 = 16;
+const LEN_MASK: u32 = 0x7FF;
+const OP_SHIFT: u32 = 27;
 const REQ_TAPS: usize = 3;
 const REQ_GAIN: usize = 4;
 const TAPS: usize = 16;
@@ -89,8 +93,8 @@ const REPLY_SAMPLES: usize = 1120;
 
 const OP_GAIN: u32 = 1;
 const OP_FIR: u32 = 2;
-const OP_STALL: u32 = 0x57A11;
-const OP_WEDGE: u32 = 0x3ED6E;
+const OP_STALL: u32 = 3;
+const OP_WEDGE: u32 = 4;
 
 const STATUS_DONE: u32 = 0;
 const STATUS_UNKNOWN: u32 = 1;
@@ -437,8 +441,6 @@ impl Doorbell {
             Request::Wedge { millis } => (OP_WEDGE, &[][..], f32::from_bits(millis)),
         };
         let samples = request.samples();
-        words[base + REQ_OP].store(op, Ordering::Relaxed);
-        words[base + REQ_LEN].store(samples.len() as u32, Ordering::Relaxed);
         words[base + REQ_TAPS].store(taps.len() as u32, Ordering::Relaxed);
         words[base + REQ_GAIN].store(gain.to_bits(), Ordering::Relaxed);
         for (word, tap) in words[base + TAPS..].iter().zip(taps) {
@@ -448,8 +450,9 @@ impl Doorbell {
             word.store(sample.to_bits(), Ordering::Relaxed);
         }
         self.outstanding[slot].store(true, Ordering::Release);
-        // Last: the sequence number that hands the slot to the server.
-        words[base + REQ_SEQ].store(seq as u32, Ordering::Release);
+        // Last: the doorbell word that hands the slot to the server.
+        let bell = (seq as u32 & SEQ_MASK) | ((samples.len() as u32) << LEN_SHIFT) | (op << OP_SHIFT);
+        words[base + REQ_SEQ].store(bell, Ordering::Release);
         *next += 1;
         Ok(Ticket { bell: self, seq, len: samples.len(), started: None })
     }

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::{
-    CONTROL_WORDS, EXITED, OP_FIR, OP_GAIN, OP_STALL, OP_WEDGE, REPLY_SAMPLES, REPLY_SEQ, REPLY_STATUS,
-    REQ_GAIN, REQ_LEN, REQ_OP, REQ_SEQ, REQ_TAPS, SAMPLES, SLOT_WORDS, STARTED, STATUS_DONE, STATUS_STOPPED,
-    STATUS_UNKNOWN, STOP, TAPS, fir_of, gain_of,
+    CONTROL_WORDS, EXITED, LEN_MASK, LEN_SHIFT, OP_FIR, OP_GAIN, OP_SHIFT, OP_STALL, OP_WEDGE, REPLY_SAMPLES,
+    REPLY_SEQ, REPLY_STATUS, REQ_GAIN, REQ_SEQ, REQ_TAPS, SAMPLES, SEQ_MASK, SLOT_WORDS, STARTED,
+    STATUS_DONE, STATUS_STOPPED, STATUS_UNKNOWN, STOP, TAPS, fir_of, gain_of,
 };
 use crate::handoff::doorbell::{MAX_SAMPLES, MAX_TAPS};
 
@@ -23,9 +23,10 @@ pub(super) fn serve(words: &[AtomicU32], depth: usize) {
     let mut idle = 0u32;
     loop {
         let base = CONTROL_WORDS + (expected.wrapping_sub(1) as usize % depth) * SLOT_WORDS;
-        if words[base + REQ_SEQ].load(Ordering::Acquire) == expected {
+        let bell = words[base + REQ_SEQ].load(Ordering::Acquire);
+        if bell & SEQ_MASK == expected & SEQ_MASK {
             idle = 0;
-            let status = execute(words, base);
+            let status = execute(words, base, bell);
             words[base + REPLY_STATUS].store(status, Ordering::Relaxed);
             words[base + REPLY_SEQ].store(expected, Ordering::Release);
             expected = expected.wrapping_add(1);
@@ -50,10 +51,11 @@ fn floats(words: &[AtomicU32]) -> Vec<f32> {
     words.iter().map(|word| f32::from_bits(word.load(Ordering::Relaxed))).collect()
 }
 
-/// Runs the request in the slot at `base`, writes the reply samples, returns the status.
-fn execute(words: &[AtomicU32], base: usize) -> u32 {
-    let opcode = words[base + REQ_OP].load(Ordering::Relaxed);
-    let len = (words[base + REQ_LEN].load(Ordering::Relaxed) as usize).min(MAX_SAMPLES);
+/// Runs the request in the slot at `base`, announced by the doorbell word `bell`, writes the
+/// reply samples, returns the status.
+fn execute(words: &[AtomicU32], base: usize, bell: u32) -> u32 {
+    let opcode = bell >> OP_SHIFT;
+    let len = (((bell >> LEN_SHIFT) & LEN_MASK) as usize).min(MAX_SAMPLES);
     let tap_count = (words[base + REQ_TAPS].load(Ordering::Relaxed) as usize).min(MAX_TAPS);
     let samples = floats(&words[base + SAMPLES..base + SAMPLES + len]);
     let reply = match opcode {
