@@ -506,7 +506,10 @@ impl FrameRing {
                     let finished = self.finish_work(slot, index, block);
                     state = lock(&self.state);
                     if finished {
-                        state.complete(slot);
+                        // Another consumer thread may have completed it meanwhile.
+                        if matches!(state.slot(slot), state::SlotState::InFlight { .. }) {
+                            state.complete(slot);
+                        }
                         self.notify();
                     } else {
                         return Err(Error::WouldBlock(
