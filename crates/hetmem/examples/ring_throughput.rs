@@ -10,10 +10,9 @@
 //! Run with `cargo run --release -p hetmem --example ring_throughput [FRAMES]` (default 3000
 //! 1080p frames on a GPU, 12 small frames on the CPU backend).
 
-use hetmem::Device;
-use hetmem::Strategy;
 use hetmem::bench::streaming::{StreamingSetup, measure};
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
+use hetmem::{Device, FenceKind, Strategy};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::open_best()?;
@@ -38,8 +37,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 eprintln!("{strategy}: skipped: {why}");
                 continue;
             }
-            for (slots, refill) in [(3, false), (4, false), (3, true)] {
-                let setup = StreamingSetup { strategy, format, slots, frames, refill };
+            let configs = [
+                (3, false, FenceKind::Event),
+                (4, false, FenceKind::Event),
+                (4, false, FenceKind::Flag),
+                (3, true, FenceKind::Event),
+            ];
+            for (slots, refill, fence) in configs {
+                let setup = StreamingSetup { strategy, format, slots, frames, refill, fence };
                 match measure(&device, &kernel, &setup) {
                     Ok(run) => println!("{}", serde_json::to_string(&run)?),
                     Err(error) => {

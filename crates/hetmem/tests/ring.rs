@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
-use hetmem::{Device, Error, FrameRing, RingOptions, Strategy};
+use hetmem::{Device, Error, FenceKind, FrameRing, RingOptions, Strategy};
 
 use crate::support::{first_mismatch, on_every_backend};
 
@@ -21,11 +21,12 @@ fn random_frame(bytes: usize) -> (Vec<u8>, u64) {
 fn stream_and_check(
     device: &Device,
     strategy: Strategy,
+    fence: FenceKind,
     format: FrameFormat,
     kernel: &Gaussian,
     frames: usize,
 ) {
-    let options = RingOptions { slots: 3, timing: true };
+    let options = RingOptions { slots: 3, timing: true, fence };
     let ring = FrameRing::new(device, strategy, format, kernel, options)
         .unwrap_or_else(|error| panic!("{strategy} {format:?}: {error}"));
     ring.fill_outputs(0xA5).unwrap();
@@ -69,27 +70,17 @@ fn every_strategy_streams_frames_in_order_matching_the_cpu_path() {
             if strategy.check(device).is_err() {
                 continue;
             }
-            stream_and_check(
-                device,
-                strategy,
-                FrameFormat::new(1920, 1080, PixelLayout::Rgb).unwrap(),
-                &kernel,
-                8,
-            );
-            stream_and_check(
-                device,
-                strategy,
-                FrameFormat::new(101, 77, PixelLayout::Yuv420).unwrap(),
-                &odd,
-                10,
-            );
+            let hd = FrameFormat::new(1920, 1080, PixelLayout::Rgb).unwrap();
+            let odd_format = FrameFormat::new(101, 77, PixelLayout::Yuv420).unwrap();
+            stream_and_check(device, strategy, FenceKind::Event, hd, &kernel, 8);
+            stream_and_check(device, strategy, FenceKind::Flag, odd_format, &odd, 10);
         }
     });
 }
 
 /// A CPU ring whose stage writes `!input` and fails on the frame whose first byte is `fail`.
 fn inverting_ring(slots: usize, fail: Option<u8>) -> FrameRing {
-    FrameRing::with_cpu_stage(64, RingOptions { slots, timing: false }, move |input, output| {
+    FrameRing::with_cpu_stage(64, RingOptions { slots, ..RingOptions::default() }, move |input, output| {
         if Some(input[0]) == fail {
             return Err(Error::InvalidArgument { what: "test frame", problem: "injected failure".into() });
         }

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use crate::backend::Device;
 use crate::error::{Error, Result};
+use crate::handoff::FenceKind;
 use crate::ops::gaussian::{FrameFormat, Gaussian, gaussian_cpu};
 use crate::pipeline::{FrameRing, RingOptions, Strategy};
 
@@ -28,6 +29,8 @@ pub struct StreamingSetup {
     pub frames: u64,
     /// Copy a whole frame into each input slot every time, not only on its first use.
     pub refill: bool,
+    /// How the ring's queues signal completion.
+    pub fence: FenceKind,
 }
 
 /// One streaming run, measured.
@@ -45,6 +48,8 @@ pub struct StreamingRun {
     pub slots: usize,
     /// Whether every frame was copied into its slot.
     pub refill: bool,
+    /// How the ring's queues signalled completion.
+    pub fence: FenceKind,
     /// Frames pushed through.
     pub frames: u64,
     /// From the first submission to the last frame drained.
@@ -72,7 +77,7 @@ pub struct StreamingRun {
 /// A ring that cannot be made (strategy, memory), a failed frame, or an output that differs
 /// from the CPU path (reported as an invalid-argument error naming the frame).
 pub fn measure(device: &Device, kernel: &Gaussian, setup: &StreamingSetup) -> Result<StreamingRun> {
-    let options = RingOptions { slots: setup.slots, timing: true };
+    let options = RingOptions { slots: setup.slots, timing: true, fence: setup.fence };
     let ring = FrameRing::new(device, setup.strategy, setup.format, kernel, options)?;
     let slots = ring.slots() as u64;
     if setup.frames < 2 * slots {
@@ -137,6 +142,7 @@ pub fn measure(device: &Device, kernel: &Gaussian, setup: &StreamingSetup) -> Re
         frame_bytes,
         slots: ring.slots(),
         refill: setup.refill,
+        fence: setup.fence,
         frames,
         wall_s,
         frames_per_s: frames as f64 / wall_s,
@@ -179,13 +185,27 @@ mod tests {
         let kernel = Gaussian::new(None, None, Border::default()).unwrap();
         let format = FrameFormat::new(64, 48, PixelLayout::Rgb).unwrap();
         for refill in [false, true] {
-            let setup = StreamingSetup { strategy: Strategy::Auto, format, slots: 3, frames: 12, refill };
+            let setup = StreamingSetup {
+                strategy: Strategy::Auto,
+                format,
+                slots: 3,
+                frames: 12,
+                refill,
+                fence: FenceKind::Event,
+            };
             let run = measure(&device, &kernel, &setup).unwrap();
             assert_eq!((run.strategy, run.frames, run.frame_bytes), (Strategy::Cpu, 12, 64 * 48 * 3));
             assert!(run.frames_per_s > 0.0 && run.wall_s > 0.0);
             assert_eq!((run.link_bytes_per_frame, run.kernel_busy_s), (0, 0.0));
         }
-        let short = StreamingSetup { strategy: Strategy::Cpu, format, slots: 3, frames: 5, refill: false };
+        let short = StreamingSetup {
+            strategy: Strategy::Cpu,
+            format,
+            slots: 3,
+            frames: 5,
+            refill: false,
+            fence: FenceKind::Flag,
+        };
         assert!(measure(&device, &kernel, &short).is_err());
     }
 }

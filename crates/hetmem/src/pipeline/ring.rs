@@ -18,7 +18,7 @@ use super::Strategy;
 use crate::backend::Device;
 use crate::backend::cuda::{Event, MemLocation};
 use crate::error::{Error, Result};
-use crate::handoff::{FenceFuture, Lent, Queue, Shared};
+use crate::handoff::{FenceFuture, FenceKind, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, ManagedBuf, PinOptions, WritableBuffer};
 use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianPlan, gaussian, gaussian_cpu};
 
@@ -34,11 +34,15 @@ pub struct RingOptions {
     /// Time each frame's kernel with CUDA events, for [`FrameRing::gpu_busy_seconds`].
     /// Default off (two event records per frame).
     pub timing: bool,
+    /// How the slots' queues signal that a frame's work has finished: CUDA events (the
+    /// default: the consumer sleeps in the driver), or mapped flags (the consumer spins a core,
+    /// and no event is made per copy and launch).
+    pub fence: FenceKind,
 }
 
 impl Default for RingOptions {
     fn default() -> RingOptions {
-        RingOptions { slots: DEFAULT_SLOTS, timing: false }
+        RingOptions { slots: DEFAULT_SLOTS, timing: false, fence: FenceKind::Event }
     }
 }
 
@@ -229,7 +233,7 @@ impl FrameRing {
         let mut slots = Vec::with_capacity(options.slots);
         let (mut host_bytes, mut device_bytes) = (0, 0);
         for _ in 0..options.slots {
-            let queue = Queue::new(device)?;
+            let queue = Queue::with_fence_kind(device, options.fence)?;
             let table = if strategy == Strategy::ZeroCopy {
                 let mut table = HostBuf::<u32>::pinned(device, plan.table().len(), PinOptions::default())?;
                 table.as_mut_slice().copy_from_slice(plan.table());
