@@ -7,7 +7,7 @@
 //! the link alone); `"refill": true` copies a whole frame into the slot every time (a CPU
 //! memcpy per frame included).
 //!
-//! Run with `cargo run --release -p hetmem --example ring_throughput [FRAMES]` (default 3000
+//! Run with `cargo run --release -p hetmem --example ring_throughput [FRAMES]` (default 2000
 //! 1080p frames on a GPU, 12 small frames on the CPU backend).
 
 use hetmem::bench::streaming::{StreamingSetup, measure};
@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(_) => (
             vec![(1920, 1080), (3840, 2160)],
             vec![Strategy::PinnedAsync, Strategy::ZeroCopy, Strategy::Hybrid, Strategy::Managed],
-            frames_arg.unwrap_or(3000),
+            frames_arg.unwrap_or(2000),
         ),
         None => (vec![(320, 240)], vec![Strategy::Cpu], frames_arg.unwrap_or(12)),
     };
