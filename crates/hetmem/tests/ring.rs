@@ -262,3 +262,16 @@ fn frames_can_be_awaited_in_order() {
         });
     });
 }
+
+#[test]
+fn a_ring_refuses_what_the_filter_refuses() {
+    let cpu = crate::support::cpu_device();
+    let tiny = FrameFormat::new(7, 3, PixelLayout::Rgb).unwrap();
+    let wide = Gaussian::new(Some(9), None, Border::Reflect101).unwrap();
+    assert!(FrameRing::new(&cpu, Strategy::Auto, tiny, &wide, RingOptions::default()).is_err());
+    let kernel = Gaussian::new(None, None, Border::Reflect101).unwrap();
+    let error = FrameRing::new(&cpu, Strategy::ZeroCopy, tiny, &kernel, RingOptions::default()).unwrap_err();
+    assert!(error.to_string().contains("needs a GPU"), "{error}");
+    let none = RingOptions { slots: 0, ..RingOptions::default() };
+    assert!(FrameRing::new(&cpu, Strategy::Cpu, tiny, &kernel, none).is_err());
+}

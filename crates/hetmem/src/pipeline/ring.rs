@@ -222,8 +222,9 @@ impl FrameRing {
         strategy.check(device)?;
         let frame = format.frame_bytes();
         if strategy == Strategy::Cpu {
+            // The plan checks the radius against the frame, as the GPU path does.
+            GaussianPlan::new(&format, kernel, 1)?;
             let kernel = kernel.clone();
-            gaussian_cpu(&format, &kernel, &vec![0; frame], &mut vec![0; frame])?;
             let stage = move |input: &[u8], output: &mut [u8]| gaussian_cpu(&format, &kernel, input, output);
             return FrameRing::with_cpu_stage(frame, options, stage);
         }
