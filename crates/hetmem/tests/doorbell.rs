@@ -168,3 +168,32 @@ fn stuck_shutdown_is_bounded(device: &Device) {
 fn doorbell_shutdown_of_a_stuck_server_is_bounded() {
     on_both("doorbell_shutdown_of_a_stuck_server_is_bounded", "stuck", stuck_shutdown_is_bounded);
 }
+
+/// Several threads share one doorbell: each gets its own replies, in its own order.
+fn threads_share_a_doorbell(device: &Device) {
+    let bell = Doorbell::start(device, 4).unwrap();
+    std::thread::scope(|scope| {
+        for thread in 0..4u32 {
+            let bell = &bell;
+            scope.spawn(move || {
+                let mut rng = fastrand::Rng::new();
+                for round in 0..300 {
+                    let samples = random_samples(&mut rng, 1 + round % 64);
+                    let gain = thread as f32 + 0.5;
+                    let request = Request::Gain { gain, samples: &samples };
+                    assert_eq!(
+                        bits(&bell.call(request).unwrap()),
+                        bits(&request.reference()),
+                        "thread {thread}, round {round}"
+                    );
+                }
+            });
+        }
+    });
+    bell.shutdown().unwrap();
+}
+
+#[test]
+fn doorbell_is_shared_by_threads() {
+    on_both("doorbell_is_shared_by_threads", "threads", threads_share_a_doorbell);
+}
