@@ -5,8 +5,11 @@
 //! ffmpeg -i in.mp4 -f yuv4mpegpipe - | hetmem filter - - | ffmpeg -f yuv4mpegpipe -i - out.mp4
 //! ```
 //!
-//! Each frame is read straight into the strategy's input memory ([`FrameFilter::input_mut`])
-//! and written straight from its output memory. stdout carries nothing but the video when the
+//! An image is read straight into the strategy's input memory ([`hetmem::FrameFilter`]); a
+//! video streams through a [`hetmem::FrameRing`]: each frame is read straight into the ring's
+//! next input slot while earlier frames are filtered and written, in order, by a writer
+//! thread. Ctrl-C stops the reading; every frame read is still filtered and written, and the
+//! exit status is 130. stdout carries nothing but the video when the
 //! output is `-`: the summary, warnings and progress go to stderr.
 
 mod image;
@@ -198,7 +201,8 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
         ),
     };
     report.print(args.json)?;
-    Ok(ExitCode::SUCCESS)
+    // 128 + SIGINT, as shells report a process that Ctrl-C ended, after a clean finish.
+    Ok(if report.interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
 }
 
 /// What both paths need.

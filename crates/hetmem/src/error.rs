@@ -57,6 +57,45 @@ pub enum Error {
         /// The pool's budget.
         budget: usize,
     },
+    /// A non-blocking call found that it would have to wait: a full frame ring, an empty one,
+    /// a frame still on the GPU, a full doorbell queue. Try again later, or use the blocking
+    /// call.
+    #[error("{0} would block")]
+    WouldBlock(&'static str),
+    /// A frame ring was closed: it takes no more frames, and every frame it took has come out.
+    #[error("the frame ring is closed")]
+    RingClosed,
+    /// A frame of a stream failed; frames before it came out intact.
+    #[error("frame {index} (counting from 0) failed: {source}")]
+    FrameFailed {
+        /// The failed frame's index in the stream.
+        index: u64,
+        /// Why it failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A doorbell request got no reply in time: the persistent kernel is hung or gone.
+    #[error(
+        "doorbell request {sequence} got no reply within {timeout:?}: the persistent kernel is hung \
+         or has stopped; remedy: check the GPU with `nvidia-smi`, raise the watchdog timeout if the \
+         GPU is busy with other work, or restart the process"
+    )]
+    DoorbellTimeout {
+        /// The request's sequence number.
+        sequence: u64,
+        /// The watchdog's timeout.
+        timeout: std::time::Duration,
+    },
+    /// A doorbell's persistent kernel did not stop when asked: its memory is leaked, since
+    /// freeing it would wait for the kernel for ever.
+    #[error(
+        "the doorbell kernel did not stop within {timeout:?}; its memory is leaked; remedy: \
+         restart the process (the driver reclaims the GPU when it exits)"
+    )]
+    DoorbellStuck {
+        /// How long shutdown waited.
+        timeout: std::time::Duration,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -52,4 +52,4 @@ pub use memory::{
     Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,
     PinOptions, PinnedPool, RegisterOptions, WritableBuffer,
 };
-pub use pipeline::{FrameFilter, Strategy};
+pub use pipeline::{FrameFilter, FrameRing, RingOptions, Strategy};

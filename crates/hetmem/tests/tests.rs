@@ -5,9 +5,11 @@
 
 mod bench_link;
 mod cuda_smoke;
+mod doorbell;
 mod filter_strategies;
 mod handoff;
 mod kernel_compile;
 mod memory_kinds;
 mod opencv;
+mod ring;
 mod support;

@@ -48,6 +48,8 @@ pub(super) struct Report {
     /// Frames per second of the filter alone.
     pub filter_frames_per_s: f64,
     pub wall_s: f64,
+    /// Ctrl-C ended the stream early (every frame read was still filtered and written).
+    pub interrupted: bool,
 }
 
 /// What a report needs besides the kernel and the clock.
@@ -81,6 +83,7 @@ impl Report {
             frames_per_s: per_s(wall),
             filter_frames_per_s: per_s(clock.busy.as_secs_f64()),
             wall_s: wall,
+            interrupted: false,
         }
     }
 

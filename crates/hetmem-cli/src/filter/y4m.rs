@@ -2,19 +2,22 @@
 //!
 //! The stream header is written out byte for byte as it came in (size, frame rate,
 //! interlacing, aspect, colour space, comments), and so is each `FRAME` line. Each frame's
-//! planes are read straight into the filter's input memory and written straight from its
-//! output memory, then flushed: when the input turns out truncated or corrupt, every frame
-//! before the bad one is already in the output.
+//! planes are read straight into a [`FrameRing`] input slot and written straight from its
+//! output slot, then flushed: when the input turns out truncated or corrupt, every frame
+//! before the bad one is still filtered and written before the error.
 //!
 //! The `y4m` crate is not used for this: its decoder reads frames into its own buffer (a copy
 //! more per frame) and its encoder cannot write interlacing or pass parameters through.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use hetmem::FrameFilter;
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
+use hetmem::{FrameRing, RingOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::stats::{Clock, Facts, Report};
@@ -149,13 +152,13 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 
 /// stdout without Rust's line buffering, which would split frames at every `\n` byte.
 #[cfg(unix)]
-fn stdout() -> io::Result<Box<dyn Write>> {
+fn stdout() -> io::Result<Box<dyn Write + Send>> {
     use std::os::fd::AsFd as _;
     Ok(Box::new(File::from(io::stdout().as_fd().try_clone_to_owned()?)))
 }
 
 #[cfg(not(unix))]
-fn stdout() -> io::Result<Box<dyn Write>> {
+fn stdout() -> io::Result<Box<dyn Write + Send>> {
     Ok(Box::new(io::stdout()))
 }
 
@@ -208,13 +211,14 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
     let format = FrameFormat::new(width, height, header.layout).with_context(|| {
         format!("cannot filter {input} ({width}x{height} {})", header.colour_space_name())
     })?;
-    let mut filter = FrameFilter::new(job.device, job.strategy, format, job.kernel).with_context(|| {
-        format!(
-            "cannot filter {input} ({width}x{height} {}) by the {} strategy",
-            header.colour_space_name(),
-            job.strategy
-        )
-    })?;
+    let ring = FrameRing::new(job.device, job.strategy, format, job.kernel, RingOptions::default())
+        .with_context(|| {
+            format!(
+                "cannot filter {input} ({width}x{height} {}) by the {} strategy",
+                header.colour_space_name(),
+                job.strategy
+            )
+        })?;
     let mut warnings = Vec::new();
     if let Some(mode @ ('t' | 'b' | 'm')) = header.interlacing {
         warnings.push(format!(
@@ -226,7 +230,7 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
         bytes.saturating_sub(line.len() as u64) / (format.frame_bytes() + FRAME.len() + 1) as u64
     });
 
-    let sink: Box<dyn Write> = match job.output.endpoint {
+    let sink: Box<dyn Write + Send> = match job.output.endpoint {
         Endpoint::Std => stdout().context("cannot write to stdout")?,
         Endpoint::File(path) => {
             Box::new(File::create(path).with_context(|| format!("cannot create {output}"))?)
@@ -239,9 +243,16 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
 
     let bar = progress(frames);
     let mut clock = Clock::start();
-    let pumped = pump(&mut reader, &mut filter, &mut out, &mut clock, &bar, &input, &output);
+    catch_ctrl_c();
+    let pumped = pump(&mut reader, &ring, &mut out, &mut clock, &bar, &input, &output);
     bar.finish_and_clear();
-    pumped?;
+    let interrupted = pumped?;
+    if interrupted {
+        warnings.push(format!(
+            "interrupted (Ctrl-C): stopped reading {input}; all {} frames read were filtered and written",
+            clock.frames()
+        ));
+    }
 
     let facts = Facts {
         input,
@@ -251,25 +262,98 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
         width,
         height,
         layout: header.layout,
-        strategy: filter.strategy(),
+        strategy: ring.strategy(),
         warnings,
     };
-    Ok(Report::new(facts, job.kernel, &clock))
+    let mut report = Report::new(facts, job.kernel, &clock);
+    report.interrupted = interrupted;
+    Ok(report)
 }
 
-/// Frames through the filter until the input ends.
+/// Set by the Ctrl-C handler: read no more frames, write the ones in the ring, end.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Makes Ctrl-C end the stream cleanly instead of killing the process mid-frame. A second
+/// Ctrl-C exits at once: the reader may be waiting on an input that never comes.
+fn catch_ctrl_c() {
+    let handler = || {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    };
+    // A second filter in one process keeps the first handler, which sets the same flag.
+    if let Err(error) = ctrlc::set_handler(handler) {
+        tracing::debug!("no Ctrl-C handler: {error}");
+    }
+}
+
+/// Frames through the ring until the input ends (or Ctrl-C): this thread reads each frame
+/// straight into the ring's next input slot while a writer thread writes the filtered frames
+/// out in order, so reading, filtering and writing overlap. Returns whether Ctrl-C ended it.
+///
+/// Whatever stops the stream (the input's end or corruption, Ctrl-C, a failed frame, an
+/// output error), every frame filtered before it is written first.
+#[allow(clippy::too_many_arguments, reason = "the pump's endpoints, names and meters, all distinct")]
 fn pump(
     reader: &mut impl BufRead,
-    filter: &mut FrameFilter,
-    out: &mut impl Write,
+    ring: &FrameRing,
+    out: &mut (impl Write + Send),
     clock: &mut Clock,
     bar: &ProgressBar,
     input: &str,
     output: &str,
-) -> anyhow::Result<()> {
-    let frame_bytes = filter.format().frame_bytes();
+) -> anyhow::Result<bool> {
+    let (lines, line_of_frame) = mpsc::channel::<(Vec<u8>, Instant)>();
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || -> anyhow::Result<()> {
+            for index in 0.. {
+                let frame = match ring.next_output() {
+                    Ok(frame) => frame,
+                    Err(hetmem::Error::RingClosed) => return Ok(()),
+                    Err(error) => {
+                        ring.close();
+                        return Err(error).with_context(|| {
+                            format!("filtering {input} by the {} strategy", ring.strategy())
+                        });
+                    }
+                };
+                let (line, submitted) =
+                    line_of_frame.recv().expect("the reader sends each frame's line first");
+                clock.frame(submitted.elapsed());
+                let written =
+                    out.write_all(&line).and_then(|()| out.write_all(&frame)).and_then(|()| out.flush());
+                drop(frame);
+                if let Err(error) = written {
+                    ring.close();
+                    return Err(error).with_context(|| format!("writing frame {index} to {output}"));
+                }
+                bar.inc(1);
+            }
+            Ok(())
+        });
+        let read = read_frames(reader, ring, &lines, input, output);
+        ring.close();
+        let written = writer.join().expect("the writer thread does not panic");
+        // A failed frame or a closed output stopped the reading: that is the error to report.
+        written?;
+        read
+    })
+}
+
+/// Reads frames into the ring until the input ends, Ctrl-C, or the writer closes the ring.
+fn read_frames(
+    reader: &mut impl BufRead,
+    ring: &FrameRing,
+    lines: &mpsc::Sender<(Vec<u8>, Instant)>,
+    input: &str,
+    output: &str,
+) -> anyhow::Result<bool> {
+    let frame_bytes = ring.frame_bytes();
     let mut line = Vec::with_capacity(64);
     for index in 0.. {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Ok(true);
+        }
         let written = match index {
             0 => format!("no frame was written to {output}"),
             1 => format!("frame 0 was written to {output}"),
@@ -279,7 +363,7 @@ fn pump(
             .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
         let is_frame_line = line.starts_with(FRAME) && matches!(line.get(FRAME.len()), Some(b' ' | b'\n'));
         match ended {
-            Line::End => return Ok(()),
+            Line::End => return Ok(false),
             Line::Complete if is_frame_line => {}
             Line::Truncated if line.starts_with(&FRAME[..line.len().min(FRAME.len())]) => bail!(
                 "{input}: frame {index} (counting from 0) is truncated: the stream ends inside its FRAME line; \
@@ -290,7 +374,13 @@ fn pump(
                 shown(&line)
             ),
         }
-        let read = read_full(reader, filter.input_mut()?)
+        let mut slot = match ring.next_input() {
+            Ok(slot) => slot,
+            // The writer stopped (and says why).
+            Err(hetmem::Error::RingClosed) => return Ok(false),
+            Err(error) => return Err(error).with_context(|| format!("filtering frame {index} of {input}")),
+        };
+        let read = read_full(reader, &mut slot)
             .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
         if read < frame_bytes {
             bail!(
@@ -298,17 +388,13 @@ fn pump(
                  {frame_bytes} bytes; {written}"
             );
         }
-        let latency = filter.run().with_context(|| {
-            format!("filtering frame {index} of {input} by the {} strategy", filter.strategy())
-        })?;
-        clock.frame(latency);
-        out.write_all(&line)
-            .and_then(|()| out.write_all(filter.output().map_err(io::Error::other)?))
-            .and_then(|()| out.flush())
-            .with_context(|| format!("writing frame {index} to {output}"))?;
-        bar.inc(1);
+        if lines.send((line.clone(), Instant::now())).is_err() {
+            // The writer has gone, after closing the ring; it reports why.
+            return Ok(false);
+        }
+        slot.submit();
     }
-    Ok(())
+    Ok(false)
 }
 
 #[cfg(test)]

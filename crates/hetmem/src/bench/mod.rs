@@ -10,5 +10,6 @@ pub mod link;
 pub mod pinning;
 pub mod sizes;
 mod stats;
+pub mod streaming;
 
 pub use stats::Summary;

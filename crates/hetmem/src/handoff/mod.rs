@@ -17,6 +17,7 @@
 //! lent.as_mut_slice()[0] = 1; // error: a lent buffer has no host access
 //! ```
 
+pub mod doorbell;
 mod fence;
 mod gate;
 mod guard;
@@ -25,6 +26,7 @@ mod lease;
 mod poller;
 mod queue;
 
+pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
 pub use fence::{Fence, FenceKind};
 pub use gate::Gate;
 pub use launch::KernelArgs;

@@ -167,6 +167,11 @@ impl Queue {
         }
     }
 
+    /// The queue's CUDA stream, on the CUDA backend: for timing events around its work.
+    pub(crate) fn stream(&self) -> Option<&Stream> {
+        self.core.stream()
+    }
+
     /// Lends `buffer` to work on this queue, exclusively: the GPU may read and write it.
     pub fn lend<B: WritableBuffer>(&self, buffer: B) -> Lent<B> {
         Lent::new(buffer, Arc::clone(&self.core), None)

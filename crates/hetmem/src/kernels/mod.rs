@@ -61,8 +61,17 @@ pub static BENCH: KernelSource = KernelSource {
     options: &[],
 };
 
+/// The doorbell's persistent kernel: serves small requests written into mapped host memory
+/// (see [`crate::handoff::Doorbell`]).
+pub static DOORBELL: KernelSource = KernelSource {
+    name: "doorbell",
+    source: include_str!("../../kernels/doorbell.cu"),
+    entry_points: &["doorbell"],
+    options: &[],
+};
+
 /// Every kernel source in hetmem; the compile check builds each of them.
-pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &BENCH];
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &BENCH, &DOORBELL];
 
 /// The architecture the compile check targets when there is no GPU to ask: the H200's.
 pub const DEFAULT_CHECK_ARCH: &str = "sm_90";

@@ -2,7 +2,9 @@
 //! through the same kernel by a different path, so they can be compared side by side.
 
 mod frame_filter;
+mod ring;
 mod strategy;
 
 pub use frame_filter::FrameFilter;
+pub use ring::{CpuStage, DEFAULT_SLOTS, FrameRing, InputSlot, NextOutput, OutputFrame, RingOptions};
 pub use strategy::Strategy;

@@ -1,0 +1,211 @@
+//! Streaming throughput: frames pushed through a [`FrameRing`] as fast as the ring takes them.
+//!
+//! A producer thread submits frames while the calling thread drains them, so upload, kernel
+//! and download of different frames overlap as they would in a real stream. Each slot's input
+//! is filled with fresh random bytes on its first use; after that the producer either leaves
+//! the slot's bytes in place (`refill: false`: the ring and the link alone, what a producer
+//! that decodes or captures straight into the slot would see) or copies a whole frame into it
+//! every time (`refill: true`: the cost of a CPU memcpy per frame included). The outputs of the
+//! first and last round of slots are checked against the CPU path.
+
+use std::time::Instant;
+
+use crate::backend::Device;
+use crate::error::{Error, Result};
+use crate::handoff::FenceKind;
+use crate::ops::gaussian::{FrameFormat, Gaussian, gaussian_cpu};
+use crate::pipeline::{FrameRing, RingOptions, Strategy};
+
+/// What to stream.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamingSetup {
+    /// The strategy (`Auto` resolved).
+    pub strategy: Strategy,
+    /// The frames' format.
+    pub format: FrameFormat,
+    /// Slots in the ring.
+    pub slots: usize,
+    /// Frames to push through (at least two rounds of slots, so both checks run).
+    pub frames: u64,
+    /// Copy a whole frame into each input slot every time, not only on its first use.
+    pub refill: bool,
+    /// How the ring's queues signal completion.
+    pub fence: FenceKind,
+}
+
+/// One streaming run, measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StreamingRun {
+    /// The strategy that ran.
+    pub strategy: Strategy,
+    /// Frame width in pixels.
+    pub width: usize,
+    /// Frame height in pixels.
+    pub height: usize,
+    /// Bytes per frame.
+    pub frame_bytes: usize,
+    /// Slots in the ring.
+    pub slots: usize,
+    /// Whether every frame was copied into its slot.
+    pub refill: bool,
+    /// How the ring's queues signalled completion.
+    pub fence: FenceKind,
+    /// Frames pushed through.
+    pub frames: u64,
+    /// From the first submission to the last frame drained.
+    pub wall_s: f64,
+    /// Frames per second through the ring.
+    pub frames_per_s: f64,
+    /// Seconds the GPU spent in the frames' kernels (CUDA events around each; kernels of
+    /// different slots may overlap). 0 on the CPU.
+    pub kernel_busy_s: f64,
+    /// `kernel_busy_s / wall_s`.
+    pub kernel_busy_fraction: f64,
+    /// Bytes crossing the host-GPU link per frame (see [`FrameRing::link_bytes_per_frame`]).
+    pub link_bytes_per_frame: u64,
+    /// Link bytes per second, both directions together.
+    pub link_bytes_per_s: f64,
+    /// Host and device memory the ring allocated.
+    pub host_bytes: usize,
+    /// Device memory the ring allocated.
+    pub device_bytes: usize,
+}
+
+/// Streams `setup.frames` random frames through a ring blurring them with `kernel`.
+///
+/// # Errors
+/// A ring that cannot be made (strategy, memory), a failed frame, or an output that differs
+/// from the CPU path (reported as an invalid-argument error naming the frame).
+pub fn measure(device: &Device, kernel: &Gaussian, setup: &StreamingSetup) -> Result<StreamingRun> {
+    let options = RingOptions { slots: setup.slots, timing: true, fence: setup.fence };
+    let ring = FrameRing::new(device, setup.strategy, setup.format, kernel, options)?;
+    let slots = ring.slots() as u64;
+    if setup.frames < 2 * slots {
+        return Err(Error::invalid(
+            "frames",
+            format!("{}: stream at least two rounds of {slots} slots", setup.frames),
+        ));
+    }
+    let frame_bytes = ring.frame_bytes();
+    let mut rng = clock_seeded();
+    let inputs: Vec<Vec<u8>> =
+        (0..slots).map(|_| (0..frame_bytes).map(|_| rng.next_byte()).collect()).collect();
+    let wanted: Vec<Vec<u8>> = inputs
+        .iter()
+        .map(|input| {
+            let mut output = vec![0u8; frame_bytes];
+            gaussian_cpu(&setup.format, kernel, input, &mut output).map(|()| output)
+        })
+        .collect::<Result<_>>()?;
+    ring.fill_outputs(0xA5)?;
+
+    let start = Instant::now();
+    let drained = std::thread::scope(|scope| {
+        let producer = scope.spawn(|| -> Result<()> {
+            for index in 0..setup.frames {
+                let mut slot = ring.next_input()?;
+                if setup.refill || index < slots {
+                    slot.copy_from_slice(&inputs[(index % slots) as usize]);
+                }
+                slot.submit();
+            }
+            Ok(())
+        });
+        let drained = (0..setup.frames).try_for_each(|index| {
+            let output = ring.next_output()?;
+            let checked = index < slots || index >= setup.frames - slots;
+            if checked && *output != wanted[(index % slots) as usize][..] {
+                return Err(Error::invalid(
+                    "streamed frame",
+                    format!("frame {index} by {} differs from the CPU path", ring.strategy()),
+                ));
+            }
+            Ok(())
+        });
+        if drained.is_err() {
+            ring.close();
+        }
+        let produced = producer.join().expect("the producer thread does not panic");
+        drained.and(produced.or_else(|error| match error {
+            Error::RingClosed => Ok(()),
+            error => Err(error),
+        }))
+    });
+    drained?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let frames = setup.frames;
+    let kernel_busy_s = ring.gpu_busy_seconds();
+    Ok(StreamingRun {
+        strategy: ring.strategy(),
+        width: setup.format.width,
+        height: setup.format.height,
+        frame_bytes,
+        slots: ring.slots(),
+        refill: setup.refill,
+        fence: setup.fence,
+        frames,
+        wall_s,
+        frames_per_s: frames as f64 / wall_s,
+        kernel_busy_s,
+        kernel_busy_fraction: kernel_busy_s / wall_s,
+        link_bytes_per_frame: ring.link_bytes_per_frame(),
+        link_bytes_per_s: (ring.link_bytes_per_frame() * frames) as f64 / wall_s,
+        host_bytes: ring.host_bytes(),
+        device_bytes: ring.device_bytes(),
+    })
+}
+
+/// A xorshift generator seeded from the clock: fresh data every run, no dependency.
+struct Bytes(u64);
+
+impl Bytes {
+    fn next_byte(&mut self) -> u8 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 24) as u8
+    }
+}
+
+fn clock_seeded() -> Bytes {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+    Bytes((nanos ^ 0x9E37_79B9_7F4A_7C15) | 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{BackendChoice, BackendKind};
+    use crate::ops::gaussian::{Border, PixelLayout};
+
+    #[test]
+    fn the_cpu_ring_streams_and_reports_its_rate() {
+        let device = Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap();
+        let kernel = Gaussian::new(None, None, Border::default()).unwrap();
+        let format = FrameFormat::new(64, 48, PixelLayout::Rgb).unwrap();
+        for refill in [false, true] {
+            let setup = StreamingSetup {
+                strategy: Strategy::Auto,
+                format,
+                slots: 3,
+                frames: 12,
+                refill,
+                fence: FenceKind::Event,
+            };
+            let run = measure(&device, &kernel, &setup).unwrap();
+            assert_eq!((run.strategy, run.frames, run.frame_bytes), (Strategy::Cpu, 12, 64 * 48 * 3));
+            assert!(run.frames_per_s > 0.0 && run.wall_s > 0.0);
+            assert_eq!((run.link_bytes_per_frame, run.kernel_busy_s), (0, 0.0));
+        }
+        let short = StreamingSetup {
+            strategy: Strategy::Cpu,
+            format,
+            slots: 3,
+            frames: 5,
+            refill: false,
+            fence: FenceKind::Flag,
+        };
+        assert!(measure(&device, &kernel, &short).is_err());
+    }
+}
