@@ -274,6 +274,28 @@ fn bench_compare_and_pipeline_run_on_the_cpu() {
 }
 
 #[test]
+fn pipelined_bench_streams_checked_frames_through_a_ring_on_the_cpu() {
+    let output = bench_on_cpu(&["pipeline", "--pipelined", "--slots", "2", "--frames", "8", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let runs: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let runs = runs.as_array().unwrap();
+    let seen: Vec<(u64, u64, u64)> = runs
+        .iter()
+        .map(|run| {
+            (run["width"].as_u64().unwrap(), run["frames"].as_u64().unwrap(), run["slots"].as_u64().unwrap())
+        })
+        .collect();
+    // 4K runs a quarter as many frames, but at least two rounds of slots.
+    assert_eq!(seen, [(1920, 8, 2), (3840, 4, 2)]);
+    for run in runs {
+        assert_eq!(run["strategy"], "cpu");
+        assert!(positive(&run["frames_per_s"]) && positive(&run["wall_s"]), "{run}");
+    }
+    let refused = bench_on_cpu(&["pipeline", "--slots", "2"]);
+    assert!(!refused.status.success() && stderr(&refused).contains("--pipelined"), "{}", stderr(&refused));
+}
+
+#[test]
 fn gpu_only_benches_say_gpu_cells_were_not_measured_on_the_cpu() {
     let output = bench_on_cpu(&["completion", "--samples", "1"]);
     assert!(!output.status.success());

@@ -21,8 +21,8 @@
 // stages the rest of the request (samples, taps, tap count, gain) in one parallel pass into
 // shared memory (volatile loads, which bypass L1 so a slot
 // reused `depth` requests later is never served from a stale line), computes, writes the
-// reply, fences at system scope, and thread 0 publishes the reply sequence with a release
-// store. Arithmetic: gain is one f32 multiply; FIR is y[i] = sum_j taps[j] * x[i-j] (x before
+// reply, synchronises, and thread 0 fences at system scope once and publishes the reply
+// sequence with a release store. Arithmetic: gain is one f32 multiply; FIR is y[i] = sum_j taps[j] * x[i-j] (x before
 // the block is 0), accumulated from j = 0 up with fmaf: bit-exact with the CPU's mul_add.
 
 #define STOP 0
@@ -157,13 +157,14 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
         } else {
             status = 1;
         }
-        // Every thread's reply samples reach host memory before the sequence that covers them.
-        if (threadIdx.x < len) {
-            __threadfence_system();
-        }
-        __syncthreads();
         if (threadIdx.x == 0) {
             ((volatile unsigned int*)slot)[REPLY_STATUS] = status;
+        }
+        // One system-scope fence for the whole reply: the barrier orders every thread's reply
+        // samples before thread 0's fence, and fences are cumulative in the PTX memory model,
+        // so the samples and the status reach host memory before the sequence that covers them.
+        __syncthreads();
+        if (threadIdx.x == 0) {
             __threadfence_system();
             store_release(&slot[REPLY_SEQ], expected);
         }

@@ -78,6 +78,14 @@ enum What {
         /// Strategies to run, comma-separated (default: every one the machine has).
         #[arg(long, value_delimiter = ',')]
         strategies: Vec<String>,
+        /// Stream frames through a FrameRing (upload, kernel and download of different frames
+        /// at once) and report throughput instead of one frame's latency.
+        #[arg(long)]
+        pipelined: bool,
+        /// Slots in the ring, with --pipelined.
+        #[arg(long, default_value_t = 3, requires = "pipelined",
+              value_parser = clap::value_parser!(u32).range(2..=16))]
+        slots: u32,
     },
     /// Time from a kernel's end to the CPU knowing, for every completion signal.
     Completion {
@@ -108,7 +116,13 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
                 link::compare_plots(&report, dir)
             })
         }
-        What::Pipeline { quick, frames, strategies } => {
+        What::Pipeline { quick, frames, strategies, pipelined: true, slots } => {
+            let wanted: Vec<Strategy> =
+                strategies.iter().map(|name| name.parse()).collect::<Result<_, _>>()?;
+            let runs = pipeline::measure_streaming(device, *quick, *frames, &wanted, *slots as usize)?;
+            emit(args, "pipelined", &runs, &[pipeline::streaming_table(&runs)], |_| Ok(Vec::new()))
+        }
+        What::Pipeline { quick, frames, strategies, pipelined: false, .. } => {
             let wanted: Vec<Strategy> =
                 strategies.iter().map(|name| name.parse()).collect::<Result<_, _>>()?;
             let frames = frames.unwrap_or(if *quick { 30 } else { 300 });

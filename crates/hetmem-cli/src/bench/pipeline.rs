@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use hetmem::bench::streaming::{self, StreamingRun, StreamingSetup};
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
-use hetmem::{Device, Strategy};
+use hetmem::{Device, FenceKind, Strategy};
 
 use super::plot;
 use crate::frame_strategies::{self, Report};
@@ -27,6 +28,60 @@ pub fn measure(
             frame_strategies::measure(device, format, &kernel, wanted, frames, progress, |_| Ok(()))
         })
         .collect()
+}
+
+/// Frames per second through a FrameRing for each strategy (all the machine has when `wanted`
+/// is empty) at 1080p and 4K. Frames: `frames` at 1080p and a quarter of it at 4K; by default
+/// 2000 (200 with `quick`).
+pub fn measure_streaming(
+    device: &Device,
+    quick: bool,
+    frames: Option<u32>,
+    wanted: &[Strategy],
+    slots: usize,
+) -> anyhow::Result<Vec<StreamingRun>> {
+    let kernel = Gaussian::new(Some(2), None, Border::Reflect101)?;
+    let strategies: Vec<Strategy> = if wanted.is_empty() {
+        Strategy::ALL.into_iter().filter(|strategy| strategy.check(device).is_ok()).collect()
+    } else {
+        wanted.to_vec()
+    };
+    let frames = u64::from(frames.unwrap_or(if quick { 200 } else { 2000 }));
+    let mut runs = Vec::new();
+    for &(width, height) in &RESOLUTIONS {
+        let format = FrameFormat::new(width, height, PixelLayout::Rgb)?;
+        let frames = if width > 1920 { (frames / 4).max(2 * slots as u64) } else { frames };
+        for &strategy in &strategies {
+            eprintln!("streaming {frames} {width}x{height} frames by {strategy}...");
+            let setup =
+                StreamingSetup { strategy, format, slots, frames, refill: false, fence: FenceKind::Event };
+            runs.push(streaming::measure(device, &kernel, &setup)?);
+        }
+    }
+    Ok(runs)
+}
+
+/// The streaming runs as one table.
+pub fn streaming_table(runs: &[StreamingRun]) -> Table {
+    let mut table = Table::new(
+        "Frames streamed through a FrameRing, Gaussian 5x5 on RGB frames",
+        &["frames", "strategy", "slots", "frames/s", "link GB/s (both ways)", "kernel busy"],
+    );
+    for run in runs {
+        table.row(vec![
+            format!("{}x{}", run.width, run.height),
+            run.strategy.name().to_string(),
+            run.slots.to_string(),
+            format!("{:.0}", run.frames_per_s),
+            format!("{:.1}", run.link_bytes_per_s / 1e9),
+            format!("{:.0}%", 100.0 * run.kernel_busy_fraction),
+        ]);
+    }
+    table.note(
+        "inputs written once per slot (no per-frame memcpy on the CPU); the first and last round \
+         of outputs checked against the CPU path",
+    );
+    table
 }
 
 pub fn tables(reports: &[Report]) -> Vec<Table> {

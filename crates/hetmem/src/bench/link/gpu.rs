@@ -136,10 +136,8 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
         let doorbell = doorbell_round_trip(device, options.latency_samples)?;
         latency.push(LatencyCell {
             path: LatencyPath::Doorbell,
-            bytes: 4,
-            note: doorbell
-                .is_none()
-                .then(|| "not measured: the persistent-kernel doorbell is issue 6".into()),
+            bytes: 64,
+            note: Some("a 64-byte request served by a persistent kernel, reply read by the CPU".into()),
             us: doorbell,
         });
         Some(report)
