@@ -25,6 +25,31 @@ fn median(mut samples: Vec<Duration>) -> f64 {
     samples[samples.len() / 2].as_secs_f64() * 1e6
 }
 
+/// One variant's timings: queueing the frame, and the whole frame, after the warm-up.
+#[derive(Default)]
+struct Timings {
+    queued: Vec<Duration>,
+    total: Vec<Duration>,
+}
+
+impl Timings {
+    fn record(&mut self, index: usize, queued: Duration, total: Duration) {
+        if index >= WARM_UP {
+            self.queued.push(queued);
+            self.total.push(total);
+        }
+    }
+
+    /// Prints the row and adds its JSON to `rows`.
+    fn report(self, label: &str, segments: usize, rows: &mut Vec<String>) {
+        let (queued, total) = (median(self.queued), median(self.total));
+        println!("{label:<10} {segments:>9} {queued:>12.1} {total:>12.1}");
+        rows.push(format!(
+            r#"{{"pinning":"{label}","segments":{segments},"queue_us":{queued:.2},"frame_us":{total:.2}}}"#
+        ));
+    }
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::open_best()?;
     if device.as_cuda().is_none() {
@@ -56,7 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut table = DeviceBuf::<u32>::new(&device, plan.table().len())?;
         table.copy_from_slice(plan.table())?;
         let table = queue.share(table);
-        let (mut queued, mut total) = (Vec::new(), Vec::new());
+        let mut timings = Timings::default();
         for index in 0..WARM_UP + FRAMES {
             host_out.as_mut_slice().fill(0xA5);
             let start = Instant::now();
@@ -75,19 +100,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 bytemuck::cast_slice(host_out.as_slice()),
                 &want,
             )?;
-            if index >= WARM_UP {
-                queued.push(enqueued);
-                total.push(done);
-            }
+            timings.record(index, enqueued, done);
         }
-        let (queued, total) = (median(queued), median(total));
-        println!("{:<10} {:>9} {:>12.1} {:>12.1}", format!("{method:?}"), "plain", queued, total);
-        rows.push(format!(
-            r#"{{"pinning":"{method:?}","segments":0,"queue_us":{queued:.2},"frame_us":{total:.2}}}"#
-        ));
+        // Segment count 0 stands for the plain sequence.
+        timings.report(&format!("{method:?}"), 0, &mut rows);
         for segments in [1, 2, 3, 4, 6, 8, 12, 24] {
             let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments)?;
-            let (mut queued, mut total) = (Vec::new(), Vec::new());
+            let mut timings = Timings::default();
             for index in 0..WARM_UP + FRAMES {
                 host_out.as_mut_slice().fill(0xA5);
                 let start = Instant::now();
@@ -101,23 +120,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 (dev_in, dev_out, host_in) = (lent_in.reclaim()?, lent_out.reclaim()?, shared_in.reclaim()?);
                 let what = format!("{method:?}, {segments} segments, frame {index}");
                 check(&what, bytemuck::cast_slice(host_out.as_slice()), &want)?;
-                if index >= WARM_UP {
-                    queued.push(enqueued);
-                    total.push(done);
-                }
+                timings.record(index, enqueued, done);
             }
-            let (queued, total) = (median(queued), median(total));
-            println!(
-                "{:<10} {:>9} {:>12.1} {:>12.1}",
-                format!("{method:?}"),
-                overlap.segments(),
-                queued,
-                total
-            );
-            rows.push(format!(
-                r#"{{"pinning":"{method:?}","segments":{},"queue_us":{queued:.2},"frame_us":{total:.2}}}"#,
-                overlap.segments()
-            ));
+            timings.report(&format!("{method:?}"), overlap.segments(), &mut rows);
         }
     }
 
@@ -129,7 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut dev_in = DeviceBuf::<u8>::new(&device, frame)?;
     for segments in [1, 2, 3, 4, 6, 8, 12] {
         let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments)?;
-        let (mut queued, mut total) = (Vec::new(), Vec::new());
+        let mut timings = Timings::default();
         for index in 0..WARM_UP + FRAMES {
             host_out.as_mut_slice().fill(0xA5);
             let start = Instant::now();
@@ -142,17 +147,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (dev_in, host_in) = (lent_in.reclaim()?, shared_in.reclaim()?);
             let what = format!("mapped output, {segments} segments, frame {index}");
             check(&what, bytemuck::cast_slice(host_out.as_slice()), &want)?;
-            if index >= WARM_UP {
-                queued.push(enqueued);
-                total.push(done);
-            }
+            timings.record(index, enqueued, done);
         }
-        let (queued, total) = (median(queued), median(total));
-        println!("{:<10} {:>9} {:>12.1} {:>12.1}", "mapped-out", overlap.segments(), queued, total);
-        rows.push(format!(
-            r#"{{"pinning":"mapped-out","segments":{},"queue_us":{queued:.2},"frame_us":{total:.2}}}"#,
-            overlap.segments()
-        ));
+        timings.report("mapped-out", overlap.segments(), &mut rows);
     }
     println!("[{}]", rows.join(","));
     Ok(())
