@@ -296,6 +296,39 @@ fn pipelined_bench_streams_checked_frames_through_a_ring_on_the_cpu() {
 }
 
 #[test]
+fn pipelined_bench_takes_a_device_selection() {
+    let output = bench_on_cpu(&[
+        "pipeline",
+        "--pipelined",
+        "--devices",
+        "all",
+        "--slots",
+        "2",
+        "--frames",
+        "4",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let runs: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for run in runs.as_array().unwrap() {
+        let devices = run["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 1, "{run}");
+        assert_eq!((devices[0]["ordinal"].is_null(), &devices[0]["frames"]), (true, &run["frames"]));
+    }
+    let gpu_numbers = bench_on_cpu(&["pipeline", "--pipelined", "--devices", "0,1", "--frames", "4"]);
+    assert!(!gpu_numbers.status.success());
+    assert!(
+        stderr(&gpu_numbers).contains("GPU 0,1 asked for, but the GPUs present are: none"),
+        "{}",
+        stderr(&gpu_numbers)
+    );
+    let twice = bench_on_cpu(&["pipeline", "--pipelined", "--devices", "1,1"]);
+    assert!(!twice.status.success() && stderr(&twice).contains("GPU 1 is named twice"), "{}", stderr(&twice));
+    let alone = bench_on_cpu(&["pipeline", "--devices", "all"]);
+    assert!(!alone.status.success() && stderr(&alone).contains("--pipelined"), "{}", stderr(&alone));
+}
+
+#[test]
 fn gpu_only_benches_say_gpu_cells_were_not_measured_on_the_cpu() {
     let output = bench_on_cpu(&["completion", "--samples", "1"]);
     assert!(!output.status.success());

@@ -140,26 +140,26 @@ impl Device {
             .map_err(|reason| Error::BackendUnavailable { requested: BackendKind::Cuda, reason })
     }
 
-    /// The devices `selection` names, in its order, honouring `HETMEM_BACKEND`.
+    /// The devices `selection` names, in its order, on the backend `choice` allows.
     ///
     /// [`DeviceSelection::All`] opens every GPU, or gives the CPU alone where no GPU can be
-    /// used (the reason recorded as for [`Device::open_best`]) or `HETMEM_BACKEND=cpu` asks
-    /// for it. Ordinals always mean GPUs: without one they are an error.
+    /// used (the reason recorded as for [`Device::open_best`]) or `choice` asks for the CPU.
+    /// Ordinals always mean GPUs: without one they are an error.
     ///
     /// # Errors
     /// [`Error::NoSuchDevices`] listing the GPUs present (or why there are none) for a
-    /// missing ordinal; [`Error::BackendUnavailable`] with `HETMEM_BACKEND=cuda` where CUDA
+    /// missing ordinal; [`Error::BackendUnavailable`] when `choice` is CUDA only where CUDA
     /// cannot run; a context that cannot be made.
     ///
     /// # Examples
     /// ```
-    /// use hetmem::backend::DeviceSelection;
-    /// let devices = hetmem::Device::open_selection(&DeviceSelection::All)?;
+    /// use hetmem::backend::{BackendChoice, DeviceSelection};
+    /// let choice = BackendChoice::from_env()?; // HETMEM_BACKEND
+    /// let devices = hetmem::Device::open_selection(choice, &DeviceSelection::All)?;
     /// assert!(!devices.is_empty());
     /// # Ok::<(), hetmem::Error>(())
     /// ```
-    pub fn open_selection(selection: &DeviceSelection) -> Result<Vec<Device>> {
-        let choice = BackendChoice::from_env()?;
+    pub fn open_selection(choice: BackendChoice, selection: &DeviceSelection) -> Result<Vec<Device>> {
         let names = match choice {
             BackendChoice::Only(BackendKind::Cpu) => Err(None),
             _ => cuda::CudaDevice::names().map_err(Some),
@@ -179,7 +179,7 @@ impl Device {
                 asked: selection.to_string(),
                 present: match reason {
                     Some(reason) => format!("none ({reason})"),
-                    None => format!("none in use ({BACKEND_ENV}=cpu)"),
+                    None => "none in use (the CPU backend was chosen)".to_string(),
                 },
             }),
         }
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn every_gpu_or_the_cpu_is_selected() {
-        let devices = Device::open_selection(&DeviceSelection::All).unwrap();
+        let devices = Device::open_selection(BackendChoice::Auto, &DeviceSelection::All).unwrap();
         match cuda::CudaDevice::count() {
             Ok(count) => {
                 let ordinals: Vec<usize> =
@@ -255,9 +255,24 @@ mod tests {
 
     #[test]
     fn a_missing_gpu_is_an_error_listing_those_present() {
-        let error = Device::open_selection(&DeviceSelection::Ordinals(vec![0, 4096])).unwrap_err();
+        let error = Device::open_selection(BackendChoice::Auto, &DeviceSelection::Ordinals(vec![0, 4096]))
+            .unwrap_err();
         assert!(matches!(&error, Error::NoSuchDevices { .. }), "{error}");
         assert!(error.to_string().starts_with("GPU "), "{error}");
+    }
+
+    #[test]
+    fn the_cpu_backend_selects_the_cpu_for_all_and_refuses_gpu_numbers() {
+        let cpu = BackendChoice::Only(BackendKind::Cpu);
+        let devices = Device::open_selection(cpu, &DeviceSelection::All).unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].backend(), BackendKind::Cpu);
+        assert!(devices[0].cpu_fallback_reason().is_none());
+        let error = Device::open_selection(cpu, &DeviceSelection::Ordinals(vec![0])).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "GPU 0 asked for, but the GPUs present are: none in use (the CPU backend was chosen)"
+        );
     }
 
     #[test]

@@ -28,12 +28,12 @@ use crate::ops::gaussian::{FrameFormat, Gaussian};
 ///
 /// # Examples
 /// ```
-/// use hetmem::backend::DeviceSelection;
+/// use hetmem::backend::{BackendChoice, DeviceSelection};
 /// use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
 /// use hetmem::pipeline::{FanOutRing, RingOptions};
 /// use hetmem::{Device, Strategy};
 ///
-/// let devices = Device::open_selection(&DeviceSelection::All)?; // every GPU, or the CPU
+/// let devices = Device::open_selection(BackendChoice::from_env()?, &DeviceSelection::All)?; // every GPU, or the CPU
 /// let format = FrameFormat::new(64, 48, PixelLayout::Rgb)?;
 /// let kernel = Gaussian::new(None, None, Border::default())?;
 /// let ring = FanOutRing::new(&devices, Strategy::Auto, format, &kernel, RingOptions::default())?;
