@@ -67,8 +67,23 @@ fn doctor_json_has_the_stable_fields() {
             assert!(device["attributes"].get(attribute).is_some(), "attribute {attribute} missing");
         }
     }
+    let gpus = report["devices"].as_array().unwrap().len();
+    let pairs = report["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), gpus * gpus.saturating_sub(1) / 2, "one entry per pair of GPUs");
+    for pair in pairs {
+        for field in ["a", "b", "topology", "peer_access_a_to_b", "peer_access_b_to_a"] {
+            assert!(pair.get(field).is_some(), "pair.{field} missing");
+        }
+    }
     let checks = report["checks"].as_array().unwrap();
     assert!(!checks.is_empty());
+    let pair_lines =
+        checks.iter().filter(|check| ["gpu_pairs", "peer_access"].contains(&check["name"].as_str().unwrap()));
+    assert_eq!(
+        pair_lines.count(),
+        if gpus == 1 { 1 } else { pairs.len() },
+        "a line for one GPU, else per pair"
+    );
     for check in checks {
         let status = check["status"].as_str().unwrap();
         assert!(["ok", "warn", "fail"].contains(&status), "status {status}");
@@ -95,6 +110,12 @@ fn a_gpu_machine_reports_its_devices() {
     let report = doctor_json(&[]);
     assert_eq!(report["backend"]["selected"], "cuda");
     assert!(!report["devices"].as_array().unwrap().is_empty());
+    let text = String::from_utf8(hetmem(&["doctor"], &[]).stdout).unwrap();
+    if report["devices"].as_array().unwrap().len() == 1 {
+        assert!(text.contains("pairs:   none (one GPU)"), "{text}");
+    } else {
+        assert!(text.contains("pair 0-1: topology "), "{text}");
+    }
 }
 
 #[test]
