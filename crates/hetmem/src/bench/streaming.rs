@@ -1,4 +1,4 @@
-//! Streaming throughput: frames pushed through a [`FrameRing`] as fast as the ring takes them.
+//! Streaming throughput: frames pushed through a [`FrameRing`](crate::FrameRing) as fast as the ring takes them.
 //!
 //! A producer thread submits frames while the calling thread drains them, so upload, kernel
 //! and download of different frames overlap as they would in a real stream. Each slot's input
@@ -64,7 +64,7 @@ pub struct StreamingRun {
     pub kernel_busy_s: f64,
     /// `kernel_busy_s / wall_s`.
     pub kernel_busy_fraction: f64,
-    /// Bytes crossing the host-GPU link per frame (see [`FrameRing::link_bytes_per_frame`]).
+    /// Bytes crossing the host-GPU link per frame (see [`crate::FrameRing::link_bytes_per_frame`]).
     pub link_bytes_per_frame: u64,
     /// Link bytes per second, both directions together.
     pub link_bytes_per_s: f64,
