@@ -4,12 +4,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use hetmem::backend::nvml::NvmlSession;
 use hetmem::bench::streaming::{self, StreamingRun, StreamingSetup};
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
 use hetmem::{Device, FenceKind, Strategy};
 
 use super::plot;
-use crate::frame_strategies::{self, Report};
+use crate::frame_strategies::{self, PcieSampler, Report};
 use crate::table::Table;
 
 /// The frame sizes measured.
@@ -58,6 +59,7 @@ pub fn measure_streaming(
     let mut counts: Vec<usize> =
         std::iter::successors(Some(1), |n| Some(n * 2)).take_while(|&n| n < devices.len()).collect();
     counts.push(devices.len());
+    let nvml = NvmlSession::open().ok();
     let mut runs = Vec::new();
     for &(width, height) in &RESOLUTIONS {
         let format = FrameFormat::new(width, height, PixelLayout::Rgb)?;
@@ -76,7 +78,23 @@ pub fn measure_streaming(
                     refill: false,
                     fence: FenceKind::Event,
                 };
-                runs.push(streaming::measure_fan_out(&devices[..count], &kernel, &setup)?);
+                let chosen = &devices[..count];
+                // One sampler per GPU, so each link's own traffic is measured, not only counted.
+                let samplers: Vec<Option<PcieSampler>> = chosen
+                    .iter()
+                    .map(|device| {
+                        let bus = device.as_cuda()?.pci_bus_id();
+                        nvml.as_ref().map(|nvml| PcieSampler::start(nvml, bus))
+                    })
+                    .collect();
+                let measured = streaming::measure_fan_out(chosen, &kernel, &setup);
+                let sampled: Vec<Option<(f64, f64)>> =
+                    samplers.into_iter().map(|sampler| sampler.and_then(PcieSampler::stop)).collect();
+                let mut run = measured?;
+                for (share, sample) in run.devices.iter_mut().zip(sampled) {
+                    share.nvml_pcie_mb_s = sample;
+                }
+                runs.push(run);
             }
         }
     }
@@ -89,7 +107,15 @@ pub fn streaming_tables(runs: &[StreamingRun]) -> Vec<Table> {
     if runs.iter().any(|run| run.devices.len() > 1) {
         let mut table = Table::new(
             "Each device's share of the streamed frames",
-            &["frames", "strategy", "device", "frames filtered", "link GB/s (both ways)", "kernel busy"],
+            &[
+                "frames",
+                "strategy",
+                "device",
+                "frames filtered",
+                "link GB/s (both ways)",
+                "NVML PCIe GB/s out/in",
+                "kernel busy",
+            ],
         );
         for run in runs.iter().filter(|run| run.devices.len() > 1) {
             for share in &run.devices {
@@ -101,11 +127,18 @@ pub fn streaming_tables(runs: &[StreamingRun]) -> Vec<Table> {
                         .map_or_else(|| share.name.clone(), |ordinal| format!("{ordinal}: {}", share.name)),
                     share.frames.to_string(),
                     format!("{:.1}", share.link_bytes_per_s / 1e9),
+                    share.nvml_pcie_mb_s.map_or_else(
+                        || "unknown".to_string(),
+                        |(out, into)| format!("{:.1}/{:.1}", out / 1e3, into / 1e3),
+                    ),
                     format!("{:.0}%", 100.0 * share.kernel_busy_s / run.wall_s),
                 ]);
             }
         }
-        table.note("link bytes counted per frame (not read from NVML), over the whole run's wall time");
+        table.note(
+            "link GB/s: bytes counted per frame over the run's wall time; NVML: the GPU's own PCIe \
+             counters sampled every 20 ms during the run",
+        );
         tables.push(table);
     }
     tables
@@ -181,6 +214,7 @@ mod tests {
             frames: 1000 / devices as u64,
             link_bytes_per_s: 9e9 / devices as f64,
             kernel_busy_s: 0.25,
+            nvml_pcie_mb_s: Some((4100.0, 4600.0)),
         };
         StreamingRun {
             strategy: Strategy::ZeroCopy,
@@ -219,6 +253,7 @@ mod tests {
         assert!(shares.contains("0: NVIDIA H200") && shares.contains("1: NVIDIA H200"), "{shares}");
         assert_eq!(shares.matches("NVIDIA H200").count(), 2, "only the two-device run's shares: {shares}");
         assert!(shares.contains("4.5"), "each device's counted link GB/s: {shares}");
+        assert!(shares.contains("4.1/4.6"), "each device's NVML counters: {shares}");
     }
 
     #[test]

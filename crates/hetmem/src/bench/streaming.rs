@@ -91,6 +91,10 @@ pub struct DeviceShare {
     pub link_bytes_per_s: f64,
     /// Seconds its kernels ran (CUDA events; 0 on the CPU).
     pub kernel_busy_s: f64,
+    /// NVML's PCIe counters during the run, mean MB/s (GPU to host, host to GPU): the
+    /// measured counterpart of `link_bytes_per_s`. Filled by callers that sample NVML
+    /// (`hetmem bench`); `None` from [`measure_fan_out`] itself.
+    pub nvml_pcie_mb_s: Option<(f64, f64)>,
 }
 
 /// Streams `setup.frames` random frames through a ring blurring them with `kernel`.
@@ -193,6 +197,7 @@ pub fn measure_fan_out(
             frames: one.drained(),
             link_bytes_per_s: (one.link_bytes_per_frame() * one.drained()) as f64 / wall_s,
             kernel_busy_s: one.gpu_busy_seconds(),
+            nvml_pcie_mb_s: None,
         })
         .collect();
     let kernel_busy_s = devices.iter().map(|share| share.kernel_busy_s).sum::<f64>();
