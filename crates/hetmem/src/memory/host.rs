@@ -34,7 +34,10 @@ pub struct PinOptions {
     /// Map into the device's address space so kernels read and write it directly (zero-copy).
     /// Default: on.
     pub mapped: bool,
-    /// Usable from every GPU's context, not only the allocating one. Default: off.
+    /// Usable from every GPU's context, not only the allocating one
+    /// (`CU_MEMHOSTALLOC_PORTABLE` / `CU_MEMHOSTREGISTER_PORTABLE`): the buffer can then be lent
+    /// to a queue of any GPU of the process, one queue at a time ([`HostBuf::is_portable`]).
+    /// Default: off.
     pub portable: bool,
     /// Write-combined: can be faster for the GPU to read over PCIe, but CPU reads bypass the
     /// cache, which NVIDIA documents as very slow on bare metal. Only for buffers the CPU
