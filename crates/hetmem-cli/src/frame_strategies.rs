@@ -184,14 +184,14 @@ pub fn render(frame: &mut [u8], width: usize, height: usize, t: u32) {
 }
 
 /// Samples NVML's PCIe counters every 20 ms on a thread while a strategy runs.
-struct PcieSampler {
+pub(crate) struct PcieSampler {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<(u32, u32)>>>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl PcieSampler {
-    fn start(nvml: &NvmlSession, bus: &str) -> PcieSampler {
+    pub(crate) fn start(nvml: &NvmlSession, bus: &str) -> PcieSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         // NVML handles are per session; the thread opens its own.
@@ -212,7 +212,7 @@ impl PcieSampler {
     }
 
     /// Mean (GPU to host, host to GPU) in MB/s, if any sample came in.
-    fn stop(self) -> Option<(f64, f64)> {
+    pub(crate) fn stop(self) -> Option<(f64, f64)> {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
         let samples = self.samples.lock().unwrap_or_else(|poison| poison.into_inner());

@@ -62,7 +62,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let device = Device::open(choice).context("cannot open the requested backend")?;
     match cli.command {
         Command::Doctor(args) => doctor::run(&device, &args),
-        Command::Bench(args) => bench::run(&device, &args),
+        Command::Bench(args) => bench::run(&device, choice, &args),
         Command::Demo(args) => demo::run(&device, &args),
         Command::Filter(args) => filter::run(&device, &args),
     }

@@ -67,8 +67,23 @@ fn doctor_json_has_the_stable_fields() {
             assert!(device["attributes"].get(attribute).is_some(), "attribute {attribute} missing");
         }
     }
+    let gpus = report["devices"].as_array().unwrap().len();
+    let pairs = report["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), gpus * gpus.saturating_sub(1) / 2, "one entry per pair of GPUs");
+    for pair in pairs {
+        for field in ["a", "b", "topology", "peer_access_a_to_b", "peer_access_b_to_a"] {
+            assert!(pair.get(field).is_some(), "pair.{field} missing");
+        }
+    }
     let checks = report["checks"].as_array().unwrap();
     assert!(!checks.is_empty());
+    let pair_lines =
+        checks.iter().filter(|check| ["gpu_pairs", "peer_access"].contains(&check["name"].as_str().unwrap()));
+    assert_eq!(
+        pair_lines.count(),
+        if gpus == 1 { 1 } else { pairs.len() },
+        "a line for one GPU, else per pair"
+    );
     for check in checks {
         let status = check["status"].as_str().unwrap();
         assert!(["ok", "warn", "fail"].contains(&status), "status {status}");
@@ -95,6 +110,12 @@ fn a_gpu_machine_reports_its_devices() {
     let report = doctor_json(&[]);
     assert_eq!(report["backend"]["selected"], "cuda");
     assert!(!report["devices"].as_array().unwrap().is_empty());
+    let text = String::from_utf8(hetmem(&["doctor"], &[]).stdout).unwrap();
+    if report["devices"].as_array().unwrap().len() == 1 {
+        assert!(text.contains("pairs:   none (one GPU)"), "{text}");
+    } else {
+        assert!(text.contains("pair 0-1: topology "), "{text}");
+    }
 }
 
 #[test]
@@ -293,6 +314,39 @@ fn pipelined_bench_streams_checked_frames_through_a_ring_on_the_cpu() {
     }
     let refused = bench_on_cpu(&["pipeline", "--slots", "2"]);
     assert!(!refused.status.success() && stderr(&refused).contains("--pipelined"), "{}", stderr(&refused));
+}
+
+#[test]
+fn pipelined_bench_takes_a_device_selection() {
+    let output = bench_on_cpu(&[
+        "pipeline",
+        "--pipelined",
+        "--devices",
+        "all",
+        "--slots",
+        "2",
+        "--frames",
+        "4",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let runs: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for run in runs.as_array().unwrap() {
+        let devices = run["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 1, "{run}");
+        assert_eq!((devices[0]["ordinal"].is_null(), &devices[0]["frames"]), (true, &run["frames"]));
+    }
+    let gpu_numbers = bench_on_cpu(&["pipeline", "--pipelined", "--devices", "0,1", "--frames", "4"]);
+    assert!(!gpu_numbers.status.success());
+    assert!(
+        stderr(&gpu_numbers).contains("GPU 0,1 asked for, but the GPUs present are: none"),
+        "{}",
+        stderr(&gpu_numbers)
+    );
+    let twice = bench_on_cpu(&["pipeline", "--pipelined", "--devices", "1,1"]);
+    assert!(!twice.status.success() && stderr(&twice).contains("GPU 1 is named twice"), "{}", stderr(&twice));
+    let alone = bench_on_cpu(&["pipeline", "--devices", "all"]);
+    assert!(!alone.status.success() && stderr(&alone).contains("--pipelined"), "{}", stderr(&alone));
 }
 
 #[test]

@@ -96,6 +96,14 @@ pub enum Error {
         /// How long shutdown waited.
         timeout: std::time::Duration,
     },
+    /// A device selection (`--devices`) names GPUs this machine does not have.
+    #[error("GPU {asked} asked for, but the GPUs present are: {present}")]
+    NoSuchDevices {
+        /// The ordinals asked for that are missing, or `all`.
+        asked: String,
+        /// The GPUs present, `0 (NVIDIA H200), ...`, or `none` with the reason.
+        present: String,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {

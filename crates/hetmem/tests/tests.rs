@@ -10,6 +10,7 @@ mod filter_strategies;
 mod handoff;
 mod kernel_compile;
 mod memory_kinds;
+mod multi_device;
 mod opencv;
 mod ring;
 mod support;

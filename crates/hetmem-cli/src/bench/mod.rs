@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use hetmem::backend::DeviceSelection;
 use hetmem::bench::link::{LinkOptions, Path as LinkPath};
 use hetmem::bench::{compare, completion, pinning, sizes};
-use hetmem::{Device, Queue, Strategy};
+use hetmem::{BackendChoice, Device, Queue, Strategy};
 
 use crate::table::Table;
 
@@ -86,6 +87,10 @@ enum What {
         #[arg(long, default_value_t = 3, requires = "pipelined",
               value_parser = clap::value_parser!(u32).range(2..=16))]
         slots: u32,
+        /// GPUs to fan the frames out over, with --pipelined: `all` or numbers such as `0,1`
+        /// (frame k to the k mod N-th). Default: the one in use.
+        #[arg(long, requires = "pipelined", value_parser = parse_devices)]
+        devices: Option<DeviceSelection>,
     },
     /// Time from a kernel's end to the CPU knowing, for every completion signal.
     Completion {
@@ -101,7 +106,11 @@ enum What {
     },
 }
 
-pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
+fn parse_devices(text: &str) -> Result<DeviceSelection, hetmem::Error> {
+    text.parse()
+}
+
+pub fn run(device: &Device, choice: BackendChoice, args: &Args) -> anyhow::Result<ExitCode> {
     match &args.what {
         What::Link { quick, sizes, latency_sizes, paths, repeats } => {
             let options = link_options(*quick, sizes, latency_sizes, paths, *repeats)?;
@@ -116,11 +125,16 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
                 link::compare_plots(&report, dir)
             })
         }
-        What::Pipeline { quick, frames, strategies, pipelined: true, slots } => {
+        What::Pipeline { quick, frames, strategies, pipelined: true, slots, devices } => {
             let wanted: Vec<Strategy> =
                 strategies.iter().map(|name| name.parse()).collect::<Result<_, _>>()?;
-            let runs = pipeline::measure_streaming(device, *quick, *frames, &wanted, *slots as usize)?;
-            emit(args, "pipelined", &runs, &[pipeline::streaming_table(&runs)], |_| Ok(Vec::new()))
+            let devices = match devices {
+                Some(selection) => Device::open_selection(choice, selection)
+                    .with_context(|| format!("--devices {selection}"))?,
+                None => vec![device.clone()],
+            };
+            let runs = pipeline::measure_streaming(&devices, *quick, *frames, &wanted, *slots as usize)?;
+            emit(args, "pipelined", &runs, &pipeline::streaming_tables(&runs), |_| Ok(Vec::new()))
         }
         What::Pipeline { quick, frames, strategies, pipelined: false, .. } => {
             let wanted: Vec<Strategy> =

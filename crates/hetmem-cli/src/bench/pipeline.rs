@@ -2,12 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
+
+use hetmem::backend::nvml::NvmlSession;
 use hetmem::bench::streaming::{self, StreamingRun, StreamingSetup};
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
 use hetmem::{Device, FenceKind, Strategy};
 
 use super::plot;
-use crate::frame_strategies::{self, Report};
+use crate::frame_strategies::{self, PcieSampler, Report};
 use crate::table::Table;
 
 /// The frame sizes measured.
@@ -31,16 +34,19 @@ pub fn measure(
 }
 
 /// Frames per second through a FrameRing for each strategy (when `wanted` is empty: every GPU
-/// strategy the machine has, or the CPU without a GPU) at 1080p and 4K. Frames: `frames` at 1080p and a quarter of it at 4K; by default
-/// 2000 (200 with `quick`).
+/// strategy the first device has, or the CPU without a GPU) at 1080p and 4K, fanned out over
+/// `devices` (frame k to the k mod N-th). With several devices, each is also measured over the
+/// first 1, 2, 4, ... of them, for the rate against N. Frames: `frames` at 1080p and a quarter
+/// of it at 4K; by default 2000 (200 with `quick`).
 pub fn measure_streaming(
-    device: &Device,
+    devices: &[Device],
     quick: bool,
     frames: Option<u32>,
     wanted: &[Strategy],
     slots: usize,
 ) -> anyhow::Result<Vec<StreamingRun>> {
     let kernel = Gaussian::new(Some(2), None, Border::Reflect101)?;
+    let device = devices.first().context("no devices to stream to")?;
     let strategies: Vec<Strategy> = if wanted.is_empty() {
         // With a GPU, its strategies only: the CPU's rate is in the latency table.
         let gpu = device.as_cuda().is_some();
@@ -50,32 +56,119 @@ pub fn measure_streaming(
         wanted.to_vec()
     };
     let frames = u64::from(frames.unwrap_or(if quick { 200 } else { 2000 }));
+    let mut counts: Vec<usize> =
+        std::iter::successors(Some(1), |n| Some(n * 2)).take_while(|&n| n < devices.len()).collect();
+    counts.push(devices.len());
+    let nvml = NvmlSession::open().ok();
     let mut runs = Vec::new();
     for &(width, height) in &RESOLUTIONS {
         let format = FrameFormat::new(width, height, PixelLayout::Rgb)?;
-        let frames = if width > 1920 { (frames / 4).max(2 * slots as u64) } else { frames };
         for &strategy in &strategies {
-            eprintln!("streaming {frames} {width}x{height} frames by {strategy}...");
-            let setup =
-                StreamingSetup { strategy, format, slots, frames, refill: false, fence: FenceKind::Event };
-            runs.push(streaming::measure(device, &kernel, &setup)?);
+            for &count in &counts {
+                let in_flight = (slots * count) as u64;
+                let frames = if width > 1920 { (frames / 4).max(2 * in_flight) } else { frames };
+                eprintln!(
+                    "streaming {frames} {width}x{height} frames by {strategy} over {count} device(s)..."
+                );
+                let setup = StreamingSetup {
+                    strategy,
+                    format,
+                    slots,
+                    frames,
+                    refill: false,
+                    fence: FenceKind::Event,
+                };
+                let chosen = &devices[..count];
+                // One sampler per GPU, so each link's own traffic is measured, not only counted.
+                let samplers: Vec<Option<PcieSampler>> = chosen
+                    .iter()
+                    .map(|device| {
+                        let bus = device.as_cuda()?.pci_bus_id();
+                        nvml.as_ref().map(|nvml| PcieSampler::start(nvml, bus))
+                    })
+                    .collect();
+                let measured = streaming::measure_fan_out(chosen, &kernel, &setup);
+                let sampled: Vec<Option<(f64, f64)>> =
+                    samplers.into_iter().map(|sampler| sampler.and_then(PcieSampler::stop)).collect();
+                let mut run = measured?;
+                for (share, sample) in run.devices.iter_mut().zip(sampled) {
+                    share.nvml_pcie_mb_s = sample;
+                }
+                runs.push(run);
+            }
         }
     }
     Ok(runs)
 }
 
-/// The streaming runs as one table.
-pub fn streaming_table(runs: &[StreamingRun]) -> Table {
+/// The streaming runs as a table, and with several devices a second one of each device's share.
+pub fn streaming_tables(runs: &[StreamingRun]) -> Vec<Table> {
+    let mut tables = vec![streaming_table(runs)];
+    if runs.iter().any(|run| run.devices.len() > 1) {
+        let mut table = Table::new(
+            "Each device's share of the streamed frames",
+            &[
+                "frames",
+                "strategy",
+                "device",
+                "frames filtered",
+                "link GB/s (both ways)",
+                "NVML PCIe GB/s out/in",
+                "kernel busy",
+            ],
+        );
+        for run in runs.iter().filter(|run| run.devices.len() > 1) {
+            for share in &run.devices {
+                table.row(vec![
+                    format!("{}x{}", run.width, run.height),
+                    run.strategy.name().to_string(),
+                    share
+                        .ordinal
+                        .map_or_else(|| share.name.clone(), |ordinal| format!("{ordinal}: {}", share.name)),
+                    share.frames.to_string(),
+                    format!("{:.1}", share.link_bytes_per_s / 1e9),
+                    share.nvml_pcie_mb_s.map_or_else(
+                        || "unknown".to_string(),
+                        |(out, into)| format!("{:.1}/{:.1}", out / 1e3, into / 1e3),
+                    ),
+                    format!("{:.0}%", 100.0 * share.kernel_busy_s / run.wall_s),
+                ]);
+            }
+        }
+        table.note(
+            "link GB/s: bytes counted per frame over the run's wall time; NVML: the GPU's own PCIe \
+             counters sampled every 20 ms during the run",
+        );
+        tables.push(table);
+    }
+    tables
+}
+
+fn streaming_table(runs: &[StreamingRun]) -> Table {
     let mut table = Table::new(
         "Frames streamed through a FrameRing, Gaussian 5x5 on RGB frames",
-        &["frames", "strategy", "slots", "frames/s", "link GB/s (both ways)", "kernel busy"],
+        &[
+            "frames",
+            "strategy",
+            "devices",
+            "slots",
+            "frames/s",
+            "vs 1 device",
+            "link GB/s (both ways)",
+            "kernel busy",
+        ],
     );
     for run in runs {
+        let one = runs
+            .iter()
+            .find(|one| (one.width, one.strategy, one.devices.len()) == (run.width, run.strategy, 1));
         table.row(vec![
             format!("{}x{}", run.width, run.height),
             run.strategy.name().to_string(),
+            run.devices.len().to_string(),
             run.slots.to_string(),
             format!("{:.0}", run.frames_per_s),
+            one.map_or_else(String::new, |one| format!("{:.2}x", run.frames_per_s / one.frames_per_s)),
             format!("{:.1}", run.link_bytes_per_s / 1e9),
             format!("{:.0}%", 100.0 * run.kernel_busy_fraction),
         ]);
@@ -106,4 +199,65 @@ pub fn plots(reports: &[Report], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
             plot::spread(&file, &title, "milliseconds", &items)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use hetmem::bench::streaming::DeviceShare;
+
+    use super::*;
+
+    fn run(devices: usize, frames_per_s: f64) -> StreamingRun {
+        let share = |ordinal| DeviceShare {
+            ordinal: Some(ordinal),
+            name: "NVIDIA H200".to_string(),
+            frames: 1000 / devices as u64,
+            link_bytes_per_s: 9e9 / devices as f64,
+            kernel_busy_s: 0.25,
+            nvml_pcie_mb_s: Some((4100.0, 4600.0)),
+        };
+        StreamingRun {
+            strategy: Strategy::ZeroCopy,
+            width: 1920,
+            height: 1080,
+            frame_bytes: 1920 * 1080 * 3,
+            slots: 3,
+            refill: false,
+            fence: FenceKind::Event,
+            frames: 1000,
+            wall_s: 1.0,
+            frames_per_s,
+            kernel_busy_s: 0.5,
+            kernel_busy_fraction: 0.5,
+            link_bytes_per_frame: 12_000_000,
+            link_bytes_per_s: 9e9,
+            host_bytes: 1,
+            device_bytes: 1,
+            devices: (0..devices).map(share).collect(),
+        }
+    }
+
+    fn text(table: &Table) -> String {
+        let mut out = Vec::new();
+        table.write_text(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn several_devices_show_the_rate_against_one_and_each_device_s_share() {
+        let tables = streaming_tables(&[run(1, 1000.0), run(2, 1900.0)]);
+        assert_eq!(tables.len(), 2);
+        let totals = text(&tables[0]);
+        assert!(totals.contains("1.00x") && totals.contains("1.90x"), "{totals}");
+        let shares = text(&tables[1]);
+        assert!(shares.contains("0: NVIDIA H200") && shares.contains("1: NVIDIA H200"), "{shares}");
+        assert_eq!(shares.matches("NVIDIA H200").count(), 2, "only the two-device run's shares: {shares}");
+        assert!(shares.contains("4.5"), "each device's counted link GB/s: {shares}");
+        assert!(shares.contains("4.1/4.6"), "each device's NVML counters: {shares}");
+    }
+
+    #[test]
+    fn one_device_has_no_share_table() {
+        assert_eq!(streaming_tables(&[run(1, 1000.0)]).len(), 1);
+    }
 }

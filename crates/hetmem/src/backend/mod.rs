@@ -13,11 +13,14 @@
 pub mod cpu;
 pub mod cuda;
 pub mod nvml;
+mod selection;
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result, Unavailable};
+
+pub use selection::DeviceSelection;
 
 /// The environment variable that forces a backend.
 pub const BACKEND_ENV: &str = "HETMEM_BACKEND";
@@ -127,6 +130,61 @@ impl Device {
         }
     }
 
+    /// CUDA device `ordinal`, whatever `HETMEM_BACKEND` says.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] when CUDA cannot run or there is no such device.
+    pub fn open_ordinal(ordinal: usize) -> Result<Device> {
+        cuda::CudaDevice::open(ordinal)
+            .map(Device::Cuda)
+            .map_err(|reason| Error::BackendUnavailable { requested: BackendKind::Cuda, reason })
+    }
+
+    /// The devices `selection` names, in its order, on the backend `choice` allows.
+    ///
+    /// [`DeviceSelection::All`] opens every GPU, or gives the CPU alone where no GPU can be
+    /// used (the reason recorded as for [`Device::open_best`]) or `choice` asks for the CPU.
+    /// Ordinals always mean GPUs: without one they are an error.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchDevices`] listing the GPUs present (or why there are none) for a
+    /// missing ordinal; [`Error::BackendUnavailable`] when `choice` is CUDA only where CUDA
+    /// cannot run; a context that cannot be made.
+    ///
+    /// # Examples
+    /// ```
+    /// use hetmem::backend::{BackendChoice, DeviceSelection};
+    /// let choice = BackendChoice::from_env()?; // HETMEM_BACKEND
+    /// let devices = hetmem::Device::open_selection(choice, &DeviceSelection::All)?;
+    /// assert!(!devices.is_empty());
+    /// # Ok::<(), hetmem::Error>(())
+    /// ```
+    pub fn open_selection(choice: BackendChoice, selection: &DeviceSelection) -> Result<Vec<Device>> {
+        let names = match choice {
+            BackendChoice::Only(BackendKind::Cpu) => Err(None),
+            _ => cuda::CudaDevice::names().map_err(Some),
+        };
+        match (names, selection) {
+            (Ok(names), _) => selection.resolve(&names)?.into_iter().map(Device::open_ordinal).collect(),
+            (Err(reason), _) if choice == BackendChoice::Only(BackendKind::Cuda) => {
+                let reason = reason.unwrap_or(Unavailable::NoDevice);
+                Err(Error::BackendUnavailable { requested: BackendKind::Cuda, reason })
+            }
+            (Err(None), DeviceSelection::All) => Ok(vec![Device::Cpu(cpu::CpuDevice::chosen())]),
+            (Err(Some(reason)), DeviceSelection::All) => {
+                tracing::info!("no usable GPU, running on the CPU backend: {reason}");
+                Ok(vec![Device::Cpu(cpu::CpuDevice::fallback(reason))])
+            }
+            (Err(reason), DeviceSelection::Ordinals(_)) => Err(Error::NoSuchDevices {
+                asked: selection.to_string(),
+                present: match reason {
+                    Some(reason) => format!("none ({reason})"),
+                    None => "none in use (the CPU backend was chosen)".to_string(),
+                },
+            }),
+        }
+    }
+
     /// Which backend this is.
     pub fn backend(&self) -> BackendKind {
         match self {
@@ -177,6 +235,44 @@ mod tests {
         let error = "vulkan".parse::<BackendChoice>().unwrap_err();
         assert!(matches!(&error, Error::UnknownBackend(name) if name == "vulkan"));
         assert_eq!(error.to_string(), "unknown backend \"vulkan\": expected one of `auto`, `cpu`, `cuda`");
+    }
+
+    #[test]
+    fn every_gpu_or_the_cpu_is_selected() {
+        let devices = Device::open_selection(BackendChoice::Auto, &DeviceSelection::All).unwrap();
+        match cuda::CudaDevice::count() {
+            Ok(count) => {
+                let ordinals: Vec<usize> =
+                    devices.iter().map(|device| device.as_cuda().unwrap().ordinal()).collect();
+                assert_eq!(ordinals, (0..count).collect::<Vec<_>>());
+            }
+            Err(_) => {
+                assert_eq!(devices.len(), 1);
+                assert!(devices[0].cpu_fallback_reason().is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn a_missing_gpu_is_an_error_listing_those_present() {
+        let error = Device::open_selection(BackendChoice::Auto, &DeviceSelection::Ordinals(vec![0, 4096]))
+            .unwrap_err();
+        assert!(matches!(&error, Error::NoSuchDevices { .. }), "{error}");
+        assert!(error.to_string().starts_with("GPU "), "{error}");
+    }
+
+    #[test]
+    fn the_cpu_backend_selects_the_cpu_for_all_and_refuses_gpu_numbers() {
+        let cpu = BackendChoice::Only(BackendKind::Cpu);
+        let devices = Device::open_selection(cpu, &DeviceSelection::All).unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0].backend(), BackendKind::Cpu);
+        assert!(devices[0].cpu_fallback_reason().is_none());
+        let error = Device::open_selection(cpu, &DeviceSelection::Ordinals(vec![0])).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "GPU 0 asked for, but the GPUs present are: none in use (the CPU backend was chosen)"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! every answer is an error string that callers print as "unknown".
 
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::PcieUtilCounter;
+use nvml_wrapper::enum_wrappers::device::{PcieUtilCounter, TopologyLevel};
 
 /// A GPU's PCIe link: generation and lane count, now and at most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -57,6 +57,29 @@ impl NvmlSession {
         let device = self.nvml.device_by_pci_bus_id(pci_bus_id).map_err(|error| error.to_string())?;
         let read = |counter| device.pcie_throughput(counter).map_err(|error| error.to_string());
         Ok((read(PcieUtilCounter::Send)?, read(PcieUtilCounter::Receive)?))
+    }
+
+    /// The closest common ancestor of the GPUs at `a` and `b` in the PCIe tree
+    /// (`nvmlDeviceGetTopologyCommonAncestor`): `internal` (one board), `single_switch`,
+    /// `multiple_switches`, `host_bridge`, `numa_node` or `system` (across NUMA nodes).
+    ///
+    /// # Errors
+    /// NVML's error, as text.
+    pub fn topology(&self, a: &str, b: &str) -> Result<&'static str, String> {
+        let find = |bus: &str| {
+            self.nvml
+                .device_by_pci_bus_id(bus)
+                .map_err(|error| format!("NVML has no device at {bus}: {error}"))
+        };
+        let level = find(a)?.topology_common_ancestor(find(b)?).map_err(|error| error.to_string())?;
+        Ok(match level {
+            TopologyLevel::Internal => "internal",
+            TopologyLevel::Single => "single_switch",
+            TopologyLevel::Multiple => "multiple_switches",
+            TopologyLevel::HostBridge => "host_bridge",
+            TopologyLevel::Node => "numa_node",
+            TopologyLevel::System => "system",
+        })
     }
 
     /// The PCIe link of the GPU at `pci_bus_id` (as CUDA reports it).

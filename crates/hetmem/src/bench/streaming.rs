@@ -1,4 +1,4 @@
-//! Streaming throughput: frames pushed through a [`FrameRing`] as fast as the ring takes them.
+//! Streaming throughput: frames pushed through a [`FrameRing`](crate::FrameRing) as fast as the ring takes them.
 //!
 //! A producer thread submits frames while the calling thread drains them, so upload, kernel
 //! and download of different frames overlap as they would in a real stream. Each slot's input
@@ -7,6 +7,9 @@
 //! that decodes or captures straight into the slot would see) or copies a whole frame into it
 //! every time (`refill: true`: the cost of a CPU memcpy per frame included). The outputs of the
 //! first and last round of slots are checked against the CPU path.
+//!
+//! [`measure_fan_out`] streams through a [`FanOutRing`] over several devices (frame k to
+//! device k mod N) and reports the aggregate rate and each device's share of the link.
 
 use std::time::Instant;
 
@@ -14,7 +17,7 @@ use crate::backend::Device;
 use crate::error::{Error, Result};
 use crate::handoff::FenceKind;
 use crate::ops::gaussian::{FrameFormat, Gaussian, gaussian_cpu};
-use crate::pipeline::{FrameRing, RingOptions, Strategy};
+use crate::pipeline::{FanOutRing, RingOptions, Strategy};
 
 /// What to stream.
 #[derive(Debug, Clone, Copy)]
@@ -44,7 +47,7 @@ pub struct StreamingRun {
     pub height: usize,
     /// Bytes per frame.
     pub frame_bytes: usize,
-    /// Slots in the ring.
+    /// Slots in the ring (per device).
     pub slots: usize,
     /// Whether every frame was copied into its slot.
     pub refill: bool,
@@ -61,7 +64,7 @@ pub struct StreamingRun {
     pub kernel_busy_s: f64,
     /// `kernel_busy_s / wall_s`.
     pub kernel_busy_fraction: f64,
-    /// Bytes crossing the host-GPU link per frame (see [`FrameRing::link_bytes_per_frame`]).
+    /// Bytes crossing the host-GPU link per frame (see [`crate::FrameRing::link_bytes_per_frame`]).
     pub link_bytes_per_frame: u64,
     /// Link bytes per second, both directions together.
     pub link_bytes_per_s: f64,
@@ -69,6 +72,29 @@ pub struct StreamingRun {
     pub host_bytes: usize,
     /// Device memory the ring allocated.
     pub device_bytes: usize,
+    /// Each device the frames were fanned out over, in the order frames were dealt (one
+    /// entry for one device; the totals above are over all of them).
+    pub devices: Vec<DeviceShare>,
+}
+
+/// One device's part of a streaming run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DeviceShare {
+    /// The CUDA ordinal; `None` for the CPU.
+    pub ordinal: Option<usize>,
+    /// The device's name.
+    pub name: String,
+    /// Frames it filtered.
+    pub frames: u64,
+    /// Link bytes per second to and from it (counted: its frames' link bytes over the run's
+    /// wall time, not read from NVML).
+    pub link_bytes_per_s: f64,
+    /// Seconds its kernels ran (CUDA events; 0 on the CPU).
+    pub kernel_busy_s: f64,
+    /// NVML's PCIe counters during the run, mean MB/s (GPU to host, host to GPU): the
+    /// measured counterpart of `link_bytes_per_s`. Filled by callers that sample NVML
+    /// (`hetmem bench`); `None` from [`measure_fan_out`] itself.
+    pub nvml_pcie_mb_s: Option<(f64, f64)>,
 }
 
 /// Streams `setup.frames` random frames through a ring blurring them with `kernel`.
@@ -77,8 +103,32 @@ pub struct StreamingRun {
 /// A ring that cannot be made (strategy, memory), a failed frame, or an output that differs
 /// from the CPU path (reported as an invalid-argument error naming the frame).
 pub fn measure(device: &Device, kernel: &Gaussian, setup: &StreamingSetup) -> Result<StreamingRun> {
+    measure_fan_out(std::slice::from_ref(device), kernel, setup)
+}
+
+/// Streams `setup.frames` random frames through a [`FanOutRing`] over `devices`
+/// (`setup.slots` slots each), as [`measure`] does through one ring.
+///
+/// # Errors
+/// No devices, devices on which the strategy resolves differently, and as for [`measure`].
+pub fn measure_fan_out(
+    devices: &[Device],
+    kernel: &Gaussian,
+    setup: &StreamingSetup,
+) -> Result<StreamingRun> {
     let options = RingOptions { slots: setup.slots, timing: true, fence: setup.fence };
-    let ring = FrameRing::new(device, setup.strategy, setup.format, kernel, options)?;
+    let ring = FanOutRing::new(devices, setup.strategy, setup.format, kernel, options)?;
+    let strategy = ring.rings()[0].strategy();
+    if let Some(other) = ring.rings().iter().find(|other| other.strategy() != strategy) {
+        return Err(Error::invalid(
+            "devices",
+            format!(
+                "{} resolves to {strategy} on one device and {} on another: name the strategy",
+                setup.strategy,
+                other.strategy()
+            ),
+        ));
+    }
     let slots = ring.slots() as u64;
     if setup.frames < 2 * slots {
         return Err(Error::invalid(
@@ -117,7 +167,10 @@ pub fn measure(device: &Device, kernel: &Gaussian, setup: &StreamingSetup) -> Re
             if checked && *output != wanted[(index % slots) as usize][..] {
                 return Err(Error::invalid(
                     "streamed frame",
-                    format!("frame {index} by {} differs from the CPU path", ring.strategy()),
+                    format!(
+                        "frame {index} by {strategy} on device {} differs from the CPU path",
+                        output.ring()
+                    ),
                 ));
             }
             Ok(())
@@ -134,13 +187,26 @@ pub fn measure(device: &Device, kernel: &Gaussian, setup: &StreamingSetup) -> Re
     drained?;
     let wall_s = start.elapsed().as_secs_f64();
     let frames = setup.frames;
-    let kernel_busy_s = ring.gpu_busy_seconds();
+    let link_bytes_per_frame = ring.rings()[0].link_bytes_per_frame();
+    let devices: Vec<DeviceShare> = devices
+        .iter()
+        .zip(ring.rings())
+        .map(|(device, one)| DeviceShare {
+            ordinal: device.as_cuda().map(|cuda| cuda.ordinal()),
+            name: device.name(),
+            frames: one.drained(),
+            link_bytes_per_s: (one.link_bytes_per_frame() * one.drained()) as f64 / wall_s,
+            kernel_busy_s: one.gpu_busy_seconds(),
+            nvml_pcie_mb_s: None,
+        })
+        .collect();
+    let kernel_busy_s = devices.iter().map(|share| share.kernel_busy_s).sum::<f64>();
     Ok(StreamingRun {
-        strategy: ring.strategy(),
+        strategy,
         width: setup.format.width,
         height: setup.format.height,
         frame_bytes,
-        slots: ring.slots(),
+        slots: setup.slots,
         refill: setup.refill,
         fence: setup.fence,
         frames,
@@ -148,10 +214,11 @@ pub fn measure(device: &Device, kernel: &Gaussian, setup: &StreamingSetup) -> Re
         frames_per_s: frames as f64 / wall_s,
         kernel_busy_s,
         kernel_busy_fraction: kernel_busy_s / wall_s,
-        link_bytes_per_frame: ring.link_bytes_per_frame(),
-        link_bytes_per_s: (ring.link_bytes_per_frame() * frames) as f64 / wall_s,
-        host_bytes: ring.host_bytes(),
-        device_bytes: ring.device_bytes(),
+        link_bytes_per_frame,
+        link_bytes_per_s: devices.iter().map(|share| share.link_bytes_per_s).sum(),
+        host_bytes: ring.rings().iter().map(|one| one.host_bytes()).sum(),
+        device_bytes: ring.rings().iter().map(|one| one.device_bytes()).sum(),
+        devices,
     })
 }
 
@@ -207,5 +274,25 @@ mod tests {
             fence: FenceKind::Flag,
         };
         assert!(measure(&device, &kernel, &short).is_err());
+    }
+
+    #[test]
+    fn fanned_out_over_two_cpu_devices_each_takes_half_the_frames() {
+        let cpu = Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap();
+        let kernel = Gaussian::new(None, None, Border::default()).unwrap();
+        let format = FrameFormat::new(32, 24, PixelLayout::Rgb).unwrap();
+        let setup = StreamingSetup {
+            strategy: Strategy::Cpu,
+            format,
+            slots: 2,
+            frames: 14,
+            refill: true,
+            fence: FenceKind::Event,
+        };
+        let run = measure_fan_out(&[cpu.clone(), cpu], &kernel, &setup).unwrap();
+        let frames: Vec<u64> = run.devices.iter().map(|share| share.frames).collect();
+        assert_eq!((run.frames, frames, run.slots), (14, vec![7, 7], 2));
+        assert_eq!(run.host_bytes, 2 * 2 * 2 * format.frame_bytes());
+        assert!(measure_fan_out(&[], &kernel, &setup).is_err());
     }
 }

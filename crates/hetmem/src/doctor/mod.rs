@@ -6,10 +6,12 @@
 
 mod device;
 mod host;
+mod pairs;
 mod text;
 
 pub use device::DeviceReport;
 pub use host::HostReport;
+pub use pairs::PairReport;
 
 use crate::backend::cuda::{self, CudaDevice, nvrtc};
 use crate::backend::nvml::NvmlSession;
@@ -101,6 +103,8 @@ pub struct Report {
     pub driver: DriverReport,
     /// Every CUDA device.
     pub devices: Vec<DeviceReport>,
+    /// Every pair of CUDA devices: topology and peer access (none with one GPU).
+    pub pairs: Vec<PairReport>,
     /// The host.
     pub host: HostReport,
     /// Every verdict, host first, then the driver, then each device.
@@ -128,6 +132,7 @@ impl Report {
 
         let mut checks = Vec::new();
         let mut devices = Vec::new();
+        let mut opened = Vec::new();
         match cuda::driver::driver() {
             Ok(info) => {
                 checks.push(Check::ok(
@@ -142,7 +147,10 @@ impl Report {
                 ));
                 for index in 0..info.device_count {
                     match CudaDevice::open(index) {
-                        Ok(device) => devices.push(DeviceReport::gather(&device, nvml.as_ref())),
+                        Ok(device) => {
+                            devices.push(DeviceReport::gather(&device, nvml.as_ref()));
+                            opened.push(device);
+                        }
                         Err(reason) => checks.push(Check::fail(
                             &format!("device {index}"),
                             "open",
@@ -156,6 +164,7 @@ impl Report {
                 checks.push(Check::fail("driver", "cuda_driver", reason.to_string(), reason.remedy()))
             }
         }
+        let pairs = PairReport::gather_all(&opened, nvml.as_ref());
         let gpu_present = !devices.is_empty();
         let mut all_checks = host.checks(gpu_present);
         all_checks.append(&mut checks);
@@ -163,6 +172,7 @@ impl Report {
             all_checks.extend(device.checks());
             all_checks.extend(nvrtc_arch_check(device, &host.nvrtc));
         }
+        all_checks.extend(pairs::pair_checks(devices.len(), &pairs));
         Report {
             hetmem_version: env!("CARGO_PKG_VERSION"),
             backend: BackendReport {
@@ -171,6 +181,7 @@ impl Report {
             },
             driver,
             devices,
+            pairs,
             host,
             checks: all_checks,
         }

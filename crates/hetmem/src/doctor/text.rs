@@ -76,6 +76,28 @@ impl Report {
         }
         if self.devices.is_empty() {
             writeln!(out, "devices: none (GPU checks skipped; the CPU backend runs everything)")?;
+        } else if self.devices.len() == 1 {
+            writeln!(out, "pairs:   none (one GPU)")?;
+        }
+        for pair in &self.pairs {
+            let peer = |value: Option<bool>| match value {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "unknown",
+            };
+            writeln!(
+                out,
+                "pair {}-{}: topology {}, peer access {}->{} {}, {}->{} {}",
+                pair.a,
+                pair.b,
+                pair.topology.as_deref().unwrap_or("unknown"),
+                pair.a,
+                pair.b,
+                peer(pair.peer_access_a_to_b),
+                pair.b,
+                pair.a,
+                peer(pair.peer_access_b_to_a)
+            )?;
         }
         let host = &self.host;
         writeln!(

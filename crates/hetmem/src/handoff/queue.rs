@@ -7,7 +7,7 @@ use super::fence::{Fence, FenceKind, FlagPage};
 use super::guard::Guard;
 use super::launch::KernelArgs;
 use super::lease::{Lease, LeaseState, Lent, Shared};
-use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Stream};
+use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Stream, mapped_address};
 use crate::backend::{BackendKind, Device};
 use crate::error::{Error, Result};
 use crate::memory::{Buffer, Region, WritableBuffer};
@@ -318,8 +318,8 @@ impl Queue {
         if !Arc::ptr_eq(&state.queue, &self.core) {
             return Err(Error::invalid("kernel argument", "a lease of another queue"));
         }
-        self.check_device(region)?;
-        region.device.ok_or_else(|| {
+        let mapped = self.mapped_address(region)?;
+        mapped.ok_or_else(|| {
             Error::invalid(
                 "kernel argument",
                 "the buffer is not mapped into the device's address space: allocate it with \
@@ -328,29 +328,91 @@ impl Queue {
         })
     }
 
+    /// The address kernels on this queue's device use for the region, when it is mapped: its
+    /// own device address, or for a portable buffer of another device the address this
+    /// device's context gives it.
+    fn mapped_address(&self, region: &Region) -> Result<Option<u64>> {
+        match self.check_device(region)? {
+            Reach::Own => Ok(region.device),
+            Reach::Portable(device) => match (region.device, region.host) {
+                (Some(_), Some(host)) => Ok(Some(mapped_address(device, host.as_ptr())?)),
+                _ => Ok(None),
+            },
+        }
+    }
+
     /// The address a copy on this queue uses: the device address, else (unified addressing)
     /// the host address of pinned memory.
     fn copy_address<L: Lease>(&self, lease: &L) -> Result<u64> {
         let region = lease.region();
-        self.check_device(&region)?;
-        region
-            .device
+        self.mapped_address(&region)?
             .or(region.host.map(|host| host.as_ptr() as u64))
             .ok_or_else(|| Error::invalid("copy", "the buffer has no address"))
     }
 
-    fn check_device(&self, region: &Region) -> Result<()> {
-        let QueueBackend::Cuda { device, .. } = &self.core.backend else { return Ok(()) };
-        match region.device_ordinal {
-            Some(ordinal) if ordinal == device.ordinal() => Ok(()),
-            Some(ordinal) => Err(Error::invalid(
-                "buffer",
-                format!("it belongs to CUDA device {ordinal}, the queue to device {}", device.ordinal()),
-            )),
-            None => Err(Error::invalid(
-                "buffer",
-                "it was made on the CPU backend, so the GPU cannot reach it: make it on the CUDA device",
-            )),
-        }
+    /// Whether this queue's device may use the region's memory, and how.
+    fn check_device(&self, region: &Region) -> Result<Reach<'_>> {
+        let QueueBackend::Cuda { device, .. } = &self.core.backend else { return Ok(Reach::Own) };
+        Ok(match reach(region.device_ordinal, region.portable, device.ordinal())? {
+            ReachKind::Own => Reach::Own,
+            ReachKind::Portable => Reach::Portable(device),
+        })
+    }
+}
+
+/// How a CUDA queue reaches a buffer.
+enum Reach<'q> {
+    /// Made for the queue's own device (or the queue is on the CPU): its own addresses.
+    Own,
+    /// Portable memory made for another device: addresses from this device's context.
+    Portable(&'q CudaDevice),
+}
+
+/// [`Reach`] without the device, decided from ordinals alone.
+#[derive(Debug, PartialEq, Eq)]
+enum ReachKind {
+    Own,
+    Portable,
+}
+
+/// Whether a queue on CUDA device `queue` may use memory made for `buffer` (`None`: the CPU
+/// backend). Another device's memory only if it was pinned portable: the driver then lets
+/// every context use it, so it is lent to one queue at a time like any buffer (the lease owns
+/// it), whichever GPU that queue is on.
+fn reach(buffer: Option<usize>, portable: bool, queue: usize) -> Result<ReachKind> {
+    match buffer {
+        Some(ordinal) if ordinal == queue => Ok(ReachKind::Own),
+        Some(_) if portable => Ok(ReachKind::Portable),
+        Some(ordinal) => Err(Error::invalid(
+            "buffer",
+            format!(
+                "it belongs to CUDA device {ordinal}, the queue to device {queue}: pin it with \
+                 PinOptions {{ portable: true, .. }} to use it from every GPU"
+            ),
+        )),
+        None => Err(Error::invalid(
+            "buffer",
+            "it was made on the CPU backend, so the GPU cannot reach it: make it on the CUDA device",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_takes_its_own_device_s_memory_and_portable_memory_of_others() {
+        assert_eq!(reach(Some(1), false, 1).unwrap(), ReachKind::Own);
+        assert_eq!(reach(Some(1), true, 1).unwrap(), ReachKind::Own);
+        assert_eq!(reach(Some(0), true, 1).unwrap(), ReachKind::Portable);
+    }
+
+    #[test]
+    fn other_devices_memory_needs_the_portable_flag() {
+        let error = reach(Some(0), false, 1).unwrap_err().to_string();
+        assert!(error.contains("belongs to CUDA device 0, the queue to device 1"), "{error}");
+        assert!(error.contains("portable: true"), "{error}");
+        assert!(reach(None, true, 0).unwrap_err().to_string().contains("CPU backend"));
     }
 }

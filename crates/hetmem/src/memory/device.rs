@@ -128,6 +128,7 @@ impl<T: Element> Buffer for DeviceBuf<T> {
                 device_ordinal: None,
                 pages: None,
                 read_only: false,
+                portable: false,
             },
             DeviceStorage::Cuda { alloc, device } => Region {
                 host: None::<NonNull<u8>>,
@@ -136,6 +137,7 @@ impl<T: Element> Buffer for DeviceBuf<T> {
                 device_ordinal: Some(device.ordinal()),
                 pages: None,
                 read_only: false,
+                portable: false,
             },
         }
     }

@@ -148,6 +148,7 @@ impl<T: Element> Buffer for MappedFile<T> {
             device_ordinal: self.device_ordinal,
             pages: Some((start, self.map.len().div_ceil(page_size()) * page_size())),
             read_only: true,
+            portable: false,
         }
     }
 }

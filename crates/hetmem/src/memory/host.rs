@@ -34,7 +34,10 @@ pub struct PinOptions {
     /// Map into the device's address space so kernels read and write it directly (zero-copy).
     /// Default: on.
     pub mapped: bool,
-    /// Usable from every GPU's context, not only the allocating one. Default: off.
+    /// Usable from every GPU's context, not only the allocating one
+    /// (`CU_MEMHOSTALLOC_PORTABLE` / `CU_MEMHOSTREGISTER_PORTABLE`): the buffer can then be lent
+    /// to a queue of any GPU of the process, one queue at a time ([`HostBuf::is_portable`]).
+    /// Default: off.
     pub portable: bool,
     /// Write-combined: can be faster for the GPU to read over PCIe, but CPU reads bypass the
     /// cache, which NVIDIA documents as very slow on bare metal. Only for buffers the CPU
@@ -352,9 +355,18 @@ impl<T: Element> HostBuf<T> {
         self.device_ptr.is_some()
     }
 
-    /// The address kernels use, when mapped.
+    /// The address kernels use, when mapped: on the device the buffer was made for. A
+    /// portable buffer lent to a queue of another device is reached at the address that
+    /// device's context gives (the queue asks the driver).
     pub fn device_ptr(&self) -> Option<u64> {
         self.device_ptr
+    }
+
+    /// Whether every GPU's context of this process may use the buffer, not only the one it was
+    /// made for ([`PinOptions::portable`], [`RegisterOptions::portable`]): such a buffer can be
+    /// lent to a queue of any GPU. Always false on the CPU backend.
+    pub fn is_portable(&self) -> bool {
+        storage_portable(&self.storage)
     }
 
     /// How many driver registrations hold the memory (0 unless registered).
@@ -413,6 +425,16 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
     }
 }
 
+/// Whether the storage was pinned with the portable flag (usable from every context).
+fn storage_portable(storage: &HostStorage) -> bool {
+    match storage {
+        HostStorage::Plain(_) | HostStorage::Registered { registration: None, .. } => false,
+        HostStorage::Allocated(alloc) => alloc.is_portable(),
+        HostStorage::Registered { registration: Some(registration), .. } => registration.is_portable(),
+        HostStorage::Pooled(block) => storage_portable(block.storage()),
+    }
+}
+
 /// The start, usable size, device address and kind of storage made by [`pin_bytes`].
 pub(crate) fn storage_layout(storage: &HostStorage) -> (NonNull<u8>, usize, Option<u64>, HostKind) {
     match storage {
@@ -456,6 +478,7 @@ impl<T: Element> Buffer for HostBuf<T> {
             device_ordinal: self.device_ordinal,
             pages: self.pages,
             read_only: false,
+            portable: storage_portable(&self.storage),
         }
     }
 }

@@ -130,6 +130,7 @@ impl<T: Element> Buffer for ManagedBuf<T> {
             device_ordinal: self.device_ordinal,
             pages: None,
             read_only: false,
+            portable: false,
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct Region {
     pub(crate) pages: Option<(NonNull<u8>, usize)>,
     /// The mapping is read-only for the CPU (a file).
     pub(crate) read_only: bool,
+    /// Pinned with the portable flag: every CUDA context of the process may use it, not only
+    /// the one of `device_ordinal`.
+    pub(crate) portable: bool,
 }
 
 // SAFETY: Region is a description (addresses and sizes); it grants no access by itself.

@@ -103,6 +103,38 @@ impl CudaDevice {
         driver::driver().map(|info| info.device_count)
     }
 
+    /// The product name of every device the driver sees, by ordinal; no context is made.
+    ///
+    /// # Errors
+    /// Why the CUDA backend cannot run here, or a failing driver call.
+    pub fn names() -> Result<Vec<String>, Unavailable> {
+        let info = driver::driver()?;
+        (0..info.device_count)
+            .map(|ordinal| {
+                let device = result::device::get(ordinal as i32).call("cuDeviceGet")?;
+                result::device::get_name(device).call("cuDeviceGetName")
+            })
+            .collect::<Result<_, CudaError>>()
+            .map_err(|error| Unavailable::InitFailed { error: error.to_string() })
+    }
+
+    /// Whether kernels on this device can address `other`'s memory directly
+    /// (`cuDeviceCanAccessPeer`). Always false for the same device.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub fn can_access_peer(&self, other: &CudaDevice) -> Result<bool, CudaError> {
+        if self.ordinal() == other.ordinal() {
+            return Ok(false);
+        }
+        let mut can = 0;
+        // SAFETY: both device handles came from cuDeviceGet on an initialised driver (their
+        // contexts are retained while `self` and `other` live); the call writes one int.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.shared.ctx.device(), other.shared.ctx.device()) }
+            .call("cuDeviceCanAccessPeer")?;
+        Ok(can != 0)
+    }
+
     /// Opens device `ordinal` (0 is the first).
     ///
     /// # Errors

@@ -70,14 +70,27 @@ impl RegisterFlags {
     }
 }
 
-/// The device address of pinned host memory at `host`.
+/// The device address of pinned host memory at `host`, in the bound context.
 fn device_pointer(host: *mut u8) -> Result<u64, CudaError> {
     let mut device = 0;
-    // SAFETY: `host` lies in a live pinned allocation or registration of the bound context;
-    // the call writes one CUdeviceptr.
+    // SAFETY: the driver only looks `host` up among the pinned ranges the bound context can
+    // use (it never dereferences it; an unknown address is CUDA_ERROR_INVALID_VALUE); the call
+    // writes one CUdeviceptr.
     unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) }
         .call("cuMemHostGetDevicePointer")?;
     Ok(device)
+}
+
+/// The address kernels on `device` use for mapped pinned host memory at `host`, which may have
+/// been pinned in another device's context with the portable flag
+/// (`cuMemHostGetDevicePointer` in `device`'s context; with unified addressing it is the host
+/// address, but the driver is asked rather than assumed).
+///
+/// # Errors
+/// Memory this device's context cannot use (not portable, not mapped), or a driver failure.
+pub(crate) fn mapped_address(device: &CudaDevice, host: *mut u8) -> Result<u64, CudaError> {
+    device.bind()?;
+    device_pointer(host)
 }
 
 /// Host memory allocated page-locked by the driver (`cuMemHostAlloc`), freed on drop.
@@ -86,6 +99,7 @@ pub struct PinnedAlloc {
     ptr: *mut u8,
     bytes: usize,
     device_ptr: Option<u64>,
+    portable: bool,
     ctx: Arc<Context>,
 }
 
@@ -108,7 +122,13 @@ impl PinnedAlloc {
         device.bind()?;
         // SAFETY: the context is bound and the size non-zero; the pointer is freed once, in Drop.
         let ptr = unsafe { result::malloc_host(bytes, flags.bits()) }.call("cuMemHostAlloc")? as *mut u8;
-        let mut alloc = PinnedAlloc { ptr, bytes, device_ptr: None, ctx: Arc::clone(device.context()) };
+        let mut alloc = PinnedAlloc {
+            ptr,
+            bytes,
+            device_ptr: None,
+            portable: flags.portable,
+            ctx: Arc::clone(device.context()),
+        };
         if flags.device_map {
             alloc.device_ptr = Some(device_pointer(ptr)?);
         }
@@ -128,6 +148,11 @@ impl PinnedAlloc {
     /// The device address, when allocated with `device_map`.
     pub fn device_ptr(&self) -> Option<u64> {
         self.device_ptr
+    }
+
+    /// Whether every context of the process may use it (allocated with `portable`).
+    pub fn is_portable(&self) -> bool {
+        self.portable
     }
 }
 
@@ -152,6 +177,7 @@ pub struct Registration {
     bytes: usize,
     chunks: Vec<*mut u8>,
     device_ptr: Option<u64>,
+    portable: bool,
     ctx: Arc<Context>,
 }
 
@@ -197,6 +223,7 @@ impl Registration {
             bytes,
             chunks: Vec::new(),
             device_ptr: None,
+            portable: flags.portable,
             ctx: Arc::clone(device.context()),
         };
         let mut offset = 0;
@@ -247,6 +274,11 @@ impl Registration {
     /// The device address, when registered with `device_map`.
     pub fn device_ptr(&self) -> Option<u64> {
         self.device_ptr
+    }
+
+    /// Whether every context of the process may use it (registered with `portable`).
+    pub fn is_portable(&self) -> bool {
+        self.portable
     }
 }
 

@@ -18,6 +18,7 @@ mod stream;
 
 pub use device::{ComputeCapability, CudaDevice, DeviceAttributes};
 pub use driver::REQUIRED_CUDA_VERSION;
+pub(crate) use host::mapped_address;
 pub use host::{HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
 pub use managed::{Advice, ManagedAlloc, MemLocation};
 pub use memory::DeviceAlloc;
