@@ -1,6 +1,6 @@
-//! Several devices with one GPU: the fan-out ring over one device against the plain ring,
-//! over two opens of one GPU, and a portable buffer used by queues of two opens of one GPU.
-//! (Two distinct GPUs need a two-GPU machine; these are what one GPU can show.)
+//! Several devices: the fan-out ring over one device against the plain ring, over two opens of
+//! one GPU, and a portable buffer used by queues of two opens of one GPU and, on a machine
+//! with two GPUs, by both GPUs (skipped with one GPU).
 
 use hetmem::backend::{BackendChoice, DeviceSelection};
 use hetmem::ops::affine_u32_cpu;
@@ -133,15 +133,43 @@ fn a_portable_buffer_serves_queues_of_two_opens_of_one_gpu_in_turn() {
     else {
         return;
     };
-    let (first, second) = (Device::Cuda(gpu), Device::open_ordinal(0).unwrap());
-    let (one, two) = (Queue::new(&first).unwrap(), Queue::new(&second).unwrap());
+    portable_round_trip(&Device::Cuda(gpu), &Device::open_ordinal(0).unwrap());
+}
+
+/// The same across two distinct GPUs, where the machine has them: each GPU's kernel reads and
+/// writes the other's portable buffers through its own context's address for them; a buffer
+/// that is not portable is refused by the other GPU's queue, naming the remedy.
+#[test]
+fn a_portable_buffer_serves_two_gpus_in_turn() {
+    let Some(gpu) = cuda_device_or_skip("a_portable_buffer_serves_two_gpus_in_turn") else {
+        return;
+    };
+    let Ok(second) = Device::open_ordinal(1) else {
+        eprintln!("a_portable_buffer_serves_two_gpus_in_turn: skipped: one GPU (needs GPU 1)");
+        return;
+    };
+    let first = Device::Cuda(gpu);
+    portable_round_trip(&first, &second);
+    let private = HostBuf::<u32>::pinned(&first, 1024, PinOptions::default()).unwrap();
+    let (queue, mut output) =
+        (Queue::new(&second).unwrap(), HostBuf::<u32>::pinned(&second, 1024, PinOptions::default()).unwrap());
+    output.as_mut_slice().fill(POISON);
+    let (input, mut lent) = (queue.share(private), queue.lend(output));
+    let error = ops::affine_u32(&queue, &input, &mut lent, 3, 7).unwrap_err().to_string();
+    assert!(error.contains("portable: true"), "{error}");
+}
+
+/// Affine on `first`'s queue from a portable input into a portable output, then back the
+/// other way on `second`'s queue, each checked against the CPU with outputs poisoned.
+fn portable_round_trip(first: &Device, second: &Device) {
+    let (one, two) = (Queue::new(first).unwrap(), Queue::new(second).unwrap());
     for method in [PinMethod::HostAlloc, PinMethod::Register] {
         let options = PinOptions { portable: true, method, ..PinOptions::default() };
-        let mut input = HostBuf::<u32>::pinned(&first, 40_000, options).unwrap();
+        let mut input = HostBuf::<u32>::pinned(first, 40_000, options).unwrap();
         assert!(input.is_portable() && input.is_mapped(), "{method:?}");
         let words = random_words(input.len());
         input.as_mut_slice().copy_from_slice(&words);
-        let mut output = HostBuf::<u32>::pinned(&second, words.len(), options).unwrap();
+        let mut output = HostBuf::<u32>::pinned(second, words.len(), options).unwrap();
         output.as_mut_slice().fill(POISON);
 
         // On the first queue, then the same buffers on the second: one lease at a time.
