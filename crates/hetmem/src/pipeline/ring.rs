@@ -598,7 +598,9 @@ impl FrameRing {
             Ok(memory) => {
                 gpu.rest = Some(memory);
                 if let Some((start, end)) = &gpu.timing {
-                    match end.elapsed_ms_since(start) {
+                    // The end event is recorded after the launch's fence (the leases' last one
+                    // for mapped memory), so it may complete just after the reclaim: wait for it.
+                    match end.synchronize().and_then(|()| end.elapsed_ms_since(start)) {
                         Ok(ms) => {
                             self.busy_nanos.fetch_add((f64::from(ms) * 1e6) as u64, Ordering::Relaxed);
                         }
