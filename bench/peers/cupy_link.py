@@ -21,12 +21,12 @@ Output: the same JSON shape as torch_link.py.
 
 import argparse
 import ctypes
-import json
 import pathlib
 import sys
-import time
 
 import numpy as np
+
+from link_common import MIB, emit, latency_us, plan, summary
 
 try:
     import cupy as cp
@@ -34,22 +34,8 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the machine
     sys.exit(f"cupy_link.py: CuPy is not installed ({error}); this peer needs CuPy and an NVIDIA GPU")
 
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 KERNELS = pathlib.Path(__file__).resolve().parents[2] / "crates" / "hetmem" / "kernels" / "bench.cu"
 HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
-
-
-def summary(samples):
-    s = sorted(samples)
-    at = lambda q: s[round((len(s) - 1) * q)]
-    return {"samples": len(s), "min": s[0], "median": at(0.5), "p90": at(0.9), "p99": at(0.99)}
-
-
-def log_steps(lo, hi, factor):
-    out = [lo]
-    while out[-1] * factor <= hi:
-        out.append(out[-1] * factor)
-    return out
 
 
 def bench_word(i, seed):
@@ -91,11 +77,7 @@ def main():
     a = parse_args()
     if runtime.getDeviceCount() == 0:
         sys.exit("cupy_link.py: no CUDA device")
-    if a.quick:
-        sizes, repeats, warmup, lat_sizes, lat_samples = [64 * KIB, 4 * MIB, 256 * MIB], 5, 1, [4, 64 * KIB], 200
-    else:
-        sizes, repeats, warmup = log_steps(4 * KIB, GIB, 4), 20, 3
-        lat_sizes, lat_samples = log_steps(4, 64 * KIB, 4), 1000
+    sizes, repeats, warmup, lat_sizes, lat_samples = plan(a.quick)
     largest = max(sizes)
     module = cp.RawModule(code=KERNELS.read_text())
     read = module.get_function("bench_read_u4")
@@ -193,14 +175,7 @@ def main():
             ),
         }
         for name, work in cells.items():
-            times = []
-            for sample in range(2 * lat_samples):
-                t = time.perf_counter()
-                work()
-                dt = (time.perf_counter() - t) * 1e6
-                if sample >= lat_samples:
-                    times.append(dt)
-            latency.append({"path": name, "bytes": n, "us": summary(times)})
+            latency.append({"path": name, "bytes": n, "us": latency_us(work, lat_samples)})
 
     src.free()
     dst.free()
@@ -212,11 +187,7 @@ def main():
         "bandwidth": bandwidth,
         "latency": latency,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+    emit(report, a.json)
 
 
 if __name__ == "__main__":

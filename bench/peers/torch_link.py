@@ -20,19 +20,13 @@ hetmem's Summary. "min" of a rate is the slowest repetition, as in hetmem.
 """
 
 import argparse
-import json
 import sys
 import time
 
 import torch
 
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+from link_common import MIB, emit, latency_us, plan, summary
 
-
-def summary(samples):
-    s = sorted(samples)
-    at = lambda q: s[round((len(s) - 1) * q)]
-    return {"samples": len(s), "min": s[0], "median": at(0.5), "p90": at(0.9), "p99": at(0.99)}
 
 
 def parse_size(text):
@@ -51,23 +45,12 @@ def parse_args():
     return p.parse_args()
 
 
-def log_steps(lo, hi, factor):
-    out = [lo]
-    while out[-1] * factor <= hi:
-        out.append(out[-1] * factor)
-    return out
-
-
 def main():
     a = parse_args()
     if not torch.cuda.is_available():
         sys.exit(f"torch_link.py: CUDA is not available to PyTorch (torch {torch.__version__}); "
                  "this peer needs an NVIDIA GPU")
-    if a.quick:
-        sizes, repeats, warmup, lat_sizes, lat_samples = [64 * KIB, 4 * MIB, 256 * MIB], 5, 1, [4, 64 * KIB], 200
-    else:
-        sizes, repeats, warmup = log_steps(4 * KIB, GIB, 4), 20, 3
-        lat_sizes, lat_samples = log_steps(4, 64 * KIB, 4), 1000
+    sizes, repeats, warmup, lat_sizes, lat_samples = plan(a.quick)
     if a.sizes:
         sizes = [parse_size(t) for t in a.sizes.split(",")]
     largest = max(sizes)
@@ -160,14 +143,7 @@ def main():
             "pageable_sync_h2d": lambda: gpu_in[:n].copy_(pageable[:n]),
         }
         for name, work in cells.items():
-            times = []
-            for sample in range(2 * lat_samples):
-                t = time.perf_counter()
-                work()
-                dt = (time.perf_counter() - t) * 1e6
-                if sample >= lat_samples:
-                    times.append(dt)
-            latency.append({"path": name, "bytes": n, "us": summary(times)})
+            latency.append({"path": name, "bytes": n, "us": latency_us(work, lat_samples)})
 
     report = {
         "peer": f"torch {torch.__version__}",
@@ -176,11 +152,7 @@ def main():
         "bandwidth": bandwidth,
         "latency": latency,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text + "\n")
+    emit(report, a.json)
 
 
 if __name__ == "__main__":
