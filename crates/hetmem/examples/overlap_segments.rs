@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use hetmem::ops::gaussian::{
-    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, gaussian, gaussian_cpu,
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, TablePlacement, gaussian, gaussian_cpu,
 };
 use hetmem::{Device, DeviceBuf, HostBuf, PinMethod, PinOptions, Queue};
 
@@ -78,9 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (mut dev_in, mut dev_out) =
             (DeviceBuf::<u8>::new(&device, frame)?, DeviceBuf::<u8>::new(&device, frame)?);
         // The plain sequence for reference: copy in, blur, copy out, one after the other.
-        let mut table = DeviceBuf::<u32>::new(&device, plan.table().len())?;
-        table.copy_from_slice(plan.table())?;
-        let table = queue.share(table);
+        let table = plan.upload_table(&queue, TablePlacement::Device)?;
         let mut timings = Timings::default();
         for index in 0..WARM_UP + FRAMES {
             host_out.as_mut_slice().fill(0xA5);

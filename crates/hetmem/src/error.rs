@@ -104,6 +104,19 @@ pub enum Error {
         /// The GPUs present, `0 (NVIDIA H200), ...`, or `none` with the reason.
         present: String,
     },
+    /// A call would wait for a resident kernel (a doorbell or gate) that runs until it is
+    /// told to stop, so it is refused instead of hanging.
+    #[error(
+        "{call} would wait for the {running} resident kernel(s) (doorbell or gate) running on this \
+         GPU, that is until they are shut down; remedy: run kernels once (so they are loaded) and \
+         synchronise before starting a doorbell, or shut it down first"
+    )]
+    ResidentKernelRunning {
+        /// The driver call that would wait.
+        call: &'static str,
+        /// Resident kernels running on the device.
+        running: usize,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {
@@ -119,6 +132,33 @@ impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub(crate) fn invalid(what: &'static str, problem: impl Into<String>) -> Self {
         Error::InvalidArgument { what, problem: problem.into() }
+    }
+
+    /// Whether trying again later may succeed: a failed allocation or registration (memory or
+    /// pinned memory exhausted, `ulimit -l`), a busy device, an exhausted pool, a full ring.
+    /// Retrying such a failure changes nothing but timing; see [`crate::retry::RetryPolicy`].
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Cuda(error) => error.is_transient(),
+            Error::PoolExhausted { .. } | Error::WouldBlock(_) => true,
+            Error::Io { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(code) if code == rustix::io::Errno::NOMEM.raw_os_error()
+                    || code == rustix::io::Errno::AGAIN.raw_os_error()
+            ),
+            Error::FrameFailed { source, .. } => source.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether the GPU context is lost: a kernel faulted (an illegal address, a trap), every
+    /// later call on that GPU fails the same way, and only a new process can use it again.
+    pub fn is_sticky(&self) -> bool {
+        match self {
+            Error::Cuda(error) => error.is_sticky(),
+            Error::FrameFailed { source, .. } => source.is_sticky(),
+            _ => false,
+        }
     }
 }
 
@@ -215,7 +255,43 @@ impl CudaError {
     pub fn remedy(&self) -> Option<&'static str> {
         remedy_for(self.call, &self.name)
     }
+
+    /// Whether the error loses the context: a kernel fault after which every call fails
+    /// (NVIDIA: "the process must be terminated and relaunched"; on driver 580 even
+    /// `cuDevicePrimaryCtxReset` does not bring the context back, bench/results/2026-11-30-h200-probes).
+    pub fn is_sticky(&self) -> bool {
+        STICKY.contains(&self.name.as_str())
+    }
+
+    /// Whether trying again later may succeed: out of device or pinned memory, a busy or not
+    /// yet ready device.
+    pub fn is_transient(&self) -> bool {
+        TRANSIENT.contains(&self.name.as_str())
+    }
 }
+
+/// Errors that leave a context unusable (CUDA's "sticky" errors).
+const STICKY: &[&str] = &[
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA_ERROR_LAUNCH_FAILED",
+    "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+    "CUDA_ERROR_MISALIGNED_ADDRESS",
+    "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    "CUDA_ERROR_INVALID_PC",
+    "CUDA_ERROR_ASSERT",
+    "CUDA_ERROR_ECC_UNCORRECTABLE",
+    "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+];
+
+/// Errors that may pass: memory freed meanwhile, a device that stops being busy.
+const TRANSIENT: &[&str] = &[
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "CUDA_ERROR_DEVICE_UNAVAILABLE",
+    "CUDA_ERROR_SYSTEM_NOT_READY",
+    "CUDA_ERROR_TIMEOUT",
+];
 
 impl fmt::Display for CudaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -275,6 +351,16 @@ fn remedy_for(call: &str, name: &str) -> Option<&'static str> {
             "a kernel touched memory the GPU cannot reach (plain pageable memory on a machine \
              without HMM, or a freed buffer); the context is lost: restart the process and \
              run it under compute-sanitizer to find the access"
+        }
+        "CUDA_ERROR_LAUNCH_FAILED"
+        | "CUDA_ERROR_ILLEGAL_INSTRUCTION"
+        | "CUDA_ERROR_MISALIGNED_ADDRESS"
+        | "CUDA_ERROR_HARDWARE_STACK_ERROR"
+        | "CUDA_ERROR_INVALID_PC"
+        | "CUDA_ERROR_ASSERT" => {
+            "a kernel faulted and the GPU context is lost: restart the process (hetmem's CLI can \
+             finish the remaining frames on the CPU with --retries) and run it under \
+             compute-sanitizer to find the fault"
         }
         "CUDA_ERROR_LAUNCH_TIMEOUT" => {
             "a kernel ran past the display watchdog: use a GPU without a display attached"
@@ -378,6 +464,24 @@ mod tests {
              12.4 but hetmem needs CUDA 13.0; remedy: update the NVIDIA driver to release 580 or \
              newer (CUDA 13.0); or unset HETMEM_BACKEND (`--backend auto`) to fall back to the CPU"
         );
+    }
+
+    #[test]
+    fn faults_lose_the_context_and_shortages_pass() {
+        let fault = Error::FrameFailed {
+            index: 7,
+            source: Box::new(cuda_error("cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS").into()),
+        };
+        assert!(fault.is_sticky() && !fault.is_transient());
+        let trap = cuda_error("cuEventSynchronize", "CUDA_ERROR_LAUNCH_FAILED");
+        assert!(trap.is_sticky());
+        assert!(trap.remedy().unwrap().contains("--retries"), "{trap}");
+        let shortage: Error = cuda_error("cuMemHostAlloc", "CUDA_ERROR_OUT_OF_MEMORY").into();
+        assert!(shortage.is_transient() && !shortage.is_sticky());
+        let bad = cuda_error("cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE");
+        assert!(!bad.is_sticky() && !bad.is_transient());
+        let no_memory = Error::Io { context: "mmap".into(), source: std::io::Error::from_raw_os_error(12) };
+        assert!(no_memory.is_transient());
     }
 
     #[test]

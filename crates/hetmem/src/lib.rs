@@ -42,6 +42,7 @@ pub mod kernels;
 pub mod memory;
 pub mod ops;
 pub mod pipeline;
+pub mod retry;
 pub mod testing;
 
 pub use backend::cuda::{Advice, MemLocation};

@@ -22,11 +22,14 @@
 //! results are **bit-exact** with the CPU.
 //!
 //! # The persistent kernel and the driver
-//! While the kernel runs, any driver call that synchronises the whole device (freeing or
-//! registering host or device memory, `cuCtxSynchronize`, work on the legacy default stream)
-//! waits for it, that is for ever, in any thread of the process. Start a doorbell in a process
-//! that does no such thing while it runs, or shut it down first. Its own stream is
-//! non-blocking and it makes no such call between start and shutdown.
+//! While the kernel runs, driver calls that wait for the whole device (freeing or unregistering
+//! memory, loading or unloading a module, `cuCtxSynchronize`) would wait for it, that is until
+//! shutdown, in any thread of the process. hetmem enforces this in its CUDA backend (see
+//! `backend::cuda`'s resident kernels): while a doorbell runs on a GPU, hetmem defers its own
+//! frees on that GPU until the doorbell has stopped, and loading a kernel for the first time or
+//! synchronising the device fails at once with [`Error::ResidentKernelRunning`] instead of
+//! hanging. Allocating and pinning memory, copies and launches on other queues go on as
+//! usual. Driver calls made by other libraries in the process are outside hetmem's reach.
 //!
 //! On the CPU backend a thread plays the kernel's part with the same protocol, so the same
 //! code runs and is tested without a GPU.
@@ -57,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use super::{KernelArgs, Queue};
 use crate::backend::Device;
-use crate::backend::cuda::{HostAllocFlags, LaunchConfig, PinnedAlloc};
+use crate::backend::cuda::{HostAllocFlags, LaunchConfig, PinnedAlloc, ResidentKernel};
 use crate::error::{Error, Result};
 use crate::kernels::{self, DOORBELL};
 
@@ -208,8 +211,9 @@ enum Memory {
 enum Server {
     Cpu(Mutex<Option<std::thread::JoinHandle<()>>>),
     /// Leaked with the memory if the kernel does not stop: dropping the queue frees its flag
-    /// page, which would wait for the kernel.
-    Cuda(ManuallyDrop<Queue>),
+    /// page, which would wait for the kernel. The token counts the kernel in its context
+    /// until it has stopped.
+    Cuda(ManuallyDrop<Queue>, ManuallyDrop<ResidentKernel>),
 }
 
 /// A persistent server of small requests: a kernel on the GPU, a thread on the CPU backend.
@@ -233,7 +237,7 @@ impl std::fmt::Debug for Doorbell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let backend = match self.server {
             Server::Cpu(_) => "cpu",
-            Server::Cuda(_) => "cuda",
+            Server::Cuda(..) => "cuda",
         };
         f.debug_struct("Doorbell")
             .field("backend", &backend)
@@ -284,9 +288,11 @@ impl Doorbell {
                 let alloc = PinnedAlloc::new(cuda, words * 4, flags)?;
                 let kernel = kernels::kernel(cuda, &DOORBELL, "doorbell")?;
                 let queue = Queue::new(device)?;
+                // Counted in before the launch: from here on hetmem defers frees on this GPU.
+                let resident = ResidentKernel::enter(cuda);
                 let bell = Doorbell {
                     memory: Memory::Cuda(ManuallyDrop::new(alloc)),
-                    server: Server::Cuda(ManuallyDrop::new(queue)),
+                    server: Server::Cuda(ManuallyDrop::new(queue), ManuallyDrop::new(resident)),
                     depth,
                     timeout: options.timeout,
                     next: Mutex::new(1),
@@ -299,7 +305,7 @@ impl Doorbell {
                 bell.words().iter().for_each(|word| word.store(0, Ordering::Relaxed));
                 let Memory::Cuda(alloc) = &bell.memory else { unreachable!("made above") };
                 let address = alloc.device_ptr().expect("allocated with device_map");
-                let Server::Cuda(queue) = &bell.server else { unreachable!("made above") };
+                let Server::Cuda(queue, _) = &bell.server else { unreachable!("made above") };
                 let config = LaunchConfig { grid: (1, 1, 1), block: (BLOCK_THREADS, 1, 1), shared_bytes: 0 };
                 let args = KernelArgs::new().value(address).value(depth as u32);
                 // SAFETY: doorbell(u32* words, u32 depth) takes a pointer and a u32, as passed.
@@ -472,7 +478,7 @@ impl Doorbell {
     /// An error if the server has failed or exited.
     fn check_server(&self) -> Result<()> {
         let exited = self.words()[EXITED].load(Ordering::Acquire) != 0;
-        if let Server::Cuda(queue) = &self.server {
+        if let Server::Cuda(queue, _) = &self.server {
             // cuStreamQuery: not device-synchronising, so safe while the kernel runs.
             if let Some(stream) = queue.stream() {
                 let idle = stream.is_idle()?;
@@ -506,7 +512,7 @@ impl Doorbell {
         self.words()[STOP].store(1, Ordering::Release);
         let start = Instant::now();
         while self.words()[EXITED].load(Ordering::Acquire) == 0 {
-            if let Server::Cuda(queue) = &self.server
+            if let Server::Cuda(queue, _) = &self.server
                 && let Some(stream) = queue.stream()
             {
                 // A failed kernel never writes EXITED; its error ends the wait (and the memory
@@ -527,7 +533,7 @@ impl Doorbell {
                     thread.join().map_err(|_| Error::invalid("doorbell", "its thread panicked"))?;
                 }
             }
-            Server::Cuda(queue) => queue.synchronize()?,
+            Server::Cuda(queue, _) => queue.synchronize()?,
         }
         self.quiet.store(true, Ordering::Release);
         Ok(())
@@ -543,12 +549,17 @@ impl Drop for Doorbell {
         if !self.quiet.load(Ordering::Acquire) {
             tracing::error!("a doorbell's kernel may still run: leaking its memory and stream");
         } else {
+            if let Server::Cuda(_, resident) = &mut self.server {
+                // SAFETY: `quiet`: the kernel has ended; dropped once, here. The frees it
+                // deferred run now, before the doorbell's own.
+                unsafe { ManuallyDrop::drop(resident) };
+            }
             if let Memory::Cuda(alloc) = &mut self.memory {
                 // SAFETY: `quiet`: the kernel never launched, or it wrote EXITED and its stream
                 // has synchronised, so nothing on the GPU touches the memory; dropped once, here.
                 unsafe { ManuallyDrop::drop(alloc) };
             }
-            if let Server::Cuda(queue) = &mut self.server {
+            if let Server::Cuda(queue, _) = &mut self.server {
                 // SAFETY: as above; the queue is not used after this.
                 unsafe { ManuallyDrop::drop(queue) };
             }

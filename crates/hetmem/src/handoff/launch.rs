@@ -2,9 +2,9 @@
 
 use bytemuck::Pod;
 
-use super::lease::{Lease, LeaseState, Lent};
+use super::lease::{Lease, LeaseParts, LeaseState, Lent};
 use crate::error::{Error, Result};
-use crate::memory::{Region, WritableBuffer};
+use crate::memory::{Region, Sealed, WritableBuffer};
 
 #[cfg(target_endian = "big")]
 compile_error!("kernel arguments are passed as little-endian words");

@@ -16,15 +16,24 @@ use crate::backend::cuda::MemLocation;
 use crate::error::{Error, Result};
 use crate::memory::{Buffer, Element, HostVisible, ManagedBuf, Region, Sealed, WritableBuffer};
 
-/// The bookkeeping every lease carries: its queue, the fence of the last work that used the
-/// buffer, and the guard, if any. Opaque outside hetmem.
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct LeaseState {
-    pub(crate) queue: Arc<QueueCore>,
-    last_use: Mutex<Option<Fence>>,
-    guard: Option<Guard>,
+mod private {
+    /// The bookkeeping every lease carries: its queue, the fence of the last work that used
+    /// the buffer, and the guard, if any. Unnameable outside hetmem (this module is private).
+    #[derive(Debug)]
+    pub struct LeaseState {
+        pub(crate) queue: std::sync::Arc<super::QueueCore>,
+        pub(super) last_use: std::sync::Mutex<Option<super::Fence>>,
+        pub(super) guard: Option<super::Guard>,
+    }
+
+    /// The part of a lease only hetmem may call: this module is private, so code outside hetmem
+    /// can neither implement it nor reach the buffer's addresses or bookkeeping.
+    pub trait LeaseParts {
+        /// The lease's bookkeeping.
+        fn state(&self) -> &LeaseState;
+    }
 }
+pub(crate) use private::{LeaseParts, LeaseState};
 
 impl LeaseState {
     fn new(queue: Arc<QueueCore>, guard: Option<Guard>) -> LeaseState {
@@ -121,7 +130,7 @@ impl<B: Buffer> Drop for Held<B> {
 }
 
 /// A buffer lent to GPU work, or shared with it. Implemented by [`Lent`] and [`Shared`].
-pub trait Lease: Sealed + Send + Sync {
+pub trait Lease: Sealed + LeaseParts + Send + Sync {
     /// The buffer type.
     type Buf: Buffer;
 
@@ -132,17 +141,11 @@ pub trait Lease: Sealed + Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
 
-    /// The lease's bookkeeping.
-    #[doc(hidden)]
-    fn state(&self) -> &LeaseState;
-
-    /// Where the buffer's bytes are.
-    #[doc(hidden)]
-    fn region(&self) -> Region;
-
+/// CPU access to a lease's elements for hetmem's own CPU paths.
+pub(crate) trait CpuRead: Lease {
     /// Runs `f` on the elements, on a CPU-backend queue (whose work runs on the calling thread).
-    #[doc(hidden)]
     fn cpu_read<R>(&self, f: impl FnOnce(&[<Self::Buf as Buffer>::Elem]) -> R) -> Result<R> {
         let region = self.region();
         let host =
@@ -154,6 +157,8 @@ pub trait Lease: Sealed + Send + Sync {
         })
     }
 }
+
+impl<L: Lease> CpuRead for L {}
 
 /// A buffer lent exclusively to GPU work on a [`crate::Queue`]: the GPU may read and write it;
 /// the CPU cannot reach it until [`Lent::reclaim`] gives it back.
@@ -233,21 +238,23 @@ impl<T: Element> Lent<ManagedBuf<T>> {
     }
 }
 
-impl<B: WritableBuffer> Sealed for Lent<B> {}
+impl<B: WritableBuffer> Sealed for Lent<B> {
+    fn region(&self) -> Region {
+        self.held.buf.region()
+    }
+}
+
+impl<B: WritableBuffer> LeaseParts for Lent<B> {
+    fn state(&self) -> &LeaseState {
+        &self.held.state
+    }
+}
 
 impl<B: WritableBuffer> Lease for Lent<B> {
     type Buf = B;
 
     fn len(&self) -> usize {
         self.held.buf.len()
-    }
-
-    fn state(&self) -> &LeaseState {
-        &self.held.state
-    }
-
-    fn region(&self) -> Region {
-        self.held.buf.region()
     }
 }
 
@@ -300,20 +307,22 @@ impl<B: HostVisible> Shared<B> {
     }
 }
 
-impl<B: Buffer> Sealed for Shared<B> {}
+impl<B: Buffer> Sealed for Shared<B> {
+    fn region(&self) -> Region {
+        self.held.buf.region()
+    }
+}
+
+impl<B: Buffer> LeaseParts for Shared<B> {
+    fn state(&self) -> &LeaseState {
+        &self.held.state
+    }
+}
 
 impl<B: Buffer> Lease for Shared<B> {
     type Buf = B;
 
     fn len(&self) -> usize {
         self.held.buf.len()
-    }
-
-    fn state(&self) -> &LeaseState {
-        &self.held.state
-    }
-
-    fn region(&self) -> Region {
-        self.held.buf.region()
     }
 }

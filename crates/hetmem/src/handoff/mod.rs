@@ -30,6 +30,7 @@ pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
 pub use fence::{Fence, FenceKind};
 pub use gate::Gate;
 pub use launch::KernelArgs;
-pub use lease::{Lease, LeaseState, Lent, Shared};
+pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};
+pub use lease::{Lease, Lent, Shared};
 pub use poller::FenceFuture;
 pub use queue::{GuardError, Queue};

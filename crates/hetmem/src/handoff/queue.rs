@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use super::fence::{Fence, FenceKind, FlagPage};
 use super::guard::Guard;
 use super::launch::KernelArgs;
-use super::lease::{Lease, LeaseState, Lent, Shared};
+use super::lease::{CpuRead, Lease, LeaseParts, LeaseState, Lent, Shared};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Stream, mapped_address};
 use crate::backend::{BackendKind, Device};
 use crate::error::{Error, Result};

@@ -109,15 +109,7 @@ impl<T: Element> DeviceBuf<T> {
     }
 }
 
-impl<T: Element> Sealed for DeviceBuf<T> {}
-
-impl<T: Element> Buffer for DeviceBuf<T> {
-    type Elem = T;
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
+impl<T: Element> Sealed for DeviceBuf<T> {
     fn region(&self) -> Region {
         let bytes = self.len * size_of::<T>();
         match &self.storage {
@@ -140,6 +132,14 @@ impl<T: Element> Buffer for DeviceBuf<T> {
                 portable: false,
             },
         }
+    }
+}
+
+impl<T: Element> Buffer for DeviceBuf<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 

@@ -130,15 +130,7 @@ impl<T: Element> MappedFile<T> {
     }
 }
 
-impl<T: Element> Sealed for MappedFile<T> {}
-
-impl<T: Element> Buffer for MappedFile<T> {
-    type Elem = T;
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
+impl<T: Element> Sealed for MappedFile<T> {
     fn region(&self) -> Region {
         let start = std::ptr::NonNull::new(self.map.as_ptr().cast_mut()).expect("mappings are never null");
         Region {
@@ -150,6 +142,14 @@ impl<T: Element> Buffer for MappedFile<T> {
             read_only: true,
             portable: false,
         }
+    }
+}
+
+impl<T: Element> Buffer for MappedFile<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 

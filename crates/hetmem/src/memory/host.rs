@@ -461,15 +461,7 @@ pub(crate) fn storage_layout(storage: &HostStorage) -> (NonNull<u8>, usize, Opti
     }
 }
 
-impl<T: Element> Sealed for HostBuf<T> {}
-
-impl<T: Element> Buffer for HostBuf<T> {
-    type Elem = T;
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
+impl<T: Element> Sealed for HostBuf<T> {
     fn region(&self) -> Region {
         Region {
             host: Some(self.ptr.cast()),
@@ -480,6 +472,14 @@ impl<T: Element> Buffer for HostBuf<T> {
             read_only: false,
             portable: storage_portable(&self.storage),
         }
+    }
+}
+
+impl<T: Element> Buffer for HostBuf<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 

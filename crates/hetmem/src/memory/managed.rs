@@ -112,15 +112,7 @@ impl<T: Element> ManagedBuf<T> {
     }
 }
 
-impl<T: Element> Sealed for ManagedBuf<T> {}
-
-impl<T: Element> Buffer for ManagedBuf<T> {
-    type Elem = T;
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
+impl<T: Element> Sealed for ManagedBuf<T> {
     fn region(&self) -> Region {
         let cuda = matches!(self.storage, ManagedStorage::Cuda(_));
         Region {
@@ -132,6 +124,14 @@ impl<T: Element> Buffer for ManagedBuf<T> {
             read_only: false,
             portable: false,
         }
+    }
+}
+
+impl<T: Element> Buffer for ManagedBuf<T> {
+    type Elem = T;
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 

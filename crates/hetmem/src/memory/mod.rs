@@ -33,43 +33,46 @@ pub use managed::ManagedBuf;
 pub use page::{HUGE_PAGE_BYTES, PageBox, page_size};
 pub use pool::{PinnedPool, PoolStats};
 
-use std::ptr::NonNull;
-
 use bytemuck::Pod;
 
 mod sealed {
-    pub trait Sealed {}
-}
-pub(crate) use sealed::Sealed;
+    use std::ptr::NonNull;
 
-/// Where a buffer's bytes are, for the layers that hand it to the CPU or a GPU.
-///
-/// Opaque outside hetmem; obtained from [`Buffer::region`].
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy)]
-pub struct Region {
-    /// The CPU address of the elements, when the CPU can address them.
-    pub(crate) host: Option<NonNull<u8>>,
-    /// The address kernels use, when the GPU can address them.
-    pub(crate) device: Option<u64>,
-    /// The elements' size in bytes.
-    pub(crate) bytes: usize,
-    /// The CUDA device the memory belongs to; `None` for CPU-backend memory.
-    pub(crate) device_ordinal: Option<usize>,
-    /// The whole pages the buffer owns (start, length), when it owns whole pages: only such
-    /// buffers can be guarded with `mprotect`.
-    pub(crate) pages: Option<(NonNull<u8>, usize)>,
-    /// The mapping is read-only for the CPU (a file).
-    pub(crate) read_only: bool,
-    /// Pinned with the portable flag: every CUDA context of the process may use it, not only
-    /// the one of `device_ordinal`.
-    pub(crate) portable: bool,
-}
+    /// Implemented by hetmem's buffers and leases only: this module is private, so code outside
+    /// hetmem can neither implement it nor call its method.
+    pub trait Sealed {
+        /// Where the bytes are.
+        fn region(&self) -> Region;
+    }
 
-// SAFETY: Region is a description (addresses and sizes); it grants no access by itself.
-unsafe impl Send for Region {}
-// SAFETY: as for Send.
-unsafe impl Sync for Region {}
+    /// Where a buffer's bytes are, for the layers that hand it to the CPU or a GPU. Unnameable
+    /// outside hetmem (this module is private): addresses never leave the library.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Region {
+        /// The CPU address of the elements, when the CPU can address them.
+        pub(crate) host: Option<NonNull<u8>>,
+        /// The address kernels use, when the GPU can address them.
+        pub(crate) device: Option<u64>,
+        /// The elements' size in bytes.
+        pub(crate) bytes: usize,
+        /// The CUDA device the memory belongs to; `None` for CPU-backend memory.
+        pub(crate) device_ordinal: Option<usize>,
+        /// The whole pages the buffer owns (start, length), when it owns whole pages: only such
+        /// buffers can be guarded with `mprotect`.
+        pub(crate) pages: Option<(NonNull<u8>, usize)>,
+        /// The mapping is read-only for the CPU (a file).
+        pub(crate) read_only: bool,
+        /// Pinned with the portable flag: every CUDA context of the process may use it, not
+        /// only the one of `device_ordinal`.
+        pub(crate) portable: bool,
+    }
+
+    // SAFETY: Region is a description (addresses and sizes); it grants no access by itself.
+    unsafe impl Send for Region {}
+    // SAFETY: as for Send.
+    unsafe impl Sync for Region {}
+}
+pub(crate) use sealed::{Region, Sealed};
 
 /// The element type of hetmem buffers: plain data (any bit pattern valid, no pointers) that may
 /// cross threads. Implemented for every such type.
@@ -89,10 +92,6 @@ pub trait Buffer: Sealed + Send + Sync + 'static {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// Where the bytes are.
-    #[doc(hidden)]
-    fn region(&self) -> Region;
 }
 
 /// A buffer the GPU may write. Everything but a read-only [`MappedFile`].

@@ -4,7 +4,7 @@
 
 use crate::backend::cuda::LaunchConfig;
 use crate::error::{Error, Result};
-use crate::handoff::{KernelArgs, Lease, Lent, Queue};
+use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue};
 use crate::kernels::{self, AFFINE};
 use crate::memory::{Buffer, WritableBuffer};
 

@@ -11,15 +11,12 @@ use super::Strategy;
 use crate::backend::Device;
 use crate::backend::cuda::MemLocation;
 use crate::error::{Error, Result};
-use crate::handoff::{Lent, Queue, Shared};
+use crate::handoff::{Lent, Queue};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, ManagedBuf, PinOptions};
-use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, gaussian, gaussian_cpu};
-
-/// Where the kernel's table lives: mapped host memory (ZeroCopy) or device memory.
-enum Table {
-    Host(Shared<HostBuf<u32>>),
-    Device(Shared<DeviceBuf<u32>>),
-}
+use crate::ops::gaussian::{
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, TablePlacement, gaussian,
+    gaussian_cpu,
+};
 
 /// Each strategy's buffers. `Option`s are empty while lent to the GPU (inside `run`), or after
 /// a failed frame left them with failed GPU work.
@@ -56,7 +53,7 @@ pub struct FrameFilter {
     strategy: Strategy,
     plan: GaussianPlan,
     queue: Option<Queue>,
-    table: Option<Table>,
+    table: Option<GaussianTable>,
     slots: Slots,
     host_bytes: usize,
     device_bytes: usize,
@@ -93,33 +90,32 @@ impl FrameFilter {
         let sms = device.as_cuda().map_or(1, |gpu| gpu.attributes().multiprocessor_count);
         let plan = GaussianPlan::new(&format, kernel, sms)?;
         let frame = format.frame_bytes();
-        let table_bytes = plan.table().len() * 4;
         let mapped = PinOptions::default();
         let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
         let queue = match strategy {
             Strategy::Cpu => None,
             _ => Some(Queue::new(device)?),
         };
-        let device_table = |queue: &Queue| -> Result<Table> {
-            let mut table = DeviceBuf::<u32>::new(device, plan.table().len())?;
-            table.copy_from_slice(plan.table())?;
-            Ok(Table::Device(queue.share(table)))
-        };
+        let device_table = |queue: &Queue| plan.upload_table(queue, TablePlacement::Device);
         let (slots, table, host_bytes, device_bytes) = match (strategy, &queue) {
             (Strategy::Cpu, _) | (_, None) => {
                 (Slots::Cpu { input: vec![0; frame], output: vec![0; frame] }, None, 2 * frame, 0)
             }
-            (Strategy::Copy, Some(queue)) => (
-                Slots::Copy {
-                    input: vec![0; frame],
-                    output: vec![0; frame],
-                    device_in: Some(DeviceBuf::new(device, frame)?),
-                    device_out: Some(DeviceBuf::new(device, frame)?),
-                },
-                Some(device_table(queue)?),
-                2 * frame,
-                2 * frame + table_bytes,
-            ),
+            (Strategy::Copy, Some(queue)) => {
+                let table = device_table(queue)?;
+                let table_bytes = table.device_bytes();
+                (
+                    Slots::Copy {
+                        input: vec![0; frame],
+                        output: vec![0; frame],
+                        device_in: Some(DeviceBuf::new(device, frame)?),
+                        device_out: Some(DeviceBuf::new(device, frame)?),
+                    },
+                    Some(table),
+                    2 * frame,
+                    2 * frame + table_bytes,
+                )
+            }
             (Strategy::PinnedAsync, Some(queue)) => {
                 let overlap = GaussianOverlap::new(device, queue, &plan)?;
                 let overlap_bytes = overlap.device_bytes();
@@ -137,15 +133,13 @@ impl FrameFilter {
                 )
             }
             (Strategy::ZeroCopy | Strategy::Hybrid, Some(queue)) => {
-                let table = if strategy == Strategy::ZeroCopy {
-                    let mut table = HostBuf::<u32>::pinned(device, plan.table().len(), mapped)?;
-                    table.as_mut_slice().copy_from_slice(plan.table());
-                    Table::Host(queue.share(table))
+                let placement = if strategy == Strategy::ZeroCopy {
+                    TablePlacement::Host
                 } else {
-                    device_table(queue)?
+                    TablePlacement::Device
                 };
-                let (host_table, device_table_bytes) =
-                    if strategy == Strategy::ZeroCopy { (table_bytes, 0) } else { (0, table_bytes) };
+                let table = plan.upload_table(queue, placement)?;
+                let (host_table, device_table_bytes) = (table.host_bytes(), table.device_bytes());
                 (
                     Slots::Mapped {
                         input: Some(HostBuf::pinned(device, frame, mapped)?),
@@ -156,15 +150,19 @@ impl FrameFilter {
                     device_table_bytes,
                 )
             }
-            (Strategy::Managed, Some(queue)) => (
-                Slots::Managed {
-                    input: Some(ManagedBuf::new(device, frame)?),
-                    output: Some(ManagedBuf::new(device, frame)?),
-                },
-                Some(device_table(queue)?),
-                2 * frame,
-                table_bytes,
-            ),
+            (Strategy::Managed, Some(queue)) => {
+                let table = device_table(queue)?;
+                let table_bytes = table.device_bytes();
+                (
+                    Slots::Managed {
+                        input: Some(ManagedBuf::new(device, frame)?),
+                        output: Some(ManagedBuf::new(device, frame)?),
+                    },
+                    Some(table),
+                    2 * frame,
+                    table_bytes,
+                )
+            }
             (Strategy::Auto, Some(_)) => unreachable!("resolved above"),
         };
         Ok(FrameFilter { strategy, plan, queue, table, slots, host_bytes, device_bytes })
@@ -313,7 +311,7 @@ impl FrameFilter {
 fn run_kernel<I, O>(
     queue: &Queue,
     plan: &GaussianPlan,
-    table: Option<&Table>,
+    table: Option<&GaussianTable>,
     input: &I,
     output: &mut Lent<O>,
 ) -> Result<()>
@@ -322,8 +320,5 @@ where
     I::Buf: Buffer<Elem = u8>,
     O: crate::memory::WritableBuffer<Elem = u8>,
 {
-    match table.expect("GPU strategies have a table") {
-        Table::Host(table) => gaussian(queue, plan, table, input, output),
-        Table::Device(table) => gaussian(queue, plan, table, input, output),
-    }
+    gaussian(queue, plan, table.expect("GPU strategies have a table"), input, output)
 }

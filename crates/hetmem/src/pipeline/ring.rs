@@ -20,7 +20,9 @@ use crate::backend::cuda::{Event, MemLocation};
 use crate::error::{Error, Result};
 use crate::handoff::{FenceFuture, FenceKind, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, ManagedBuf, PinOptions, WritableBuffer};
-use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianPlan, gaussian, gaussian_cpu};
+use crate::ops::gaussian::{
+    FrameFormat, Gaussian, GaussianPlan, GaussianTable, TablePlacement, gaussian, gaussian_cpu,
+};
 
 /// The slots a ring has unless told otherwise: one frame uploading, one filtering, one
 /// downloading.
@@ -132,12 +134,6 @@ enum Work {
     Gpu(GaussianPlan),
 }
 
-/// Where the kernel's table lives: mapped host memory (ZeroCopy) or device memory.
-enum Table {
-    Host(Shared<HostBuf<u32>>),
-    Device(Shared<DeviceBuf<u32>>),
-}
-
 /// One slot's memory and, while the GPU works on it, its leases.
 enum Slot {
     Cpu { input: Vec<u8>, output: Vec<u8>, failure: Option<Error> },
@@ -146,7 +142,7 @@ enum Slot {
 
 struct GpuSlot {
     queue: Queue,
-    table: Table,
+    table: GaussianTable,
     /// The buffers while the CPU owns them; `None` while lent, or after failed work lost them.
     rest: Option<GpuMemory>,
     /// The leases while the GPU owns the buffers.
@@ -230,22 +226,15 @@ impl FrameRing {
         }
         let gpu = device.as_cuda().expect("checked: GPU strategies run on a CUDA device");
         let plan = GaussianPlan::new(&format, kernel, gpu.attributes().multiprocessor_count)?;
-        let table_bytes = plan.table().len() * 4;
         let mut slots = Vec::with_capacity(options.slots);
         let (mut host_bytes, mut device_bytes) = (0, 0);
         for _ in 0..options.slots {
             let queue = Queue::with_fence_kind(device, options.fence)?;
-            let table = if strategy == Strategy::ZeroCopy {
-                let mut table = HostBuf::<u32>::pinned(device, plan.table().len(), PinOptions::default())?;
-                table.as_mut_slice().copy_from_slice(plan.table());
-                host_bytes += table_bytes;
-                Table::Host(queue.share(table))
-            } else {
-                let mut table = DeviceBuf::<u32>::new(device, plan.table().len())?;
-                table.copy_from_slice(plan.table())?;
-                device_bytes += table_bytes;
-                Table::Device(queue.share(table))
-            };
+            let placement =
+                if strategy == Strategy::ZeroCopy { TablePlacement::Host } else { TablePlacement::Device };
+            let table = plan.upload_table(&queue, placement)?;
+            host_bytes += table.host_bytes();
+            device_bytes += table.device_bytes();
             let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
             let rest = match strategy {
                 Strategy::Copy | Strategy::PinnedAsync => {
@@ -695,10 +684,7 @@ impl GpuSlot {
         I::Buf: Buffer<Elem = u8>,
         O: WritableBuffer<Elem = u8>,
     {
-        match &self.table {
-            Table::Host(table) => gaussian(&self.queue, plan, table, input, output),
-            Table::Device(table) => gaussian(&self.queue, plan, table, input, output),
-        }
+        gaussian(&self.queue, plan, &self.table, input, output)
     }
 }
 

@@ -4,27 +4,121 @@
 //! `Arc<Context>` and calls [`Context::bind`] before its driver calls, from whatever thread
 //! it is used on. Errors met while dropping handles cannot be returned; they are recorded
 //! here and surfaced by the next [`Context::take_deferred_error`].
+//!
+//! # Resident kernels
+//! While a kernel that never ends on its own runs (a doorbell, a gate), some driver calls
+//! wait for the whole device to be idle, that is for that kernel, in every thread of the
+//! process. Measured on the H200 machine (`bench/results/2026-11-30-h200-probes`):
+//! `cuMemFree`, `cuMemFreeHost`, `cuMemHostUnregister`, `cuModuleLoadData`, `cuModuleUnload`
+//! and `cuCtxSynchronize` wait; allocating, pinning, registering, streams, events, copies and
+//! launches on other streams do not. So while a [`ResidentKernel`] token lives:
+//! - releases that would wait ([`Release::waits_for_device`]) are deferred, and run when the
+//!   last token drops; a kernel that never stops keeps its token (leaked), and the deferred
+//!   releases are leaked with it rather than hang the process;
+//! - the calls a caller makes and waits for (loading a module, synchronising the context)
+//!   fail at once with [`Error::ResidentKernelRunning`] instead of hanging.
+//!
+//! # A lost context
+//! A kernel fault (an illegal address, a trap) leaves the context unusable: every later call
+//! returns the same error, and on driver 580 not even `cuDevicePrimaryCtxReset` brings it back
+//! (the probe above). Once a call reports such an error, the context is marked lost: releases
+//! are skipped (they would only fail again, and the process must restart to use the GPU).
 
 use std::sync::Mutex;
 
 use cudarc::driver::{result, sys};
 
 use super::Call;
-use crate::error::CudaError;
+use crate::error::{CudaError, Error};
 
 #[derive(Debug)]
 pub(crate) struct Context {
     device: sys::CUdevice,
     raw: sys::CUcontext,
     deferred: Mutex<Option<CudaError>>,
+    resident: Mutex<Resident>,
+}
+
+/// Resident kernels running in a context, and the releases waiting for them to end.
+#[derive(Debug, Default)]
+struct Resident {
+    running: usize,
+    pending: Vec<Release>,
+}
+
+/// A handle to give back to the driver, as plain data so it can wait in a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    DeviceMemory(sys::CUdeviceptr),
+    PinnedHost(usize),
+    Registration(usize),
+    Module(usize),
+    Stream(usize),
+    Event(usize),
+}
+
+impl Release {
+    /// Whether the driver makes this call wait until the device is idle (measured; see the
+    /// module documentation).
+    pub(crate) fn waits_for_device(self) -> bool {
+        !matches!(self, Release::Stream(_) | Release::Event(_))
+    }
+
+    fn call(self) -> &'static str {
+        match self {
+            Release::DeviceMemory(_) => "cuMemFree",
+            Release::PinnedHost(_) => "cuMemFreeHost",
+            Release::Registration(_) => "cuMemHostUnregister",
+            Release::Module(_) => "cuModuleUnload",
+            Release::Stream(_) => "cuStreamDestroy",
+            Release::Event(_) => "cuEventDestroy",
+        }
+    }
+
+    /// Gives the handle back to the driver; the context must be bound.
+    fn run(self) -> Result<(), CudaError> {
+        // SAFETY: each handle was made in this context by the owning type, which queues its
+        // release exactly once, from its Drop, after the work that uses it has finished (the
+        // owners above wait for their fences, or leak instead of releasing).
+        let code = unsafe {
+            match self {
+                Release::DeviceMemory(ptr) => sys::cuMemFree_v2(ptr),
+                Release::PinnedHost(ptr) => sys::cuMemFreeHost(ptr as *mut std::ffi::c_void),
+                Release::Registration(ptr) => sys::cuMemHostUnregister(ptr as *mut std::ffi::c_void),
+                Release::Module(raw) => sys::cuModuleUnload(raw as sys::CUmodule),
+                Release::Stream(raw) => sys::cuStreamDestroy_v2(raw as sys::CUstream),
+                Release::Event(raw) => sys::cuEventDestroy_v2(raw as sys::CUevent),
+            }
+        };
+        code.call(self.call())
+    }
 }
 
 // SAFETY: the CUDA driver API is thread-safe, and a context handle may be made current on any
-// thread (cuCtxSetCurrent). `Context` holds only the handle, the device number and a Mutex;
+// thread (cuCtxSetCurrent). `Context` holds only the handle, the device number and Mutexes;
 // it gives out no reference to thread-local driver state.
 unsafe impl Send for Context {}
 // SAFETY: as for Send: the handle is only ever passed by value to thread-safe driver calls.
 unsafe impl Sync for Context {}
+
+/// Contexts a call has reported a sticky error in (by handle): they stay unusable for the
+/// rest of the process.
+static LOST: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Records that the context current on this thread is lost, when `error` is one that loses
+/// it. Called on every driver error, so no call site can forget it.
+pub(crate) fn note_error(error: &CudaError) {
+    if !error.is_sticky() {
+        return;
+    }
+    if let Ok(Some(raw)) = result::ctx::get_current() {
+        let mut lost = LOST.lock().unwrap_or_else(|poison| poison.into_inner());
+        if !lost.contains(&(raw as usize)) {
+            tracing::error!("the CUDA context is lost ({}); GPU work needs a new process", error.name);
+            lost.push(raw as usize);
+        }
+    }
+}
 
 impl Context {
     /// Retains the primary context of device `ordinal`. The driver must be initialised.
@@ -33,7 +127,7 @@ impl Context {
         // SAFETY: `device` came from cuDeviceGet on an initialised driver; the retained
         // context is released exactly once, in Drop.
         let raw = unsafe { result::primary_ctx::retain(device) }.call("cuDevicePrimaryCtxRetain")?;
-        Ok(Context { device, raw, deferred: Mutex::new(None) })
+        Ok(Context { device, raw, deferred: Mutex::new(None), resident: Mutex::new(Resident::default()) })
     }
 
     /// Whether `other` is the same driver context (two opens of one device share it).
@@ -46,6 +140,11 @@ impl Context {
         self.device
     }
 
+    /// Whether a kernel fault has made this context unusable.
+    pub(crate) fn is_lost(&self) -> bool {
+        LOST.lock().unwrap_or_else(|poison| poison.into_inner()).contains(&(self.raw as usize))
+    }
+
     /// Makes this context current on the calling thread, if it is not already.
     pub(crate) fn bind(&self) -> Result<(), CudaError> {
         if result::ctx::get_current().call("cuCtxGetCurrent")? != Some(self.raw) {
@@ -55,12 +154,61 @@ impl Context {
         Ok(())
     }
 
-    /// Runs a release call from a `Drop`, recording its error instead of panicking.
-    pub(crate) fn release(&self, release: impl FnOnce() -> Result<(), CudaError>) {
-        if let Err(error) = self.bind().and_then(|()| release()) {
+    /// Gives a handle back to the driver from a `Drop`: now, or once the resident kernels have
+    /// ended if the call would wait for them; not at all in a lost context. Errors are
+    /// recorded instead of panicking.
+    pub(crate) fn release(&self, release: Release) {
+        if self.is_lost() {
+            tracing::debug!("{} skipped: the context is lost", release.call());
+            return;
+        }
+        if release.waits_for_device() {
+            let mut resident = self.resident.lock().unwrap_or_else(|poison| poison.into_inner());
+            if resident.running > 0 {
+                tracing::debug!("{} deferred until the resident kernels end", release.call());
+                resident.pending.push(release);
+                return;
+            }
+        }
+        self.run_release(release);
+    }
+
+    fn run_release(&self, release: Release) {
+        if let Err(error) = self.bind().and_then(|()| release.run()) {
             tracing::warn!("releasing a CUDA resource failed: {error}");
             let mut slot = self.deferred.lock().unwrap_or_else(|poison| poison.into_inner());
             slot.get_or_insert(error);
+        }
+    }
+
+    /// An error instead of `call` when it would wait for a resident kernel.
+    pub(crate) fn check_no_resident(&self, call: &'static str) -> Result<(), Error> {
+        let resident = self.resident.lock().unwrap_or_else(|poison| poison.into_inner());
+        if resident.running > 0 {
+            return Err(Error::ResidentKernelRunning { call, running: resident.running });
+        }
+        Ok(())
+    }
+
+    /// Counts a resident kernel in; [`Context::leave_resident`] counts it out.
+    fn enter_resident(&self) {
+        self.resident.lock().unwrap_or_else(|poison| poison.into_inner()).running += 1;
+    }
+
+    fn leave_resident(&self) {
+        let pending = {
+            let mut resident = self.resident.lock().unwrap_or_else(|poison| poison.into_inner());
+            resident.running -= 1;
+            if resident.running > 0 {
+                return;
+            }
+            std::mem::take(&mut resident.pending)
+        };
+        for release in pending {
+            if self.is_lost() {
+                break;
+            }
+            self.run_release(release);
         }
     }
 
@@ -77,5 +225,29 @@ impl Drop for Context {
         if let Err(error) = unsafe { result::primary_ctx::release(self.device) } {
             tracing::warn!("cuDevicePrimaryCtxRelease failed: {error}");
         }
+    }
+}
+
+/// A resident kernel counted in its context from before its launch until it has ended: while
+/// any such token lives, releases that would wait for the device are deferred and calls that
+/// would wait fail (see the module documentation). Drop it once the kernel has ended; leak it
+/// (`std::mem::forget`) when the kernel may still run.
+#[derive(Debug)]
+pub(crate) struct ResidentKernel {
+    ctx: std::sync::Arc<Context>,
+}
+
+impl ResidentKernel {
+    /// Counts a resident kernel in on `device`'s context.
+    pub(crate) fn enter(device: &super::CudaDevice) -> ResidentKernel {
+        let ctx = std::sync::Arc::clone(device.context());
+        ctx.enter_resident();
+        ResidentKernel { ctx }
+    }
+}
+
+impl Drop for ResidentKernel {
+    fn drop(&mut self) {
+        self.ctx.leave_resident();
     }
 }

@@ -256,12 +256,15 @@ impl CudaDevice {
     /// Waits for all work on the device; surfaces any error recorded while releasing resources.
     ///
     /// # Errors
-    /// A failed kernel or copy anywhere on the device, or a deferred release error.
-    pub fn synchronize(&self) -> Result<(), CudaError> {
+    /// A failed kernel or copy anywhere on the device, or a deferred release error;
+    /// [`crate::Error::ResidentKernelRunning`] while a resident kernel (a doorbell) runs, since
+    /// the wait would never end.
+    pub fn synchronize(&self) -> crate::Result<()> {
+        self.shared.ctx.check_no_resident("cuCtxSynchronize")?;
         self.bind()?;
         result::ctx::synchronize().call("cuCtxSynchronize")?;
         match self.shared.ctx.take_deferred_error() {
-            Some(error) => Err(error),
+            Some(error) => Err(error.into()),
             None => Ok(()),
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
-use super::context::Context;
+use super::context::{Context, Release};
 use super::{Call, CudaDevice};
 use crate::error::{CudaError, Error, Result};
 
@@ -158,10 +158,9 @@ impl PinnedAlloc {
 
 impl Drop for PinnedAlloc {
     fn drop(&mut self) {
-        let ptr = self.ptr;
-        // SAFETY: `ptr` came from cuMemHostAlloc and is freed once; the owners above never let
-        // this drop while GPU work that uses it is pending.
-        self.ctx.release(|| unsafe { result::free_host(ptr.cast()) }.call("cuMemFreeHost"));
+        // `ptr` came from cuMemHostAlloc and is freed once; the owners above never let this
+        // drop while GPU work that uses it is pending.
+        self.ctx.release(Release::PinnedHost(self.ptr as usize));
     }
 }
 
@@ -285,9 +284,8 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         for &chunk in &self.chunks {
-            // SAFETY: each piece was registered by this value and is unregistered once.
-            self.ctx
-                .release(|| unsafe { sys::cuMemHostUnregister(chunk.cast()) }.call("cuMemHostUnregister"));
+            // Each piece was registered by this value and is unregistered once.
+            self.ctx.release(Release::Registration(chunk as usize));
         }
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use super::context::Context;
+use super::context::{Context, Release};
 use super::{Call, CudaDevice, Stream};
 use crate::error::{Error, Result};
 
@@ -119,9 +119,8 @@ impl ManagedAlloc {
 
 impl Drop for ManagedAlloc {
     fn drop(&mut self) {
-        let ptr = self.ptr;
-        // SAFETY: allocated by cuMemAllocManaged and freed once; the owners above never let this
-        // drop while GPU work that uses it is pending.
-        self.ctx.release(|| unsafe { sys::cuMemFree_v2(ptr) }.call("cuMemFree"));
+        // Allocated by cuMemAllocManaged and freed once; the owners above never let this drop
+        // while GPU work that uses it is pending.
+        self.ctx.release(Release::DeviceMemory(self.ptr));
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
-use super::context::Context;
+use super::context::{Context, Release};
 use super::{Call, CudaDevice, Stream};
 use crate::error::{Error, Result};
 
@@ -135,9 +135,9 @@ impl DeviceAlloc {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        let ptr = self.ptr;
-        // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once. cuMemFree waits
-        // for work using it to finish before the memory is reused.
-        self.ctx.release(|| unsafe { result::free_sync(ptr) }.call("cuMemFree"));
+        // `ptr` came from cuMemAlloc in this context and is freed once. Nothing here relies on
+        // cuMemFree waiting for the device: the owners above drop an allocation only when no
+        // work that uses it is pending (leases wait for their fences, or leak).
+        self.ctx.release(Release::DeviceMemory(self.ptr));
     }
 }

@@ -16,6 +16,7 @@ mod module;
 pub mod nvrtc;
 mod stream;
 
+pub(crate) use context::ResidentKernel;
 pub use device::{ComputeCapability, CudaDevice, DeviceAttributes};
 pub use driver::REQUIRED_CUDA_VERSION;
 pub(crate) use host::mapped_address;
@@ -31,6 +32,12 @@ use crate::error::CudaError;
 
 /// Turns a cudarc driver error into hetmem's, naming the call that failed.
 fn cuda_error(call: &'static str, error: DriverError) -> CudaError {
+    let error = describe(call, error);
+    context::note_error(&error);
+    error
+}
+
+fn describe(call: &'static str, error: DriverError) -> CudaError {
     let name = error
         .error_name()
         .map(|name| name.to_string_lossy().into_owned())

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
-use super::context::Context;
+use super::context::{Context, Release};
 use super::{Call, CudaDevice, Stream};
 use crate::error::{Error, Result};
 
@@ -46,6 +46,8 @@ impl Module {
         } else {
             image
         };
+        // Loading waits for the whole device, so for a resident kernel: refuse rather than hang.
+        device.context().check_no_resident("cuModuleLoadData")?;
         device.bind()?;
         // SAFETY: the caller guarantees a complete ELF image, or PTX text, which is
         // NUL-terminated here; it lives for the call and the driver copies what it keeps.
@@ -70,10 +72,9 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        let raw = self.raw;
-        // SAFETY: unloaded once; no Kernel remains (each holds an Arc to this module), and the
-        // driver lets launched work finish before it frees the code.
-        self.ctx.release(|| unsafe { result::module::unload(raw) }.call("cuModuleUnload"));
+        // Unloaded once; no Kernel remains (each holds an Arc to this module), and the driver
+        // lets launched work finish before it frees the code.
+        self.ctx.release(Release::Module(self.raw as usize));
     }
 }
 

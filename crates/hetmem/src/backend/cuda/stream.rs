@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
-use super::context::Context;
+use super::context::{Context, Release};
 use super::{Call, CudaDevice};
 use crate::error::CudaError;
 
@@ -180,9 +180,8 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        let raw = self.raw;
-        // SAFETY: `raw` is live and destroyed once; the driver lets queued work finish first.
-        self.ctx.release(|| unsafe { result::stream::destroy(raw) }.call("cuStreamDestroy"));
+        // `raw` is live and destroyed once; the driver lets queued work finish first.
+        self.ctx.release(Release::Stream(self.raw as usize));
     }
 }
 
@@ -264,9 +263,8 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        let raw = self.raw;
-        // SAFETY: `raw` is live and destroyed once; destroying a recorded, incomplete event
-        // is allowed (the driver releases it when the work completes).
-        self.ctx.release(|| unsafe { result::event::destroy(raw) }.call("cuEventDestroy"));
+        // `raw` is live and destroyed once; destroying a recorded, incomplete event is allowed
+        // (the driver releases it when the work completes).
+        self.ctx.release(Release::Event(self.raw as usize));
     }
 }

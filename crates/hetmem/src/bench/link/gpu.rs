@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::handoff::Queue;
 use crate::kernels::{self, BENCH};
 use crate::memory::{
-    Buffer, HostBuf, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions,
+    HostBuf, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions, Sealed,
 };
 
 /// Checksum slots: one per repetition of a cell.

@@ -1,12 +1,15 @@
 //! The GPU path of the Gaussian blur: tiling, the table the kernel reads, and the launch.
 
+use std::sync::Arc;
+
 use super::cpu::{check, gaussian_cpu};
 use super::{FrameFormat, Gaussian};
+use crate::backend::Device;
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig};
-use crate::error::Result;
-use crate::handoff::{KernelArgs, Lease, Lent, Queue};
+use crate::error::{Error, Result};
+use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue, Shared};
 use crate::kernels::{self, GAUSSIAN};
-use crate::memory::{Buffer, WritableBuffer};
+use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
 
 /// Rows per chunk in the kernel (`CHUNK` in gaussian.cu).
 const CHUNK: usize = 16;
@@ -36,7 +39,7 @@ fn shared_for(band_px: usize, channels: usize, radius: usize) -> usize {
 pub struct GaussianPlan {
     format: FrameFormat,
     kernel: Gaussian,
-    table: Vec<u32>,
+    table: Arc<[u32]>,
     tiles: u32,
     blocks: u32,
     shared_bytes: usize,
@@ -122,7 +125,7 @@ impl GaussianPlan {
         Ok(GaussianPlan {
             format: *format,
             kernel: kernel.clone(),
-            table,
+            table: table.into(),
             tiles: tiles as u32,
             blocks: if range_rows.is_some() {
                 tiles.min(multiprocessors as usize) as u32
@@ -180,31 +183,113 @@ impl GaussianPlan {
     }
 }
 
-/// Queues the blur of one frame from `input` to `output` on `queue`, with the plan's table
-/// in `table`: one kernel launch on the GPU, the CPU path on the CPU backend.
+/// Where a [`GaussianTable`] is kept for the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TablePlacement {
+    /// Mapped pinned host memory: every tile reads it across the link (the zero-copy
+    /// strategy, which keeps nothing in device memory).
+    Host,
+    /// Device memory: read once across the link, when uploaded.
+    Device,
+}
+
+/// The memory of an uploaded table, shared read-only with one queue's work for its lifetime.
+enum TableMemory {
+    Host(Shared<HostBuf<u32>>),
+    Device(Shared<DeviceBuf<u32>>),
+    /// A CPU-backend queue: the CPU path reads the plan, not a table.
+    Cpu,
+}
+
+/// A [`GaussianPlan`]'s table, written by the plan and uploaded for one [`Queue`].
+///
+/// The kernel takes every tile's offset and size from this table, so a table that said
+/// otherwise than its plan would make the GPU read and write outside the frame. Only
+/// [`GaussianPlan::upload_table`] makes one, from the plan's own words; nothing can write it
+/// afterwards (it is held in a [`Shared`] lease, read-only for the CPU and the GPU, and never
+/// given back), and [`gaussian`] refuses a table made by another plan.
+pub struct GaussianTable {
+    memory: TableMemory,
+    words: Arc<[u32]>,
+}
+
+impl std::fmt::Debug for GaussianTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let placement = match self.memory {
+            TableMemory::Host(_) => "host",
+            TableMemory::Device(_) => "device",
+            TableMemory::Cpu => "cpu",
+        };
+        f.debug_struct("GaussianTable")
+            .field("placement", &placement)
+            .field("words", &self.words.len())
+            .finish()
+    }
+}
+
+impl GaussianTable {
+    /// Bytes of pinned host memory the table takes.
+    pub fn host_bytes(&self) -> usize {
+        if matches!(self.memory, TableMemory::Host(_)) { 4 * self.words.len() } else { 0 }
+    }
+
+    /// Bytes of device memory the table takes.
+    pub fn device_bytes(&self) -> usize {
+        if matches!(self.memory, TableMemory::Device(_)) { 4 * self.words.len() } else { 0 }
+    }
+}
+
+impl GaussianPlan {
+    /// Uploads the plan's table for kernels on `queue`, into mapped host memory or device
+    /// memory. On a CPU-backend queue nothing is allocated: the CPU path reads the plan.
+    ///
+    /// # Errors
+    /// The allocation or the upload failing.
+    pub fn upload_table(&self, queue: &Queue, placement: TablePlacement) -> Result<GaussianTable> {
+        let words = Arc::clone(&self.table);
+        let Some(gpu) = queue.cuda_device() else {
+            return Ok(GaussianTable { memory: TableMemory::Cpu, words });
+        };
+        let device = Device::Cuda(gpu.clone());
+        let memory = match placement {
+            TablePlacement::Host => {
+                let mut table = HostBuf::<u32>::pinned(&device, words.len(), PinOptions::default())?;
+                table.as_mut_slice().copy_from_slice(&words);
+                TableMemory::Host(queue.share(table))
+            }
+            TablePlacement::Device => {
+                let mut table = DeviceBuf::<u32>::new(&device, words.len())?;
+                table.copy_from_slice(&words)?;
+                TableMemory::Device(queue.share(table))
+            }
+        };
+        Ok(GaussianTable { memory, words })
+    }
+}
+
+/// Queues the blur of one frame from `input` to `output` on `queue`, with `table` uploaded
+/// by `plan` for `queue`: one kernel launch on the GPU, the CPU path on the CPU backend.
 ///
 /// # Errors
-/// Buffers of the wrong size, a table that is not the plan's, leases of another queue,
-/// memory the device cannot address, or a failed launch.
-pub fn gaussian<T, I, O>(
+/// Buffers of the wrong size, a table uploaded by another plan or for another queue, memory
+/// the device cannot address, or a failed launch.
+pub fn gaussian<I, O>(
     queue: &Queue,
     plan: &GaussianPlan,
-    table: &T,
+    table: &GaussianTable,
     input: &I,
     output: &mut Lent<O>,
 ) -> Result<()>
 where
-    T: Lease,
-    T::Buf: Buffer<Elem = u32>,
     I: Lease,
     I::Buf: Buffer<Elem = u8>,
     O: WritableBuffer<Elem = u8>,
 {
     check(&plan.format, &plan.kernel, input.len(), output.len())?;
-    if table.len() != plan.table.len() {
-        return Err(crate::error::Error::invalid(
+    if table.words[..] != plan.table[..] {
+        return Err(Error::invalid(
             "gaussian table",
-            format!("{} words; the plan's table has {}", table.len(), plan.table.len()),
+            "it was uploaded by another plan (another format or kernel): upload this plan's table",
         ));
     }
     let Some(device) = queue.cuda_device() else {
@@ -213,17 +298,28 @@ where
     };
     let kernel = plan.entry_point(device, "gaussian_u8")?;
     let config = plan.launch_config();
-    let args = KernelArgs::new()
-        .read(input)
-        .write(output)
-        .read(table)
+    let args = KernelArgs::new().read(input).write(output);
+    let args = match &table.memory {
+        TableMemory::Host(words) => args.read(words),
+        TableMemory::Device(words) => args.read(words),
+        TableMemory::Cpu => {
+            return Err(Error::invalid(
+                "gaussian table",
+                "it was uploaded for a CPU-backend queue: upload it for this queue",
+            ));
+        }
+    };
+    let args = args
         .value(plan.format.planes().len() as u32)
         .value(plan.kernel.radius())
         .value(plan.kernel.border().code());
     // SAFETY: gaussian_u8(const u8* src, u8* dst, const u32* table, u32 plane_count,
-    // u32 radius, u32 border) matches the arguments in order and type. The table is the
-    // plan's (length checked), so every tile it describes lies inside the frame, and input and
-    // output are one frame long (checked): the kernel stays inside all three buffers.
+    // u32 radius, u32 border) matches the arguments in order and type. The table holds the
+    // plan's own words (compared above; only `upload_table` writes one, and a Shared lease
+    // lets no one write it after), so every tile it describes lies inside one frame of the
+    // plan's format, and input and output are one frame long (checked): the kernel stays
+    // inside all three buffers. A table lent to another queue is refused when its address is
+    // resolved.
     unsafe { queue.launch(&kernel, config, args) }
 }
 

@@ -21,7 +21,7 @@ mod overlap;
 
 pub use cpu::gaussian_cpu;
 pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane};
-pub use gpu::{GaussianPlan, gaussian};
+pub use gpu::{GaussianPlan, GaussianTable, TablePlacement, gaussian};
 pub use overlap::{GaussianOverlap, SEGMENTS_ENV};
 
 use crate::error::{Error, Result};

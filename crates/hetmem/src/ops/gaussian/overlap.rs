@@ -19,7 +19,7 @@ use super::cpu::check;
 use crate::backend::Device;
 use crate::backend::cuda::{Event, Stream};
 use crate::error::{Error, Result};
-use crate::handoff::{Lease, LeaseState, Lent, Queue, Shared};
+use crate::handoff::{Lease, LeaseParts, LeaseState, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, WritableBuffer};
 
 /// Overrides the number of segments a frame is cut into (1 to 64).
