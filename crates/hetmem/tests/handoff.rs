@@ -224,8 +224,8 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     else {
         return;
     };
-    let memory = PageBox::<u8>::zeroed(1 << 20).unwrap();
-    let ptr = memory.as_ptr().cast_mut();
+    let mut memory = PageBox::<u8>::zeroed(1 << 20).unwrap();
+    let ptr = memory.as_mut_ptr();
     let flags = RegisterFlags { device_map: true, ..RegisterFlags::default() };
     // SAFETY: `memory` outlives both registrations (dropped at the end of the test).
     let first = unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX) }.unwrap();
@@ -246,8 +246,10 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     let file = std::fs::File::open(&path).unwrap();
     // SAFETY: the test owns the file and does not change it while mapped.
     let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    #[allow(clippy::as_ptr_cast_mut, reason = "a read-only mapping, registered to be read only")]
+    let start = map.as_ptr().cast_mut();
     // SAFETY: `map` outlives the attempt; the driver refuses it.
-    match unsafe { Registration::register(&gpu, map.as_ptr().cast_mut(), map.len(), flags, usize::MAX) } {
+    match unsafe { Registration::register(&gpu, start, map.len(), flags, usize::MAX) } {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.name, "CUDA_ERROR_INVALID_VALUE");
             assert!(error.to_string().contains("read-only flag"), "{error}");
@@ -256,8 +258,7 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     }
     let read_only = RegisterFlags { read_only: true, ..flags };
     // SAFETY: as above; with the read-only flag it succeeds.
-    let registered =
-        unsafe { Registration::register(&gpu, map.as_ptr().cast_mut(), map.len(), read_only, usize::MAX) };
+    let registered = unsafe { Registration::register(&gpu, start, map.len(), read_only, usize::MAX) };
     assert!(registered.is_ok(), "{registered:?}");
 }
 

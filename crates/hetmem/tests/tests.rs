@@ -13,4 +13,5 @@ mod memory_kinds;
 mod multi_device;
 mod opencv;
 mod ring;
+mod source_rules;
 mod support;

@@ -12,6 +12,7 @@
 //! Any fence can also be awaited: [`Fence::wait_async`] hands it to a poller thread that wakes
 //! the task when it completes, so async runtimes never block a worker.
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -98,7 +99,7 @@ impl Fence {
                 FenceInner::Event(event)
             }
             FenceKind::Flag => {
-                let target = flags.signal(stream)?;
+                let target = flags.signal()?;
                 FenceInner::Flag { page: Arc::clone(flags), target, stream: Arc::clone(stream) }
             }
             FenceKind::HostCallback => {
@@ -199,10 +200,15 @@ impl Fence {
 }
 
 /// A page of mapped pinned memory whose first word a queue's stream writes sequence numbers to.
+///
+/// The page keeps the stream that writes it: dropping the page waits for that stream first
+/// (a write it queued may still be pending, fence or no fence), and leaks the page when the
+/// stream failed, rather than free memory the GPU may still write.
 pub(crate) struct FlagPage {
-    alloc: PinnedAlloc,
+    alloc: ManuallyDrop<PinnedAlloc>,
     word: *const AtomicU32,
     next: Mutex<u32>,
+    stream: Arc<Stream>,
 }
 
 // SAFETY: the word is an AtomicU32 in memory owned by `alloc`, valid from any thread; the
@@ -212,24 +218,26 @@ unsafe impl Send for FlagPage {}
 unsafe impl Sync for FlagPage {}
 
 impl FlagPage {
-    pub(crate) fn new(device: &CudaDevice) -> Result<FlagPage> {
+    /// A flag page written by `stream`.
+    pub(crate) fn new(device: &CudaDevice, stream: Arc<Stream>) -> Result<FlagPage> {
         let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
         let alloc = PinnedAlloc::new(device, 4096, flags)?;
         let word = alloc.host_ptr().cast::<AtomicU32>();
         // SAFETY: the allocation is page-aligned, at least 4 bytes, owned by `alloc` and only
         // ever accessed as this atomic (by the CPU) or by the stream's 32-bit writes.
         unsafe { (*word).store(0, Ordering::Release) };
-        Ok(FlagPage { alloc, word, next: Mutex::new(0) })
+        Ok(FlagPage { alloc: ManuallyDrop::new(alloc), word, next: Mutex::new(0), stream })
     }
 
-    /// Queues the next sequence number on `stream` and returns it.
-    fn signal(&self, stream: &Stream) -> Result<u32> {
+    /// Queues the next sequence number on the page's stream and returns it.
+    fn signal(&self) -> Result<u32> {
+        let stream = &self.stream;
         // The lock keeps sequence order and stream order the same across threads.
         let mut next = self.next.lock().unwrap_or_else(|poison| poison.into_inner());
         let target = next.wrapping_add(1);
         let address = self.alloc.device_ptr().expect("flag pages are mapped");
-        // SAFETY: the address is the first, 4-byte aligned word of this mapped page, which the
-        // queue keeps alive (through its Arc) until the stream has finished.
+        // SAFETY: the address is the first, 4-byte aligned word of this mapped page, which
+        // outlives the write: dropping the page waits for this stream first (or leaks it).
         unsafe { stream.write_value32(address, target) }?;
         *next = target;
         Ok(target)
@@ -241,6 +249,17 @@ impl FlagPage {
         let seen = unsafe { (*self.word).load(Ordering::Acquire) };
         // Wrapping comparison: sequence numbers run round after 2^32 signals.
         seen.wrapping_sub(target) as i32 >= 0
+    }
+}
+
+impl Drop for FlagPage {
+    fn drop(&mut self) {
+        match self.stream.synchronize() {
+            // SAFETY: the stream that writes the page is idle, so no write is pending; the
+            // page is dropped once, here.
+            Ok(()) => unsafe { ManuallyDrop::drop(&mut self.alloc) },
+            Err(error) => tracing::error!("a queue's stream failed; leaking its flag page: {error}"),
+        }
     }
 }
 

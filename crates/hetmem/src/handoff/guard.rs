@@ -2,7 +2,9 @@
 //! access through a raw pointer or FFI faults at once instead of racing the GPU.
 //!
 //! Measured on the H200 machine: the GPU keeps reading and writing such pages correctly (its
-//! mapping does not go through the CPU's page tables); only CPU accesses fault.
+//! mapping does not go through the CPU's page tables); only CPU accesses fault. On a GPU that
+//! uses the host's page tables (`pageable_memory_access_uses_host_page_tables`: ATS, as on
+//! Grace Hopper) the GPU's own accesses would fault too, so guard mode is refused there.
 
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -30,8 +32,17 @@ unsafe impl Send for Guard {}
 unsafe impl Sync for Guard {}
 
 impl Guard {
-    /// Protects the pages of `region`.
-    pub(crate) fn protect(region: &Region) -> Result<Guard> {
+    /// Protects the pages of `region`, lent to a GPU that does (`true`) or does not use the
+    /// host's page tables, or to the CPU backend (`false`).
+    pub(crate) fn protect(region: &Region, uses_host_page_tables: bool) -> Result<Guard> {
+        if uses_host_page_tables {
+            return Err(Error::invalid(
+                "guard mode",
+                "this GPU reaches host memory through the CPU's page tables (ATS, as on Grace \
+                 Hopper), so pages protected from the CPU would fault the GPU as well: lend the \
+                 buffer without a guard (Queue::lend)",
+            ));
+        }
         let Some((start, len)) = region.pages else {
             return Err(Error::invalid(
                 "guard mode",
@@ -89,5 +100,25 @@ impl Drop for CpuAccess<'_> {
         {
             tracing::warn!("guarded pages stay accessible after a CPU operation: {error}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{PageBox, Sealed};
+
+    #[test]
+    fn a_gpu_on_the_host_page_tables_is_refused_and_the_pages_stay_open() {
+        let cpu = crate::Device::open(crate::BackendChoice::Only(crate::BackendKind::Cpu)).unwrap();
+        let memory = PageBox::<u8>::zeroed(4096).unwrap();
+        let mut buf = crate::HostBuf::register(&cpu, memory, crate::RegisterOptions::default()).unwrap();
+        let error = Guard::protect(&buf.region(), true).unwrap_err().to_string();
+        assert!(error.contains("page tables") && error.contains("Queue::lend"), "{error}");
+        // Nothing was protected: the CPU still reads and writes the buffer.
+        buf.as_mut_slice()[4095] = 7;
+        assert_eq!(buf.as_slice()[4095], 7);
+        let guard = Guard::protect(&buf.region(), false).unwrap();
+        guard.lift().unwrap();
     }
 }

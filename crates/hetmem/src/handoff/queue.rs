@@ -145,11 +145,11 @@ impl Queue {
     pub fn with_fence_kind(device: &Device, kind: FenceKind) -> Result<Queue> {
         let backend = match device {
             Device::Cpu(_) => QueueBackend::Cpu,
-            Device::Cuda(cuda) => QueueBackend::Cuda {
-                device: cuda.clone(),
-                stream: Arc::new(Stream::new(cuda)?),
-                flags: Arc::new(FlagPage::new(cuda)?),
-            },
+            Device::Cuda(cuda) => {
+                let stream = Arc::new(Stream::new(cuda)?);
+                let flags = Arc::new(FlagPage::new(cuda, Arc::clone(&stream))?);
+                QueueBackend::Cuda { device: cuda.clone(), stream, flags }
+            }
         };
         Ok(Queue { core: Arc::new(QueueCore { backend, fence_kind: kind, submit_order: Mutex::new(()) }) })
     }
@@ -181,10 +181,15 @@ impl Queue {
     /// is reclaimed, so a stray raw-pointer or FFI access faults at once.
     ///
     /// # Errors
-    /// The buffer does not own whole pages (a registered `Vec`, managed or device memory), or
-    /// `mprotect` failed; the buffer comes back in the error.
+    /// The buffer does not own whole pages (a registered `Vec`, managed or device memory); the
+    /// GPU reaches host memory through the CPU's page tables (ATS, Grace Hopper), where the
+    /// protection would fault the GPU too; or `mprotect` failed. The buffer comes back in the
+    /// error.
     pub fn lend_guarded<B: WritableBuffer>(&self, buffer: B) -> Result<Lent<B>, GuardError<B>> {
-        match Guard::protect(&buffer.region()) {
+        let host_page_tables = self
+            .cuda_device()
+            .is_some_and(|gpu| gpu.attributes().pageable_memory_access_uses_host_page_tables);
+        match Guard::protect(&buffer.region(), host_page_tables) {
             Ok(guard) => Ok(Lent::new(buffer, Arc::clone(&self.core), Some(guard))),
             Err(error) => Err(GuardError { error, buffer }),
         }

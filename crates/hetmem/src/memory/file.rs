@@ -83,12 +83,17 @@ impl<T: Element> MappedFile<T> {
             Device::Cpu(_) => None,
             Device::Cuda(cuda) => {
                 let flags = RegisterFlags { portable: false, device_map: true, read_only: true };
+                #[allow(
+                    clippy::as_ptr_cast_mut,
+                    reason = "registered read-only: the driver's signature wants *mut, nothing writes"
+                )]
+                let start = map.as_ptr().cast_mut();
                 // SAFETY: `map` covers the range and moves into the result, which drops the
                 // registration before the mapping.
                 match unsafe {
                     Registration::register(
                         cuda,
-                        map.as_ptr().cast_mut(),
+                        start,
                         map.len(),
                         flags,
                         RegisterOptions::default().max_piece_bytes,
@@ -132,6 +137,7 @@ impl<T: Element> MappedFile<T> {
 
 impl<T: Element> Sealed for MappedFile<T> {
     fn region(&self) -> Region {
+        #[allow(clippy::as_ptr_cast_mut, reason = "a read-only mapping: the region is never written")]
         let start = std::ptr::NonNull::new(self.map.as_ptr().cast_mut()).expect("mappings are never null");
         Region {
             host: Some(start),

@@ -193,10 +193,12 @@ impl<T: Element> HostBuf<T> {
     #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
     pub fn register(
         device: &Device,
-        memory: PageBox<T>,
+        mut memory: PageBox<T>,
         options: RegisterOptions,
     ) -> Result<HostBuf<T>, RegisterError<PageBox<T>>> {
-        let ptr = NonNull::new(memory.as_ptr().cast_mut()).expect("PageBox is never null");
+        // The CPU and the GPU write through this pointer later: it comes from the box's own
+        // mapping, not from a shared slice.
+        let ptr = NonNull::new(memory.as_mut_ptr()).expect("PageBox is never null");
         let len = memory.len();
         let pages = memory.pages();
         let mut buf = Self::register_memory(device, memory, ptr, len, options)?;
@@ -213,7 +215,7 @@ impl<T: Element> HostBuf<T> {
     #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
     pub fn register_vec(
         device: &Device,
-        memory: Vec<T>,
+        mut memory: Vec<T>,
         options: RegisterOptions,
     ) -> Result<HostBuf<T>, RegisterError<Vec<T>>> {
         if memory.is_empty() {
@@ -234,7 +236,10 @@ impl<T: Element> HostBuf<T> {
             );
             return Err(RegisterError { error, memory });
         }
-        let ptr = NonNull::new(memory.as_ptr().cast_mut()).expect("a non-empty Vec is never null");
+        // Written later by the CPU and the GPU: `as_mut_ptr`, which may be written through,
+        // unlike `as_ptr` (the Vec's heap block does not move when the Vec moves into the
+        // buffer's storage).
+        let ptr = NonNull::new(memory.as_mut_ptr()).expect("a non-empty Vec is never null");
         let len = memory.len();
         Self::register_memory(device, memory, ptr, len, options)
     }

@@ -122,6 +122,13 @@ impl<T> PageBox<T> {
         self.len == 0
     }
 
+    /// The first element, for writes by code that does not hold `&mut self` (the GPU, once
+    /// the box is registered). Derived from the mapping itself, never from a `&[T]`, so writes
+    /// through it are allowed for as long as the box lives.
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.ptr.as_ptr()
+    }
+
     /// The mapping's start and length in bytes (whole pages).
     pub(crate) fn pages(&self) -> (NonNull<u8>, usize) {
         (self.map_ptr, self.map_len)

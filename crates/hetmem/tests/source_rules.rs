@@ -1,0 +1,47 @@
+//! Rules on hetmem's own source that the compiler and clippy do not check.
+
+use std::path::Path;
+
+fn rust_files(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, files);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+/// A pointer the CPU or the GPU writes through must come from the owner (`as_mut_ptr`, the
+/// allocation), never from a shared slice: `as_ptr().cast_mut()` once gave registered memory
+/// a read-only provenance that later writes violated (issue 11). clippy's `as_ptr_cast_mut`
+/// catches `as *mut` casts but not `.cast_mut()`, hence this scan. A read-only use carries
+/// `#[allow(clippy::as_ptr_cast_mut, reason = ...)]` on the line before.
+#[test]
+fn no_written_pointer_comes_from_a_shared_slice() {
+    let mut files = Vec::new();
+    for dir in ["src", "examples", "tests"] {
+        rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut files);
+    }
+    assert!(files.len() > 20, "found only {} files", files.len());
+    let mut offences = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (at, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let cast_mut = [".as_ptr()", ".cast_mut()"].concat();
+            let as_mut = [".as_ptr()", " as *mut"].concat();
+            if !(code.contains(&cast_mut) || code.contains(&as_mut)) {
+                continue;
+            }
+            let justified =
+                lines[at.saturating_sub(4)..at].iter().any(|l| l.contains("clippy::as_ptr_cast_mut"));
+            if !justified {
+                offences.push(format!("{}:{}: {}", file.display(), at + 1, line.trim()));
+            }
+        }
+    }
+    assert!(offences.is_empty(), "pointers cast to *mut from as_ptr():\n{}", offences.join("\n"));
+}
