@@ -117,6 +117,17 @@ pub enum Error {
         /// Resident kernels running on the device.
         running: usize,
     },
+    /// A fault injected by a test (feature `testing`, [`crate::testing::faults`]).
+    #[cfg(feature = "testing")]
+    #[error("injected fault: call {nth} at {point:?} ({call}) failed as a {kind:?} error would", call = point.call())]
+    InjectedFault {
+        /// Where.
+        point: crate::faults::FaultPoint,
+        /// Which call there, counting from 1.
+        nth: u64,
+        /// As what kind of failure.
+        kind: crate::faults::FaultKind,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {
@@ -147,6 +158,8 @@ impl Error {
                     || code == rustix::io::Errno::AGAIN.raw_os_error()
             ),
             Error::FrameFailed { source, .. } => source.is_transient(),
+            #[cfg(feature = "testing")]
+            Error::InjectedFault { kind, .. } => *kind == crate::faults::FaultKind::Transient,
             _ => false,
         }
     }
@@ -157,6 +170,8 @@ impl Error {
         match self {
             Error::Cuda(error) => error.is_sticky(),
             Error::FrameFailed { source, .. } => source.is_sticky(),
+            #[cfg(feature = "testing")]
+            Error::InjectedFault { kind, .. } => *kind != crate::faults::FaultKind::Transient,
             _ => false,
         }
     }

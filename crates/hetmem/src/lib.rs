@@ -37,12 +37,14 @@ pub mod backend;
 pub mod bench;
 pub mod doctor;
 pub mod error;
+mod faults;
 pub mod handoff;
 pub mod kernels;
 pub mod memory;
 pub mod ops;
 pub mod pipeline;
 pub mod retry;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use backend::cuda::{Advice, MemLocation};

@@ -6,6 +6,10 @@
 //! `HETMEM_REQUIRE_GPU=1` set, a missing GPU fails the test instead: that is how the GPU
 //! machine's runs prove the GPU paths actually ran. [`nvrtc_or_skip`] does the same for
 //! NVRTC, with `HETMEM_REQUIRE_NVRTC=1`.
+//!
+//! This module, [`faults`], the [`crate::handoff::Gate`] and the doorbell's stalling requests
+//! exist only with the `testing` feature: they are hooks for tests, not part of the library's
+//! contract.
 
 use std::io::Write;
 
@@ -55,4 +59,24 @@ pub fn nvrtc_or_skip(test: &str) -> Option<()> {
     }
     skip(test, "NVRTC not found (libnvrtc.so.13)");
     None
+}
+
+/// Fault injection: make the Nth allocation, registration, launch, copy or fence wait fail.
+///
+/// Rules are process-wide: arm them only in a process of their own (a test that re-runs its
+/// binary as a child, or a CLI run), never beside other tests.
+///
+/// ```
+/// use hetmem::testing::faults::{self, FaultKind, FaultPoint};
+/// faults::arm(FaultPoint::Allocation, 1, FaultKind::Transient);
+/// let cpu = hetmem::Device::open(hetmem::BackendChoice::Only(hetmem::BackendKind::Cpu))?;
+/// let error = hetmem::HostBuf::<u8>::pinned(&cpu, 64, Default::default()).unwrap_err();
+/// assert!(error.is_transient());
+/// assert_eq!(faults::fired().len(), 1);
+/// faults::clear();
+/// # Ok::<(), hetmem::Error>(())
+/// ```
+pub mod faults {
+    pub use crate::faults::{FaultKind, FaultPoint, Fired};
+    pub use crate::faults::{arm, calls, clear, fired};
 }

@@ -26,7 +26,7 @@ fn stream_and_check(
     kernel: &Gaussian,
     frames: usize,
 ) {
-    let options = RingOptions { slots: 3, timing: true, fence };
+    let options = RingOptions { slots: 3, timing: true, fence, ..RingOptions::default() };
     let ring = FrameRing::new(device, strategy, format, kernel, options)
         .unwrap_or_else(|error| panic!("{strategy} {format:?}: {error}"));
     ring.fill_outputs(0xA5).unwrap();

@@ -116,7 +116,8 @@ pub fn measure_fan_out(
     kernel: &Gaussian,
     setup: &StreamingSetup,
 ) -> Result<StreamingRun> {
-    let options = RingOptions { slots: setup.slots, timing: true, fence: setup.fence };
+    let options =
+        RingOptions { slots: setup.slots, timing: true, fence: setup.fence, ..RingOptions::default() };
     let ring = FanOutRing::new(devices, setup.strategy, setup.format, kernel, options)?;
     let strategy = ring.rings()[0].strategy();
     if let Some(other) = ring.rings().iter().find(|other| other.strategy() != strategy) {

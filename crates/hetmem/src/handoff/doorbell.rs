@@ -126,12 +126,13 @@ pub enum Request<'a> {
         /// The samples (1 to [`MAX_SAMPLES`]).
         samples: &'a [f32],
     },
-    /// Tests only: the server spins until shut down and never replies, so the watchdog fires.
-    #[doc(hidden)]
+    /// Feature `testing` only: the server spins until shut down and never replies, so the
+    /// watchdog fires.
+    #[cfg(feature = "testing")]
     Stall,
-    /// Tests only: the server spins for `millis` milliseconds and ignores shutdown meanwhile,
-    /// like a kernel that is stuck.
-    #[doc(hidden)]
+    /// Feature `testing` only: the server spins for `millis` milliseconds and ignores shutdown
+    /// meanwhile, like a kernel that is stuck.
+    #[cfg(feature = "testing")]
     Wedge {
         /// How long.
         millis: u32,
@@ -142,13 +143,17 @@ impl Request<'_> {
     fn samples(&self) -> &[f32] {
         match self {
             Request::Gain { samples, .. } | Request::Fir { samples, .. } => samples,
+            #[cfg(feature = "testing")]
             Request::Stall | Request::Wedge { .. } => &[],
         }
     }
 
     fn check(&self) -> Result<()> {
         let samples = self.samples().len();
+        #[cfg(feature = "testing")]
         let test_only = matches!(self, Request::Stall | Request::Wedge { .. });
+        #[cfg(not(feature = "testing"))]
+        let test_only = false;
         if !test_only && !(1..=MAX_SAMPLES).contains(&samples) {
             return Err(Error::invalid("doorbell request", format!("{samples} samples: 1 to {MAX_SAMPLES}")));
         }
@@ -165,6 +170,7 @@ impl Request<'_> {
         match *self {
             Request::Gain { gain, samples } => gain_of(gain, samples),
             Request::Fir { taps, samples } => fir_of(taps, samples),
+            #[cfg(feature = "testing")]
             Request::Stall | Request::Wedge { .. } => Vec::new(),
         }
     }
@@ -442,7 +448,9 @@ impl Doorbell {
         let (op, taps, gain) = match request {
             Request::Gain { gain, .. } => (OP_GAIN, &[][..], gain),
             Request::Fir { taps, .. } => (OP_FIR, taps, 0.0),
+            #[cfg(feature = "testing")]
             Request::Stall => (OP_STALL, &[][..], 0.0),
+            #[cfg(feature = "testing")]
             Request::Wedge { millis } => (OP_WEDGE, &[][..], f32::from_bits(millis)),
         };
         let samples = request.samples();

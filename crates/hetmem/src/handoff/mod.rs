@@ -28,6 +28,10 @@ mod queue;
 
 pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
 pub use fence::{Fence, FenceKind};
+#[cfg(not(feature = "testing"))]
+pub(crate) use gate::Gate;
+/// Feature `testing` only: a kernel that waits for the CPU.
+#[cfg(feature = "testing")]
 pub use gate::Gate;
 pub use launch::KernelArgs;
 pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};

@@ -10,6 +10,7 @@ use super::lease::{CpuRead, Lease, LeaseParts, LeaseState, Lent, Shared};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Stream, mapped_address};
 use crate::backend::{BackendKind, Device};
 use crate::error::{Error, Result};
+use crate::faults::{FaultPoint, Hit};
 use crate::memory::{Buffer, Region, WritableBuffer};
 
 /// A queue of work on one device (a CUDA stream, or the calling thread on the CPU backend),
@@ -245,6 +246,9 @@ impl Queue {
             ));
         }
         let (mut words, leases) = args.resolve(|state, region| self.device_address(state, region))?;
+        if crate::faults::check(FaultPoint::Launch)? == Hit::Trap {
+            return self.launch_illegal_store(&leases);
+        }
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
         self.core.submit(&leases, |stream| {
             // SAFETY: the caller guarantees the argument list matches the kernel; every buffer
@@ -253,6 +257,28 @@ impl Queue {
             // buffer is reclaimed or freed before the kernel finishes.
             unsafe { kernel.launch(stream, config, &mut pointers) }
         })
+    }
+
+    /// Queues, instead of a launch, a kernel that stores to an illegal address: an injected
+    /// [`crate::faults::FaultKind::Trap`] that really loses the context. Its leases record it
+    /// like the launch it replaces.
+    #[cfg(feature = "testing")]
+    fn launch_illegal_store(&self, leases: &[&LeaseState]) -> Result<()> {
+        let device = self.cuda_device().expect("launches checked for a CUDA queue");
+        let kernel = crate::kernels::kernel(device, &crate::kernels::FAULT, "illegal_store")?;
+        let mut address = 0x10u64;
+        let mut pointers = [(&mut address as *mut u64).cast::<c_void>()];
+        let config = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_bytes: 0 };
+        self.core.submit(leases, |stream| {
+            // SAFETY: illegal_store(u64 address) takes one u64; the store faults on purpose
+            // (feature `testing`), which touches no memory of any buffer.
+            unsafe { kernel.launch(stream, config, &mut pointers) }
+        })
+    }
+
+    #[cfg(not(feature = "testing"))]
+    fn launch_illegal_store(&self, _leases: &[&LeaseState]) -> Result<()> {
+        unreachable!("traps are injected only with the `testing` feature")
     }
 
     /// Queues a copy of all of `src` into `dst` (copy engines on the GPU, memcpy on the CPU).
@@ -274,7 +300,10 @@ impl Queue {
         self.check_owner(src)?;
         self.check_owner(dst)?;
         match &self.core.backend {
-            QueueBackend::Cpu => src.cpu_read(|from| dst.cpu_write(|to| to.copy_from_slice(from)))??,
+            QueueBackend::Cpu => {
+                crate::faults::fail(FaultPoint::Copy)?;
+                src.cpu_read(|from| dst.cpu_write(|to| to.copy_from_slice(from)))??
+            }
             QueueBackend::Cuda { .. } => {
                 let (from, to) = (self.copy_address(src)?, self.copy_address(dst)?);
                 let bytes = src.region().bytes;
@@ -282,7 +311,7 @@ impl Queue {
                     // SAFETY: both ranges are the full buffers, owned by leases of this queue
                     // that record a fence after the copy (`submit`) and so outlive it; `dst` is
                     // exclusively lent.
-                    Ok(unsafe { stream.copy_async(to, from, bytes) }?)
+                    unsafe { stream.copy_async(to, from, bytes) }
                 })?;
             }
         }

@@ -70,8 +70,17 @@ pub static DOORBELL: KernelSource = KernelSource {
     options: &[],
 };
 
+/// A kernel that stores to an illegal address, so that tests can lose a context for real
+/// (used only by fault injection, feature `testing`; compiled by the check like the others).
+pub static FAULT: KernelSource = KernelSource {
+    name: "fault",
+    source: include_str!("../../kernels/fault.cu"),
+    entry_points: &["illegal_store"],
+    options: &[],
+};
+
 /// Every kernel source in hetmem; the compile check builds each of them.
-pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &BENCH, &DOORBELL];
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &BENCH, &DOORBELL, &FAULT];
 
 /// The architecture the compile check targets when there is no GPU to ask: the H200's.
 pub const DEFAULT_CHECK_ARCH: &str = "sm_90";

@@ -231,7 +231,10 @@ impl FrameFilter {
         let plan = &self.plan;
         let queue = self.queue.as_ref();
         match &mut self.slots {
-            Slots::Cpu { input, output } => gaussian_cpu(plan.format(), plan.kernel(), input, output)?,
+            Slots::Cpu { input, output } => {
+                crate::faults::fail(crate::faults::FaultPoint::Launch)?;
+                gaussian_cpu(plan.format(), plan.kernel(), input, output)?
+            }
             Slots::Copy { input, output, device_in, device_out } => {
                 let queue = queue.expect("GPU strategies have a queue");
                 let mut device_input = device_in.take().ok_or_else(lost)?;

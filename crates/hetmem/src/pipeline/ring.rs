@@ -23,6 +23,7 @@ use crate::memory::{Buffer, DeviceBuf, HostBuf, ManagedBuf, PinOptions, Writable
 use crate::ops::gaussian::{
     FrameFormat, Gaussian, GaussianPlan, GaussianTable, TablePlacement, gaussian, gaussian_cpu,
 };
+use crate::retry::RetryPolicy;
 
 /// The slots a ring has unless told otherwise: one frame uploading, one filtering, one
 /// downloading.
@@ -40,11 +41,25 @@ pub struct RingOptions {
     /// default: the consumer sleeps in the driver), or mapped flags (the consumer spins a core,
     /// and no event is made per copy and launch).
     pub fence: FenceKind,
+    /// How a slot's allocation that fails for want of memory is retried. Default
+    /// [`RetryPolicy::default`].
+    pub retry: RetryPolicy,
+    /// The fewest slots the ring settles for when pinned or device memory runs short even
+    /// after the retries: the ring then runs with the slots it could allocate (at least this
+    /// many), logs a warning, and [`FrameRing::slots`] says how many. Results are the same,
+    /// only fewer frames overlap. Default 1; `slots` refuses any shortfall.
+    pub min_slots: usize,
 }
 
 impl Default for RingOptions {
     fn default() -> RingOptions {
-        RingOptions { slots: DEFAULT_SLOTS, timing: false, fence: FenceKind::Event }
+        RingOptions {
+            slots: DEFAULT_SLOTS,
+            timing: false,
+            fence: FenceKind::Event,
+            retry: RetryPolicy::default(),
+            min_slots: 1,
+        }
     }
 }
 
@@ -203,9 +218,12 @@ impl FrameRing {
     /// (pageable memory cannot overlap copies with other work); `ZeroCopy` and `Hybrid` through
     /// mapped host memory; `Managed` through managed memory, prefetched each way.
     ///
+    /// Each slot's memory is allocated with `options.retry` for shortages; a ring that still
+    /// runs short settles for fewer slots, down to `options.min_slots` (see [`RingOptions`]).
+    ///
     /// # Errors
     /// No slots, a strategy the device cannot run, a radius larger than the frame, or an
-    /// allocation failing.
+    /// allocation failing (for the first `options.min_slots` slots).
     pub fn new(
         device: &Device,
         strategy: Strategy,
@@ -229,53 +247,38 @@ impl FrameRing {
         let mut slots = Vec::with_capacity(options.slots);
         let (mut host_bytes, mut device_bytes) = (0, 0);
         for _ in 0..options.slots {
-            let queue = Queue::with_fence_kind(device, options.fence)?;
-            let placement =
-                if strategy == Strategy::ZeroCopy { TablePlacement::Host } else { TablePlacement::Device };
-            let table = plan.upload_table(&queue, placement)?;
-            host_bytes += table.host_bytes();
-            device_bytes += table.device_bytes();
-            let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
-            let rest = match strategy {
-                Strategy::Copy | Strategy::PinnedAsync => {
-                    device_bytes += 2 * frame;
-                    GpuMemory::Copied {
-                        host_in: HostBuf::pinned(device, frame, unmapped)?,
-                        host_out: HostBuf::pinned(device, frame, unmapped)?,
-                        device_in: DeviceBuf::new(device, frame)?,
-                        device_out: DeviceBuf::new(device, frame)?,
-                    }
+            let made = options
+                .retry
+                .run("allocating a frame ring slot", || GpuSlot::new(device, strategy, &plan, &options));
+            let slot = match made {
+                Ok(slot) => slot,
+                Err(error)
+                    if error.is_transient() && !slots.is_empty() && slots.len() >= options.min_slots =>
+                {
+                    tracing::warn!(
+                        "memory ran short for slot {} of the ring ({error}): running with {} of the {} \
+                         slots asked for (same results, fewer frames in flight)",
+                        slots.len() + 1,
+                        slots.len(),
+                        options.slots
+                    );
+                    break;
                 }
-                Strategy::ZeroCopy | Strategy::Hybrid => GpuMemory::Mapped {
-                    input: HostBuf::pinned(device, frame, PinOptions::default())?,
-                    output: HostBuf::pinned(device, frame, PinOptions::default())?,
-                },
-                Strategy::Managed => GpuMemory::Managed {
-                    input: ManagedBuf::new(device, frame)?,
-                    output: ManagedBuf::new(device, frame)?,
-                },
-                Strategy::Cpu | Strategy::Auto => unreachable!("resolved and handled above"),
+                Err(error) => return Err(error),
             };
-            host_bytes += 2 * frame;
-            let timing =
-                options.timing.then(|| Ok::<_, Error>((Event::new(gpu, true)?, Event::new(gpu, true)?)));
-            slots.push(Mutex::new(Slot::Gpu(Box::new(GpuSlot {
-                queue,
-                table,
-                rest: Some(rest),
-                flight: None,
-                failure: None,
-                lost_at: None,
-                timing: timing.transpose()?,
-            }))));
+            host_bytes += 2 * frame + slot.table.host_bytes();
+            device_bytes += slot.table.device_bytes()
+                + if matches!(strategy, Strategy::Copy | Strategy::PinnedAsync) { 2 * frame } else { 0 };
+            slots.push(Mutex::new(Slot::Gpu(Box::new(slot))));
         }
+        let slot_count = slots.len();
         let link_bytes_per_frame = match strategy {
             Strategy::ZeroCopy => plan.bytes_read() + frame as u64,
             Strategy::Hybrid => plan.bytes_read() - plan.bytes_read_of_table() + frame as u64,
             _ => 2 * frame as u64,
         };
         Ok(FrameRing {
-            state: Mutex::new(RingState::new(options.slots)),
+            state: Mutex::new(RingState::new(slot_count)),
             changed: Condvar::new(),
             slots,
             work: Work::Gpu(plan),
@@ -614,6 +617,44 @@ fn check_slots(slots: usize) -> Result<()> {
 }
 
 impl GpuSlot {
+    /// A slot's queue, table and frame memory for `strategy`.
+    fn new(
+        device: &Device,
+        strategy: Strategy,
+        plan: &GaussianPlan,
+        options: &RingOptions,
+    ) -> Result<GpuSlot> {
+        let frame = plan.format().frame_bytes();
+        let queue = Queue::with_fence_kind(device, options.fence)?;
+        let placement =
+            if strategy == Strategy::ZeroCopy { TablePlacement::Host } else { TablePlacement::Device };
+        let table = plan.upload_table(&queue, placement)?;
+        let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
+        let rest = match strategy {
+            Strategy::Copy | Strategy::PinnedAsync => GpuMemory::Copied {
+                host_in: HostBuf::pinned(device, frame, unmapped)?,
+                host_out: HostBuf::pinned(device, frame, unmapped)?,
+                device_in: DeviceBuf::new(device, frame)?,
+                device_out: DeviceBuf::new(device, frame)?,
+            },
+            Strategy::ZeroCopy | Strategy::Hybrid => GpuMemory::Mapped {
+                input: HostBuf::pinned(device, frame, PinOptions::default())?,
+                output: HostBuf::pinned(device, frame, PinOptions::default())?,
+            },
+            Strategy::Managed => GpuMemory::Managed {
+                input: ManagedBuf::new(device, frame)?,
+                output: ManagedBuf::new(device, frame)?,
+            },
+            Strategy::Cpu | Strategy::Auto => unreachable!("GPU slots are made for GPU strategies"),
+        };
+        let gpu = device.as_cuda().expect("GPU strategies run on a CUDA device");
+        let timing = match options.timing {
+            true => Some((Event::new(gpu, true)?, Event::new(gpu, true)?)),
+            false => None,
+        };
+        Ok(GpuSlot { queue, table, rest: Some(rest), flight: None, failure: None, lost_at: None, timing })
+    }
+
     fn lost(&self) -> Error {
         let at = self.lost_at.map_or(String::new(), |index| format!(" (frame {index})"));
         Error::invalid(
@@ -623,48 +664,63 @@ impl GpuSlot {
     }
 
     /// Lends the slot's memory to the GPU and queues the frame's work on the slot's queue.
+    ///
+    /// When queueing fails part-way, the work queued before the failure is waited for and the
+    /// slot keeps its memory: only this frame fails, and the ring goes on. Only a failed wait
+    /// (the GPU's context lost) loses the memory, and with it the slot.
     fn queue_frame(&mut self, plan: &GaussianPlan, index: u64) {
         let memory = self.rest.take().expect("an input slot holds its memory");
-        match self.queue_work(memory, plan) {
-            Ok(flight) => self.flight = Some(flight),
+        let (flight, queued) = self.queue_work(memory, plan);
+        match queued {
+            Ok(()) => self.flight = Some(flight),
             Err(error) => {
-                // The leases made so far waited for their work on drop; their buffers are gone.
+                match flight.reclaim() {
+                    Ok(memory) => self.rest = Some(memory),
+                    Err(wait) => {
+                        tracing::error!("after frame {index} failed, its earlier work failed too: {wait}");
+                        self.lost_at = Some(index);
+                    }
+                }
                 self.failure = Some(error);
-                self.lost_at = Some(index);
             }
         }
     }
 
-    fn queue_work(&self, memory: GpuMemory, plan: &GaussianPlan) -> Result<Flight> {
+    /// The frame's leases, and whether all its work was queued.
+    fn queue_work(&self, memory: GpuMemory, plan: &GaussianPlan) -> (Flight, Result<()>) {
         let queue = &self.queue;
-        Ok(match memory {
+        match memory {
             GpuMemory::Copied { host_in, host_out, device_in, device_out } => {
                 let host_in = queue.share(host_in);
                 let mut device_in = queue.lend(device_in);
                 let mut device_out = queue.lend(device_out);
                 let mut host_out = queue.lend(host_out);
-                queue.copy(&host_in, &mut device_in)?;
-                self.timed(|| self.filter(plan, &device_in, &mut device_out))?;
-                queue.copy(&device_out, &mut host_out)?;
-                Flight::Copied { host_in, device_in, device_out, host_out }
+                let queued = (|| {
+                    queue.copy(&host_in, &mut device_in)?;
+                    self.timed(|| self.filter(plan, &device_in, &mut device_out))?;
+                    queue.copy(&device_out, &mut host_out)
+                })();
+                (Flight::Copied { host_in, device_in, device_out, host_out }, queued)
             }
             GpuMemory::Mapped { input, output } => {
                 let input = queue.share(input);
                 let mut output = queue.lend(output);
-                self.timed(|| self.filter(plan, &input, &mut output))?;
-                Flight::Mapped { input, output }
+                let queued = self.timed(|| self.filter(plan, &input, &mut output));
+                (Flight::Mapped { input, output }, queued)
             }
             GpuMemory::Managed { input, output } => {
                 let ordinal = queue.cuda_device().map_or(0, |gpu| gpu.ordinal());
                 let mut input = queue.lend(input);
                 let mut output = queue.lend(output);
-                input.prefetch(MemLocation::Device(ordinal))?;
-                output.prefetch(MemLocation::Device(ordinal))?;
-                self.timed(|| self.filter(plan, &input, &mut output))?;
-                output.prefetch(MemLocation::Host)?;
-                Flight::Managed { input, output }
+                let queued = (|| {
+                    input.prefetch(MemLocation::Device(ordinal))?;
+                    output.prefetch(MemLocation::Device(ordinal))?;
+                    self.timed(|| self.filter(plan, &input, &mut output))?;
+                    output.prefetch(MemLocation::Host)
+                })();
+                (Flight::Managed { input, output }, queued)
             }
-        })
+        }
     }
 
     /// Runs `launch` between the slot's timing events, when it has them.
@@ -750,7 +806,9 @@ impl InputSlot<'_> {
         let mut guard = self.guard.take().expect("an input slot holds its slot until submitted");
         match (&mut *guard, &self.ring.work) {
             (Slot::Cpu { input, output, failure }, Work::Cpu(stage)) => {
-                *failure = stage(input, output).err();
+                *failure = crate::faults::fail(crate::faults::FaultPoint::Launch)
+                    .and_then(|()| stage(input, output))
+                    .err();
             }
             (Slot::Gpu(gpu), Work::Gpu(plan)) => gpu.queue_frame(plan, self.index),
             _ => unreachable!("a ring's slots match its work"),

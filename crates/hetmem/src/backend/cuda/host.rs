@@ -119,6 +119,7 @@ impl PinnedAlloc {
         if bytes == 0 {
             return Err(Error::invalid("pinned allocation size", "0 bytes: allocate at least 1 byte"));
         }
+        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
         device.bind()?;
         // SAFETY: the context is bound and the size non-zero; the pointer is freed once, in Drop.
         let ptr = unsafe { result::malloc_host(bytes, flags.bits()) }.call("cuMemHostAlloc")? as *mut u8;
@@ -216,6 +217,7 @@ impl Registration {
                 ),
             ));
         }
+        crate::faults::fail(crate::faults::FaultPoint::Registration)?;
         device.bind()?;
         let mut registration = Registration {
             ptr,

@@ -65,6 +65,7 @@ impl ManagedAlloc {
         if bytes == 0 {
             return Err(Error::invalid("managed allocation size", "0 bytes: allocate at least 1 byte"));
         }
+        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
         device.bind()?;
         let mut ptr = 0;
         // SAFETY: the context is bound; the call writes one address, freed once in Drop.

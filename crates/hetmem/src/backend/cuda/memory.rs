@@ -38,6 +38,7 @@ impl DeviceAlloc {
         if bytes == 0 {
             return Err(Error::invalid("device allocation size", "0 bytes: allocate at least 1 byte"));
         }
+        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
         device.bind()?;
         // SAFETY: the context is bound and `bytes` is non-zero; the pointer is freed once, in Drop.
         let ptr = unsafe { result::malloc_sync(bytes) }.call("cuMemAlloc")?;
@@ -122,7 +123,9 @@ impl DeviceAlloc {
         Ok(stream.synchronize()?)
     }
 
+    /// Checks a copy of `len` bytes: it fits, and no fault is injected into it.
     fn check_fits(&self, len: usize) -> Result<()> {
+        crate::faults::fail(crate::faults::FaultPoint::Copy)?;
         if len > self.bytes {
             return Err(Error::invalid(
                 "copy length",

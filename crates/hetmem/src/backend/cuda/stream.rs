@@ -79,10 +79,12 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> Result<(), CudaError> {
+    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> crate::Result<()> {
+        crate::faults::fail(crate::faults::FaultPoint::Copy)?;
         self.ctx.bind()?;
         // SAFETY: the caller guarantees the ranges and their lifetime.
-        unsafe { sys::cuMemcpyAsync(dst, src, bytes, self.raw) }.call("cuMemcpyAsync")
+        unsafe { sys::cuMemcpyAsync(dst, src, bytes, self.raw) }.call("cuMemcpyAsync")?;
+        Ok(())
     }
 
     /// Queues a 32-bit store of `value` to `address` once all earlier work has finished, with a

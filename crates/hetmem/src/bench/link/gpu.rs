@@ -366,7 +366,7 @@ impl Rig {
                 |_| {
                     // SAFETY: `bytes` of pinned `src` into `dev_in`, both at least `largest` long and
                     // alive until `timed` synchronises the stream; the CPU does not touch them meanwhile.
-                    Ok(unsafe { self.stream.copy_async(dev_in, src_host, bytes) }?)
+                    unsafe { self.stream.copy_async(dev_in, src_host, bytes) }
                 },
             )?,
             Path::PinnedAsyncD2h => self.timed(
@@ -375,7 +375,7 @@ impl Rig {
                 || Ok(()),
                 |_| {
                     // SAFETY: as above, `dev_out` into pinned `dst`.
-                    Ok(unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }?)
+                    unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }
                 },
             )?,
             Path::PinnedAsyncBoth => self.both_ways(bytes, runs, (dev_in, src_host), (dst_host, dev_out))?,

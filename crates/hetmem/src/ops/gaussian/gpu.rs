@@ -293,6 +293,7 @@ where
         ));
     }
     let Some(device) = queue.cuda_device() else {
+        crate::faults::fail(crate::faults::FaultPoint::Launch)?;
         return input
             .cpu_read(|src| output.cpu_write(|dst| gaussian_cpu(&plan.format, &plan.kernel, src, dst)))??;
     };

@@ -276,6 +276,7 @@ impl GaussianOverlap {
                     // the life of `self`.
                     unsafe { upload.write_value32(ready_in(s), seq) }?;
                 }
+                crate::faults::fail(crate::faults::FaultPoint::Launch)?;
                 // SAFETY: gaussian_u8_overlap(src, dst, table, plane_count, radius, border,
                 // sync, segments, segment_bytes, frame_bytes, seq, download) matches `words` in
                 // order and type (32-bit parameters read the low half of their little-endian
