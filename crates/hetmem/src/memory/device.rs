@@ -2,8 +2,10 @@
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use super::Element;
+use super::in_flight::{InFlight, Waiter};
 use super::page::{PageBox, byte_len};
 use super::{Buffer, Region, Sealed, WritableBuffer};
 use crate::backend::Device;
@@ -11,7 +13,13 @@ use crate::backend::cuda::{CudaDevice, DeviceAlloc};
 use crate::error::{Error, Result};
 
 enum DeviceStorage {
-    Cuda { alloc: DeviceAlloc, device: CudaDevice },
+    /// The buffer's own copies run on the device's utility stream and wait for themselves; one
+    /// whose wait failed may still be queued there, so the allocation is freed only once that
+    /// stream is idle (and leaked if it cannot be waited for).
+    Cuda {
+        alloc: InFlight<DeviceAlloc>,
+        device: CudaDevice,
+    },
     Plain(PageBox<u8>),
 }
 
@@ -33,8 +41,9 @@ impl<T: Element> DeviceBuf<T> {
         let storage = match device {
             Device::Cpu(_) => DeviceStorage::Plain(PageBox::zeroed(bytes)?),
             Device::Cuda(cuda) => {
-                let mut alloc = DeviceAlloc::new(cuda, bytes)?;
                 let stream = cuda.utility_stream()?;
+                let mut alloc =
+                    InFlight::new(DeviceAlloc::new(cuda, bytes)?, [Waiter::Stream(Arc::clone(&stream))]);
                 alloc.zero(&stream)?;
                 DeviceStorage::Cuda { alloc, device: cuda.clone() }
             }

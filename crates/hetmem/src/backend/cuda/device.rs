@@ -269,6 +269,24 @@ impl CudaDevice {
         }
     }
 
+    /// Waits for the work on the legacy default stream, where the driver's synchronous copies
+    /// run ([`crate::backend::cuda::DeviceAlloc::upload_sync`]): one from pageable memory
+    /// returns once its source is staged, before its last chunk has reached the device.
+    ///
+    /// hetmem's own streams are non-blocking, which the legacy stream does not wait for, so
+    /// by CUDA's stream semantics this does not wait for a resident kernel (not probed on the
+    /// H200 machine, unlike [`CudaDevice::synchronize`], which does).
+    ///
+    /// # Errors
+    /// A failed copy on the default stream.
+    pub(crate) fn synchronize_default_stream(&self) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: the null handle names the bound context's legacy default stream (cudarc calls
+        // the entry points without per-thread default streams), which exists for the life of
+        // the context and is never destroyed.
+        unsafe { result::stream::synchronize(std::ptr::null_mut()) }.call("cuStreamSynchronize")
+    }
+
     /// A stream shared by the device's synchronous conveniences (whole-buffer copies).
     ///
     /// # Errors

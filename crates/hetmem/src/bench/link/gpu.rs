@@ -4,8 +4,15 @@
 //! Buffers are made once at the largest size; each cell uses a prefix. Outputs are poisoned
 //! before each cell, so a check can only pass if the cell's own work wrote them. Each read
 //! repetition folds its bytes into its own checksum slot, so every repetition is checked.
+//!
+//! The cells queue copies and kernels on raw streams by address, outside the hand-off's
+//! leases, and any of their `?`s may return while that work is queued. So every piece of
+//! memory the work touches is held in an [`InFlight`] naming the rig's streams (the buffers,
+//! the checksum slots) from before the first work is queued on it: whatever path drops it
+//! waits for the streams first, or leaks it. The waits happen at drop, outside timed regions.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
@@ -20,7 +27,8 @@ use crate::error::{Error, Result};
 use crate::handoff::Queue;
 use crate::kernels::{self, BENCH};
 use crate::memory::{
-    HostBuf, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions, Sealed,
+    HostBuf, InFlight, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions, Sealed,
+    Waiter,
 };
 
 /// Checksum slots: one per repetition of a cell.
@@ -39,8 +47,11 @@ pub(super) struct Measured {
 
 /// Streams, events, kernels and the checksum slots.
 struct Rig {
-    stream: Stream,
-    second: Stream,
+    /// The cells' stream. Shared by `Arc` with the [`InFlight`]s holding the memory its work
+    /// uses, so it outlives their waits whatever order the fields drop in.
+    stream: Arc<Stream>,
+    /// The downloads of [`Path::PinnedAsyncBoth`].
+    second: Arc<Stream>,
     start: Event,
     end: Event,
     second_end: Event,
@@ -52,7 +63,8 @@ struct Rig {
     blocks: u32,
     ordinal: usize,
     device: CudaDevice,
-    slots: DeviceAlloc,
+    /// One word per repetition, that the read kernels fold their checksums into.
+    slots: InFlight<DeviceAlloc>,
 }
 
 /// Every buffer the cells use, each at the largest size.
@@ -81,6 +93,7 @@ struct Buffers {
 pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions) -> Result<Measured> {
     let mut rig = Rig::new(cuda)?;
     let largest = options.sizes.iter().copied().max().expect("validated: at least one size");
+    // Every `?` below may leave work queued on the rig's streams: dropping `buffers` waits for it.
     let mut buffers = Buffers::new(device, &rig, largest)?;
     let mut bandwidth = Vec::new();
     for &bytes in &options.sizes {
@@ -120,6 +133,7 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
             latency.push(LatencyCell { path, bytes, us: Some(us), note });
         }
     }
+    // Waits for the rig's streams (idle by now) before freeing: outside every timed region.
     drop(buffers);
     let completion = if options.latency_sizes.is_empty() || !options.completion {
         None
@@ -150,7 +164,8 @@ fn in_cell(error: Error, name: &str, bytes: usize) -> Error {
 }
 
 impl Buffers {
-    fn new(device: &Device, rig: &Rig, largest: usize) -> Result<Buffers> {
+    /// Every buffer, held for the rig's streams before any work is queued on it.
+    fn new(device: &Device, rig: &Rig, largest: usize) -> Result<InFlight<Buffers>> {
         let cuda = device.as_cuda().expect("GPU cells run on a GPU");
         let words = largest / 4;
         let pinned = PinOptions { mapped: true, method: PinMethod::HostAlloc, ..PinOptions::default() };
@@ -163,23 +178,36 @@ impl Buffers {
         let dev_in = DeviceAlloc::new(cuda, largest)?;
         let dev_out = DeviceAlloc::new(cuda, largest)?;
         let dev_seed = fresh_seed() as u32;
-        // SAFETY: bench_write_u4(uint4* dst, u64 n16, u32 seed); dev_out holds `largest` bytes,
-        // n16 * 16 of them, and lives until the stream is synchronised below.
-        unsafe {
-            rig.launch(
-                &rig.write,
-                words / 4,
-                &mut [dev_out.device_ptr(), (words / 4) as u64, dev_seed.into()],
-            )
-        }?;
-        rig.stream.synchronize()?;
         let mut registered =
             HostBuf::register(device, PageBox::<u32>::zeroed(words)?, RegisterOptions::default())?;
         fill_random(registered.as_mut_slice(), fresh_seed());
         let file = random_file(device, words)?;
         let mut managed = ManagedBuf::<u32>::new(device, words)?;
         fill_random(managed.as_mut_slice(), fresh_seed());
-        Ok(Buffers { src, dst, pageable, pageable_out, dev_in, dev_out, dev_seed, registered, file, managed })
+        let buffers = rig.hold(Buffers {
+            src,
+            dst,
+            pageable,
+            pageable_out,
+            dev_in,
+            dev_out,
+            dev_seed,
+            registered,
+            file,
+            managed,
+        });
+        // SAFETY: bench_write_u4(uint4* dst, u64 n16, u32 seed); dev_out holds `largest` bytes,
+        // n16 * 16 of them, and is held in `buffers`, which waits for the stream before freeing
+        // it (also if the synchronisation below fails).
+        unsafe {
+            rig.launch(
+                &rig.write,
+                words / 4,
+                &mut [buffers.dev_out.device_ptr(), (words / 4) as u64, dev_seed.into()],
+            )
+        }?;
+        rig.stream.synchronize()?;
+        Ok(buffers)
     }
 }
 
@@ -203,14 +231,25 @@ fn random_file(device: &Device, words: usize) -> Result<MappedFile<u32>> {
     Ok(file)
 }
 
+/// Everything the rig's work is queued on: its two streams, and the legacy default stream of
+/// the driver's synchronous copies (a pageable upload may still be writing when it returns).
+fn waiters(stream: &Arc<Stream>, second: &Arc<Stream>, cuda: &CudaDevice) -> [Waiter; 3] {
+    [
+        Waiter::Stream(Arc::clone(stream)),
+        Waiter::Stream(Arc::clone(second)),
+        Waiter::DefaultStream(cuda.clone()),
+    ]
+}
+
 impl Rig {
     fn new(cuda: &CudaDevice) -> Result<Rig> {
         let kernel = |entry| kernels::kernel(cuda, &BENCH, entry);
-        let mut slots = DeviceAlloc::new(cuda, SLOTS * 4)?;
-        let stream = Stream::new(cuda)?;
+        let stream = Arc::new(Stream::new(cuda)?);
+        let second = Arc::new(Stream::new(cuda)?);
+        let mut slots = InFlight::new(DeviceAlloc::new(cuda, SLOTS * 4)?, waiters(&stream, &second, cuda));
         slots.zero(&stream)?;
         Ok(Rig {
-            second: Stream::new(cuda)?,
+            second,
             start: Event::new(cuda, true)?,
             end: Event::new(cuda, true)?,
             second_end: Event::new(cuda, true)?,
@@ -226,13 +265,20 @@ impl Rig {
         })
     }
 
+    /// `value`, freed only once the work queued on the rig's streams (and the driver's
+    /// synchronous copies) has finished: how the rig holds memory its work uses.
+    fn hold<T>(&self, value: T) -> InFlight<T> {
+        InFlight::new(value, waiters(&self.stream, &self.second, &self.device))
+    }
+
     /// Queues `kernel` on the first stream over `items` work items, with one 64-bit word per
     /// parameter (pointers, counts, and 32-bit values in the low half).
     ///
     /// # Safety
     /// `words` must match the kernel's parameters in number and order; every address in it must
-    /// be device-accessible memory, large enough for `items`, that stays valid and is not
-    /// accessed by the CPU until the stream is synchronised.
+    /// be device-accessible memory, large enough for `items`, held by [`Rig::hold`] (so that no
+    /// path frees it before the stream is idle), and not accessed by the CPU until the stream
+    /// is synchronised.
     unsafe fn launch(&self, kernel: &Kernel, items: usize, words: &mut [u64]) -> Result<()> {
         let config = LaunchConfig::linear(items, BLOCK, self.blocks);
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
@@ -268,9 +314,10 @@ impl Rig {
         let out = self.slots.device_ptr() + 4 * slot as u64;
         let (kernel, items) = if strided { (&self.strided, bytes / 4) } else { (&self.read, bytes / 16) };
         // SAFETY: bench_read_u4(const uint4*, u64 n16, u32* out) and bench_read_strided(const
-        // u32*, u64 n32, u32* out) read `bytes` at `from` (a live, mapped or device range of
-        // at least that size, per the callers) and XOR into one slot inside `slots`; callers
-        // synchronise the stream before touching either.
+        // u32*, u64 n32, u32* out) read `bytes` at `from` (a mapped or device range of at least
+        // that size in the held buffers, per the callers) and XOR into one slot inside `slots`;
+        // both are held until the stream is idle, and callers synchronise it before touching
+        // either.
         unsafe { self.launch(kernel, items, &mut [from, items as u64, out]) }
     }
 
@@ -316,13 +363,16 @@ impl Rig {
         Ok(Summary::of(&rates).expect("at least one repeat"))
     }
 
+    /// One bandwidth cell. The buffers come held by [`Rig::hold`]: the work queued on them
+    /// before any early return is waited for when they drop.
     fn bandwidth(
         &mut self,
-        b: &mut Buffers,
+        held: &mut InFlight<Buffers>,
         path: Path,
         bytes: usize,
         options: &LinkOptions,
     ) -> Result<(Summary, &'static str)> {
+        let b: &mut Buffers = held;
         let words = bytes / 4;
         let runs = (options.warm_up, options.repeats_at(bytes));
         let count = runs.0 + runs.1;
@@ -365,7 +415,8 @@ impl Rig {
                 || Ok(()),
                 |_| {
                     // SAFETY: `bytes` of pinned `src` into `dev_in`, both at least `largest` long and
-                    // alive until `timed` synchronises the stream; the CPU does not touch them meanwhile.
+                    // held until the stream is idle; the CPU does not touch them before `timed`
+                    // synchronises it.
                     unsafe { self.stream.copy_async(dev_in, src_host, bytes) }
                 },
             )?,
@@ -415,8 +466,8 @@ impl Rig {
                     || Ok(()),
                     |_| {
                         // SAFETY: bench_write_u4(uint4*, u64 n16, u32 seed) writes n16 * 16 = `bytes`
-                        // of mapped `dst`, alive until `timed` synchronises the stream; the CPU does
-                        // not touch it meanwhile.
+                        // of mapped `dst`, held until the stream is idle; the CPU does not touch it
+                        // before `timed` synchronises it.
                         unsafe { self.launch(&self.write, n16, &mut [dst_mapped, n16 as u64, seed.into()]) }
                     },
                 )?;
@@ -433,7 +484,8 @@ impl Rig {
                     |_| {
                         // SAFETY: bench_copy_u4(const uint4*, uint4*, u64 n16, u32 key) reads `bytes`
                         // of mapped `src` and writes `bytes` of mapped `dst` (separate buffers), both
-                        // alive until `timed` synchronises the stream.
+                        // held until the stream is idle and untouched by the CPU before `timed`
+                        // synchronises it.
                         unsafe {
                             self.launch(
                                 &self.copy,
@@ -506,8 +558,9 @@ impl Rig {
             self.start.record(&self.stream)?;
             self.second.wait_event(&self.start)?;
             // SAFETY: `bytes` of pinned `src` into `dev_in` and of `dev_out` into pinned `dst`:
-            // four distinct buffers at least `bytes` long, alive until both streams are
-            // synchronised below; the CPU does not touch them meanwhile.
+            // four distinct buffers at least `bytes` long, held (by the caller's `Buffers`) until
+            // both streams are idle; the CPU does not touch them before both are synchronised
+            // below.
             unsafe {
                 self.stream.copy_async(upload.0, upload.1, bytes)?;
                 self.second.copy_async(download.0, download.1, bytes)?;
@@ -528,11 +581,12 @@ impl Rig {
     /// Microseconds per small transfer by `path`, `samples` times after as many warm-ups.
     fn latency(
         &mut self,
-        b: &mut Buffers,
+        held: &mut InFlight<Buffers>,
         path: LatencyPath,
         bytes: usize,
         samples: usize,
     ) -> Result<Summary> {
+        let b: &mut Buffers = held;
         let words = bytes.div_ceil(4);
         // The kernels read whole 16-byte vectors; the buffers are at least 4 KiB long.
         let read_bytes = bytes.div_ceil(16) * 16;
@@ -550,8 +604,9 @@ impl Rig {
                     b.dev_out.download_sync(bytemuck::cast_slice_mut(&mut b.dst.as_mut_slice()[..words]))?;
                 }
                 LatencyPath::PinnedAsyncH2d => {
-                    // SAFETY: `bytes` of pinned `src` into `dev_in`, synchronised before the
-                    // next statement; neither is touched by the CPU meanwhile.
+                    // SAFETY: `bytes` of pinned `src` into `dev_in`, both held until the stream is
+                    // idle and synchronised before the next statement; neither is touched by the
+                    // CPU meanwhile.
                     unsafe {
                         self.stream.copy_async(b.dev_in.device_ptr(), b.src.as_slice().as_ptr() as u64, bytes)
                     }?;

@@ -14,6 +14,8 @@
 //! each, 1 to 16); the environment variable [`SEGMENTS_ENV`] overrides it, `1` giving the
 //! plain copy, blur, copy sequence for comparison.
 
+use std::mem::ManuallyDrop;
+
 use super::GaussianPlan;
 use super::cpu::check;
 use crate::backend::Device;
@@ -37,10 +39,13 @@ const MAX_SEGMENTS: usize = 64;
 /// and the words the copies and the kernel signal through.
 pub struct GaussianOverlap {
     /// ready_in, ready_out and done, one word per segment each; lent to the queue for good.
-    /// First field, so it drops (waiting for the last frame) before the streams.
-    sync: Lent<DeviceBuf<u32>>,
-    /// The overlap tiling's table.
-    table: Shared<DeviceBuf<u32>>,
+    /// Dropped first (waiting for the last frame), or leaked (see `abandoned`).
+    sync: ManuallyDrop<Lent<DeviceBuf<u32>>>,
+    /// The overlap tiling's table; dropped or leaked with `sync`.
+    table: ManuallyDrop<Shared<DeviceBuf<u32>>>,
+    /// A failed frame's copy streams or kernel could not be waited for, and the leases' fences
+    /// do not cover that frame: its work may still use `sync` and `table`, so they are leaked.
+    abandoned: bool,
     upload: Stream,
     download: Stream,
     start: Event,
@@ -126,14 +131,19 @@ impl GaussianOverlap {
         let segments = frame.div_ceil(segment_bytes);
         let mut sync = DeviceBuf::<u32>::new(device, 3 * segments)?;
         sync.copy_from_slice(&vec![0; 3 * segments])?;
+        // Everything that can fail first: once in ManuallyDrop, the leases drop only with `self`.
+        let (upload, download) = (Stream::new(gpu)?, Stream::new(gpu)?);
+        let (start, uploaded, downloaded) =
+            (Event::new(gpu, false)?, Event::new(gpu, false)?, Event::new(gpu, false)?);
         Ok(GaussianOverlap {
-            sync: queue.lend(sync),
-            table: queue.share(table),
-            upload: Stream::new(gpu)?,
-            download: Stream::new(gpu)?,
-            start: Event::new(gpu, false)?,
-            uploaded: Event::new(gpu, false)?,
-            downloaded: Event::new(gpu, false)?,
+            sync: ManuallyDrop::new(queue.lend(sync)),
+            table: ManuallyDrop::new(queue.share(table)),
+            abandoned: false,
+            upload,
+            download,
+            start,
+            uploaded,
+            downloaded,
             plan,
             segments,
             segment_bytes,
@@ -228,8 +238,8 @@ impl GaussianOverlap {
         let device = queue.cuda_device().ok_or_else(|| Error::invalid("overlapped blur", "a CPU queue"))?;
         let kernel = plan.entry_point(device, "gaussian_u8_overlap")?;
         let config = plan.launch_config();
-        let table_at = device_address(queue, &self.table, "table")?;
-        let sync = device_address(queue, &self.sync, "signal words")?;
+        let table_at = device_address(queue, &*self.table, "table")?;
+        let sync = device_address(queue, &*self.sync, "signal words")?;
         self.seq = self.seq.checked_add(1).unwrap_or(1);
         let (seq, segments, segment_bytes) = (self.seq, self.segments, self.segment_bytes);
         let ready_in = |s: usize| sync + 4 * s as u64;
@@ -306,19 +316,40 @@ impl GaussianOverlap {
             Ok(())
         });
         if let Err(error) = joined {
-            // The streams could not be joined: wait for them here instead, so no lease is
-            // given back while a copy or the kernel may still use its buffer.
+            // The streams could not be joined, and no lease recorded a fence after this frame:
+            // wait for them here instead, so no lease is given back while a copy or the kernel
+            // may still use its buffer. Should a wait fail, the frame's work may still use the
+            // signal words and the table, which are then leaked with `self`.
             for stream in [upload, download] {
                 if let Err(sync_error) = stream.synchronize() {
                     tracing::error!("waiting for a copy stream after a failed frame: {sync_error}");
+                    self.abandoned = true;
                 }
             }
             if let Err(sync_error) = queue.synchronize() {
                 tracing::error!("waiting for the queue after a failed frame: {sync_error}");
+                self.abandoned = true;
             }
             return Err(error);
         }
         failure.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for GaussianOverlap {
+    fn drop(&mut self) {
+        if self.abandoned {
+            tracing::error!(
+                "an overlapped blur's failed frame could not be waited for: leaking its signal words and table"
+            );
+            return;
+        }
+        // SAFETY: drop runs once, and neither field is used afterwards. Each lease waits for
+        // its fence, which every joined frame recorded after its copy streams' work.
+        unsafe {
+            ManuallyDrop::drop(&mut self.sync);
+            ManuallyDrop::drop(&mut self.table);
+        }
     }
 }
 
