@@ -1,15 +1,15 @@
 //! The doorbell: replies bit-exact with the CPU reference on random data, a bounded queue, the
-//! watchdog on a request that never finishes, clean shutdown. On the GPU each check runs in a
-//! child process: while the persistent kernel runs, another test's device-synchronising call
-//! (freeing memory) would wait for it.
+//! watchdog on a request that never finishes, clean shutdown, and the resident-kernel rules.
+//! On the GPU each check runs in a child process: while the persistent kernel runs, hetmem
+//! refuses module loads and device synchronisation, which would fail tests running beside it.
 
 use std::time::{Duration, Instant};
 
 use hetmem::handoff::doorbell::{DoorbellOptions, MAX_SAMPLES, MAX_TAPS};
 use hetmem::handoff::{Doorbell, Request};
-use hetmem::{Device, Error};
+use hetmem::{Device, DeviceBuf, Error, HostBuf, PinOptions, Queue};
 
-use crate::support::{child_role, cpu_device, run_child};
+use crate::support::{POISON, child_role, cpu_device, first_mismatch, random_words, run_child};
 
 /// `len` random samples in [-1, 1) from a fresh seed, printed for replay.
 fn random_samples(rng: &mut fastrand::Rng, len: usize) -> Vec<f32> {
@@ -196,4 +196,70 @@ fn threads_share_a_doorbell(device: &Device) {
 #[test]
 fn doorbell_is_shared_by_threads() {
     on_both("doorbell_is_shared_by_threads", "threads", threads_share_a_doorbell);
+}
+
+/// While a doorbell runs, a free that would wait for it is deferred (the call returns, the
+/// memory stays allocated until shutdown), a first kernel load and a device synchronisation
+/// fail at once naming the cause, and other GPU work goes on. Before hetmem enforced this,
+/// the drop below hung until the doorbell stopped, and a load or synchronisation for ever.
+fn resident_kernel_rules(device: &Device) {
+    let Some(gpu) = device.as_cuda() else { return };
+    // A hang is the failure this test looks for: end the child instead of waiting for ever.
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(60));
+        eprintln!("resident_kernel_rules: still running after 60 s: a call waited for the doorbell");
+        std::process::exit(3);
+    });
+    hetmem::kernels::kernel(gpu, &hetmem::kernels::AFFINE, "affine_u32").unwrap();
+    let big = DeviceBuf::<u8>::new(device, 512 << 20).unwrap();
+    let bell = Doorbell::start(device, 4).unwrap();
+    let free_before = gpu.memory_info().unwrap().0;
+    drop(big);
+    let free_deferred = gpu.memory_info().unwrap().0;
+    assert!(
+        free_deferred < free_before + (256 << 20),
+        "the free ran while the doorbell ran: {free_before} -> {free_deferred} bytes free"
+    );
+    match hetmem::kernels::kernel(gpu, &hetmem::kernels::BENCH, "bench_read_u4") {
+        Err(Error::ResidentKernelRunning { call: "cuModuleLoadData", running: 1 }) => {}
+        other => panic!("a first kernel load should be refused while the doorbell runs, got {other:?}"),
+    }
+    let refused = gpu.synchronize().unwrap_err().to_string();
+    assert!(refused.contains("cuCtxSynchronize") && refused.contains("shut it down"), "{refused}");
+    // Allocating, pinning, launching and copying on another queue go on meanwhile.
+    let queue = Queue::new(device).unwrap();
+    let data = random_words(1 << 20);
+    let mut input = HostBuf::<u32>::pinned(device, data.len(), PinOptions::default()).unwrap();
+    input.as_mut_slice().copy_from_slice(&data);
+    let mut output = HostBuf::<u32>::pinned(device, data.len(), PinOptions::default()).unwrap();
+    output.as_mut_slice().fill(POISON);
+    let (input, mut output) = (queue.share(input), queue.lend(output));
+    hetmem::ops::affine_u32(&queue, &input, &mut output, 7, 3).unwrap();
+    let output = output.reclaim().unwrap();
+    let mut want = vec![0; data.len()];
+    hetmem::ops::affine_u32_cpu(&data, &mut want, 7, 3);
+    assert_eq!(first_mismatch(output.as_slice(), &want), None);
+    drop((input, output));
+    let samples: Vec<f32> = (0..256).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let request = Request::Gain { gain: 1.5, samples: &samples };
+    assert_eq!(bits(&bell.call(request).unwrap()), bits(&request.reference()));
+    bell.shutdown().unwrap();
+    // The deferred frees ran at shutdown.
+    let free_after = gpu.memory_info().unwrap().0;
+    assert!(
+        free_after >= free_deferred + (384 << 20),
+        "the deferred free did not run at shutdown: {free_deferred} -> {free_after} bytes free"
+    );
+    gpu.synchronize().unwrap();
+    hetmem::kernels::kernel(gpu, &hetmem::kernels::BENCH, "bench_read_u4").unwrap();
+    println!("resident kernel rules: free deferred, load and synchronise refused, other work went on");
+}
+
+#[test]
+fn a_running_doorbell_defers_frees_and_refuses_calls_that_would_wait_for_it() {
+    on_both(
+        "a_running_doorbell_defers_frees_and_refuses_calls_that_would_wait_for_it",
+        "resident",
+        resident_kernel_rules,
+    );
 }

@@ -7,10 +7,11 @@
 //! signal alone, without launch overhead.
 
 use std::mem::ManuallyDrop;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Queue;
-use crate::backend::cuda::{HostAllocFlags, LaunchConfig, PinnedAlloc};
+use crate::backend::cuda::{HostAllocFlags, LaunchConfig, PinnedAlloc, ResidentKernel};
 use crate::error::{Error, Result};
 use crate::handoff::KernelArgs;
 use crate::kernels::{self, SIGNAL};
@@ -22,14 +23,16 @@ const DONE: usize = 32;
 
 /// A page of mapped memory and the one-thread kernel that waits on it. CUDA backend only.
 ///
-/// While the kernel waits, every driver call that synchronises the device (freeing or
-/// registering memory, for one) waits with it, in any thread of the process; such a call made
-/// before [`Gate::open`] by the thread that would open the gate never returns. Open it from a
-/// thread that makes no such call, and keep gates out of processes doing other GPU work.
+/// Until it is opened the kernel counts as a resident kernel (see the doorbell): hetmem defers
+/// its frees on the GPU and refuses to load kernels or synchronise the device meanwhile. Keep
+/// gates out of processes doing other GPU work.
 #[derive(Debug)]
 pub struct Gate {
     words: ManuallyDrop<PinnedAlloc>,
     queue: Queue,
+    /// Counts the kernel in its context as resident from its launch until it is let go: from
+    /// then on it ends on its own.
+    resident: Mutex<Option<ResidentKernel>>,
 }
 
 impl Gate {
@@ -46,8 +49,11 @@ impl Gate {
             ));
         };
         let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
-        let gate =
-            Gate { words: ManuallyDrop::new(PinnedAlloc::new(device, 4096, flags)?), queue: queue.clone() };
+        let gate = Gate {
+            words: ManuallyDrop::new(PinnedAlloc::new(device, 4096, flags)?),
+            queue: queue.clone(),
+            resident: Mutex::new(None),
+        };
         for index in [STARTED, GO, DONE] {
             gate.word(index).store(0, Ordering::Relaxed);
         }
@@ -71,11 +77,13 @@ impl Gate {
         // first, or waiting for it would wait for ever.
         self.open();
         self.queue.synchronize()?;
+        self.resident().take();
         for index in [STARTED, GO, DONE] {
             self.word(index).store(0, Ordering::Release);
         }
         let device = self.queue.cuda_device().expect("checked in Gate::new");
         let kernel = kernels::kernel(device, &SIGNAL, "wait_for_go")?;
+        *self.resident() = Some(ResidentKernel::enter(device));
         let address = self.words.device_ptr().expect("the page is mapped");
         let config = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_bytes: 0 };
         // SAFETY: wait_for_go(volatile u32* words) takes one pointer; `address` is this gate's
@@ -96,14 +104,20 @@ impl Gate {
         }
     }
 
-    /// Lets the kernel finish.
+    /// Lets the kernel finish. From here on it ends by itself, so it no longer counts as
+    /// resident: a device-wide wait (a free, `cuCtxSynchronize`) waits only for its last steps.
     pub fn open(&self) {
         self.word(GO).store(1, Ordering::Release);
+        self.resident().take();
     }
 
     /// Whether the kernel has written its done word: its end as the CPU first sees it.
     pub fn is_done(&self) -> bool {
         self.word(DONE).load(Ordering::Acquire) != 0
+    }
+
+    fn resident(&self) -> std::sync::MutexGuard<'_, Option<ResidentKernel>> {
+        self.resident.lock().unwrap_or_else(|poison| poison.into_inner())
     }
 }
 

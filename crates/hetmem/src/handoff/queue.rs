@@ -79,8 +79,9 @@ impl QueueCore {
     /// Queues `work` on the stream and records a fence after it on every lease in `leases`.
     ///
     /// Should the fence fail to be made after the work is queued (no events or file
-    /// descriptors left), each lease records a fence on the whole stream instead, and the error
-    /// is returned: a lease never forgets work that uses its buffer.
+    /// descriptors left), or `work` fail after queueing part of itself, each lease records a
+    /// fence on the whole stream instead, and the error is returned: a lease never forgets work
+    /// that uses its buffer.
     pub(crate) fn submit(
         &self,
         leases: &[&LeaseState],
@@ -90,7 +91,13 @@ impl QueueCore {
             return Err(Error::invalid("GPU work", "this queue is on the CPU backend"));
         };
         let _order = self.submit_order.lock().unwrap_or_else(|poison| poison.into_inner());
-        work(stream)?;
+        if let Err(error) = work(stream) {
+            let fence = Fence::stream(Arc::clone(stream));
+            for lease in leases {
+                lease.record_use(fence.clone());
+            }
+            return Err(error);
+        }
         let (fence, failure) = match self.signal() {
             Ok(fence) => (fence, None),
             Err(error) => (Fence::stream(Arc::clone(stream)), Some(error)),

@@ -3,6 +3,7 @@
 
 use std::marker::PhantomData;
 use std::path::Path;
+use std::sync::Arc;
 
 use memmap2::Mmap;
 
@@ -22,9 +23,10 @@ use crate::error::{Error, Result};
 /// while mapped: a truncation makes accesses fault (SIGBUS), a modification changes data the
 /// program already read.
 pub struct MappedFile<T> {
-    // Field order is drop order: unregister before unmapping.
+    /// Holds a second reference to the mapping, so it is unmapped only after the range is
+    /// unregistered (which waits while a resident kernel runs).
     registration: Option<Registration>,
-    map: Mmap,
+    map: Arc<Mmap>,
     len: usize,
     device_ptr: Option<u64>,
     device_ordinal: Option<usize>,
@@ -104,6 +106,8 @@ impl<T: Element> MappedFile<T> {
                 }
             }
         };
+        let map = Arc::new(map);
+        let registration = registration.map(|registration| registration.covering(Arc::clone(&map)));
         Ok(MappedFile {
             device_ptr: registration.as_ref().and_then(Registration::device_ptr),
             registration,

@@ -123,16 +123,15 @@ pub enum HostKind {
     Registered,
 }
 
-/// The owner of a host buffer's memory. Field order is drop order: a registration always
-/// ends before the memory it covers is freed.
+/// The owner of a host buffer's memory.
 pub(crate) enum HostStorage {
     Plain(#[allow(dead_code, reason = "owned only to be freed on drop")] PageBox<u8>),
     Allocated(PinnedAlloc),
-    Registered {
-        registration: Option<Registration>,
-        #[allow(dead_code, reason = "owned only to be freed after the registration ends")]
-        memory: Box<dyn Any + Send + Sync>,
-    },
+    /// Memory of the process, registered: the registration owns the memory it covers
+    /// ([`Registration::covering`]), so the memory is freed only once it is unregistered.
+    Registered(Registration),
+    /// Memory of the process on the CPU backend, where nothing registers it.
+    Unregistered(#[allow(dead_code, reason = "owned only to be freed on drop")] Box<dyn Any + Send + Sync>),
     Pooled(Box<PoolReturn>),
 }
 
@@ -253,26 +252,28 @@ impl<T: Element> HostBuf<T> {
         options: RegisterOptions,
     ) -> Result<HostBuf<T>, RegisterError<M>> {
         let bytes = len * size_of::<T>();
-        let registration = match device {
-            Device::Cpu(_) => None,
+        let storage = match device {
+            Device::Cpu(_) => HostStorage::Unregistered(Box::new(memory)),
             Device::Cuda(cuda) => {
                 let flags = RegisterFlags {
                     portable: options.portable,
                     device_map: options.mapped,
                     read_only: false,
                 };
-                // SAFETY: `memory` owns [ptr, ptr + bytes) and moves into the buffer's storage,
-                // which drops the registration before the memory.
+                // SAFETY: `memory` owns [ptr, ptr + bytes) and moves into the registration
+                // (`covering`), which frees it only after unregistering the range.
                 match unsafe {
                     Registration::register(cuda, ptr.as_ptr().cast(), bytes, flags, options.max_piece_bytes)
                 } {
-                    Ok(registration) => Some(registration),
+                    Ok(registration) => HostStorage::Registered(registration.covering(memory)),
                     Err(error) => return Err(RegisterError { error, memory }),
                 }
             }
         };
-        let device_ptr = registration.as_ref().and_then(Registration::device_ptr);
-        let storage = HostStorage::Registered { registration, memory: Box::new(memory) };
+        let device_ptr = match &storage {
+            HostStorage::Registered(registration) => registration.device_ptr(),
+            _ => None,
+        };
         let mut buf =
             Self::from_parts(storage, ptr, len, device_ptr, device.as_cuda().map(CudaDevice::ordinal));
         buf.kind = if device.as_cuda().is_some() { HostKind::Registered } else { HostKind::Plain };
@@ -377,7 +378,7 @@ impl<T: Element> HostBuf<T> {
     /// How many driver registrations hold the memory (0 unless registered).
     pub fn registration_pieces(&self) -> usize {
         match &self.storage {
-            HostStorage::Registered { registration: Some(registration), .. } => registration.pieces(),
+            HostStorage::Registered(registration) => registration.pieces(),
             _ => 0,
         }
     }
@@ -414,8 +415,8 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
             let (start, map_len) = memory.pages();
             let flags =
                 RegisterFlags { portable: options.portable, device_map: options.mapped, read_only: false };
-            // SAFETY: `memory` owns [start, start + map_len) and is stored beside the
-            // registration, which is dropped first.
+            // SAFETY: `memory` owns [start, start + map_len) and moves into the registration
+            // (`covering`), which frees it only after unregistering the range.
             let registration = unsafe {
                 Registration::register(
                     device,
@@ -425,7 +426,7 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
                     RegisterOptions::default().max_piece_bytes,
                 )
             }?;
-            Ok(HostStorage::Registered { registration: Some(registration), memory: Box::new(memory) })
+            Ok(HostStorage::Registered(registration.covering(memory)))
         }
     }
 }
@@ -433,9 +434,9 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
 /// Whether the storage was pinned with the portable flag (usable from every context).
 fn storage_portable(storage: &HostStorage) -> bool {
     match storage {
-        HostStorage::Plain(_) | HostStorage::Registered { registration: None, .. } => false,
+        HostStorage::Plain(_) | HostStorage::Unregistered(_) => false,
         HostStorage::Allocated(alloc) => alloc.is_portable(),
-        HostStorage::Registered { registration: Some(registration), .. } => registration.is_portable(),
+        HostStorage::Registered(registration) => registration.is_portable(),
         HostStorage::Pooled(block) => storage_portable(block.storage()),
     }
 }
@@ -453,13 +454,13 @@ pub(crate) fn storage_layout(storage: &HostStorage) -> (NonNull<u8>, usize, Opti
             alloc.device_ptr(),
             HostKind::DriverPinned,
         ),
-        HostStorage::Registered { registration: Some(registration), .. } => (
+        HostStorage::Registered(registration) => (
             NonNull::new(registration.host_ptr()).expect("registrations are never null"),
             registration.len_bytes(),
             registration.device_ptr(),
             HostKind::Registered,
         ),
-        HostStorage::Registered { registration: None, .. } => {
+        HostStorage::Unregistered(_) => {
             unreachable!("pin_bytes and the pool always register what they store")
         }
         HostStorage::Pooled(block) => storage_layout(block.storage()),

@@ -40,10 +40,24 @@ pub(crate) struct Context {
 }
 
 /// Resident kernels running in a context, and the releases waiting for them to end.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Resident {
     running: usize,
-    pending: Vec<Release>,
+    /// Each release with what must stay alive until it has run (the memory a registration
+    /// covers: unmapped early, its addresses could be mapped and registered again by then).
+    pending: Vec<(Release, Option<Keep>)>,
+}
+
+/// Something kept alive until a release has run.
+pub(crate) type Keep = Box<dyn std::any::Any + Send + Sync>;
+
+impl std::fmt::Debug for Resident {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resident")
+            .field("running", &self.running)
+            .field("pending", &self.pending.len())
+            .finish()
+    }
 }
 
 /// A handle to give back to the driver, as plain data so it can wait in a queue.
@@ -158,19 +172,27 @@ impl Context {
     /// ended if the call would wait for them; not at all in a lost context. Errors are
     /// recorded instead of panicking.
     pub(crate) fn release(&self, release: Release) {
+        self.release_keeping(release, None);
+    }
+
+    /// Like [`Context::release`], keeping `keep` alive until the release has run (or for ever,
+    /// in a lost context, where it never runs).
+    pub(crate) fn release_keeping(&self, release: Release, keep: Option<Keep>) {
         if self.is_lost() {
             tracing::debug!("{} skipped: the context is lost", release.call());
+            std::mem::forget(keep);
             return;
         }
         if release.waits_for_device() {
             let mut resident = self.resident.lock().unwrap_or_else(|poison| poison.into_inner());
             if resident.running > 0 {
                 tracing::debug!("{} deferred until the resident kernels end", release.call());
-                resident.pending.push(release);
+                resident.pending.push((release, keep));
                 return;
             }
         }
         self.run_release(release);
+        drop(keep);
     }
 
     fn run_release(&self, release: Release) {
@@ -204,11 +226,13 @@ impl Context {
             }
             std::mem::take(&mut resident.pending)
         };
-        for release in pending {
+        for (release, keep) in pending {
             if self.is_lost() {
-                break;
+                std::mem::forget(keep);
+                continue;
             }
             self.run_release(release);
+            drop(keep);
         }
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
-use super::context::{Context, Release};
+use super::context::{Context, Keep, Release};
 use super::{Call, CudaDevice};
 use crate::error::{CudaError, Error, Result};
 
@@ -171,7 +171,6 @@ impl Drop for PinnedAlloc {
 /// A range larger than `max_chunk` is registered in pieces. That is only done where the device
 /// uses host addresses for registered memory, so the pieces stay one contiguous range on the
 /// device as well; elsewhere such a range is refused.
-#[derive(Debug)]
 pub struct Registration {
     ptr: *mut u8,
     bytes: usize,
@@ -179,9 +178,23 @@ pub struct Registration {
     device_ptr: Option<u64>,
     portable: bool,
     ctx: Arc<Context>,
+    /// The owner of the memory the range covers, when given ([`Registration::covering`]):
+    /// freed only after the range is unregistered, also when that waits for resident kernels.
+    covers: Option<Keep>,
 }
 
-// SAFETY: the registration holds addresses only; unregistering binds the context first.
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("bytes", &self.bytes)
+            .field("pieces", &self.chunks.len())
+            .field("mapped", &self.device_ptr.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the registration holds addresses, and an owner that is Send itself; unregistering
+// binds the context first.
 unsafe impl Send for Registration {}
 // SAFETY: shared references expose only the addresses.
 unsafe impl Sync for Registration {}
@@ -226,6 +239,7 @@ impl Registration {
             device_ptr: None,
             portable: flags.portable,
             ctx: Arc::clone(device.context()),
+            covers: None,
         };
         let mut offset = 0;
         while offset < bytes {
@@ -257,6 +271,14 @@ impl Registration {
         Ok(registration)
     }
 
+    /// Takes ownership of `owner`, whose memory the range covers, so that it is freed only
+    /// after the range is unregistered: while a resident kernel runs, unregistering waits, and
+    /// memory unmapped before then could be mapped and registered again meanwhile.
+    pub fn covering(mut self, owner: impl std::any::Any + Send + Sync) -> Registration {
+        self.covers = Some(Box::new(owner));
+        self
+    }
+
     /// The host address of the range.
     pub fn host_ptr(&self) -> *mut u8 {
         self.ptr
@@ -285,9 +307,12 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        for &chunk in &self.chunks {
-            // Each piece was registered by this value and is unregistered once.
-            self.ctx.release(Release::Registration(chunk as usize));
+        // Each piece was registered by this value and is unregistered once; the memory they
+        // cover goes with the last.
+        let last = self.chunks.len().saturating_sub(1);
+        for (index, &chunk) in self.chunks.iter().enumerate() {
+            let keep = if index == last { self.covers.take() } else { None };
+            self.ctx.release_keeping(Release::Registration(chunk as usize), keep);
         }
     }
 }
