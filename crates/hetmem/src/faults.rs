@@ -19,7 +19,7 @@ pub enum FaultPoint {
     Launch,
     /// A copy between buffers (copy engines, or memcpy on the CPU backend).
     Copy,
-    /// Waiting for a fence (reclaiming a lease).
+    /// Waiting for a lease's last work (reclaiming or dropping it).
     FenceWait,
 }
 

@@ -6,6 +6,7 @@
 mod bench_link;
 mod cuda_smoke;
 mod doorbell;
+mod faults;
 mod filter_strategies;
 mod handoff;
 mod kernel_compile;
