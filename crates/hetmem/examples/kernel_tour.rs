@@ -1,0 +1,84 @@
+//! Every kernel entry point of hetmem, once, on small random data, each result checked against
+//! the CPU: the program the GPU bundle runs under compute-sanitizer (memcheck, racecheck,
+//! synccheck, initcheck), where a full test run would take too long.
+//!
+//! - `affine_u32` on mapped memory;
+//! - `gaussian_u8` by every GPU strategy, and `gaussian_u8_overlap` (pinned-async), on an RGB
+//!   frame and a 4:2:0 frame whose sides are not multiples of anything;
+//! - the link benchmark's `bench_read_u4`, `bench_read_strided`, `bench_write_u4` and
+//!   `bench_copy_u4` (each checked by the benchmark itself), the gate's `wait_for_go` and the
+//!   `doorbell`, through a tiny `bench::link::measure`.
+//!
+//! `fault.cu`'s `illegal_store` is left out: it faults on purpose (tests/faults.rs).
+//!
+//! Run with `cargo run -p hetmem --example kernel_tour` (set `HETMEM_BACKEND=cuda` to insist on
+//! the GPU).
+
+use hetmem::bench::link::{self, LinkOptions, Path};
+use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
+use hetmem::{Device, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
+
+mod support;
+
+use support::{XorShift32, check};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let device = Device::open_best()?;
+    println!("device: {} ({} backend)", device.name(), device.backend());
+    let mut rng = XorShift32::from_time();
+
+    // affine_u32 on mapped memory, with an odd length for the tail.
+    let queue = Queue::new(&device)?;
+    let data: Vec<u32> = (0..(1 << 16) + 5).map(|_| rng.next_u32()).collect();
+    let mut input = HostBuf::<u32>::pinned(&device, data.len(), PinOptions::default())?;
+    input.as_mut_slice().copy_from_slice(&data);
+    let mut output = HostBuf::<u32>::pinned(&device, data.len(), PinOptions::default())?;
+    output.as_mut_slice().fill(0xA5A5_A5A5);
+    let (input, mut output) = (queue.share(input), queue.lend(output));
+    ops::affine_u32(&queue, &input, &mut output, 2_654_435_761, 17)?;
+    let output = output.reclaim()?;
+    let mut want = vec![0; data.len()];
+    ops::affine_u32_cpu(&data, &mut want, 2_654_435_761, 17);
+    check("affine_u32", output.as_slice(), &want)?;
+    drop((input, output));
+    println!("affine_u32: equal to the CPU");
+
+    // gaussian_u8 and gaussian_u8_overlap, every strategy the device has.
+    let strategies =
+        [Strategy::Copy, Strategy::PinnedAsync, Strategy::ZeroCopy, Strategy::Managed, Strategy::Hybrid];
+    for (width, height, layout, radius) in [(97, 61, PixelLayout::Rgb, 2), (131, 77, PixelLayout::Yuv420, 4)]
+    {
+        let format = FrameFormat::new(width, height, layout)?;
+        let kernel = Gaussian::new(Some(radius), None, Border::Reflect101)?;
+        let frame: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.next_u32() as u8).collect();
+        let mut want = vec![0u8; frame.len()];
+        gaussian_cpu(&format, &kernel, &frame, &mut want)?;
+        for strategy in strategies {
+            if strategy.check(&device).is_err() {
+                continue;
+            }
+            let mut filter = FrameFilter::new(&device, strategy, format, &kernel)?;
+            filter.fill_output(0xA5)?;
+            filter.input_mut()?.copy_from_slice(&frame);
+            filter.run()?;
+            if filter.output()? != want {
+                return Err(format!("{strategy} on {width}x{height} {layout:?} differs from the CPU").into());
+            }
+            println!("gaussian {strategy} {width}x{height} {layout:?}: equal to the CPU");
+        }
+    }
+
+    // The benchmark's kernels, the gate and the doorbell: the measurement checks each itself.
+    let options = LinkOptions {
+        sizes: vec![64 << 10],
+        paths: Path::ALL.to_vec(),
+        repeats: 1,
+        warm_up: 0,
+        latency_sizes: vec![64],
+        latency_samples: 2,
+        completion: true,
+    };
+    let report = link::measure(&device, &options)?;
+    println!("bench kernels, gate and doorbell: {} cells checked", report.bandwidth.len());
+    Ok(())
+}
