@@ -69,12 +69,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The benchmark's kernels, the gate and the doorbell: the measurement checks each itself.
+    // Latency transfers larger than every bandwidth cell: the buffers must hold them too.
     let options = LinkOptions {
-        sizes: vec![64 << 10],
+        sizes: vec![4 << 10],
         paths: Path::ALL.to_vec(),
         repeats: 1,
         warm_up: 0,
-        latency_sizes: vec![64],
+        latency_sizes: vec![64, 64 << 10],
         latency_samples: 2,
         completion: true,
     };

@@ -92,7 +92,7 @@ struct Buffers {
 
 pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions) -> Result<Measured> {
     let mut rig = Rig::new(cuda)?;
-    let largest = options.sizes.iter().copied().max().expect("validated: at least one size");
+    let largest = buffer_bytes(options);
     // Every `?` below may leave work queued on the rig's streams: dropping `buffers` waits for it.
     let mut buffers = Buffers::new(device, &rig, largest)?;
     let mut bandwidth = Vec::new();
@@ -157,6 +157,16 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
         Some(report)
     };
     Ok(Measured { bandwidth, latency, completion })
+}
+
+/// The size every buffer is made at: enough for the largest bandwidth cell and the largest
+/// latency transfer (read by the kernels in whole 16-byte vectors). Latency sizes may exceed
+/// every bandwidth size (`--sizes 4KiB --latency-sizes 64KiB`); buffers made at the bandwidth
+/// size alone once let those transfers run past them on the GPU.
+fn buffer_bytes(options: &LinkOptions) -> usize {
+    let bandwidth = options.sizes.iter().copied().max().expect("validated: at least one size");
+    let latency = options.latency_sizes.iter().map(|&bytes| bytes.next_multiple_of(super::MIN_SIZE)).max();
+    bandwidth.max(latency.unwrap_or(0))
 }
 
 fn in_cell(error: Error, name: &str, bytes: usize) -> Error {
@@ -650,5 +660,23 @@ fn check_pattern(words: &[u32], seed: u32) -> Result<&'static str> {
             "written data",
             format!("word {at} is {:#010x}, expected {:#010x}", words[at], bench_word(at as u64, seed)),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_hold_the_largest_transfer_of_either_kind() {
+        let mut options = LinkOptions::quick();
+        options.sizes = vec![4 << 10];
+        options.latency_sizes = vec![4, 64 << 10];
+        assert_eq!(buffer_bytes(&options), 64 << 10);
+        options.latency_sizes = vec![4];
+        assert_eq!(buffer_bytes(&options), 4 << 10);
+        options.latency_sizes = vec![];
+        options.sizes = vec![4 << 10, 1 << 20];
+        assert_eq!(buffer_bytes(&options), 1 << 20);
     }
 }
