@@ -69,7 +69,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// A reader closing our stdout early (`hetmem ... | head`) is not an error.
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })

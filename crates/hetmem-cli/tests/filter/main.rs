@@ -3,6 +3,13 @@
 //!
 //! On the GPU machine the binary lives beside the test executable in the bundle, not where
 //! cargo built it: `HETMEM_BIN` points there.
+//!
+//! Bad input (issue 11) has its own modules: files that are not what they claim or alias the
+//! output, and pipes given as paths and Ctrl-C in a pipeline.
+
+mod bad_input;
+mod pipes;
+mod png_crc;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
