@@ -277,7 +277,8 @@ fn ending(kind: ImageKind, bytes: &[u8]) -> Ending {
 
 fn truncated(kind: ImageKind, input: &str, at: &str) -> anyhow::Error {
     anyhow::anyhow!(
-        "{input}: truncated {}: the file ends {at}: it was cut short (an unfinished download or copy?)",
+        "{input}: truncated {}: the file ends {at}; hetmem does not fill in what is missing: get the whole \
+         file again",
         kind.name()
     )
 }
@@ -312,8 +313,8 @@ fn check_pnm_length(bytes: &[u8], input: &str) -> anyhow::Result<()> {
     let got = bytes.len() as u64 - cursor.position();
     if got < expected {
         bail!(
-            "{input}: truncated {name}: its header declares {width}x{height} pixels, {expected} bytes of them, \
-             but the file holds {got} after its header"
+            "{input}: truncated {name}: its header declares {width}x{height} pixels, so {expected} bytes of \
+             pixels are expected after it, but the file holds {got}: get the whole file again"
         );
     }
     Ok(())

@@ -84,7 +84,12 @@ fn truncated_jpegs_are_refused_not_filled_in() {
     ] {
         let input = dir.path("cut.jpg");
         std::fs::write(&input, &whole[..cut]).unwrap();
-        refused(&input, &output, &[], &["cut.jpg: truncated JPEG: the file ends", at]);
+        refused(
+            &input,
+            &output,
+            &[],
+            &["cut.jpg: truncated JPEG: the file ends", at, "get the whole file again"],
+        );
         assert!(!output.exists(), "cut at {cut} of {}: an output was written", whole.len());
     }
     // Whole, and whole with bytes after the end marker (libjpeg ignores them too), it is fine.
@@ -119,7 +124,8 @@ fn truncated_pngs_and_ppms_say_so() {
         &dir.path("out.ppm"),
         &[],
         &[
-            "cut.ppm: truncated PPM: its header declares 64x48 pixels, 9216 bytes of them, but the file holds 4608 after its header",
+            "cut.ppm: truncated PPM: its header declares 64x48 pixels, so 9216 bytes of pixels are expected",
+            "after it, but the file holds 4608: get the whole file again",
         ],
     );
 }
