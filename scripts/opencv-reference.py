@@ -6,7 +6,8 @@ Usage: opencv-reference.py OUTPUT_DIR
 Loads photographs that scikit-image ships inside its wheel (nothing is downloaded), and for
 each image and each case of a small matrix (kernel size, sigma, border) writes:
 
-* the input once, as raw bytes: uint8, C-contiguous rows, RGB order (gray: one channel);
+* the input once, as raw bytes: uint8, C-contiguous rows, RGB order (gray: one channel), and
+  tiny crops of it (1x1 to 5x4: sides not larger than the radius);
 * cv2.GaussianBlur's output, in the same layout;
 * manifest.json, listing every case: file names, width, height, channels, ksize, sigma (0 means
   "derive it from ksize", exactly as passed to OpenCV) and border ("reflect101" or "replicate").
@@ -50,6 +51,16 @@ CASES = [
     (15, 0.0, ["reflect101"]),
 ]
 
+# Crops whose sides are not larger than the radius, (width, height), from the middle of each
+# photograph (its corners are often flat): the borders fold again and again (OpenCV's
+# borderInterpolate).
+TINY_SIZES = [(1, 1), (2, 3), (3, 1), (5, 4)]
+TINY_CASES = [
+    (5, 0.0, ["reflect101", "replicate"]),
+    (19, 0.0, ["reflect101", "replicate"]),
+    (11, 2.0, ["reflect101"]),
+]
+
 
 def load(name, channels):
     loader = getattr(skimage.data, name, None)
@@ -85,13 +96,19 @@ def main():
         raise SystemExit(f"only {len(images)} images ({grays} gray) in scikit-image {skimage.__version__}")
 
     cases = []
+    jobs = [(name, name, channels, image, CASES) for name, channels, image in images]
     for name, channels, image in images:
+        for width, height in TINY_SIZES:
+            top, left = image.shape[0] // 2, image.shape[1] // 2
+            crop = np.ascontiguousarray(image[top : top + height, left : left + width])
+            jobs.append((name, f"{name}_{width}x{height}", channels, crop, TINY_CASES))
+    for name, stem, channels, image, matrix in jobs:
         height, width = image.shape[:2]
         suffix = "gray" if channels == 1 else "rgb"
-        input_file = f"{name}.{suffix}"
+        input_file = f"{stem}.{suffix}"
         with open(os.path.join(out_dir, input_file), "wb") as f:
             f.write(image.tobytes())
-        for ksize, sigma, borders in CASES:
+        for ksize, sigma, borders in matrix:
             for border in borders:
                 # A whole (not sub-)matrix, so OpenCV takes its bit-exact 8-bit path as a caller's
                 # own image would.
@@ -100,7 +117,7 @@ def main():
                 )
                 blurred = np.ascontiguousarray(blurred)
                 assert blurred.dtype == np.uint8 and blurred.shape == image.shape, blurred.shape
-                output_file = f"{name}_k{ksize}_s{sigma_tag(sigma)}_{border}.{suffix}"
+                output_file = f"{stem}_k{ksize}_s{sigma_tag(sigma)}_{border}.{suffix}"
                 with open(os.path.join(out_dir, output_file), "wb") as f:
                     f.write(blurred.tobytes())
                 cases.append(

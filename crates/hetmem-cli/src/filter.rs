@@ -5,29 +5,41 @@
 //! ffmpeg -i in.mp4 -f yuv4mpegpipe - | hetmem filter - - | ffmpeg -f yuv4mpegpipe -i - out.mp4
 //! ```
 //!
-//! An image is read straight into the strategy's input memory ([`hetmem::FrameFilter`]); a
+//! The input is opened once and its first bytes tell what it holds, so pipes work by path
+//! (`/dev/stdin`, `<(...)`, a FIFO) as files do; an output that is the input under another
+//! name is refused before it is opened. The size an input declares is checked against the
+//! memory budget (`--max-pixels`) before anything that large is allocated.
+//!
+//! An image is decoded straight into the strategy's input memory ([`hetmem::FrameFilter`]); a
 //! video streams through a [`hetmem::FrameRing`]: each frame is read straight into the ring's
 //! next input slot while earlier frames are filtered and written, in order, by a writer
-//! thread. Ctrl-C stops the reading; every frame read is still filtered and written, and the
-//! exit status is 130. stdout carries nothing but the video when the
-//! output is `-`: the summary, warnings and progress go to stderr.
+//! thread. Ctrl-C stops the reading; every whole frame read is still filtered and written, and
+//! the exit status is 130. stdout carries nothing but the video when the output is `-`: the
+//! summary, warnings and progress go to stderr.
 
+mod budget;
+mod endpoint;
 mod image;
+mod interrupt;
 mod stats;
+#[cfg(test)]
+mod untrusted_input_tests;
 mod y4m;
 
-use std::fmt;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use hetmem::ops::gaussian::{Border, Gaussian};
+use hetmem::ops::gaussian::{Border, Gaussian, MAX_RADIUS};
 use hetmem::{Device, Strategy};
+
+use self::budget::{Budget, DEFAULT_MAX_PIXELS};
+use self::endpoint::{Endpoint, Input, Named};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A PNG, JPEG or PPM/PGM/PAM image, a Y4M video, or `-`: Y4M video on stdin.
+    /// A PNG, JPEG or PPM/PGM/PAM image, a Y4M video, or `-`: stdin (either). Pipes given as
+    /// paths (/dev/stdin, <(...), a FIFO) work too.
     input: PathBuf,
     /// Where to write the result, of the input's kind: an image in the format of its extension
     /// (.png, .jpg, .ppm, .pgm, .pnm, .pam), a .y4m video, or `-`: Y4M video on stdout.
@@ -36,14 +48,20 @@ pub struct Args {
     #[arg(long, default_value = "auto")]
     strategy: String,
     /// Gaussian sigma. Default: OpenCV's for the radius.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     sigma: Option<f64>,
-    /// Kernel radius (2 = 5x5). Default: from sigma, or 2.
-    #[arg(long)]
+    /// Kernel radius (2 = 5x5), at most 32; any radius works on any image size. Default: from
+    /// sigma, or 2.
+    #[arg(long, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_RADIUS)))]
     radius: Option<u32>,
     /// What lies beyond the edges: reflect101 (OpenCV's default) or replicate.
     #[arg(long, value_enum, default_value_t = BorderArg::Reflect101)]
     border: BorderArg,
+    /// The most pixels (width x height) an input may declare; a larger one is refused before
+    /// any memory is allocated for it. The default, 2^28, is 16384 x 16384.
+    #[arg(long, default_value_t = DEFAULT_MAX_PIXELS, value_parser = clap::value_parser!(u64).range(1..))]
+    max_pixels: u64,
     /// Print the summary as JSON (on stderr: stdout may carry the video).
     #[arg(long)]
     json: bool,
@@ -60,35 +78,6 @@ impl From<BorderArg> for Border {
         match border {
             BorderArg::Reflect101 => Border::Reflect101,
             BorderArg::Replicate => Border::Replicate,
-        }
-    }
-}
-
-/// An input or output: a file, or `-` (stdin for the input, stdout for the output).
-#[derive(Debug, Clone)]
-enum Endpoint {
-    Std,
-    File(PathBuf),
-}
-
-impl Endpoint {
-    fn new(path: &Path) -> Endpoint {
-        if path.as_os_str() == "-" { Endpoint::Std } else { Endpoint::File(path.to_path_buf()) }
-    }
-}
-
-/// How endpoints are named in messages: the path, or stdin/stdout for `-`.
-#[derive(Debug, Clone, Copy)]
-struct Named<'a> {
-    endpoint: &'a Endpoint,
-    std_name: &'static str,
-}
-
-impl fmt::Display for Named<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.endpoint {
-            Endpoint::Std => f.write_str(self.std_name),
-            Endpoint::File(path) => write!(f, "{}", path.display()),
         }
     }
 }
@@ -133,29 +122,32 @@ fn kind_of_extension(path: &Path) -> Option<Kind> {
     })
 }
 
-/// The kind of an input file: by its first bytes, else by its extension.
-fn sniff(path: &Path) -> anyhow::Result<Kind> {
-    let mut start = Vec::with_capacity(16);
-    std::fs::File::open(path)
-        .and_then(|file| file.take(16).read_to_end(&mut start))
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    if start.starts_with(y4m::MAGIC) {
-        return Ok(Kind::Video);
+/// What an input holds, by its first bytes.
+fn kind_of_content(head: &[u8]) -> Option<Kind> {
+    if head.starts_with(y4m::MAGIC) {
+        return Some(Kind::Video);
     }
-    let by_content = match ::image::guess_format(&start) {
-        Ok(::image::ImageFormat::Png) => Some(ImageKind::Png),
-        Ok(::image::ImageFormat::Jpeg) => Some(ImageKind::Jpeg),
-        Ok(::image::ImageFormat::Pnm) => Some(ImageKind::Pnm),
+    match ::image::guess_format(head) {
+        Ok(::image::ImageFormat::Png) => Some(Kind::Image(ImageKind::Png)),
+        Ok(::image::ImageFormat::Jpeg) => Some(Kind::Image(ImageKind::Jpeg)),
+        Ok(::image::ImageFormat::Pnm) => Some(Kind::Image(ImageKind::Pnm)),
         _ => None,
-    };
-    match (by_content, kind_of_extension(path)) {
-        (Some(kind), _) => Ok(Kind::Image(kind)),
+    }
+}
+
+/// What an input holds: by its first bytes, else by its extension; stdin that is no image is
+/// taken for video, for the Y4M reader to say what is wrong with it.
+fn kind_of_input(input: &Input, endpoint: &Endpoint, name: &Named) -> anyhow::Result<Kind> {
+    if input.head.is_empty() {
+        bail!("{name} is empty: there is nothing to filter");
+    }
+    match (kind_of_content(&input.head), endpoint) {
+        (Some(kind), _) => Ok(kind),
+        (None, Endpoint::Std) => Ok(Kind::Video),
         // Not recognisable by content: the extension decides, and decoding says what is wrong.
-        (None, Some(kind)) => Ok(kind),
-        (None, None) => bail!(
-            "{}: not a PNG, JPEG, PNM image or a Y4M video (by its content or its extension)",
-            path.display()
-        ),
+        (None, Endpoint::File(path)) => kind_of_extension(path).with_context(|| {
+            format!("{name}: not a PNG, JPEG, PNM image or a Y4M video (by its content or its extension)")
+        }),
     }
 }
 
@@ -169,10 +161,6 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
     let strategy = strategy.resolve(device);
     let kernel = Gaussian::new(args.radius, args.sigma, args.border.into())
         .with_context(|| format!("cannot filter {input_name}"))?;
-    let input_kind = match &input {
-        Endpoint::Std => Kind::Video,
-        Endpoint::File(path) => sniff(path)?,
-    };
     let output_kind = match &output {
         Endpoint::Std => Kind::Video,
         Endpoint::File(path) => kind_of_extension(path).with_context(|| {
@@ -181,14 +169,28 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
             )
         })?,
     };
-    let job = Job { device, strategy, kernel: &kernel, input: input_name, output: output_name };
+    let source = Input::open(&input, &input_name.to_string())?;
+    source.refuse_as_output(&output, &input_name.to_string(), &output_name.to_string())?;
+    let input_kind = kind_of_input(&source, &input, &input_name)?;
+    let budget = Budget { max_pixels: args.max_pixels };
+    let job = Job { device, strategy, kernel: &kernel, input: input_name, output: output_name, budget };
     let report = match (input_kind, output_kind) {
-        (Kind::Video, Kind::Video) => y4m::filter(&job)?,
-        (Kind::Image(from_kind), Kind::Image(to_kind)) => {
-            let (Endpoint::File(from), Endpoint::File(to)) = (&input, &output) else {
-                unreachable!("`-` is always video")
+        (Kind::Video, Kind::Video) => {
+            let file_len = source.file_len();
+            let open_output = || -> anyhow::Result<Box<dyn std::io::Write + Send>> {
+                Ok(match &output {
+                    Endpoint::Std => endpoint::stdout().context("cannot write to stdout")?,
+                    Endpoint::File(path) => Box::new(
+                        std::fs::File::create(path)
+                            .with_context(|| format!("cannot create {output_name}"))?,
+                    ),
+                })
             };
-            image::filter(&job, from, to, from_kind, to_kind)?
+            y4m::filter(&job, source.into_reader(), file_len, open_output)?
+        }
+        (Kind::Image(from_kind), Kind::Image(to_kind)) => {
+            let Endpoint::File(to) = &output else { unreachable!("`-` as an output is always video") };
+            image::filter(&job, source, to, from_kind, to_kind)?
         }
         (Kind::Image(format), Kind::Video) => bail!(
             "{input_name} is a {} image, {output_name} is video (Y4M): write an image \
@@ -213,4 +215,5 @@ struct Job<'a> {
     kernel: &'a Gaussian,
     input: Named<'a>,
     output: Named<'a>,
+    budget: Budget,
 }

@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("hetmem: error: {error:#}");
+            eprintln!("hetmem: error: {}", chain_text(&error));
             ExitCode::FAILURE
         }
     }
@@ -69,8 +69,63 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// A reader closing our stdout early (`hetmem ... | head`) is not an error.
-fn is_broken_pipe(error: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// The error and its causes, `: `-separated as `{:#}` prints them, less each cause whose text
+/// the one before it already ends with: the `image` crate's errors, for one, print their
+/// source in their own text and then give it as their source too.
+fn chain_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    let mut previous = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if !previous.is_empty() && previous.ends_with(&message) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&message);
+        previous = message;
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chain_text;
+
+    /// An error that prints its source in its own text, as `image::ImageError` does.
+    #[derive(Debug)]
+    struct Wrapping(std::io::Error);
+
+    impl std::fmt::Display for Wrapping {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Format error decoding Png: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapping {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_printed_once() {
+        let inner = std::io::Error::other("Unrecognized critical chunk");
+        let error = anyhow::Error::new(Wrapping(inner)).context("cannot decode x.png as PNG");
+        assert_eq!(format!("{error:#}").matches("Unrecognized critical chunk").count(), 2);
+        assert_eq!(
+            chain_text(&error),
+            "cannot decode x.png as PNG: Format error decoding Png: Unrecognized critical chunk"
+        );
+        // Causes that differ all stay.
+        let error = anyhow::anyhow!("no such file").context("cannot open a.png");
+        assert_eq!(chain_text(&error), "cannot open a.png: no such file");
+    }
 }

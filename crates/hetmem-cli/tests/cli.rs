@@ -202,9 +202,13 @@ fn bench_link_rejects_bad_input_listing_what_is_valid() {
     assert!(!unknown.status.success());
     let message = stderr(&unknown);
     assert!(message.contains("warp_drive") && message.contains("managed_prefetch_read"), "{message}");
-    for (sizes, expected) in
-        [("2GiB", "4 KiB to 1 GiB"), ("1000", "multiples of 4 KiB"), ("12parsecs", "KiB")]
-    {
+    for (sizes, expected) in [
+        ("2GiB", "4 KiB to 1 GiB"),
+        ("1000", "multiples of 4 KiB"),
+        ("12parsecs", "KiB"),
+        ("", "--sizes is empty: give a comma-separated list such as 4KiB,1MiB"),
+        ("4KiB,,1MiB", "--sizes 4KiB,,1MiB has an empty item"),
+    ] {
         let output = bench_on_cpu(&["link", "--quick", "--sizes", sizes]);
         assert!(!output.status.success(), "{sizes} accepted");
         assert!(stderr(&output).contains(expected), "{sizes}: {}", stderr(&output));
@@ -212,6 +216,9 @@ fn bench_link_rejects_bad_input_listing_what_is_valid() {
     let latency = bench_on_cpu(&["link", "--quick", "--sizes", "4KiB", "--latency-sizes", "1MiB"]);
     assert!(!latency.status.success());
     assert!(stderr(&latency).contains("4 B to 64 KiB"), "{}", stderr(&latency));
+    let empty = bench_on_cpu(&["pipeline", "--strategies", ""]);
+    assert!(!empty.status.success());
+    assert!(stderr(&empty).contains("--strategies is empty"), "{}", stderr(&empty));
     let both = bench_on_cpu(&["link", "--quick", "--json", "--markdown"]);
     assert!(!both.status.success(), "--json and --markdown together are refused");
 }
@@ -258,6 +265,16 @@ fn bench_link_writes_markdown_json_and_svg_plots() {
             "{file}: nothing drawn"
         );
     }
+}
+
+/// User-facing help speaks of what a command does, not of the plan it came from.
+#[test]
+fn bench_help_says_what_compare_measures() {
+    let help = hetmem(&["bench", "--help"], &[]);
+    assert!(help.status.success(), "{}", stderr(&help));
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("Copy vs zero-copy vs a file mapping"), "{text}");
+    assert!(!text.to_lowercase().contains("seed"), "{text}");
 }
 
 #[test]

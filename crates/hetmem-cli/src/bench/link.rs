@@ -165,7 +165,7 @@ pub fn plots(report: &LinkReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(written)
 }
 
-/// Seed 2's table.
+/// The compare table: copy vs zero-copy vs a file mapping.
 pub fn compare_tables(report: &CompareReport) -> Vec<Table> {
     let mut table = Table::new(
         format!("copy vs zero-copy vs mmap on {}, host to device", report.device),

@@ -61,8 +61,11 @@ enum What {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
         repeats: Option<u64>,
     },
-    /// Seed 2's table: cudaMemcpy (pinned, pageable) vs zero-copy vs mmap, latency of a small
-    /// transfer and bandwidth of a large one.
+    /// Copy vs zero-copy vs a file mapping, side by side: latency of a small transfer and
+    /// bandwidth of a large one.
+    ///
+    /// cudaMemcpy from pinned and from pageable memory, a kernel reading mapped host memory,
+    /// and one reading a registered file mapping (mmap).
     Compare {
         /// 256 MiB instead of 1 GiB, fewer repeats.
         #[arg(long)]
@@ -126,8 +129,7 @@ pub fn run(device: &Device, choice: BackendChoice, args: &Args) -> anyhow::Resul
             })
         }
         What::Pipeline { quick, frames, strategies, pipelined: true, slots, devices } => {
-            let wanted: Vec<Strategy> =
-                strategies.iter().map(|name| name.parse()).collect::<Result<_, _>>()?;
+            let wanted = parse_strategies(strategies)?;
             let devices = match devices {
                 Some(selection) => Device::open_selection(choice, selection)
                     .with_context(|| format!("--devices {selection}"))?,
@@ -137,8 +139,7 @@ pub fn run(device: &Device, choice: BackendChoice, args: &Args) -> anyhow::Resul
             emit(args, "pipelined", &runs, &pipeline::streaming_tables(&runs), |_| Ok(Vec::new()))
         }
         What::Pipeline { quick, frames, strategies, pipelined: false, .. } => {
-            let wanted: Vec<Strategy> =
-                strategies.iter().map(|name| name.parse()).collect::<Result<_, _>>()?;
+            let wanted = parse_strategies(strategies)?;
             let frames = frames.unwrap_or(if *quick { 30 } else { 300 });
             let reports = pipeline::measure(device, frames, &wanted, !args.json && !args.markdown)?;
             emit(args, "pipeline", &reports, &pipeline::tables(&reports), |dir| {
@@ -174,6 +175,13 @@ fn link_options(
     repeats: Option<u64>,
 ) -> anyhow::Result<LinkOptions> {
     let mut options = if quick { LinkOptions::quick() } else { LinkOptions::full() };
+    for (flag, given, example) in [
+        ("--sizes", sizes_given, "4KiB,1MiB,1GiB (4 KiB to 1 GiB)"),
+        ("--latency-sizes", latency_given, "4,64KiB (4 B to 64 KiB), or none"),
+        ("--paths", paths, "zero_copy_read,pinned_h2d"),
+    ] {
+        no_empty_items(flag, given, example)?;
+    }
     if !sizes_given.is_empty() {
         options.sizes = sizes_given.iter().map(|text| sizes::parse(text)).collect::<Result<_, _>>()?;
     }
@@ -191,6 +199,26 @@ fn link_options(
     }
     options.validate()?;
     Ok(options)
+}
+
+/// `--strategies`, by name.
+fn parse_strategies(names: &[String]) -> anyhow::Result<Vec<Strategy>> {
+    no_empty_items("--strategies", names, "cpu,zero-copy,hybrid")?;
+    Ok(names.iter().map(|name| name.parse()).collect::<Result<_, _>>()?)
+}
+
+/// Refuses a list option given empty (`--sizes ""`) or with an empty item (`4KiB,,1MiB`),
+/// which would otherwise read as a size or name that is not one.
+fn no_empty_items(flag: &str, given: &[String], example: &str) -> anyhow::Result<()> {
+    if given.iter().all(|item| item.trim().is_empty()) && !given.is_empty() {
+        bail!(
+            "{flag} is empty: give a comma-separated list such as {example}, or leave {flag} out for the default"
+        );
+    }
+    if given.iter().any(|item| item.trim().is_empty()) {
+        bail!("{flag} {} has an empty item: give a comma-separated list such as {example}", given.join(","));
+    }
+    Ok(())
 }
 
 fn require_gpu(device: &Device) -> anyhow::Result<()> {

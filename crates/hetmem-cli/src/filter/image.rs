@@ -1,13 +1,20 @@
 //! Images: PNG, JPEG and PNM (PPM, PGM, PBM, PAM) in; PNG, JPEG or PNM out, by the output's
 //! extension.
 //!
-//! 8-bit gray, RGB and RGBA images are decoded straight into the filter's input memory and
-//! encoded straight from its output memory, and keep their pixel type. Gray with alpha is
-//! filtered as RGBA and written back as gray with alpha. Other pixel types (16-bit, float)
-//! are converted to 8 bits, with a warning: the output is then 8-bit.
+//! The encoded image is read into memory, from a file or a pipe alike, and its header is
+//! read: the size it declares is checked against the budget before anything that large is
+//! allocated. 8-bit gray, RGB and RGBA images are then decoded straight into the filter's
+//! input memory and encoded straight from its output memory, and keep their pixel type. Gray
+//! with alpha is filtered as RGBA and written back as gray with alpha. Other pixel types
+//! (16-bit, float) are converted to 8 bits, with a warning: the output is then 8-bit.
+//!
+//! A truncated file is refused, not filled in: a JPEG or PNG must reach its end marker
+//! ([`ending`]), a binary PNM must hold every pixel byte its header declares.
+
+mod ending;
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write as _};
+use std::io::{BufWriter, Cursor, Write as _};
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
@@ -15,13 +22,21 @@ use hetmem::FrameFilter;
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
 use image::codecs::jpeg::JpegEncoder;
 use image::codecs::png::PngEncoder;
-use image::codecs::pnm::{PnmEncoder, PnmSubtype, SampleEncoding};
+use image::codecs::pnm::{PnmDecoder, PnmEncoder, PnmSubtype, SampleEncoding};
 use image::{
-    ColorType, DynamicImage, ExtendedColorType, ImageDecoder, ImageEncoder, ImageFormat, ImageReader,
+    ColorType, DynamicImage, ExtendedColorType, ImageDecoder, ImageEncoder, ImageError, ImageFormat,
+    ImageReader, Limits,
 };
 
+use self::ending::Ending;
+use super::budget::Budget;
+use super::endpoint::Input;
 use super::stats::{Clock, Facts, Report};
 use super::{ImageKind, Job};
+
+/// The most bytes the decoders may allocate for themselves per pixel of the cap (float RGBA
+/// takes 16 a pixel): `image`'s own limit, under hetmem's check of the declared size.
+const DECODER_BYTES_PER_PIXEL: u64 = 16;
 
 /// JPEG output quality (image's own default is 75).
 const JPEG_QUALITY: u8 = 90;
@@ -100,54 +115,33 @@ fn encoding(to: &Path, kind: ImageKind, color: ExtendedColorType, output: &str) 
 
 pub(super) fn filter(
     job: &Job,
-    from: &Path,
+    input: Input,
     to: &Path,
     kind: ImageKind,
     output_kind: ImageKind,
 ) -> anyhow::Result<Report> {
     let mut clock = Clock::start();
-    let (input, output) = (job.input.to_string(), job.output.to_string());
-    let file = File::open(from).with_context(|| format!("cannot open {input}"))?;
-    let format = match kind {
-        ImageKind::Png => ImageFormat::Png,
-        ImageKind::Jpeg => ImageFormat::Jpeg,
-        ImageKind::Pnm => ImageFormat::Pnm,
-    };
-    let cannot_decode = || format!("cannot decode {input} as {}", kind.name());
-    let decoder =
-        ImageReader::with_format(BufReader::new(file), format).into_decoder().with_context(cannot_decode)?;
-    let (width, height) = decoder.dimensions();
-    let color = decoder.color_type();
-    let plan = plan(color).with_context(|| {
-        format!("{input}: {color:?} pixels are not supported: hetmem filters 8-bit gray, RGB and RGBA")
-    })?;
+    let (input_name, output) = (job.input.to_string(), job.output.to_string());
+    let bytes = input.read_all(&job.budget, &input_name)?;
+    let image = Opened::new(&bytes, kind, &input_name, &job.budget)?;
+    let (width, height, color, plan) = (image.width, image.height, image.color, image.plan);
     let encoding = encoding(to, output_kind, plan.written, &output)?;
     let mut warnings = Vec::new();
     if !matches!(color, ColorType::L8 | ColorType::La8 | ColorType::Rgb8 | ColorType::Rgba8) {
         warnings.push(format!(
-            "{input} has {color:?} pixels: hetmem filters 8 bits per channel, so they were converted to 8 bits \
-             and {output} is 8-bit"
+            "{input_name} has {color:?} pixels: hetmem filters 8 bits per channel, so they were converted to 8 \
+             bits and {output} is 8-bit"
         ));
     }
-    let frame = FrameFormat::new(width as usize, height as usize, plan.layout)
-        .with_context(|| format!("cannot filter {input} ({width}x{height})"))?;
-    let mut filter = FrameFilter::new(job.device, job.strategy, frame, job.kernel).with_context(|| {
-        format!("cannot filter {input} ({width}x{height}) by the {} strategy", job.strategy)
-    })?;
-    if plan.direct {
-        decoder.read_image(filter.input_mut()?).with_context(cannot_decode)?;
-    } else {
-        let image = DynamicImage::from_decoder(decoder).with_context(cannot_decode)?;
-        let pixels = match plan.layout {
-            PixelLayout::Gray => image.into_luma8().into_raw(),
-            PixelLayout::Rgb => image.into_rgb8().into_raw(),
-            _ => image.into_rgba8().into_raw(),
-        };
-        filter.input_mut()?.copy_from_slice(&pixels);
-    }
+    let mut filter =
+        FrameFilter::new(job.device, job.strategy, image.frame, job.kernel).with_context(|| {
+            format!("cannot filter {input_name} ({width}x{height}) by the {} strategy", job.strategy)
+        })?;
+    image.read_into(filter.input_mut()?)?;
 
-    let latency =
-        filter.run().with_context(|| format!("filtering {input} by the {} strategy", filter.strategy()))?;
+    let latency = filter
+        .run()
+        .with_context(|| format!("filtering {input_name} by the {} strategy", filter.strategy()))?;
     clock.frame(latency);
 
     let result = filter.output()?;
@@ -162,7 +156,7 @@ pub(super) fn filter(
     write(to, encoding, pixels, width, height, plan.written)
         .with_context(|| format!("cannot write {output}"))?;
     let facts = Facts {
-        input,
+        input: input_name,
         output,
         kind: "image",
         format: format!("{} {color:?}", kind.name()),
@@ -173,6 +167,182 @@ pub(super) fn filter(
         warnings,
     };
     Ok(Report::new(facts, job.kernel, &clock))
+}
+
+/// An encoded image whose header was read and whose declared size is within the budget:
+/// nothing the size of the image is allocated yet.
+pub(super) struct Opened<'a> {
+    decoder: Box<dyn ImageDecoder + 'a>,
+    bytes: &'a [u8],
+    kind: ImageKind,
+    input: &'a str,
+    budget: Budget,
+    pub width: u32,
+    pub height: u32,
+    pub color: ColorType,
+    plan: Plan,
+    /// What the filter takes: one frame of this is what [`Opened::read_into`] fills.
+    pub frame: FrameFormat,
+}
+
+impl<'a> Opened<'a> {
+    /// Reads the header of the `kind` image in `bytes` (named `input` in messages).
+    ///
+    /// # Errors
+    /// A corrupt header, an unsupported pixel type, a size above the budget, or a binary PNM
+    /// shorter than its header says.
+    pub(super) fn new(
+        bytes: &'a [u8],
+        kind: ImageKind,
+        input: &'a str,
+        budget: &Budget,
+    ) -> anyhow::Result<Opened<'a>> {
+        let format = match kind {
+            ImageKind::Png => ImageFormat::Png,
+            ImageKind::Jpeg => ImageFormat::Jpeg,
+            ImageKind::Pnm => ImageFormat::Pnm,
+        };
+        let mut reader = ImageReader::with_format(Cursor::new(bytes), format);
+        let mut limits = Limits::no_limits();
+        limits.max_alloc = Some(budget.max_pixels.saturating_mul(DECODER_BYTES_PER_PIXEL));
+        reader.limits(limits);
+        let decoder =
+            reader.into_decoder().map_err(|error| decode_error(error, kind, bytes, input, budget))?;
+        let (width, height) = decoder.dimensions();
+        let color = decoder.color_type();
+        let plan = plan(color).with_context(|| {
+            format!("{input}: {color:?} pixels are not supported: hetmem filters 8-bit gray, RGB and RGBA")
+        })?;
+        let frame = FrameFormat::new(width as usize, height as usize, plan.layout)
+            .with_context(|| format!("cannot filter {input} ({width}x{height})"))?;
+        let what = format!("its {} header", kind.name());
+        let memory = memory(&frame, decoder.total_bytes(), plan.direct);
+        budget.check(input, &what, width.into(), height.into(), memory)?;
+        if kind == ImageKind::Pnm {
+            check_pnm_length(bytes, input)?;
+        }
+        Ok(Opened {
+            decoder: Box::new(decoder),
+            bytes,
+            kind,
+            input,
+            budget: *budget,
+            width,
+            height,
+            color,
+            plan,
+            frame,
+        })
+    }
+
+    /// Decodes the pixels into `pixels`, one frame of [`Opened::frame`] (the filter's input
+    /// memory), converted to 8 bits where the pixel type needs it.
+    ///
+    /// # Errors
+    /// Corrupt or truncated data.
+    pub(super) fn read_into(self, pixels: &mut [u8]) -> anyhow::Result<()> {
+        let Opened { decoder, bytes, kind, input, budget, plan, .. } = self;
+        let decoded = if plan.direct {
+            decoder.read_image(pixels)
+        } else {
+            DynamicImage::from_decoder(decoder).map(|image| {
+                let converted = match plan.layout {
+                    PixelLayout::Gray => image.into_luma8().into_raw(),
+                    PixelLayout::Rgb => image.into_rgb8().into_raw(),
+                    _ => image.into_rgba8().into_raw(),
+                };
+                pixels.copy_from_slice(&converted);
+            })
+        };
+        match decoded {
+            Err(error) => Err(decode_error(error, kind, bytes, input, &budget)),
+            // Whole only if it ends as it should: the JPEG decoder fills a truncated file in.
+            Ok(()) => match ending(kind, bytes) {
+                Ending::Truncated(at) => Err(truncated(kind, input, at)),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+/// How the `kind` image in `bytes` ends, where its container says.
+fn ending(kind: ImageKind, bytes: &[u8]) -> Ending {
+    match kind {
+        ImageKind::Jpeg => ending::jpeg(bytes),
+        ImageKind::Png => ending::png(bytes),
+        // A binary PNM is checked by its length (check_pnm_length); an ASCII one has no end mark.
+        ImageKind::Pnm => Ending::Unknown,
+    }
+}
+
+fn truncated(kind: ImageKind, input: &str, at: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{input}: truncated {}: the file ends {at}; hetmem does not fill in what is missing: get the whole \
+         file again",
+        kind.name()
+    )
+}
+
+/// Memory filtering one image takes: the filter's input and output frames and the CPU blur's
+/// 16-bit intermediate, and for a converted pixel type the decoded image and its 8-bit copy.
+fn memory(frame: &FrameFormat, decoded_bytes: u64, direct: bool) -> u64 {
+    let frame = frame.frame_bytes() as u64;
+    4 * frame + if direct { 0 } else { decoded_bytes + frame }
+}
+
+/// A binary PNM's pixels are the rest of the file after its header, each sample a fixed
+/// number of bytes: all of them must be there. (The decoder would only say "failed to fill
+/// whole buffer".) ASCII PNMs have no fixed size: their decoder says where they end.
+fn check_pnm_length(bytes: &[u8], input: &str) -> anyhow::Result<()> {
+    let mut cursor = Cursor::new(bytes);
+    // The header parsed once already; this second parse is for where it ends.
+    let Ok(decoder) = PnmDecoder::new(&mut cursor) else {
+        return Ok(());
+    };
+    let (width, height) = decoder.dimensions();
+    let (name, expected) = match decoder.subtype() {
+        PnmSubtype::Bitmap(SampleEncoding::Binary) => {
+            ("PBM", u64::from(width.div_ceil(8)) * u64::from(height))
+        }
+        PnmSubtype::Graymap(SampleEncoding::Binary) => ("PGM", decoder.total_bytes()),
+        PnmSubtype::Pixmap(SampleEncoding::Binary) => ("PPM", decoder.total_bytes()),
+        PnmSubtype::ArbitraryMap => ("PAM", decoder.total_bytes()),
+        _ => return Ok(()),
+    };
+    drop(decoder);
+    let got = bytes.len() as u64 - cursor.position();
+    if got < expected {
+        bail!(
+            "{input}: truncated {name}: its header declares {width}x{height} pixels, so {expected} bytes of \
+             pixels are expected after it, but the file holds {got}: get the whole file again"
+        );
+    }
+    Ok(())
+}
+
+/// A decoder's error, with what it means here: a file that ends early is truncated (whatever
+/// the decoder makes of the missing bytes), a limit reached is the budget's.
+fn decode_error(
+    error: ImageError,
+    kind: ImageKind,
+    bytes: &[u8],
+    input: &str,
+    budget: &Budget,
+) -> anyhow::Error {
+    if let Ending::Truncated(at) = ending(kind, bytes) {
+        return truncated(kind, input, at);
+    }
+    match &error {
+        ImageError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            truncated(kind, input, "before its pixels do")
+        }
+        ImageError::Limits(limit) => anyhow::anyhow!(
+            "{input}: decoding it needs more memory than --max-pixels {} allows ({limit}): pass a larger \
+             --max-pixels if the image is genuine",
+            budget.max_pixels
+        ),
+        _ => anyhow::Error::new(error).context(format!("cannot decode {input} as {}", kind.name())),
+    }
 }
 
 fn write(

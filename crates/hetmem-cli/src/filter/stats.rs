@@ -48,7 +48,8 @@ pub(super) struct Report {
     /// Frames per second of the filter alone.
     pub filter_frames_per_s: f64,
     pub wall_s: f64,
-    /// Ctrl-C ended the stream early (every frame read was still filtered and written).
+    /// Ctrl-C ended the stream early (every whole frame read was still filtered and written,
+    /// unless the output's reader closed it first).
     pub interrupted: bool,
 }
 

@@ -6,12 +6,14 @@
 //! output slot, then flushed: when the input turns out truncated or corrupt, every frame
 //! before the bad one is still filtered and written before the error.
 //!
+//! Nothing in the stream decides how much is read or allocated unchecked: the header and
+//! `FRAME` lines are read up to a bound, and the size the header declares is checked against
+//! the budget before the ring's slots are allocated.
+//!
 //! The `y4m` crate is not used for this: its decoder reads frames into its own buffer (a copy
 //! more per frame) and its encoder cannot write interlacing or pass parameters through.
 
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{self, BufRead, BufWriter, Read, Write};
 use std::sync::mpsc;
 use std::time::Instant;
 
@@ -20,8 +22,9 @@ use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
 use hetmem::{FrameRing, RingOptions};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::Job;
+use super::interrupt::{catch_ctrl_c, interrupted};
 use super::stats::{Clock, Facts, Report};
-use super::{Endpoint, Job};
 
 /// How a Y4M stream starts.
 pub(super) const MAGIC: &[u8] = b"YUV4MPEG2";
@@ -150,18 +153,6 @@ fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
-/// stdout without Rust's line buffering, which would split frames at every `\n` byte.
-#[cfg(unix)]
-fn stdout() -> io::Result<Box<dyn Write + Send>> {
-    use std::os::fd::AsFd as _;
-    Ok(Box::new(File::from(io::stdout().as_fd().try_clone_to_owned()?)))
-}
-
-#[cfg(not(unix))]
-fn stdout() -> io::Result<Box<dyn Write + Send>> {
-    Ok(Box::new(io::stdout()))
-}
-
 fn progress(frames: Option<u64>) -> ProgressBar {
     match frames {
         Some(frames) => ProgressBar::new(frames).with_style(
@@ -174,24 +165,15 @@ fn progress(frames: Option<u64>) -> ProgressBar {
     }
 }
 
-pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
+/// Filters the Y4M stream `reader` (of `file_bytes` when it is a regular file) into the
+/// output `open_output` opens once the stream header has been read and checked.
+pub(super) fn filter(
+    job: &Job,
+    mut reader: impl BufRead,
+    file_bytes: Option<u64>,
+    open_output: impl FnOnce() -> anyhow::Result<Box<dyn Write + Send>>,
+) -> anyhow::Result<Report> {
     let (input, output) = (job.input.to_string(), job.output.to_string());
-    let (mut reader, file_bytes): (Box<dyn BufRead>, Option<u64>) = match job.input.endpoint {
-        Endpoint::Std => (Box::new(io::stdin().lock()), None),
-        Endpoint::File(path) => {
-            let file = File::open(path).with_context(|| format!("cannot open {input}"))?;
-            let metadata = file.metadata().with_context(|| format!("cannot read {input}"))?;
-            let bytes = metadata.is_file().then_some(metadata.len());
-            (Box::new(BufReader::with_capacity(1 << 16, file)), bytes)
-        }
-    };
-    if let (Endpoint::File(from), Endpoint::File(to)) = (job.input.endpoint, job.output.endpoint)
-        && let (Ok(from), Ok(to)) = (from.canonicalize(), to.canonicalize())
-        && from == to
-    {
-        bail!("{input} is both the input and the output: write the video somewhere else");
-    }
-
     let mut line = Vec::with_capacity(256);
     let ended =
         read_line(&mut reader, &mut line, HEADER_LIMIT).with_context(|| format!("cannot read {input}"))?;
@@ -211,14 +193,23 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
     let format = FrameFormat::new(width, height, header.layout).with_context(|| {
         format!("cannot filter {input} ({width}x{height} {})", header.colour_space_name())
     })?;
-    let ring = FrameRing::new(job.device, job.strategy, format, job.kernel, RingOptions::default())
-        .with_context(|| {
-            format!(
-                "cannot filter {input} ({width}x{height} {}) by the {} strategy",
-                header.colour_space_name(),
-                job.strategy
-            )
-        })?;
+    // Frames declare no size of their own: the ring's slots, allocated once, after this check,
+    // hold every frame.
+    let options = RingOptions::default();
+    job.budget.check(
+        &input,
+        "its Y4M header",
+        width as u64,
+        height as u64,
+        memory(&format, options.slots),
+    )?;
+    let ring = FrameRing::new(job.device, job.strategy, format, job.kernel, options).with_context(|| {
+        format!(
+            "cannot filter {input} ({width}x{height} {}) by the {} strategy",
+            header.colour_space_name(),
+            job.strategy
+        )
+    })?;
     let mut warnings = Vec::new();
     if let Some(mode @ ('t' | 'b' | 'm')) = header.interlacing {
         warnings.push(format!(
@@ -230,13 +221,7 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
         bytes.saturating_sub(line.len() as u64) / (format.frame_bytes() + FRAME.len() + 1) as u64
     });
 
-    let sink: Box<dyn Write + Send> = match job.output.endpoint {
-        Endpoint::Std => stdout().context("cannot write to stdout")?,
-        Endpoint::File(path) => {
-            Box::new(File::create(path).with_context(|| format!("cannot create {output}"))?)
-        }
-    };
-    let mut out = BufWriter::with_capacity(1 << 16, sink);
+    let mut out = BufWriter::with_capacity(1 << 16, open_output()?);
     out.write_all(&line)
         .and_then(|()| out.flush())
         .with_context(|| format!("writing the Y4M header to {output}"))?;
@@ -246,12 +231,31 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
     catch_ctrl_c();
     let pumped = pump(&mut reader, &ring, &mut out, &mut clock, &bar, &input, &output);
     bar.finish_and_clear();
-    let interrupted = pumped?;
-    if interrupted {
-        warnings.push(format!(
-            "interrupted (Ctrl-C): stopped reading {input}; all {} frames read were filtered and written",
-            clock.frames()
-        ));
+    let end = match pumped {
+        // Ctrl-C reaches the process reading our output too, which may close it first.
+        Err(error) if interrupted() && crate::is_broken_pipe(&error) => End::OutputClosed,
+        ended => ended?,
+    };
+    let frames = clock.frames();
+    match &end {
+        End::Input => {}
+        End::Interrupted { cut } => {
+            let mut notice = format!(
+                "interrupted (Ctrl-C): stopped reading {input}; all {frames} whole frames read were filtered \
+                 and written"
+            );
+            if let Some(Cut { index, read, frame_bytes }) = cut {
+                notice.push_str(&format!(
+                    "; the input then ended inside frame {index} (counting from 0), after {read} of its \
+                     {frame_bytes} bytes: not a whole frame, so not written"
+                ));
+            }
+            warnings.push(notice);
+        }
+        End::OutputClosed => warnings.push(format!(
+            "interrupted (Ctrl-C): stopped reading {input}; {output} was closed by its reader after {frames} \
+             frames were written"
+        )),
     }
 
     let facts = Facts {
@@ -266,30 +270,40 @@ pub(super) fn filter(job: &Job) -> anyhow::Result<Report> {
         warnings,
     };
     let mut report = Report::new(facts, job.kernel, &clock);
-    report.interrupted = interrupted;
+    report.interrupted = !matches!(end, End::Input);
     Ok(report)
 }
 
-/// Set by the Ctrl-C handler: read no more frames, write the ones in the ring, end.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Memory a stream takes: each slot's input and output frames, and the CPU blur's 16-bit
+/// intermediate of the frame it works on.
+fn memory(format: &FrameFormat, slots: usize) -> u64 {
+    let frame = format.frame_bytes() as u64;
+    2 * frame * slots as u64 + 2 * frame
+}
 
-/// Makes Ctrl-C end the stream cleanly instead of killing the process mid-frame. A second
-/// Ctrl-C exits at once: the reader may be waiting on an input that never comes.
-fn catch_ctrl_c() {
-    let handler = || {
-        if INTERRUPTED.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-    };
-    // A second filter in one process keeps the first handler, which sets the same flag.
-    if let Err(error) = ctrlc::set_handler(handler) {
-        tracing::debug!("no Ctrl-C handler: {error}");
-    }
+/// How the reading ended, when not by an error.
+#[derive(Debug)]
+enum End {
+    /// The input ended after a whole frame, or the writer stopped (and says why).
+    Input,
+    /// Ctrl-C. When the input then ended inside a frame (its writer closed or died), `cut`
+    /// says which and how far: that frame is not whole, so it is not written.
+    Interrupted { cut: Option<Cut> },
+    /// Ctrl-C, and the output's reader closed it before every frame read was written.
+    OutputClosed,
+}
+
+/// A frame the input ended inside.
+#[derive(Debug)]
+struct Cut {
+    index: u64,
+    read: usize,
+    frame_bytes: usize,
 }
 
 /// Frames through the ring until the input ends (or Ctrl-C): this thread reads each frame
 /// straight into the ring's next input slot while a writer thread writes the filtered frames
-/// out in order, so reading, filtering and writing overlap. Returns whether Ctrl-C ended it.
+/// out in order, so reading, filtering and writing overlap. Returns how the reading ended.
 ///
 /// Whatever stops the stream (the input's end or corruption, Ctrl-C, a failed frame, an
 /// output error), every frame filtered before it is written first.
@@ -302,7 +316,7 @@ fn pump(
     bar: &ProgressBar,
     input: &str,
     output: &str,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<End> {
     let (lines, line_of_frame) = mpsc::channel::<(Vec<u8>, Instant)>();
     std::thread::scope(|scope| {
         let writer = scope.spawn(move || -> anyhow::Result<()> {
@@ -319,7 +333,7 @@ fn pump(
                 };
                 let (line, submitted) =
                     line_of_frame.recv().expect("the reader sends each frame's line first");
-                clock.frame(submitted.elapsed());
+                let latency = submitted.elapsed();
                 let written =
                     out.write_all(&line).and_then(|()| out.write_all(&frame)).and_then(|()| out.flush());
                 drop(frame);
@@ -327,6 +341,8 @@ fn pump(
                     ring.close();
                     return Err(error).with_context(|| format!("writing frame {index} to {output}"));
                 }
+                // Counted once written: the count is what the output holds.
+                clock.frame(latency);
                 bar.inc(1);
             }
             Ok(())
@@ -341,18 +357,21 @@ fn pump(
 }
 
 /// Reads frames into the ring until the input ends, Ctrl-C, or the writer closes the ring.
+///
+/// After Ctrl-C an input that ends, even inside a frame, is the interruption reaching the
+/// process that writes it (in a terminal, SIGINT goes to the whole pipeline): not an error.
 fn read_frames(
     reader: &mut impl BufRead,
     ring: &FrameRing,
     lines: &mpsc::Sender<(Vec<u8>, Instant)>,
     input: &str,
     output: &str,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<End> {
     let frame_bytes = ring.frame_bytes();
     let mut line = Vec::with_capacity(64);
     for index in 0.. {
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            return Ok(true);
+        if interrupted() {
+            return Ok(End::Interrupted { cut: None });
         }
         let written = match index {
             0 => format!("no frame was written to {output}"),
@@ -362,12 +381,19 @@ fn read_frames(
         let ended = read_line(reader, &mut line, FRAME_LINE_LIMIT)
             .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
         let is_frame_line = line.starts_with(FRAME) && matches!(line.get(FRAME.len()), Some(b' ' | b'\n'));
+        let cut = Cut { index, read: 0, frame_bytes };
         match ended {
-            Line::End => return Ok(false),
+            Line::End if interrupted() => return Ok(End::Interrupted { cut: None }),
+            Line::End => return Ok(End::Input),
             Line::Complete if is_frame_line => {}
+            Line::Truncated if interrupted() => return Ok(End::Interrupted { cut: Some(cut) }),
             Line::Truncated if line.starts_with(&FRAME[..line.len().min(FRAME.len())]) => bail!(
                 "{input}: frame {index} (counting from 0) is truncated: the stream ends inside its FRAME line; \
                  {written}"
+            ),
+            Line::TooLong if line.starts_with(FRAME) => bail!(
+                "{input}: frame {index} (counting from 0) is corrupt: its FRAME line has no end in its first \
+                 {FRAME_LINE_LIMIT} bytes (frame parameters take a few); {written}"
             ),
             _ => bail!(
                 "{input}: frame {index} (counting from 0) is corrupt: it starts with {} instead of FRAME; {written}",
@@ -377,12 +403,15 @@ fn read_frames(
         let mut slot = match ring.next_input() {
             Ok(slot) => slot,
             // The writer stopped (and says why).
-            Err(hetmem::Error::RingClosed) => return Ok(false),
+            Err(hetmem::Error::RingClosed) => return Ok(End::Input),
             Err(error) => return Err(error).with_context(|| format!("filtering frame {index} of {input}")),
         };
         let read = read_full(reader, &mut slot)
             .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
         if read < frame_bytes {
+            if interrupted() {
+                return Ok(End::Interrupted { cut: Some(Cut { read, ..cut }) });
+            }
             bail!(
                 "{input}: frame {index} (counting from 0) is truncated: the stream ends after {read} of its \
                  {frame_bytes} bytes; {written}"
@@ -390,11 +419,11 @@ fn read_frames(
         }
         if lines.send((line.clone(), Instant::now())).is_err() {
             // The writer has gone, after closing the ring; it reports why.
-            return Ok(false);
+            return Ok(End::Input);
         }
         slot.submit();
     }
-    Ok(false)
+    Ok(End::Input)
 }
 
 #[cfg(test)]

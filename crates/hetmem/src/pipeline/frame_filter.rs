@@ -77,8 +77,7 @@ impl FrameFilter {
     /// buffer allocated now.
     ///
     /// # Errors
-    /// A strategy the device cannot run, a radius larger than the frame, or an allocation
-    /// failing.
+    /// A strategy the device cannot run, or an allocation failing.
     pub fn new(
         device: &Device,
         strategy: Strategy,

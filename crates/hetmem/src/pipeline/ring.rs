@@ -222,8 +222,8 @@ impl FrameRing {
     /// runs short settles for fewer slots, down to `options.min_slots` (see [`RingOptions`]).
     ///
     /// # Errors
-    /// No slots, a strategy the device cannot run, a radius larger than the frame, or an
-    /// allocation failing (for the first `options.min_slots` slots).
+    /// No slots, a strategy the device cannot run, or an allocation failing (for the first
+    /// `options.min_slots` slots).
     pub fn new(
         device: &Device,
         strategy: Strategy,
@@ -236,7 +236,7 @@ impl FrameRing {
         strategy.check(device)?;
         let frame = format.frame_bytes();
         if strategy == Strategy::Cpu {
-            // The plan checks the radius against the frame, as the GPU path does.
+            // The plan checks the frame and the kernel, as the GPU path does.
             GaussianPlan::new(&format, kernel, 1)?;
             let kernel = kernel.clone();
             let stage = move |input: &[u8], output: &mut [u8]| gaussian_cpu(&format, &kernel, input, output);

@@ -9,8 +9,12 @@ use crate::error::{Error, Result};
 
 /// Blurs every plane of one frame from `input` into `output`.
 ///
+/// Any radius works on any frame size: a plane narrower or shorter than the kernel folds its
+/// border again and again ([`Border::resolve`](super::Border::resolve)), as OpenCV's
+/// `BORDER_REFLECT_101` does, and `Replicate` repeats the edge.
+///
 /// # Errors
-/// Buffers that are not one frame long, or a radius larger than the image.
+/// Buffers that are not one frame long.
 pub fn gaussian_cpu(format: &FrameFormat, kernel: &Gaussian, input: &[u8], output: &mut [u8]) -> Result<()> {
     check(format, kernel, input.len(), output.len())?;
     for plane in format.planes() {
@@ -20,8 +24,9 @@ pub fn gaussian_cpu(format: &FrameFormat, kernel: &Gaussian, input: &[u8], outpu
     Ok(())
 }
 
-/// The checks both paths make before touching a frame.
-pub(crate) fn check(format: &FrameFormat, kernel: &Gaussian, input: usize, output: usize) -> Result<()> {
+/// The checks both paths make before touching a frame: buffers one frame long. The kernel
+/// needs no check: any radius fits any frame, since the borders fold.
+pub(crate) fn check(format: &FrameFormat, _kernel: &Gaussian, input: usize, output: usize) -> Result<()> {
     let frame = format.frame_bytes();
     for (name, len) in [("input", input), ("output", output)] {
         if len != frame {
@@ -33,18 +38,6 @@ pub(crate) fn check(format: &FrameFormat, kernel: &Gaussian, input: usize, outpu
                 ),
             ));
         }
-    }
-    let radius = kernel.radius() as usize;
-    if radius >= format.width.min(format.height) && radius > 0 {
-        return Err(Error::invalid(
-            "radius",
-            format!(
-                "{radius} is larger than the {}x{} image: use a radius below {}",
-                format.width,
-                format.height,
-                format.width.min(format.height)
-            ),
-        ));
     }
     Ok(())
 }
@@ -134,6 +127,12 @@ mod tests {
             (7, 3, PixelLayout::Rgba, Some(2), None, Border::Replicate),
             (16, 9, PixelLayout::Gray, Some(5), Some(2.0), Border::Reflect101),
             (9, 8, PixelLayout::Yuv420, Some(1), None, Border::Reflect101),
+            // Sides not larger than the radius: the border folds again and again.
+            (1, 1, PixelLayout::Gray, Some(2), None, Border::Reflect101),
+            (2, 3, PixelLayout::Rgb, Some(9), None, Border::Reflect101),
+            (3, 1, PixelLayout::Rgba, Some(5), Some(2.0), Border::Reflect101),
+            (2, 3, PixelLayout::Gray, Some(7), None, Border::Replicate),
+            (3, 2, PixelLayout::Yuv420, Some(4), None, Border::Reflect101),
         ] {
             let format = FrameFormat::new(w, h, layout).unwrap();
             let kernel = Gaussian::new(radius, sigma, border).unwrap();
@@ -150,6 +149,28 @@ mod tests {
         }
     }
 
+    /// Sides not larger than the radius, by hand: OpenCV's `BORDER_REFLECT_101` folds a 2-pixel
+    /// row into `a b a b a`, a 1-pixel one into `a a a`; `BORDER_REPLICATE` repeats the edges.
+    #[test]
+    fn tiny_images_fold_their_borders_like_opencv() {
+        let kernel = |border| Gaussian::new(Some(2), None, border).unwrap();
+        let run = |width, height, border, input: &[u8]| {
+            let format = FrameFormat::new(width, height, PixelLayout::Gray).unwrap();
+            let mut output = vec![0xA5; input.len()];
+            gaussian_cpu(&format, &kernel(border), input, &mut output).unwrap();
+            output
+        };
+        // x = 0 sees 0 255 0 255 0 and x = 1 sees 255 0 255 0 255: 128/256 of 255 both times.
+        assert_eq!(run(2, 1, Border::Reflect101, &[0, 255]), [128, 128]);
+        // x = 0 sees 0 0 0 255 255 (80/256 of 255), x = 1 sees 0 0 255 255 255 (176/256).
+        assert_eq!(run(2, 1, Border::Replicate, &[0, 255]), [80, 175]);
+        assert_eq!(run(1, 2, Border::Replicate, &[0, 255]), [80, 175]);
+        for border in [Border::Reflect101, Border::Replicate] {
+            let value = fastrand::u8(..);
+            assert_eq!(run(1, 1, border, &[value]), [value], "{border:?}");
+        }
+    }
+
     #[test]
     fn a_constant_image_stays_constant() {
         let format = FrameFormat::new(33, 17, PixelLayout::Rgb).unwrap();
@@ -162,14 +183,11 @@ mod tests {
     }
 
     #[test]
-    fn wrong_sizes_and_oversized_radii_are_refused() {
+    fn wrong_sizes_are_refused() {
         let format = FrameFormat::new(7, 3, PixelLayout::Rgb).unwrap();
         let kernel = Gaussian::new(Some(2), None, Border::Reflect101).unwrap();
         let mut output = vec![0; 63];
         let error = gaussian_cpu(&format, &kernel, &[0; 62], &mut output).unwrap_err().to_string();
         assert!(error.contains("62 bytes") && error.contains("63"), "{error}");
-        let big = Gaussian::new(Some(3), None, Border::Reflect101).unwrap();
-        let error = gaussian_cpu(&format, &big, &[0; 63], &mut output).unwrap_err().to_string();
-        assert!(error.contains("larger than the 7x3 image"), "{error}");
     }
 }

@@ -55,7 +55,7 @@ impl GaussianPlan {
     /// busy, with few re-read halo rows.
     ///
     /// # Errors
-    /// A radius larger than the image.
+    /// None for a valid [`FrameFormat`]: any radius fits any frame, since the borders fold.
     pub fn new(format: &FrameFormat, kernel: &Gaussian, multiprocessors: u32) -> Result<GaussianPlan> {
         GaussianPlan::tiled(format, kernel, multiprocessors, None)
     }
@@ -517,6 +517,16 @@ mod tests {
             (259, 130, PixelLayout::Yuv420, Some(2), None, Border::Reflect101, 132),
             (258, 35, PixelLayout::Yuv422, Some(4), None, Border::Replicate, 16),
             (130, 67, PixelLayout::Yuv444, Some(32), Some(20.0), Border::Reflect101, 16),
+            // Sides not larger than the radius: every halo pixel folds back into the image.
+            (1, 1, PixelLayout::Gray, Some(2), None, Border::Reflect101, 132),
+            (1, 1, PixelLayout::Rgb, Some(9), None, Border::Replicate, 4),
+            (2, 3, PixelLayout::Rgb, Some(2), None, Border::Reflect101, 132),
+            (2, 3, PixelLayout::Rgba, Some(9), Some(3.0), Border::Reflect101, 8),
+            (3, 1, PixelLayout::Gray, Some(5), None, Border::Reflect101, 132),
+            (3, 1, PixelLayout::Rgb, Some(7), None, Border::Replicate, 16),
+            (5, 4, PixelLayout::Yuv420, Some(6), None, Border::Reflect101, 132),
+            (3, 2, PixelLayout::Yuv422, Some(3), None, Border::Replicate, 16),
+            (2, 2, PixelLayout::Yuv444, Some(8), None, Border::Reflect101, 4),
         ] {
             let format = FrameFormat::new(w, h, layout).unwrap();
             let kernel = Gaussian::new(radius, sigma, border).unwrap();

@@ -29,6 +29,10 @@ use crate::error::{Error, Result};
 /// The largest radius the GPU path supports (a 65 x 65 kernel).
 pub const MAX_RADIUS: u32 = 32;
 
+/// Sigmas from here on imply a radius above [`MAX_RADIUS`] when no radius is given
+/// (`round(6 * sigma + 1) | 1` taps: 67 from 10.75).
+const MAX_SIGMA_ALONE: f64 = 10.75;
+
 /// How pixels beyond the image edge are made up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -82,18 +86,34 @@ impl Gaussian {
         if let Some(sigma) = sigma
             && !(sigma.is_finite() && sigma > 0.0)
         {
-            return Err(Error::invalid("sigma", format!("{sigma}: give a positive number")));
+            return Err(Error::invalid(
+                "sigma",
+                format!("{sigma}: sigma must be a positive number, such as 1.5"),
+            ));
         }
-        let radius = match (radius, sigma) {
-            (Some(radius), _) => radius,
-            (None, Some(sigma)) => ((sigma * 6.0 + 1.0).round() as u32 | 1) / 2,
-            (None, None) => 2,
+        let (radius, implied) = match (radius, sigma) {
+            (Some(radius), _) => (radius, false),
+            (None, Some(sigma)) => (((sigma * 6.0 + 1.0).round() as u32 | 1) / 2, true),
+            (None, None) => (2, false),
         };
         if radius > MAX_RADIUS {
-            return Err(Error::invalid(
-                "radius",
-                format!("{radius}: at most {MAX_RADIUS} (a {0} x {0} kernel)", 2 * MAX_RADIUS + 1),
-            ));
+            let most = 2 * MAX_RADIUS + 1;
+            return Err(match sigma {
+                // A radius nobody gave: blame the sigma it came from.
+                Some(sigma) if implied => Error::invalid(
+                    "sigma",
+                    format!(
+                        "sigma {sigma} implies radius {radius} (a {0} x {0} kernel), above the maximum \
+                         radius {MAX_RADIUS} ({most} x {most}): give a sigma below {MAX_SIGMA_ALONE}, or \
+                         a radius of at most {MAX_RADIUS} with it (the kernel is then cut there)",
+                        2 * u64::from(radius) + 1
+                    ),
+                ),
+                _ => Error::invalid(
+                    "radius",
+                    format!("{radius}: at most {MAX_RADIUS} (a {most} x {most} kernel)"),
+                ),
+            });
         }
         let size = 2 * radius as usize + 1;
         let auto_sigma = 0.3 * ((size as f64 - 1.0) * 0.5 - 1.0) + 0.8;
@@ -215,7 +235,15 @@ mod tests {
     #[test]
     fn bad_kernels_are_refused() {
         assert!(Gaussian::new(Some(33), None, Border::default()).is_err());
-        assert!(Gaussian::new(None, Some(-1.0), Border::default()).is_err());
+        let error = Gaussian::new(None, Some(-1.0), Border::default()).unwrap_err().to_string();
+        assert!(error.contains("sigma must be a positive number"), "{error}");
+        // A sigma alone that needs a radius above the maximum is blamed on the sigma.
+        let error = Gaussian::new(None, Some(11.0), Border::default()).unwrap_err().to_string();
+        assert!(error.contains("sigma 11 implies radius 33 (a 67 x 67 kernel)"), "{error}");
+        assert!(error.contains("below 10.75") && error.contains("at most 32"), "{error}");
+        assert_eq!(Gaussian::new(None, Some(10.74), Border::default()).unwrap().radius(), 32);
+        assert!(Gaussian::new(None, Some(10.75), Border::default()).is_err());
+        assert_eq!(Gaussian::new(Some(32), Some(11.0), Border::default()).unwrap().radius(), 32);
         assert!(Gaussian::new(None, Some(f64::NAN), Border::default()).is_err());
     }
 }

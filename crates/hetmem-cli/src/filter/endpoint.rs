@@ -1,0 +1,229 @@
+//! The two ends of `hetmem filter`: the input, opened once, and the output, checked not to be
+//! the input under another name before anything is written to it.
+//!
+//! An input is opened once and read front to back, never seeked and never opened again: its
+//! first bytes tell its format and are then handed on with the rest. So pipes given as paths
+//! (`/dev/stdin`, `<(...)`, a named FIFO) work as files do; opening such a path a second time
+//! would wait for a writer that never comes, or lose what the first reader took.
+
+use std::fmt;
+use std::fs::{File, Metadata};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow, bail};
+
+use super::budget::{self, Budget};
+
+/// An input or output: a file, or `-` (stdin for the input, stdout for the output).
+#[derive(Debug, Clone)]
+pub(super) enum Endpoint {
+    Std,
+    File(PathBuf),
+}
+
+impl Endpoint {
+    pub(super) fn new(path: &Path) -> Endpoint {
+        if path.as_os_str() == "-" { Endpoint::Std } else { Endpoint::File(path.to_path_buf()) }
+    }
+}
+
+/// How endpoints are named in messages: the path, or stdin/stdout for `-`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Named<'a> {
+    pub endpoint: &'a Endpoint,
+    pub std_name: &'static str,
+}
+
+impl fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.endpoint {
+            Endpoint::Std => f.write_str(self.std_name),
+            Endpoint::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// Enough bytes to tell every format hetmem reads (Y4M's magic is 9 bytes, PNG's 8).
+const HEAD_BYTES: u64 = 16;
+/// Reads from the input go through a buffer this large.
+const BUFFER_BYTES: usize = 1 << 16;
+
+/// An input, opened once, with its first bytes already read to tell its format.
+pub(super) struct Input {
+    /// The first [`HEAD_BYTES`] bytes, fewer only when the input is shorter.
+    pub head: Vec<u8>,
+    rest: BufReader<Box<dyn Read + Send>>,
+    /// What was opened, as `fstat` sees it; `None` where that cannot be asked.
+    metadata: Option<Metadata>,
+}
+
+impl fmt::Debug for Input {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Input").field("head", &self.head).field("metadata", &self.metadata).finish()
+    }
+}
+
+impl Input {
+    /// Opens `endpoint` (named `name` in messages) and reads its first bytes. A FIFO waits
+    /// here for its writer, as any reader of it does.
+    ///
+    /// # Errors
+    /// It cannot be opened or read, or it is a directory.
+    pub(super) fn open(endpoint: &Endpoint, name: &str) -> anyhow::Result<Input> {
+        let (reader, metadata) = match endpoint {
+            Endpoint::Std => stdin().context("cannot read stdin")?,
+            Endpoint::File(path) => {
+                let file = File::open(path).with_context(|| format!("cannot open {name}"))?;
+                let metadata = file.metadata().with_context(|| format!("cannot read {name}"))?;
+                if metadata.is_dir() {
+                    bail!("{name} is a directory: give an image or video file");
+                }
+                (Box::new(file) as Box<dyn Read + Send>, Some(metadata))
+            }
+        };
+        let mut rest = BufReader::with_capacity(BUFFER_BYTES, reader);
+        let mut head = Vec::with_capacity(HEAD_BYTES as usize);
+        // `take` + `read_to_end` waits out short reads: a pipe may hand over a byte at a time.
+        (&mut rest).take(HEAD_BYTES).read_to_end(&mut head).with_context(|| format!("cannot read {name}"))?;
+        Ok(Input { head, rest, metadata })
+    }
+
+    /// The input's length, when it is a regular file (a pipe's is unknown until its end).
+    pub(super) fn file_len(&self) -> Option<u64> {
+        self.metadata.as_ref().filter(|metadata| metadata.is_file()).map(Metadata::len)
+    }
+
+    /// The whole input as one stream: the first bytes, then the rest.
+    pub(super) fn into_reader(self) -> impl BufRead {
+        io::Cursor::new(self.head).chain(self.rest)
+    }
+
+    /// Reads the whole input into memory, where images are decoded from: at most what an
+    /// image within the budget's pixel cap can take, each allocation checked.
+    ///
+    /// # Errors
+    /// A read failing, an input larger than that, or no memory for it.
+    pub(super) fn read_all(self, budget: &Budget, name: &str) -> anyhow::Result<Vec<u8>> {
+        let limit = budget.max_encoded_bytes();
+        let too_large = |at_least: u64| {
+            anyhow!(
+                "{name} holds {at_least} bytes or more, more than an image within --max-pixels {} can take \
+                 ({limit} bytes): pass a larger --max-pixels if the image is genuine",
+                budget.max_pixels
+            )
+        };
+        let what = format!("reading {name}");
+        let file_len = self.file_len();
+        let Input { head: mut bytes, mut rest, .. } = self;
+        if let Some(len) = file_len {
+            if len > limit {
+                return Err(too_large(len));
+            }
+            // The whole file, and a byte more so that its end is seen without growing.
+            let more = (len as usize + 1).saturating_sub(bytes.len());
+            budget::reserve(&mut bytes, more, &what)?;
+        }
+        loop {
+            if bytes.len() == bytes.capacity() {
+                budget::reserve(&mut bytes, BUFFER_BYTES, &what)?;
+            }
+            let start = bytes.len();
+            bytes.resize(bytes.capacity(), 0);
+            let read = rest.read(&mut bytes[start..]);
+            bytes.truncate(start + read.as_ref().map_or(0, |&read| read));
+            match read {
+                Ok(0) => return Ok(bytes),
+                Ok(_) if bytes.len() as u64 > limit => return Err(too_large(bytes.len() as u64)),
+                Ok(_) => {}
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error).with_context(|| format!("cannot read {name}")),
+            }
+        }
+    }
+
+    /// Refuses an `output` that is this input under another name: the same path, a hard or
+    /// symbolic link to it, or stdout redirected into it. Writing it would destroy the input
+    /// before it is read, so this is asked before the output is opened, by device and inode
+    /// (paths can alias in too many ways to compare).
+    ///
+    /// # Errors
+    /// The output is the input.
+    pub(super) fn refuse_as_output(
+        &self,
+        output: &Endpoint,
+        input_name: &str,
+        output_name: &str,
+    ) -> anyhow::Result<()> {
+        let Some(input) = &self.metadata else {
+            return Ok(());
+        };
+        let output_metadata = match output {
+            // Not there yet: a new file, not the input.
+            Endpoint::File(path) => std::fs::metadata(path).ok(),
+            Endpoint::Std => stdout_metadata(),
+        };
+        if output_metadata.is_some_and(|output| same_file(input, &output)) {
+            bail!(
+                "{output_name} is the same file as {input_name} (under another name, or through a link): \
+                 writing it would overwrite the input while it is read; write the result to another file"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Whether two regular files are one: the same device and inode.
+#[cfg(unix)]
+fn same_file(a: &Metadata, b: &Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    // Regular files only: one terminal, or /dev/null, may well be both stdin and stdout.
+    a.is_file() && b.is_file() && a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// A descriptor of stdin or stdout as a file of its own: read or written through our buffer
+/// alone (std's stdin adds a buffer, its stdout flushes at every `\n` byte, which would split
+/// frames), and open to `fstat`.
+#[cfg(unix)]
+fn duplicate(fd: impl std::os::fd::AsFd) -> io::Result<File> {
+    Ok(File::from(fd.as_fd().try_clone_to_owned()?))
+}
+
+#[cfg(unix)]
+fn stdin() -> io::Result<(Box<dyn Read + Send>, Option<Metadata>)> {
+    let file = duplicate(io::stdin())?;
+    let metadata = file.metadata()?;
+    Ok((Box::new(file), Some(metadata)))
+}
+
+#[cfg(unix)]
+fn stdout_metadata() -> Option<Metadata> {
+    duplicate(io::stdout()).and_then(|file| file.metadata()).ok()
+}
+
+/// stdout, for the video.
+#[cfg(unix)]
+pub(super) fn stdout() -> io::Result<Box<dyn Write + Send>> {
+    Ok(Box::new(duplicate(io::stdout())?))
+}
+
+// Elsewhere std's handles, and no file identity to compare.
+#[cfg(not(unix))]
+fn same_file(_: &Metadata, _: &Metadata) -> bool {
+    false
+}
+
+#[cfg(not(unix))]
+fn stdin() -> io::Result<(Box<dyn Read + Send>, Option<Metadata>)> {
+    Ok((Box::new(io::stdin()), None))
+}
+
+#[cfg(not(unix))]
+fn stdout_metadata() -> Option<Metadata> {
+    None
+}
+
+#[cfg(not(unix))]
+pub(super) fn stdout() -> io::Result<Box<dyn Write + Send>> {
+    Ok(Box::new(io::stdout()))
+}
