@@ -21,6 +21,7 @@ mod budget;
 mod endpoint;
 mod image;
 mod interrupt;
+mod recovery;
 mod stats;
 #[cfg(test)]
 mod untrusted_input_tests;
@@ -62,6 +63,19 @@ pub struct Args {
     /// any memory is allocated for it. The default, 2^28, is 16384 x 16384.
     #[arg(long, default_value_t = DEFAULT_MAX_PIXELS, value_parser = clap::value_parser!(u64).range(1..))]
     max_pixels: u64,
+    /// Frames that may fail and be filtered again before the run gives up. A frame that fails
+    /// (its copy, kernel or wait) is filtered again with the frames after it by a new ring; after
+    /// a kernel fault, which loses the GPU for the rest of the process, on the CPU (the same
+    /// result). Each retry is reported. Default 0: the first failure ends the run, after every
+    /// frame before it is written.
+    #[arg(long, default_value_t = 0)]
+    retries: u32,
+    /// Test hook (built with the `testing` feature only): make the Nth call at a point fail,
+    /// as POINT:N[:KIND] with POINT one of allocation, registration, launch, copy, fence-wait
+    /// and KIND transient, sticky (the default) or trap; repeatable.
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true)]
+    inject_fault: Vec<String>,
     /// Print the summary as JSON (on stderr: stdout may carry the video).
     #[arg(long)]
     json: bool,
@@ -157,6 +171,9 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
     let input_name = Named { endpoint: &input, std_name: "stdin" };
     let output_name = Named { endpoint: &output, std_name: "stdout" };
     let strategy: Strategy = args.strategy.parse().with_context(|| format!("cannot filter {input_name}"))?;
+    let strategy_chosen = strategy != Strategy::Auto;
+    #[cfg(feature = "testing")]
+    faults::arm(&args.inject_fault)?;
     // Resolved now so that messages name the strategy that runs, not `auto`.
     let strategy = strategy.resolve(device);
     let kernel = Gaussian::new(args.radius, args.sigma, args.border.into())
@@ -173,7 +190,16 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
     source.refuse_as_output(&output, &input_name.to_string(), &output_name.to_string())?;
     let input_kind = kind_of_input(&source, &input, &input_name)?;
     let budget = Budget { max_pixels: args.max_pixels };
-    let job = Job { device, strategy, kernel: &kernel, input: input_name, output: output_name, budget };
+    let job = Job {
+        device,
+        strategy,
+        strategy_chosen,
+        kernel: &kernel,
+        input: input_name,
+        output: output_name,
+        budget,
+        retries: args.retries,
+    };
     let report = match (input_kind, output_kind) {
         (Kind::Video, Kind::Video) => {
             let file_len = source.file_len();
@@ -212,8 +238,45 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
 struct Job<'a> {
     device: &'a Device,
     strategy: Strategy,
+    /// The user named the strategy (not `auto`): no fallback to another.
+    strategy_chosen: bool,
     kernel: &'a Gaussian,
     input: Named<'a>,
     output: Named<'a>,
     budget: Budget,
+    /// `--retries`.
+    retries: u32,
+}
+
+/// `--inject-fault`, with the `testing` feature: fault rules for the CLI's own tests.
+#[cfg(feature = "testing")]
+mod faults {
+    use anyhow::{Context as _, bail};
+    use hetmem::testing::faults::{self, FaultKind, FaultPoint};
+
+    pub(super) fn arm(rules: &[String]) -> anyhow::Result<()> {
+        for rule in rules {
+            let parts: Vec<&str> = rule.split(':').collect();
+            let point = match parts[0] {
+                "allocation" => FaultPoint::Allocation,
+                "registration" => FaultPoint::Registration,
+                "launch" => FaultPoint::Launch,
+                "copy" => FaultPoint::Copy,
+                "fence-wait" => FaultPoint::FenceWait,
+                other => bail!("--inject-fault {rule}: unknown point {other}"),
+            };
+            let nth: u64 = parts
+                .get(1)
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("--inject-fault {rule}: give POINT:N[:KIND]"))?;
+            let kind = match parts.get(2).copied().unwrap_or("sticky") {
+                "transient" => FaultKind::Transient,
+                "sticky" => FaultKind::Sticky,
+                "trap" => FaultKind::Trap,
+                other => bail!("--inject-fault {rule}: unknown kind {other}"),
+            };
+            faults::arm(point, nth, kind);
+        }
+        Ok(())
+    }
 }

@@ -18,8 +18,8 @@ use std::io::{BufWriter, Cursor, Write as _};
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use hetmem::FrameFilter;
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
+use hetmem::{Device, FrameFilter, Strategy};
 use image::codecs::jpeg::JpegEncoder;
 use image::codecs::png::PngEncoder;
 use image::codecs::pnm::{PnmDecoder, PnmEncoder, PnmSubtype, SampleEncoding};
@@ -31,6 +31,7 @@ use image::{
 use self::ending::Ending;
 use super::budget::Budget;
 use super::endpoint::Input;
+use super::recovery::{self, Recovery, Retry};
 use super::stats::{Clock, Facts, Report};
 use super::{ImageKind, Job};
 
@@ -133,15 +134,49 @@ pub(super) fn filter(
              bits and {output} is 8-bit"
         ));
     }
-    let mut filter =
-        FrameFilter::new(job.device, job.strategy, image.frame, job.kernel).with_context(|| {
-            format!("cannot filter {input_name} ({width}x{height}) by the {} strategy", job.strategy)
-        })?;
+    let frame = image.frame;
+    let build =
+        |device: &Device, strategy: Strategy, warnings: &mut Vec<String>| -> anyhow::Result<FrameFilter> {
+            let context = |strategy| {
+                format!("cannot filter {input_name} ({width}x{height}) by the {strategy} strategy")
+            };
+            match FrameFilter::new(device, strategy, frame, job.kernel) {
+                Ok(filter) => Ok(filter),
+                // Memory short even after the library's retries: an `auto` run goes on on the CPU.
+                Err(error) if error.is_transient() && !job.strategy_chosen && strategy != Strategy::Cpu => {
+                    warnings.push(format!(
+                        "{}: {error}; filtering by the cpu strategy instead (the same result)",
+                        context(strategy)
+                    ));
+                    FrameFilter::new(device, Strategy::Cpu, frame, job.kernel)
+                        .with_context(|| context(Strategy::Cpu))
+                }
+                Err(error) => Err(error).with_context(|| context(strategy)),
+            }
+        };
+    let mut filter = build(job.device, job.strategy, &mut warnings)?;
     image.read_into(filter.input_mut()?)?;
-
-    let latency = filter
-        .run()
-        .with_context(|| format!("filtering {input_name} by the {} strategy", filter.strategy()))?;
+    // Kept for --retries: a failed run may lose the filter's input memory.
+    let kept = (job.retries > 0).then(|| filter.input_mut().map(|input| input.to_vec())).transpose()?;
+    let mut recovery = Recovery::new(job.retries);
+    let cpu = recovery::cpu();
+    let latency = loop {
+        let ran = filter
+            .run()
+            .with_context(|| format!("filtering {input_name} by the {} strategy", filter.strategy()));
+        let error = match ran {
+            Ok(latency) => break latency,
+            Err(error) => error,
+        };
+        let (device, strategy) = match recovery.after(job.device, filter.strategy(), 0, &error) {
+            None => return Err(error),
+            Some(Retry::Cpu) => (&cpu, Strategy::Cpu),
+            Some(Retry::Same) => (job.device, filter.strategy()),
+        };
+        filter = build(device, strategy, &mut warnings)?;
+        filter.input_mut()?.copy_from_slice(kept.as_deref().expect("kept when retries are allowed"));
+    };
+    warnings.extend(recovery.warnings());
     clock.frame(latency);
 
     let result = filter.output()?;
@@ -166,7 +201,9 @@ pub(super) fn filter(
         strategy: filter.strategy(),
         warnings,
     };
-    Ok(Report::new(facts, job.kernel, &clock))
+    let mut report = Report::new(facts, job.kernel, &clock);
+    report.retried = recovery.retried;
+    Ok(report)
 }
 
 /// An encoded image whose header was read and whose declared size is within the budget:

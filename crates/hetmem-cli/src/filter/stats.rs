@@ -51,6 +51,8 @@ pub(super) struct Report {
     /// Ctrl-C ended the stream early (every whole frame read was still filtered and written,
     /// unless the output's reader closed it first).
     pub interrupted: bool,
+    /// Frames that failed and were filtered again (`--retries`), in order.
+    pub retried: Vec<super::recovery::Retried>,
 }
 
 /// What a report needs besides the kernel and the clock.
@@ -85,6 +87,7 @@ impl Report {
             filter_frames_per_s: per_s(clock.busy.as_secs_f64()),
             wall_s: wall,
             interrupted: false,
+            retried: Vec::new(),
         }
     }
 

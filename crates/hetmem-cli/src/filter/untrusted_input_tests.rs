@@ -134,10 +134,12 @@ fn y4m_reads(bytes: &[u8], budget: Budget) -> (anyhow::Result<()>, usize) {
     let job = Job {
         device: &device,
         strategy: hetmem::Strategy::Cpu,
+        strategy_chosen: true,
         kernel: &kernel,
         input: Named { endpoint: &input, std_name: "stdin" },
         output: Named { endpoint: &output, std_name: "stdout" },
         budget,
+        retries: 0,
     };
     largest_allocation(|| {
         let sink = || -> anyhow::Result<Box<dyn io::Write + Send>> { Ok(Box::new(io::sink())) };

@@ -13,17 +13,19 @@
 //! The `y4m` crate is not used for this: its decoder reads frames into its own buffer (a copy
 //! more per frame) and its encoder cannot write interlacing or pass parameters through.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead, BufWriter, Read, Write};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
-use hetmem::{FrameRing, RingOptions};
+use hetmem::{Device, FrameRing, RingOptions, Strategy};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Job;
 use super::interrupt::{catch_ctrl_c, interrupted};
+use super::recovery::{self, Recovery, Retry};
 use super::stats::{Clock, Facts, Report};
 
 /// How a Y4M stream starts.
@@ -203,14 +205,11 @@ pub(super) fn filter(
         height as u64,
         memory(&format, options.slots),
     )?;
-    let ring = FrameRing::new(job.device, job.strategy, format, job.kernel, options).with_context(|| {
-        format!(
-            "cannot filter {input} ({width}x{height} {}) by the {} strategy",
-            header.colour_space_name(),
-            job.strategy
-        )
-    })?;
     let mut warnings = Vec::new();
+    let mut recovery = Recovery::new(job.retries);
+    let cpu = recovery::cpu();
+    let (mut device, mut strategy) = (job.device, job.strategy);
+    let mut ring = build_ring(job, (device, strategy), format, options, &header, &mut warnings)?;
     if let Some(mode @ ('t' | 'b' | 'm')) = header.interlacing {
         warnings.push(format!(
             "{input} is interlaced (I{mode}): each frame is blurred whole, which mixes its two fields"
@@ -229,7 +228,28 @@ pub(super) fn filter(
     let bar = progress(frames);
     let mut clock = Clock::start();
     catch_ctrl_c();
-    let pumped = pump(&mut reader, &ring, &mut out, &mut clock, &bar, &input, &output);
+    let kept = Kept::new(recovery.keeps_frames());
+    let mut replay = VecDeque::new();
+    let mut first = 0;
+    let pumped = loop {
+        let stream = Stream { ring: &ring, kept: &kept, first, input: &input, output: &output };
+        match stream.pump(&mut reader, replay, &mut out, &mut clock, &bar) {
+            Err(error) if !interrupted() => {
+                let Some(index) = recovery::failed_frame(&error) else { break Err(error) };
+                let Some(retry) = recovery.after(device, strategy, index, &error) else { break Err(error) };
+                if retry == Retry::Cpu {
+                    (device, strategy) = (&cpu, Strategy::Cpu);
+                }
+                // Every frame read but not written, the failed one first, goes through a new ring.
+                replay = kept.take();
+                first = index;
+                drop(ring);
+                ring = build_ring(job, (device, strategy), format, options, &header, &mut warnings)?;
+            }
+            ended => break ended,
+        }
+    };
+    warnings.extend(recovery.warnings());
     bar.finish_and_clear();
     let end = match pumped {
         // Ctrl-C reaches the process reading our output too, which may close it first.
@@ -271,7 +291,94 @@ pub(super) fn filter(
     };
     let mut report = Report::new(facts, job.kernel, &clock);
     report.interrupted = !matches!(end, End::Input);
+    report.retried = recovery.retried;
     Ok(report)
+}
+
+/// The ring for `format` on `device` by `strategy`. Memory that runs short even after the
+/// ring's own retries makes an `auto` run fall back to the CPU strategy, with a warning (the
+/// same result); a strategy the user chose fails with the error instead.
+fn build_ring(
+    job: &Job,
+    (device, strategy): (&Device, Strategy),
+    format: FrameFormat,
+    options: RingOptions,
+    header: &Header,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<FrameRing> {
+    let (width, height) = (header.width, header.height);
+    let context = |strategy: Strategy| {
+        format!(
+            "cannot filter {} ({width}x{height} {}) by the {strategy} strategy",
+            job.input,
+            header.colour_space_name()
+        )
+    };
+    match FrameRing::new(device, strategy, format, job.kernel, options) {
+        Ok(ring) => {
+            if ring.slots() < options.slots {
+                warnings.push(format!(
+                    "memory ran short: the ring runs with {} of its {} slots (the same result, fewer frames in \
+                     flight)",
+                    ring.slots(),
+                    options.slots
+                ));
+            }
+            Ok(ring)
+        }
+        Err(error) if error.is_transient() && !job.strategy_chosen && strategy != Strategy::Cpu => {
+            warnings.push(format!(
+                "{}: {error}; filtering by the cpu strategy instead (the same result)",
+                context(strategy)
+            ));
+            FrameRing::new(device, Strategy::Cpu, format, job.kernel, options)
+                .with_context(|| context(Strategy::Cpu))
+        }
+        Err(error) => Err(error).with_context(|| context(strategy)),
+    }
+}
+
+/// The frames read but not yet written, with their `FRAME` lines, kept while `--retries` may
+/// need them again (nothing is kept without it).
+struct Kept {
+    frames: Option<Mutex<VecDeque<KeptFrame>>>,
+}
+
+/// A frame kept for a retry.
+struct KeptFrame {
+    index: u64,
+    line: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+impl Kept {
+    fn new(keep: bool) -> Kept {
+        Kept { frames: keep.then(|| Mutex::new(VecDeque::new())) }
+    }
+
+    fn lock(frames: &Mutex<VecDeque<KeptFrame>>) -> std::sync::MutexGuard<'_, VecDeque<KeptFrame>> {
+        frames.lock().unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Keeps frame `index`, read now.
+    fn read(&self, index: u64, line: &[u8], bytes: &[u8]) {
+        if let Some(frames) = &self.frames {
+            Kept::lock(frames).push_back(KeptFrame { index, line: line.to_vec(), bytes: bytes.to_vec() });
+        }
+    }
+
+    /// Forgets frame `index`, written now (always the oldest kept).
+    fn written(&self, index: u64) {
+        if let Some(frames) = &self.frames {
+            let forgotten = Kept::lock(frames).pop_front();
+            debug_assert_eq!(forgotten.map(|frame| frame.index), Some(index), "frames are written in order");
+        }
+    }
+
+    /// Every frame kept, oldest first, to go through a new ring.
+    fn take(&self) -> VecDeque<KeptFrame> {
+        self.frames.as_ref().map(|frames| std::mem::take(&mut *Kept::lock(frames))).unwrap_or_default()
+    }
 }
 
 /// Memory a stream takes: each slot's input and output frames, and the CPU blur's 16-bit
@@ -301,129 +408,202 @@ struct Cut {
     frame_bytes: usize,
 }
 
-/// Frames through the ring until the input ends (or Ctrl-C): this thread reads each frame
-/// straight into the ring's next input slot while a writer thread writes the filtered frames
-/// out in order, so reading, filtering and writing overlap. Returns how the reading ended.
-///
-/// Whatever stops the stream (the input's end or corruption, Ctrl-C, a failed frame, an
-/// output error), every frame filtered before it is written first.
-#[allow(clippy::too_many_arguments, reason = "the pump's endpoints, names and meters, all distinct")]
-fn pump(
-    reader: &mut impl BufRead,
-    ring: &FrameRing,
-    out: &mut (impl Write + Send),
-    clock: &mut Clock,
-    bar: &ProgressBar,
-    input: &str,
-    output: &str,
-) -> anyhow::Result<End> {
-    let (lines, line_of_frame) = mpsc::channel::<(Vec<u8>, Instant)>();
-    std::thread::scope(|scope| {
-        let writer = scope.spawn(move || -> anyhow::Result<()> {
-            for index in 0.. {
-                let frame = match ring.next_output() {
-                    Ok(frame) => frame,
-                    Err(hetmem::Error::RingClosed) => return Ok(()),
-                    Err(error) => {
-                        ring.close();
-                        return Err(error).with_context(|| {
-                            format!("filtering {input} by the {} strategy", ring.strategy())
-                        });
-                    }
-                };
-                let (line, submitted) =
-                    line_of_frame.recv().expect("the reader sends each frame's line first");
-                let latency = submitted.elapsed();
-                let written =
-                    out.write_all(&line).and_then(|()| out.write_all(&frame)).and_then(|()| out.flush());
-                drop(frame);
-                if let Err(error) = written {
-                    ring.close();
-                    return Err(error).with_context(|| format!("writing frame {index} to {output}"));
-                }
-                // Counted once written: the count is what the output holds.
-                clock.frame(latency);
-                bar.inc(1);
-            }
-            Ok(())
-        });
-        let read = read_frames(reader, ring, &lines, input, output);
-        ring.close();
-        let written = writer.join().expect("the writer thread does not panic");
-        // A failed frame or a closed output stopped the reading: that is the error to report.
-        written?;
-        read
-    })
+/// Closes a ring when dropped.
+struct CloseOnDrop<'a>(&'a FrameRing);
+
+impl Drop for CloseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
-/// Reads frames into the ring until the input ends, Ctrl-C, or the writer closes the ring.
-///
-/// After Ctrl-C an input that ends, even inside a frame, is the interruption reaching the
-/// process that writes it (in a terminal, SIGINT goes to the whole pipeline): not an error.
-fn read_frames(
-    reader: &mut impl BufRead,
-    ring: &FrameRing,
-    lines: &mpsc::Sender<(Vec<u8>, Instant)>,
-    input: &str,
-    output: &str,
-) -> anyhow::Result<End> {
-    let frame_bytes = ring.frame_bytes();
-    let mut line = Vec::with_capacity(64);
-    for index in 0.. {
-        if interrupted() {
-            return Ok(End::Interrupted { cut: None });
-        }
-        let written = match index {
-            0 => format!("no frame was written to {output}"),
-            1 => format!("frame 0 was written to {output}"),
-            _ => format!("frames 0 to {} were written to {output}", index - 1),
-        };
-        let ended = read_line(reader, &mut line, FRAME_LINE_LIMIT)
-            .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
-        let is_frame_line = line.starts_with(FRAME) && matches!(line.get(FRAME.len()), Some(b' ' | b'\n'));
-        let cut = Cut { index, read: 0, frame_bytes };
-        match ended {
-            Line::End if interrupted() => return Ok(End::Interrupted { cut: None }),
-            Line::End => return Ok(End::Input),
-            Line::Complete if is_frame_line => {}
-            Line::Truncated if interrupted() => return Ok(End::Interrupted { cut: Some(cut) }),
-            Line::Truncated if line.starts_with(&FRAME[..line.len().min(FRAME.len())]) => bail!(
-                "{input}: frame {index} (counting from 0) is truncated: the stream ends inside its FRAME line; \
-                 {written}"
-            ),
-            Line::TooLong if line.starts_with(FRAME) => bail!(
-                "{input}: frame {index} (counting from 0) is corrupt: its FRAME line has no end in its first \
-                 {FRAME_LINE_LIMIT} bytes (frame parameters take a few); {written}"
-            ),
-            _ => bail!(
-                "{input}: frame {index} (counting from 0) is corrupt: it starts with {} instead of FRAME; {written}",
-                shown(&line)
-            ),
-        }
-        let mut slot = match ring.next_input() {
-            Ok(slot) => slot,
-            // The writer stopped (and says why).
-            Err(hetmem::Error::RingClosed) => return Ok(End::Input),
-            Err(error) => return Err(error).with_context(|| format!("filtering frame {index} of {input}")),
-        };
-        let read = read_full(reader, &mut slot)
-            .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
-        if read < frame_bytes {
-            if interrupted() {
-                return Ok(End::Interrupted { cut: Some(Cut { read, ..cut }) });
-            }
-            bail!(
-                "{input}: frame {index} (counting from 0) is truncated: the stream ends after {read} of its \
-                 {frame_bytes} bytes; {written}"
-            );
-        }
-        if lines.send((line.clone(), Instant::now())).is_err() {
-            // The writer has gone, after closing the ring; it reports why.
-            return Ok(End::Input);
-        }
-        slot.submit();
+/// One pass of frames through one ring: its first frame's index, and where the frames not yet
+/// written are kept.
+struct Stream<'a> {
+    ring: &'a FrameRing,
+    kept: &'a Kept,
+    first: u64,
+    input: &'a str,
+    output: &'a str,
+}
+
+impl Stream<'_> {
+    /// Frames through the ring until the input ends (or Ctrl-C): this thread puts `replay`
+    /// (frames read before, from a failed ring) into the ring first, then reads each frame
+    /// straight into the ring's next input slot, while a writer thread writes the filtered
+    /// frames out in order, so reading, filtering and writing overlap. Returns how the reading
+    /// ended.
+    ///
+    /// Whatever stops the stream (the input's end or corruption, Ctrl-C, a failed frame, an
+    /// output error), every frame filtered before it is written first.
+    fn pump(
+        &self,
+        reader: &mut impl BufRead,
+        replay: VecDeque<KeptFrame>,
+        out: &mut (impl Write + Send),
+        clock: &mut Clock,
+        bar: &ProgressBar,
+    ) -> anyhow::Result<End> {
+        let (lines, line_of_frame) = mpsc::channel::<(Vec<u8>, Instant)>();
+        let Stream { ring, kept, first, input, output } = *self;
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(move || -> anyhow::Result<()> {
+                for index in first.. {
+                    let frame = match ring.next_output() {
+                        Ok(frame) => frame,
+                        Err(hetmem::Error::RingClosed) => return Ok(()),
+                        Err(error) => {
+                            ring.close();
+                            // A ring counts its frames from 0; the stream's count goes on.
+                            let error = match error {
+                                hetmem::Error::FrameFailed { index, source } => {
+                                    hetmem::Error::FrameFailed { index: first + index, source }
+                                }
+                                other => other,
+                            };
+                            return Err(error).with_context(|| {
+                                format!("filtering {input} by the {} strategy", ring.strategy())
+                            });
+                        }
+                    };
+                    let (line, submitted) =
+                        line_of_frame.recv().expect("the reader sends each frame's line first");
+                    let latency = submitted.elapsed();
+                    let written =
+                        out.write_all(&line).and_then(|()| out.write_all(&frame)).and_then(|()| out.flush());
+                    drop(frame);
+                    if let Err(error) = written {
+                        ring.close();
+                        return Err(error).with_context(|| format!("writing frame {index} to {output}"));
+                    }
+                    kept.written(index);
+                    // Counted once written: the count is what the output holds.
+                    clock.frame(latency);
+                    bar.inc(1);
+                }
+                Ok(())
+            });
+            // Closed however the reading ends, a panic included: the writer then stops too.
+            let _closing = CloseOnDrop(ring);
+            let read = self.replay(replay, &lines).and_then(|next| self.read_frames(reader, next, &lines));
+            ring.close();
+            let written = writer.join().expect("the writer thread does not panic");
+            // A failed frame or a closed output stopped the reading: that is the error to report.
+            written?;
+            read
+        })
     }
-    Ok(End::Input)
+
+    /// Puts frames read before into the ring, in order; returns the index of the next frame to
+    /// read from the input, or `None` when the ring was closed meanwhile (a frame failed
+    /// again): the frames not put in are kept as they were, for the next retry.
+    fn replay(
+        &self,
+        replay: VecDeque<KeptFrame>,
+        lines: &mpsc::Sender<(Vec<u8>, Instant)>,
+    ) -> anyhow::Result<Option<u64>> {
+        let mut next = self.first;
+        let mut frames = replay.into_iter();
+        while let Some(frame) = frames.next() {
+            debug_assert_eq!(frame.index, next, "kept frames run on without gaps");
+            // Kept before it goes in: until it is written, it may be needed again.
+            self.kept.read(frame.index, &frame.line, &frame.bytes);
+            let slot = match self.ring.next_input() {
+                Ok(slot) => Some(slot),
+                Err(hetmem::Error::RingClosed) => None,
+                Err(error) => {
+                    return Err(error).with_context(|| format!("filtering frame {next} of {}", self.input));
+                }
+            };
+            let Some(mut slot) = slot.filter(|_| lines.send((frame.line.clone(), Instant::now())).is_ok())
+            else {
+                frames.for_each(|rest| self.kept.read(rest.index, &rest.line, &rest.bytes));
+                return Ok(None);
+            };
+            slot.copy_from_slice(&frame.bytes);
+            slot.submit();
+            next += 1;
+        }
+        Ok(Some(next))
+    }
+
+    /// Reads frames into the ring, numbered from `next`, until the input ends, Ctrl-C, or the
+    /// writer closes the ring. A slot is taken before each `FRAME` line is read, so a ring the
+    /// writer closed (after a failed frame) never leaves a frame half read.
+    ///
+    /// After Ctrl-C an input that ends, even inside a frame, is the interruption reaching the
+    /// process that writes it (in a terminal, SIGINT goes to the whole pipeline): not an error.
+    fn read_frames(
+        &self,
+        reader: &mut impl BufRead,
+        next: Option<u64>,
+        lines: &mpsc::Sender<(Vec<u8>, Instant)>,
+    ) -> anyhow::Result<End> {
+        let Some(next) = next else { return Ok(End::Input) };
+        let Stream { ring, kept, input, output, .. } = *self;
+        let frame_bytes = ring.frame_bytes();
+        let mut line = Vec::with_capacity(64);
+        for index in next.. {
+            if interrupted() {
+                return Ok(End::Interrupted { cut: None });
+            }
+            let written = match index {
+                0 => format!("no frame was written to {output}"),
+                1 => format!("frame 0 was written to {output}"),
+                _ => format!("frames 0 to {} were written to {output}", index - 1),
+            };
+            let mut slot = match ring.next_input() {
+                Ok(slot) => slot,
+                // The writer stopped (and says why).
+                Err(hetmem::Error::RingClosed) => return Ok(End::Input),
+                Err(error) => {
+                    return Err(error).with_context(|| format!("filtering frame {index} of {input}"));
+                }
+            };
+            let ended = read_line(reader, &mut line, FRAME_LINE_LIMIT)
+                .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
+            let is_frame_line =
+                line.starts_with(FRAME) && matches!(line.get(FRAME.len()), Some(b' ' | b'\n'));
+            let cut = Cut { index, read: 0, frame_bytes };
+            match ended {
+                Line::End if interrupted() => return Ok(End::Interrupted { cut: None }),
+                Line::End => return Ok(End::Input),
+                Line::Complete if is_frame_line => {}
+                Line::Truncated if interrupted() => return Ok(End::Interrupted { cut: Some(cut) }),
+                Line::Truncated if line.starts_with(&FRAME[..line.len().min(FRAME.len())]) => bail!(
+                    "{input}: frame {index} (counting from 0) is truncated: the stream ends inside its FRAME \
+                     line; {written}"
+                ),
+                Line::TooLong if line.starts_with(FRAME) => bail!(
+                    "{input}: frame {index} (counting from 0) is corrupt: its FRAME line has no end in its first \
+                     {FRAME_LINE_LIMIT} bytes (frame parameters take a few); {written}"
+                ),
+                _ => bail!(
+                    "{input}: frame {index} (counting from 0) is corrupt: it starts with {} instead of FRAME; \
+                     {written}",
+                    shown(&line)
+                ),
+            }
+            let read = read_full(reader, &mut slot)
+                .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
+            if read < frame_bytes {
+                if interrupted() {
+                    return Ok(End::Interrupted { cut: Some(Cut { read, ..cut }) });
+                }
+                bail!(
+                    "{input}: frame {index} (counting from 0) is truncated: the stream ends after {read} of its \
+                     {frame_bytes} bytes; {written}"
+                );
+            }
+            kept.read(index, &line, &slot);
+            if lines.send((line.clone(), Instant::now())).is_err() {
+                // The writer has gone, after closing the ring; it reports why.
+                return Ok(End::Input);
+            }
+            slot.submit();
+        }
+        Ok(End::Input)
+    }
 }
 
 #[cfg(test)]

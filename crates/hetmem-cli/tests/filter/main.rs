@@ -10,6 +10,8 @@
 mod bad_input;
 mod pipes;
 mod png_crc;
+#[cfg(feature = "testing")]
+mod retries;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
