@@ -8,7 +8,7 @@ use hetmem::bench::link::{self, Direction, LatencyPath, LinkOptions, Path};
 
 use hetmem::testing::cuda_device_or_skip;
 
-use crate::support::{child_role, cpu_device, on_every_backend, run_child};
+use crate::support::{assert_child_passes, child_role, cpu_device, on_every_backend};
 
 fn tiny() -> LinkOptions {
     LinkOptions {
@@ -87,13 +87,7 @@ fn a_tiny_link_measurement_is_checked_and_its_figures_are_real() {
     }
     // In a process of its own: the completion signals are measured with a gate kernel, and
     // while it waits any other test's call that synchronises the device waits for it.
-    let output = run_child(TEST, "gpu");
-    assert!(
-        output.status.success(),
-        "the GPU link measurement failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_child_passes(TEST, "gpu");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use hetmem::handoff::doorbell::{DoorbellOptions, MAX_SAMPLES, MAX_TAPS};
 use hetmem::handoff::{Doorbell, Request};
 use hetmem::{Device, DeviceBuf, Error, HostBuf, PinOptions, Queue};
 
-use crate::support::{POISON, child_role, cpu_device, first_mismatch, random_words, run_child};
+use crate::support::{POISON, assert_child_passes, child_role, cpu_device, first_mismatch, random_words};
 
 /// `len` random samples in [-1, 1) from a fresh seed, printed for replay.
 fn random_samples(rng: &mut fastrand::Rng, len: usize) -> Vec<f32> {
@@ -122,13 +122,7 @@ fn on_both(test: &str, role: &str, check: fn(&Device)) {
     if hetmem::testing::cuda_device_or_skip(test).is_none() {
         return;
     }
-    let output = run_child(&format!("doorbell::{test}"), role);
-    assert!(
-        output.status.success(),
-        "the GPU child failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_child_passes(&format!("doorbell::{test}"), role);
 }
 
 #[test]

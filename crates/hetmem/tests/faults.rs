@@ -12,7 +12,7 @@ use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian
 use hetmem::testing::faults::{self, FaultKind, FaultPoint};
 use hetmem::{Device, Error, FrameRing, HostBuf, PinOptions, Queue, RingOptions, Strategy};
 
-use crate::support::{child_role, cpu_device, run_child};
+use crate::support::{assert_child_passes, child_role, cpu_device};
 
 /// How one frame of a stream came out.
 #[derive(Debug, PartialEq, Eq)]
@@ -255,13 +255,7 @@ fn in_child(test: &str, role: &str, body: fn()) {
     if child_role().as_deref() == Some(role) {
         return body();
     }
-    let output = run_child(&format!("faults::{test}"), role);
-    assert!(
-        output.status.success(),
-        "the {role} child failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_child_passes(&format!("faults::{test}"), role);
 }
 
 #[test]

@@ -13,7 +13,9 @@ use hetmem::ops::affine_u32;
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, Error, FenceKind, KernelArgs, Queue};
 
-use crate::support::{POISON, child_role, cpu_device, first_mismatch, random_words, run_child};
+use crate::support::{
+    POISON, assert_child_passes, child_role, cpu_device, first_mismatch, random_words, run_child,
+};
 
 /// In a child: lends a buffer (guarded or not) and writes it through a raw pointer kept from
 /// before the lend, as buggy unsafe code or FFI might.
@@ -84,13 +86,7 @@ fn awaiting_a_lease_does_not_block_the_runtime() {
     // In a process of its own: while the gate's kernel waits, any thread's call that
     // synchronises the device (freeing, registering) waits for it, and a test running beside
     // this one could stall it until the watchdog fires.
-    let output = run_child(TEST, "await");
-    assert!(
-        output.status.success(),
-        "the await child failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_child_passes(TEST, "await");
 }
 
 fn await_child() {

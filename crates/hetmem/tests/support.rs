@@ -49,3 +49,16 @@ pub fn run_child(test: &str, role: &str) -> std::process::Output {
         .output()
         .unwrap()
 }
+
+/// Re-runs this test binary for the single test `test` as `role` (see [`run_child`]) and fails,
+/// showing the child's output, unless the child passed.
+pub fn assert_child_passes(test: &str, role: &str) {
+    let output = run_child(test, role);
+    assert!(
+        output.status.success(),
+        "the {role} child of {test} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

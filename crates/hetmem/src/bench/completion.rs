@@ -1,6 +1,6 @@
 //! How long after a kernel ends the CPU knows, for each completion signal.
 //!
-//! Method: a one-thread kernel ([`Gate`]) spins until the CPU writes a go word in mapped
+//! Method: a one-thread kernel (the gate, `handoff::gate`) spins until the CPU writes a go word in mapped
 //! memory, then writes a done word and ends. Each sample queues the kernel and the signal,
 //! waits until the kernel runs, then starts the clock, writes go and waits by the mechanism
 //! under test. The `kernel_done_word` row spins on the kernel's own done word: the earliest the
