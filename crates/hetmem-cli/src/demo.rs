@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
+use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, GaussianStage, PixelLayout};
 use hetmem::{Device, FrameFilter, Strategy};
 
 use crate::frame_strategies::{self, render};
@@ -63,7 +63,11 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes the centre of frame 0, before and after the blur, side by side.
-fn write_png(path: &PathBuf, filter: &mut FrameFilter, format: &FrameFormat) -> anyhow::Result<()> {
+fn write_png(
+    path: &PathBuf,
+    filter: &mut FrameFilter<GaussianStage>,
+    format: &FrameFormat,
+) -> anyhow::Result<()> {
     render(filter.input_mut()?, format.width, format.height, 0);
     filter.run()?;
     let (cw, ch) = (format.width.min(640), format.height.min(360));

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use hetmem::backend::nvml::NvmlSession;
 use hetmem::bench::Summary;
-use hetmem::ops::gaussian::{FrameFormat, Gaussian, gaussian_cpu};
+use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage, gaussian_cpu};
 use hetmem::{Device, FrameFilter, Strategy};
 
 use crate::table::Table;
@@ -51,7 +51,7 @@ pub fn measure(
     wanted: &[Strategy],
     frames: u32,
     progress: bool,
-    mut first: impl FnMut(&mut FrameFilter) -> anyhow::Result<()>,
+    mut first: impl FnMut(&mut FrameFilter<GaussianStage>) -> anyhow::Result<()>,
 ) -> anyhow::Result<Report> {
     let on_cpu_by_default = device.as_cuda().is_none() && wanted.is_empty();
     let wanted = if on_cpu_by_default {
@@ -131,7 +131,11 @@ pub fn measure(
 }
 
 /// Filters one random frame and compares it with the CPU path, which is bit-exact by design.
-fn verify(filter: &mut FrameFilter, format: &FrameFormat, kernel: &Gaussian) -> anyhow::Result<bool> {
+fn verify(
+    filter: &mut FrameFilter<GaussianStage>,
+    format: &FrameFormat,
+    kernel: &Gaussian,
+) -> anyhow::Result<bool> {
     // Fresh data each run: the wall clock and the process id, never a fixed seed.
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_nanos());
     let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ nanos as u64 ^ u64::from(std::process::id());

@@ -44,6 +44,7 @@ pub mod memory;
 pub mod ops;
 pub mod pipeline;
 pub mod retry;
+pub mod stage;
 #[cfg(feature = "testing")]
 pub mod testing;
 

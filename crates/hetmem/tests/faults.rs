@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
+use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, GaussianStage, PixelLayout, gaussian_cpu};
 use hetmem::testing::faults::{self, FaultKind, FaultPoint};
 use hetmem::{Device, Error, FrameRing, HostBuf, PinOptions, Queue, RingOptions, Strategy};
 
@@ -30,7 +30,7 @@ enum Outcome {
 /// outcome (the first of this call at 0) and, if the producer was refused a slot, the error it
 /// got.
 fn stream(
-    ring: &FrameRing,
+    ring: &FrameRing<GaussianStage>,
     format: &FrameFormat,
     kernel: &Gaussian,
     frames: u64,

@@ -6,6 +6,7 @@ use hetmem::backend::{BackendChoice, DeviceSelection};
 use hetmem::ops::affine_u32_cpu;
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
 use hetmem::pipeline::FanOutRing;
+use hetmem::stage::Stage;
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, FrameRing, HostBuf, PinMethod, PinOptions, Queue, RingOptions, Strategy, ops};
 
@@ -20,7 +21,7 @@ fn random_frames(frames: usize, bytes: usize) -> Vec<Vec<u8>> {
 }
 
 /// Streams `inputs` through `ring` from a producer thread; the outputs, in order.
-fn stream_fan_out(ring: &FanOutRing, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+fn stream_fan_out<S: Stage>(ring: &FanOutRing<S>, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     std::thread::scope(|scope| {
         scope.spawn(|| {
             for input in inputs {
@@ -42,7 +43,7 @@ fn stream_fan_out(ring: &FanOutRing, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     })
 }
 
-fn stream_plain(ring: &FrameRing, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+fn stream_plain<S: Stage>(ring: &FrameRing<S>, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     std::thread::scope(|scope| {
         scope.spawn(|| {
             for input in inputs {

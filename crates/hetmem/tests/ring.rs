@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
+use hetmem::stage::CpuStage;
 use hetmem::{Device, Error, FenceKind, FrameRing, RingOptions, Strategy};
 
 use crate::support::{first_mismatch, on_every_backend};
@@ -79,7 +80,7 @@ fn every_strategy_streams_frames_in_order_matching_the_cpu_path() {
 }
 
 /// A CPU ring whose stage writes `!input` and fails on the frame whose first byte is `fail`.
-fn inverting_ring(slots: usize, fail: Option<u8>) -> FrameRing {
+fn inverting_ring(slots: usize, fail: Option<u8>) -> FrameRing<CpuStage> {
     FrameRing::with_cpu_stage(64, RingOptions { slots, ..RingOptions::default() }, move |input, output| {
         if Some(input[0]) == fail {
             return Err(Error::InvalidArgument { what: "test frame", problem: "injected failure".into() });

@@ -15,4 +15,5 @@ mod multi_device;
 mod opencv;
 mod ring;
 mod source_rules;
+mod stages;
 mod support;

@@ -18,7 +18,7 @@ use std::io::{BufWriter, Cursor, Write as _};
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
+use hetmem::ops::gaussian::{FrameFormat, GaussianStage, PixelLayout};
 use hetmem::{Device, FrameFilter, Strategy};
 use image::codecs::jpeg::JpegEncoder;
 use image::codecs::png::PngEncoder;
@@ -135,25 +135,26 @@ pub(super) fn filter(
         ));
     }
     let frame = image.frame;
-    let build =
-        |device: &Device, strategy: Strategy, warnings: &mut Vec<String>| -> anyhow::Result<FrameFilter> {
-            let context = |strategy| {
-                format!("cannot filter {input_name} ({width}x{height}) by the {strategy} strategy")
-            };
-            match FrameFilter::new(device, strategy, frame, job.kernel) {
-                Ok(filter) => Ok(filter),
-                // Memory short even after the library's retries: an `auto` run goes on on the CPU.
-                Err(error) if error.is_transient() && !job.strategy_chosen && strategy != Strategy::Cpu => {
-                    warnings.push(format!(
-                        "{}: {error}; filtering by the cpu strategy instead (the same result)",
-                        context(strategy)
-                    ));
-                    FrameFilter::new(device, Strategy::Cpu, frame, job.kernel)
-                        .with_context(|| context(Strategy::Cpu))
-                }
-                Err(error) => Err(error).with_context(|| context(strategy)),
+    let build = |device: &Device,
+                 strategy: Strategy,
+                 warnings: &mut Vec<String>|
+     -> anyhow::Result<FrameFilter<GaussianStage>> {
+        let context =
+            |strategy| format!("cannot filter {input_name} ({width}x{height}) by the {strategy} strategy");
+        match FrameFilter::new(device, strategy, frame, job.kernel) {
+            Ok(filter) => Ok(filter),
+            // Memory short even after the library's retries: an `auto` run goes on on the CPU.
+            Err(error) if error.is_transient() && !job.strategy_chosen && strategy != Strategy::Cpu => {
+                warnings.push(format!(
+                    "{}: {error}; filtering by the cpu strategy instead (the same result)",
+                    context(strategy)
+                ));
+                FrameFilter::new(device, Strategy::Cpu, frame, job.kernel)
+                    .with_context(|| context(Strategy::Cpu))
             }
-        };
+            Err(error) => Err(error).with_context(|| context(strategy)),
+        }
+    };
     let mut filter = build(job.device, job.strategy, &mut warnings)?;
     image.read_into(filter.input_mut()?)?;
     // Kept for --retries: a failed run may lose the filter's input memory.

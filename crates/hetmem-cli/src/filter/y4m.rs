@@ -19,7 +19,7 @@ use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
+use hetmem::ops::gaussian::{FrameFormat, GaussianStage, PixelLayout};
 use hetmem::{Device, FrameRing, RingOptions, Strategy};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -305,7 +305,7 @@ fn build_ring(
     options: RingOptions,
     header: &Header,
     warnings: &mut Vec<String>,
-) -> anyhow::Result<FrameRing> {
+) -> anyhow::Result<FrameRing<GaussianStage>> {
     let (width, height) = (header.width, header.height);
     let context = |strategy: Strategy| {
         format!(
@@ -409,7 +409,7 @@ struct Cut {
 }
 
 /// Closes a ring when dropped.
-struct CloseOnDrop<'a>(&'a FrameRing);
+struct CloseOnDrop<'a>(&'a FrameRing<GaussianStage>);
 
 impl Drop for CloseOnDrop<'_> {
     fn drop(&mut self) {
@@ -420,7 +420,7 @@ impl Drop for CloseOnDrop<'_> {
 /// One pass of frames through one ring: its first frame's index, and where the frames not yet
 /// written are kept.
 struct Stream<'a> {
-    ring: &'a FrameRing,
+    ring: &'a FrameRing<GaussianStage>,
     kept: &'a Kept,
     first: u64,
     input: &'a str,

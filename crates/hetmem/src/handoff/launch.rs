@@ -61,8 +61,12 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// A plain value of at most 8 bytes (`u32`, `f32`, `u64`, ...), passed by value.
-    pub fn value<V: Pod>(mut self, value: V) -> KernelArgs<'a> {
-        let bytes = bytemuck::bytes_of(&value);
+    pub fn value<V: Pod>(self, value: V) -> KernelArgs<'a> {
+        self.value_bytes(bytemuck::bytes_of(&value))
+    }
+
+    /// A plain value given as its little-endian bytes (at most 8).
+    pub(crate) fn value_bytes(mut self, bytes: &[u8]) -> KernelArgs<'a> {
         if bytes.len() > 8 {
             self.error.get_or_insert(Error::invalid(
                 "kernel argument",

@@ -57,6 +57,23 @@ impl KernelCache {
     /// # Errors
     /// NVRTC missing or failing to compile the source.
     pub fn get_or_compile(&self, source: &KernelSource, arch: &str) -> Result<(Vec<u8>, CacheOutcome)> {
+        self.get_or_compile_code(&Code::of(source), arch)
+    }
+
+    /// As [`KernelCache::get_or_compile`], for a source given at run time (a user's kernel).
+    ///
+    /// # Errors
+    /// NVRTC missing or failing to compile the source.
+    pub fn get_or_compile_user(
+        &self,
+        name: &str,
+        source: &str,
+        arch: &str,
+    ) -> Result<(Vec<u8>, CacheOutcome)> {
+        self.get_or_compile_code(&Code { name, source, options: &[] }, arch)
+    }
+
+    fn get_or_compile_code(&self, source: &Code<'_>, arch: &str) -> Result<(Vec<u8>, CacheOutcome)> {
         let path = self.path(source, arch)?;
         if let Some(path) = &path {
             match std::fs::read(path) {
@@ -76,11 +93,12 @@ impl KernelCache {
     /// # Errors
     /// NVRTC missing or failing to compile the source.
     pub fn recompile(&self, source: &KernelSource, arch: &str) -> Result<Vec<u8>> {
-        let path = self.path(source, arch)?;
-        self.compile_and_store(source, arch, path.as_deref())
+        let code = Code::of(source);
+        let path = self.path(&code, arch)?;
+        self.compile_and_store(&code, arch, path.as_deref())
     }
 
-    fn compile_and_store(&self, source: &KernelSource, arch: &str, path: Option<&Path>) -> Result<Vec<u8>> {
+    fn compile_and_store(&self, source: &Code<'_>, arch: &str, path: Option<&Path>) -> Result<Vec<u8>> {
         let image = nvrtc::compile_cubin(source.name, source.source, arch, source.options)?;
         if let Some(path) = path
             && let Err(error) = write_atomically(path, &image)
@@ -91,7 +109,7 @@ impl KernelCache {
     }
 
     /// Where the image of `source` for `arch` lives; `None` without a cache folder.
-    fn path(&self, source: &KernelSource, arch: &str) -> Result<Option<PathBuf>> {
+    fn path(&self, source: &Code<'_>, arch: &str) -> Result<Option<PathBuf>> {
         let Some(dir) = &self.dir else { return Ok(None) };
         let (major, minor) = nvrtc::version()?;
         let mut hash = Sha256::new();
@@ -104,6 +122,19 @@ impl KernelCache {
         }
         let digest: String = hash.finalize()[..8].iter().map(|byte| format!("{byte:02x}")).collect();
         Ok(Some(dir.join(format!("{}-{arch}-{digest}.cubin", source.name))))
+    }
+}
+
+/// What is compiled: a built-in [`KernelSource`] or a user's source.
+struct Code<'a> {
+    name: &'a str,
+    source: &'a str,
+    options: &'a [&'a str],
+}
+
+impl<'a> Code<'a> {
+    fn of(source: &'a KernelSource) -> Code<'a> {
+        Code { name: source.name, source: source.source, options: source.options }
     }
 }
 

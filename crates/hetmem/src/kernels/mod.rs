@@ -105,6 +105,24 @@ pub fn kernel(device: &CudaDevice, source: &KernelSource, entry: &str) -> Result
     module.kernel(entry)
 }
 
+/// A user's CUDA C `source` (its file `name`, for messages and the cache), compiled for and
+/// loaded into `device` once, through the kernel cache, keyed by its contents.
+///
+/// # Errors
+/// NVRTC missing or failing (with its log), or the driver refusing the image.
+pub fn user_module(device: &CudaDevice, name: &str, source: &str) -> Result<Arc<Module>> {
+    let arch = device.compute_capability().sm_name();
+    // The whole source is the key: two sources can never share a module.
+    let key = format!("user:{name}\n{source}");
+    device.cached_module(&key, || {
+        let (image, _) = KernelCache::from_env().get_or_compile_user(name, source, &arch)?;
+        // SAFETY: the image is NVRTC's CUBIN of the caller's source, fresh or from a cache file
+        // whose SHA-256 matched; what the code does on the GPU is the caller's contract (see
+        // crate::stage::KernelStage::new).
+        unsafe { Module::load(device, &image) }
+    })
+}
+
 fn load_module(device: &CudaDevice, source: &KernelSource, arch: &str) -> Result<Arc<Module>> {
     let cache = KernelCache::from_env();
     let (image, outcome) = cache.get_or_compile(source, arch)?;

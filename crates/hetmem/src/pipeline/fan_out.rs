@@ -7,7 +7,7 @@ use super::Strategy;
 use super::ring::{FrameRing, InputSlot, OutputFrame, RingOptions};
 use crate::backend::Device;
 use crate::error::{Error, Result};
-use crate::ops::gaussian::{FrameFormat, Gaussian};
+use crate::stage::Stage;
 
 /// A stream of frames fanned out over N rings (one per GPU): frame k goes to ring k mod N,
 /// and the outputs come out in the stream's order.
@@ -29,14 +29,15 @@ use crate::ops::gaussian::{FrameFormat, Gaussian};
 /// # Examples
 /// ```
 /// use hetmem::backend::{BackendChoice, DeviceSelection};
-/// use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
+/// use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, GaussianStage, PixelLayout};
 /// use hetmem::pipeline::{FanOutRing, RingOptions};
 /// use hetmem::{Device, Strategy};
 ///
 /// let devices = Device::open_selection(BackendChoice::from_env()?, &DeviceSelection::All)?; // every GPU, or the CPU
 /// let format = FrameFormat::new(64, 48, PixelLayout::Rgb)?;
 /// let kernel = Gaussian::new(None, None, Border::default())?;
-/// let ring = FanOutRing::new(&devices, Strategy::Auto, format, &kernel, RingOptions::default())?;
+/// let stage = GaussianStage::new(format, &kernel)?;
+/// let ring = FanOutRing::with_stage(&devices, Strategy::Auto, &stage, RingOptions::default())?;
 /// std::thread::scope(|scope| {
 ///     scope.spawn(|| {
 ///         for frame in 0..10u8 {
@@ -56,39 +57,40 @@ use crate::ops::gaussian::{FrameFormat, Gaussian};
 /// # Ok::<(), hetmem::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct FanOutRing {
-    rings: Vec<FrameRing>,
+pub struct FanOutRing<S: Stage> {
+    rings: Vec<FrameRing<S>>,
     /// The index of the next frame to submit.
     next_in: Mutex<u64>,
     /// The index of the next frame to come out.
     next_out: Mutex<u64>,
 }
 
-impl FanOutRing {
+impl<S: Stage + Clone> FanOutRing<S> {
     /// One [`FrameRing`] per device, each with `options` (so `options.slots` per device), all
-    /// blurring `format` frames with `kernel` by `strategy` (`Auto` resolved per device).
+    /// running `stage` by `strategy` (`Auto` resolved per device).
     ///
     /// # Errors
-    /// No devices, or a ring that cannot be made (see [`FrameRing::new`]).
-    pub fn new(
+    /// No devices, or a ring that cannot be made (see [`FrameRing::with_stage`]).
+    pub fn with_stage(
         devices: &[Device],
         strategy: Strategy,
-        format: FrameFormat,
-        kernel: &Gaussian,
+        stage: &S,
         options: RingOptions,
-    ) -> Result<FanOutRing> {
+    ) -> Result<FanOutRing<S>> {
         let rings = devices
             .iter()
-            .map(|device| FrameRing::new(device, strategy, format, kernel, options))
+            .map(|device| FrameRing::with_stage(device, strategy, stage.clone(), options))
             .collect::<Result<_>>()?;
         FanOutRing::from_rings(rings)
     }
+}
 
+impl<S: Stage> FanOutRing<S> {
     /// Fans out over rings made elsewhere (for example CPU-stage rings).
     ///
     /// # Errors
     /// No rings, or rings of different frame sizes.
-    pub fn from_rings(rings: Vec<FrameRing>) -> Result<FanOutRing> {
+    pub fn from_rings(rings: Vec<FrameRing<S>>) -> Result<FanOutRing<S>> {
         let Some(first) = rings.first() else {
             return Err(Error::invalid("fan-out ring", "no rings: give at least one device"));
         };
@@ -106,7 +108,7 @@ impl FanOutRing {
     }
 
     /// The rings, in the order frames are dealt to them (ring i takes frames i, i+N, ...).
-    pub fn rings(&self) -> &[FrameRing] {
+    pub fn rings(&self) -> &[FrameRing<S>] {
         &self.rings
     }
 
@@ -117,17 +119,17 @@ impl FanOutRing {
 
     /// Slots in all rings together: the most frames in flight.
     pub fn slots(&self) -> usize {
-        self.rings.iter().map(FrameRing::slots).sum()
+        self.rings.iter().map(FrameRing::<S>::slots).sum()
     }
 
     /// Frames submitted so far.
     pub fn submitted(&self) -> u64 {
-        self.rings.iter().map(FrameRing::submitted).sum()
+        self.rings.iter().map(FrameRing::<S>::submitted).sum()
     }
 
     /// Frames the consumer has finished with so far.
     pub fn drained(&self) -> u64 {
-        self.rings.iter().map(FrameRing::drained).sum()
+        self.rings.iter().map(FrameRing::<S>::drained).sum()
     }
 
     /// Overwrites every ring's output memory with `value` (see [`FrameRing::fill_outputs`]).
@@ -140,14 +142,14 @@ impl FanOutRing {
 
     /// Closes every ring (see [`FrameRing::close`]).
     pub fn close(&self) {
-        self.rings.iter().for_each(FrameRing::close);
+        self.rings.iter().for_each(FrameRing::<S>::close);
     }
 
     /// The next frame's input slot, on ring (index mod N), waiting while that ring is full.
     ///
     /// # Errors
     /// As for [`FrameRing::next_input`].
-    pub fn next_input(&self) -> Result<FanInput<'_>> {
+    pub fn next_input(&self) -> Result<FanInput<'_, S>> {
         self.input(true)
     }
 
@@ -155,11 +157,11 @@ impl FanOutRing {
     ///
     /// # Errors
     /// As for [`FrameRing::try_next_input`].
-    pub fn try_next_input(&self) -> Result<FanInput<'_>> {
+    pub fn try_next_input(&self) -> Result<FanInput<'_, S>> {
         self.input(false)
     }
 
-    fn input(&self, block: bool) -> Result<FanInput<'_>> {
+    fn input(&self, block: bool) -> Result<FanInput<'_, S>> {
         let next = lock(&self.next_in);
         let ring = self.ring_of(*next);
         let slot = if block { self.rings[ring].next_input()? } else { self.rings[ring].try_next_input()? };
@@ -171,7 +173,7 @@ impl FanOutRing {
     /// # Errors
     /// As for [`FrameRing::next_output`]; a failed frame's [`Error::FrameFailed`] names its
     /// index in the whole stream.
-    pub fn next_output(&self) -> Result<FanOutput<'_>> {
+    pub fn next_output(&self) -> Result<FanOutput<'_, S>> {
         self.output(true)
     }
 
@@ -179,11 +181,11 @@ impl FanOutRing {
     ///
     /// # Errors
     /// As for [`FanOutRing::next_output`], and [`Error::WouldBlock`].
-    pub fn try_next_output(&self) -> Result<FanOutput<'_>> {
+    pub fn try_next_output(&self) -> Result<FanOutput<'_, S>> {
         self.output(false)
     }
 
-    fn output(&self, block: bool) -> Result<FanOutput<'_>> {
+    fn output(&self, block: bool) -> Result<FanOutput<'_, S>> {
         let mut next = lock(&self.next_out);
         let ring = self.ring_of(*next);
         let taken = if block { self.rings[ring].next_output() } else { self.rings[ring].try_next_output() };
@@ -205,19 +207,19 @@ impl FanOutRing {
 
 /// The producer's hold on the next frame's slot (see [`InputSlot`]); it also holds the
 /// fan-out's input turn, so one frame is being written at a time.
-pub struct FanInput<'fan> {
-    slot: InputSlot<'fan>,
+pub struct FanInput<'fan, S: Stage> {
+    slot: InputSlot<'fan, S>,
     next: MutexGuard<'fan, u64>,
     ring: usize,
 }
 
-impl std::fmt::Debug for FanInput<'_> {
+impl<S: Stage> std::fmt::Debug for FanInput<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FanInput").field("index", &*self.next).field("ring", &self.ring).finish()
     }
 }
 
-impl FanInput<'_> {
+impl<S: Stage> FanInput<'_, S> {
     /// The index this frame will have in the whole stream.
     pub fn index(&self) -> u64 {
         *self.next
@@ -226,6 +228,14 @@ impl FanInput<'_> {
     /// Which ring (device) takes the frame.
     pub fn ring(&self) -> usize {
         self.ring
+    }
+
+    /// Input buffer `buffer` of the frame (see [`InputSlot::input_mut`]).
+    ///
+    /// # Errors
+    /// No such buffer.
+    pub fn input_mut(&mut self, buffer: usize) -> Result<&mut [u8]> {
+        self.slot.input_mut(buffer)
     }
 
     /// Hands the frame to its ring's GPU and returns its index in the whole stream.
@@ -237,7 +247,7 @@ impl FanInput<'_> {
     }
 }
 
-impl Deref for FanInput<'_> {
+impl<S: Stage> Deref for FanInput<'_, S> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
@@ -245,7 +255,7 @@ impl Deref for FanInput<'_> {
     }
 }
 
-impl DerefMut for FanInput<'_> {
+impl<S: Stage> DerefMut for FanInput<'_, S> {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.slot
     }
@@ -253,19 +263,19 @@ impl DerefMut for FanInput<'_> {
 
 /// The consumer's hold on the oldest filtered frame (see [`OutputFrame`]); dropping it frees
 /// its slot and lets the next frame out.
-pub struct FanOutput<'fan> {
-    frame: OutputFrame<'fan>,
+pub struct FanOutput<'fan, S: Stage> {
+    frame: OutputFrame<'fan, S>,
     next: MutexGuard<'fan, u64>,
     ring: usize,
 }
 
-impl std::fmt::Debug for FanOutput<'_> {
+impl<S: Stage> std::fmt::Debug for FanOutput<'_, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FanOutput").field("index", &*self.next).field("ring", &self.ring).finish()
     }
 }
 
-impl FanOutput<'_> {
+impl<S: Stage> FanOutput<'_, S> {
     /// The frame's index in the whole stream.
     pub fn index(&self) -> u64 {
         *self.next
@@ -275,9 +285,17 @@ impl FanOutput<'_> {
     pub fn ring(&self) -> usize {
         self.ring
     }
+
+    /// Output buffer `buffer` of the frame (see [`OutputFrame::output`]).
+    ///
+    /// # Errors
+    /// No such buffer.
+    pub fn output(&self, buffer: usize) -> Result<&[u8]> {
+        self.frame.output(buffer)
+    }
 }
 
-impl Deref for FanOutput<'_> {
+impl<S: Stage> Deref for FanOutput<'_, S> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
@@ -285,7 +303,7 @@ impl Deref for FanOutput<'_> {
     }
 }
 
-impl Drop for FanOutput<'_> {
+impl<S: Stage> Drop for FanOutput<'_, S> {
     fn drop(&mut self) {
         // The turn passes on while the guard is still held; the slot is freed just after.
         *self.next += 1;
@@ -301,6 +319,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::stage::CpuStage;
 
     const FRAME: usize = 16;
 
@@ -311,7 +330,7 @@ mod tests {
 
     /// `rings` CPU rings of `slots` slots; ring r writes r into byte 0 and the input's other
     /// bytes flipped, and fails frames whose byte 1 is `fail_on`.
-    fn cpu_fan_out(rings: usize, slots: usize, fail_on: Option<u8>) -> FanOutRing {
+    fn cpu_fan_out(rings: usize, slots: usize, fail_on: Option<u8>) -> FanOutRing<CpuStage> {
         let options = RingOptions { slots, ..RingOptions::default() };
         let rings = (0..rings)
             .map(|ring| {
@@ -329,7 +348,7 @@ mod tests {
         FanOutRing::from_rings(rings).unwrap()
     }
 
-    fn check_output(output: &FanOutput<'_>, index: u64, rings: usize) {
+    fn check_output(output: &FanOutput<'_, CpuStage>, index: u64, rings: usize) {
         assert_eq!(output.index(), index);
         assert_eq!(output.ring(), index as usize % rings);
         assert_eq!(output[0], (index as usize % rings) as u8, "frame {index} went to ring k mod N");
@@ -403,7 +422,7 @@ mod tests {
         assert_eq!((fan.submitted(), fan.drained()), (frames, frames));
     }
 
-    struct CloseOnDrop<'a>(&'a FanOutRing);
+    struct CloseOnDrop<'a>(&'a FanOutRing<CpuStage>);
 
     impl Drop for CloseOnDrop<'_> {
         fn drop(&mut self) {
@@ -447,7 +466,7 @@ mod tests {
 
     #[test]
     fn rings_must_exist_and_agree_on_the_frame_size() {
-        assert!(FanOutRing::from_rings(Vec::new()).unwrap_err().to_string().contains("no rings"));
+        assert!(FanOutRing::<CpuStage>::from_rings(Vec::new()).unwrap_err().to_string().contains("no rings"));
         let stage = |_: &[u8], _: &mut [u8]| Ok(());
         let small = FrameRing::with_cpu_stage(8, RingOptions::default(), stage).unwrap();
         let large = FrameRing::with_cpu_stage(9, RingOptions::default(), stage).unwrap();

@@ -18,11 +18,13 @@ mod cpu;
 mod format;
 mod gpu;
 mod overlap;
+mod stage;
 
 pub use cpu::gaussian_cpu;
 pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane};
 pub use gpu::{GaussianPlan, GaussianTable, TablePlacement, gaussian};
 pub use overlap::{GaussianOverlap, SEGMENTS_ENV};
+pub use stage::{GaussianPrepared, GaussianStage};
 
 use crate::error::{Error, Result};
 

@@ -1,0 +1,206 @@
+//! [`GaussianStage`]: the blur as a [`Stage`], and the constructors of the filter and the ring
+//! that run it.
+
+use super::{
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, TablePlacement, gaussian,
+    gaussian_cpu,
+};
+use crate::backend::Device;
+use crate::error::Result;
+use crate::handoff::{Lease, Lent, Queue};
+use crate::memory::{Buffer, WritableBuffer};
+use crate::pipeline::{FanOutRing, FrameFilter, FrameRing, RingOptions, Strategy};
+use crate::stage::{Element, FrameLayout, PinnedFrame, PlaneLayout, Runs, Stage};
+
+/// The Gaussian blur of one frame format as a stage: one input and one output buffer per
+/// frame, bit-exact on the CPU and the GPU. By the pinned-async strategy it overlaps the
+/// upload, the blur and the download within each frame ([`GaussianOverlap`]).
+#[derive(Debug, Clone)]
+pub struct GaussianStage {
+    format: FrameFormat,
+    kernel: Gaussian,
+    layout: [FrameLayout; 1],
+}
+
+/// What the blur keeps per queue: the plan for the queue's GPU, its table uploaded for the
+/// strategy, and the overlap's streams for pinned-async.
+#[derive(Debug)]
+pub struct GaussianPrepared {
+    plan: GaussianPlan,
+    table: Option<GaussianTable>,
+    overlap: Option<Box<GaussianOverlap>>,
+}
+
+impl GaussianPrepared {
+    /// Device memory besides the frames: the table and the overlap's signal words.
+    pub fn device_bytes(&self) -> usize {
+        self.table.as_ref().map_or(0, GaussianTable::device_bytes)
+            + self.overlap.as_ref().map_or(0, |o| o.device_bytes())
+    }
+
+    /// Pinned host memory besides the frames: the table when it is mapped.
+    pub fn host_bytes(&self) -> usize {
+        self.table.as_ref().map_or(0, GaussianTable::host_bytes)
+    }
+}
+
+impl From<&FrameFormat> for FrameLayout {
+    /// The planes of an 8-bit frame format, packed one after the other.
+    fn from(format: &FrameFormat) -> FrameLayout {
+        let planes = format
+            .planes()
+            .iter()
+            .map(|plane| {
+                PlaneLayout::packed(plane.offset, plane.width, plane.height, plane.channels, Element::U8)
+            })
+            .collect();
+        FrameLayout::new(planes).expect("frame formats lay out valid planes")
+    }
+}
+
+impl GaussianStage {
+    /// The blur of `format` frames with `kernel`.
+    ///
+    /// # Errors
+    /// None today (every kernel blurs every frame size); kept fallible for formats to come.
+    pub fn new(format: FrameFormat, kernel: &Gaussian) -> Result<GaussianStage> {
+        GaussianPlan::new(&format, kernel, 1)?;
+        Ok(GaussianStage { format, kernel: kernel.clone(), layout: [FrameLayout::from(&format)] })
+    }
+
+    /// The frame format.
+    pub fn format(&self) -> &FrameFormat {
+        &self.format
+    }
+
+    /// The kernel.
+    pub fn kernel(&self) -> &Gaussian {
+        &self.kernel
+    }
+}
+
+impl Stage for GaussianStage {
+    type Prepared = GaussianPrepared;
+
+    fn inputs(&self) -> &[FrameLayout] {
+        &self.layout
+    }
+
+    fn outputs(&self) -> &[FrameLayout] {
+        &self.layout
+    }
+
+    fn runs(&self) -> Runs {
+        Runs { gpu: true, cpu: true }
+    }
+
+    fn prepare(&self, queue: &Queue, strategy: Strategy) -> Result<GaussianPrepared> {
+        let Some(gpu) = queue.cuda_device() else {
+            let plan = GaussianPlan::new(&self.format, &self.kernel, 1)?;
+            return Ok(GaussianPrepared { plan, table: None, overlap: None });
+        };
+        let plan = GaussianPlan::new(&self.format, &self.kernel, gpu.attributes().multiprocessor_count)?;
+        let placement =
+            if strategy == Strategy::ZeroCopy { TablePlacement::Host } else { TablePlacement::Device };
+        let table = plan.upload_table(queue, placement)?;
+        let overlap = match strategy {
+            Strategy::PinnedAsync => {
+                Some(Box::new(GaussianOverlap::new(&Device::Cuda(gpu.clone()), queue, &plan)?))
+            }
+            _ => None,
+        };
+        Ok(GaussianPrepared { plan, table: Some(table), overlap })
+    }
+
+    fn queue<I, O>(
+        &self,
+        prepared: &mut GaussianPrepared,
+        queue: &Queue,
+        inputs: &[I],
+        outputs: &mut [Lent<O>],
+    ) -> Result<()>
+    where
+        I: Lease,
+        I::Buf: Buffer<Elem = u8>,
+        O: WritableBuffer<Elem = u8>,
+    {
+        let table = prepared.table.as_ref().expect("prepared on a GPU queue");
+        gaussian(queue, &prepared.plan, table, &inputs[0], &mut outputs[0])
+    }
+
+    fn run_cpu(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+        gaussian_cpu(&self.format, &self.kernel, inputs[0], outputs[0])
+    }
+
+    fn mapped_bytes_read(&self, prepared: &GaussianPrepared, strategy: Strategy) -> u64 {
+        let plan = &prepared.plan;
+        match strategy {
+            // The table is read across the link by every tile only when it is mapped.
+            Strategy::ZeroCopy => plan.bytes_read(),
+            _ => plan.bytes_read() - plan.bytes_read_of_table(),
+        }
+    }
+
+    fn queue_pinned(
+        &self,
+        prepared: &mut GaussianPrepared,
+        queue: &Queue,
+        frame: PinnedFrame<'_>,
+    ) -> Option<Result<()>> {
+        let overlap = prepared.overlap.as_mut()?;
+        Some(overlap.run(
+            queue,
+            &frame.host_inputs[0],
+            &mut frame.device_inputs[0],
+            &mut frame.device_outputs[0],
+            &mut frame.host_outputs[0],
+        ))
+    }
+}
+
+impl FrameFilter<GaussianStage> {
+    /// A blur of `format` frames with `kernel` on `device` by `strategy`.
+    ///
+    /// # Errors
+    /// As for [`FrameFilter::with_stage`].
+    pub fn new(device: &Device, strategy: Strategy, format: FrameFormat, kernel: &Gaussian) -> Result<Self> {
+        FrameFilter::with_stage(device, strategy, GaussianStage::new(format, kernel)?)
+    }
+
+    /// The frame format.
+    pub fn format(&self) -> &FrameFormat {
+        self.stage().format()
+    }
+}
+
+impl FrameRing<GaussianStage> {
+    /// A ring blurring `format` frames with `kernel` on `device` by `strategy`.
+    ///
+    /// # Errors
+    /// As for [`FrameRing::with_stage`].
+    pub fn new(
+        device: &Device,
+        strategy: Strategy,
+        format: FrameFormat,
+        kernel: &Gaussian,
+        options: RingOptions,
+    ) -> Result<Self> {
+        FrameRing::with_stage(device, strategy, GaussianStage::new(format, kernel)?, options)
+    }
+}
+
+impl FanOutRing<GaussianStage> {
+    /// One ring per device, all blurring `format` frames with `kernel` by `strategy`.
+    ///
+    /// # Errors
+    /// As for [`FanOutRing::with_stage`].
+    pub fn new(
+        devices: &[Device],
+        strategy: Strategy,
+        format: FrameFormat,
+        kernel: &Gaussian,
+        options: RingOptions,
+    ) -> Result<Self> {
+        FanOutRing::with_stage(devices, strategy, &GaussianStage::new(format, kernel)?, options)
+    }
+}

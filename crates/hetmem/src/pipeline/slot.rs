@@ -1,0 +1,548 @@
+//! The strategies, implemented once: one frame's buffers in the memory a [`Strategy`] asks
+//! for, and the work that moves them through a [`Stage`]. A [`crate::FrameFilter`] is one
+//! [`Slot`] used a frame at a time; a [`crate::FrameRing`] is several, each with its own queue,
+//! so their frames overlap.
+//!
+//! | strategy | host buffers | device buffers | per frame |
+//! |---|---|---|---|
+//! | `Cpu` | plain | none | the stage's CPU path, on the submitting thread |
+//! | `Copy` | pageable `Vec`s | one per buffer | each input copied in (the driver stages pageable memory), the stage, each output copied out |
+//! | `PinnedAsync` | pinned | one per buffer | copy-engine uploads, the stage, downloads, queued together; a stage that can overlaps them within the frame ([`Stage::queue_pinned`]) |
+//! | `ZeroCopy` | pinned, mapped | none | the stage's kernels read and write host memory; its constant data mapped too |
+//! | `Managed` | managed | (migrates) | prefetched to the GPU, the stage, outputs prefetched back |
+//! | `Hybrid` | pinned, mapped | the stage's constant data | as `ZeroCopy`, constant data read from device memory |
+
+use crate::backend::Device;
+use crate::backend::cuda::{Event, MemLocation};
+use crate::error::{Error, Result};
+use crate::handoff::{Fence, FenceKind, Lent, Queue, Shared};
+use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions};
+use crate::pipeline::Strategy;
+use crate::stage::{FrameLayout, PinnedFrame, Stage};
+
+/// How a slot is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotOptions {
+    /// How the slot's queue signals that work has finished.
+    pub fence: FenceKind,
+    /// Time each frame's GPU work with events.
+    pub timing: bool,
+}
+
+/// One frame's buffers while the CPU owns them.
+#[allow(clippy::large_enum_variant, reason = "one per slot")]
+enum Memory {
+    Cpu {
+        inputs: Vec<Vec<u8>>,
+        outputs: Vec<Vec<u8>>,
+    },
+    Pageable {
+        inputs: Vec<Vec<u8>>,
+        outputs: Vec<Vec<u8>>,
+        device_in: Vec<DeviceBuf<u8>>,
+        device_out: Vec<DeviceBuf<u8>>,
+    },
+    Pinned {
+        host_in: Vec<HostBuf<u8>>,
+        host_out: Vec<HostBuf<u8>>,
+        device_in: Vec<DeviceBuf<u8>>,
+        device_out: Vec<DeviceBuf<u8>>,
+    },
+    Mapped {
+        inputs: Vec<HostBuf<u8>>,
+        outputs: Vec<HostBuf<u8>>,
+    },
+    Managed {
+        inputs: Vec<ManagedBuf<u8>>,
+        outputs: Vec<ManagedBuf<u8>>,
+    },
+}
+
+/// One frame's buffers while GPU work uses them.
+#[allow(clippy::large_enum_variant, reason = "one per slot")]
+enum Flight {
+    Pageable {
+        inputs: Vec<Vec<u8>>,
+        outputs: Vec<Vec<u8>>,
+        device_in: Vec<Shared<DeviceBuf<u8>>>,
+        device_out: Vec<Lent<DeviceBuf<u8>>>,
+    },
+    Pinned {
+        host_in: Vec<Shared<HostBuf<u8>>>,
+        device_in: Vec<Lent<DeviceBuf<u8>>>,
+        device_out: Vec<Lent<DeviceBuf<u8>>>,
+        host_out: Vec<Lent<HostBuf<u8>>>,
+    },
+    Mapped {
+        inputs: Vec<Shared<HostBuf<u8>>>,
+        outputs: Vec<Lent<HostBuf<u8>>>,
+    },
+    Managed {
+        inputs: Vec<Lent<ManagedBuf<u8>>>,
+        outputs: Vec<Lent<ManagedBuf<u8>>>,
+    },
+}
+
+/// One frame's buffers by one strategy, the queue its work runs on, and the stage's state for
+/// that queue.
+pub(crate) struct Slot<S: Stage> {
+    strategy: Strategy,
+    queue: Option<Queue>,
+    prepared: S::Prepared,
+    /// The buffers while the CPU owns them; `None` while lent, or after failed work lost them.
+    memory: Option<Memory>,
+    /// The leases while GPU work uses the buffers.
+    flight: Option<Flight>,
+    failure: Option<Error>,
+    /// The frame whose failure lost the buffers, for messages.
+    lost_at: Option<u64>,
+    timing: Option<(Event, Event)>,
+    /// Milliseconds of GPU work of the last frame finished, when timed.
+    last_busy_ms: Option<f32>,
+    host_bytes: usize,
+    device_bytes: usize,
+}
+
+/// The strategy `strategy` resolves to on `device` for a stage that runs as `stage` says.
+///
+/// # Errors
+/// A strategy the device cannot run, a GPU strategy for a stage without a GPU path, or the CPU
+/// strategy for one without a CPU path.
+pub(crate) fn resolve<S: Stage>(device: &Device, strategy: Strategy, stage: &S) -> Result<Strategy> {
+    let runs = stage.runs();
+    let strategy = match strategy {
+        Strategy::Auto if !runs.gpu => Strategy::Cpu,
+        Strategy::Auto if !runs.cpu && device.as_cuda().is_none() => {
+            return Err(Error::invalid(
+                "stage",
+                "it has no CPU path and this run is on the CPU backend: give it one, or run it on a GPU",
+            ));
+        }
+        strategy => strategy.resolve(device),
+    };
+    strategy.check(device)?;
+    match strategy {
+        Strategy::Cpu if !runs.cpu => Err(Error::invalid("strategy", "cpu: this stage has no CPU path")),
+        Strategy::Cpu => Ok(strategy),
+        _ if !runs.gpu => Err(Error::invalid(
+            "strategy",
+            format!("{strategy}: this stage runs on the CPU only; use the cpu strategy"),
+        )),
+        _ => Ok(strategy),
+    }
+}
+
+fn sizes(layouts: &[FrameLayout]) -> impl Iterator<Item = usize> + '_ {
+    layouts.iter().map(FrameLayout::bytes)
+}
+
+impl Memory {
+    fn new(
+        device: &Device,
+        strategy: Strategy,
+        inputs: &[FrameLayout],
+        outputs: &[FrameLayout],
+    ) -> Result<Memory> {
+        let vecs = |layouts: &[FrameLayout]| -> Vec<Vec<u8>> {
+            sizes(layouts).map(|bytes| vec![0u8; bytes]).collect()
+        };
+        let pinned = |layouts: &[FrameLayout], options: PinOptions| -> Result<Vec<HostBuf<u8>>> {
+            sizes(layouts).map(|bytes| HostBuf::pinned(device, bytes, options)).collect()
+        };
+        let on_device = |layouts: &[FrameLayout]| -> Result<Vec<DeviceBuf<u8>>> {
+            sizes(layouts).map(|bytes| DeviceBuf::new(device, bytes)).collect()
+        };
+        let managed = |layouts: &[FrameLayout]| -> Result<Vec<ManagedBuf<u8>>> {
+            sizes(layouts).map(|bytes| ManagedBuf::new(device, bytes)).collect()
+        };
+        let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
+        Ok(match strategy {
+            Strategy::Cpu => Memory::Cpu { inputs: vecs(inputs), outputs: vecs(outputs) },
+            Strategy::Copy => Memory::Pageable {
+                inputs: vecs(inputs),
+                outputs: vecs(outputs),
+                device_in: on_device(inputs)?,
+                device_out: on_device(outputs)?,
+            },
+            Strategy::PinnedAsync => Memory::Pinned {
+                host_in: pinned(inputs, unmapped)?,
+                host_out: pinned(outputs, unmapped)?,
+                device_in: on_device(inputs)?,
+                device_out: on_device(outputs)?,
+            },
+            Strategy::ZeroCopy | Strategy::Hybrid => Memory::Mapped {
+                inputs: pinned(inputs, PinOptions::default())?,
+                outputs: pinned(outputs, PinOptions::default())?,
+            },
+            Strategy::Managed => Memory::Managed { inputs: managed(inputs)?, outputs: managed(outputs)? },
+            Strategy::Auto => unreachable!("resolved before memory is made"),
+        })
+    }
+
+    fn input_mut(&mut self, index: usize) -> &mut [u8] {
+        match self {
+            Memory::Cpu { inputs, .. } | Memory::Pageable { inputs, .. } => &mut inputs[index],
+            Memory::Pinned { host_in, .. } => host_in[index].as_mut_slice(),
+            Memory::Mapped { inputs, .. } => inputs[index].as_mut_slice(),
+            Memory::Managed { inputs, .. } => inputs[index].as_mut_slice(),
+        }
+    }
+
+    fn input(&self, index: usize) -> &[u8] {
+        match self {
+            Memory::Cpu { inputs, .. } | Memory::Pageable { inputs, .. } => &inputs[index],
+            Memory::Pinned { host_in, .. } => host_in[index].as_slice(),
+            Memory::Mapped { inputs, .. } => inputs[index].as_slice(),
+            Memory::Managed { inputs, .. } => inputs[index].as_slice(),
+        }
+    }
+
+    fn output(&self, index: usize) -> &[u8] {
+        match self {
+            Memory::Cpu { outputs, .. } | Memory::Pageable { outputs, .. } => &outputs[index],
+            Memory::Pinned { host_out, .. } => host_out[index].as_slice(),
+            Memory::Mapped { outputs, .. } => outputs[index].as_slice(),
+            Memory::Managed { outputs, .. } => outputs[index].as_slice(),
+        }
+    }
+
+    fn output_mut(&mut self, index: usize) -> &mut [u8] {
+        match self {
+            Memory::Cpu { outputs, .. } | Memory::Pageable { outputs, .. } => &mut outputs[index],
+            Memory::Pinned { host_out, .. } => host_out[index].as_mut_slice(),
+            Memory::Mapped { outputs, .. } => outputs[index].as_mut_slice(),
+            Memory::Managed { outputs, .. } => outputs[index].as_mut_slice(),
+        }
+    }
+
+    /// Host and device bytes the buffers take.
+    fn footprint(&self, inputs: &[FrameLayout], outputs: &[FrameLayout]) -> (usize, usize) {
+        let frame: usize = sizes(inputs).chain(sizes(outputs)).sum();
+        match self {
+            Memory::Cpu { .. } | Memory::Mapped { .. } | Memory::Managed { .. } => (frame, 0),
+            Memory::Pageable { .. } | Memory::Pinned { .. } => (frame, frame),
+        }
+    }
+}
+
+impl<S: Stage> Slot<S> {
+    /// A slot for `stage` by `strategy` (resolved) on `device`: its queue, the stage prepared
+    /// for it, and one frame's buffers.
+    ///
+    /// # Errors
+    /// Creating the queue, preparing the stage or allocating the buffers failed.
+    pub(crate) fn new(
+        device: &Device,
+        strategy: Strategy,
+        stage: &S,
+        options: SlotOptions,
+    ) -> Result<Slot<S>> {
+        let queue = match strategy {
+            Strategy::Cpu => None,
+            _ => Some(Queue::with_fence_kind(device, options.fence)?),
+        };
+        let prepared = match &queue {
+            Some(queue) => stage.prepare(queue, strategy)?,
+            None => stage.prepare(&Queue::new(&cpu_device())?, strategy)?,
+        };
+        let memory = Memory::new(device, strategy, stage.inputs(), stage.outputs())?;
+        let (host_bytes, device_bytes) = memory.footprint(stage.inputs(), stage.outputs());
+        let timing = match (options.timing, device.as_cuda(), strategy) {
+            (true, Some(gpu), strategy) if strategy != Strategy::Cpu => {
+                Some((Event::new(gpu, true)?, Event::new(gpu, true)?))
+            }
+            _ => None,
+        };
+        Ok(Slot {
+            strategy,
+            queue,
+            prepared,
+            memory: Some(memory),
+            flight: None,
+            failure: None,
+            lost_at: None,
+            timing,
+            last_busy_ms: None,
+            host_bytes,
+            device_bytes,
+        })
+    }
+
+    /// The strategy.
+    pub(crate) fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The stage as prepared for this slot's queue.
+    pub(crate) fn prepared(&self) -> &S::Prepared {
+        &self.prepared
+    }
+
+    /// Host and device bytes of the frame buffers (the stage's constant data not included).
+    pub(crate) fn footprint(&self) -> (usize, usize) {
+        (self.host_bytes, self.device_bytes)
+    }
+
+    /// Why the buffers are gone, when a failed frame lost them.
+    pub(crate) fn lost(&self) -> Option<Error> {
+        if self.memory.is_some() || self.flight.is_some() {
+            return None;
+        }
+        let at = self.lost_at.map_or(String::new(), |index| format!(" (frame {index})"));
+        Some(Error::invalid(
+            "frame buffers",
+            format!("lost to an earlier failed frame{at}: make a new ring or filter"),
+        ))
+    }
+
+    fn memory(&self) -> Result<&Memory> {
+        self.memory
+            .as_ref()
+            .ok_or_else(|| self.lost().unwrap_or_else(|| Error::invalid("frame buffers", "lent to GPU work")))
+    }
+
+    fn memory_mut(&mut self) -> Result<&mut Memory> {
+        let error = self.lost().unwrap_or_else(|| Error::invalid("frame buffers", "lent to GPU work"));
+        self.memory.as_mut().ok_or(error)
+    }
+
+    /// Input buffer `index`, for the CPU to write the next frame into.
+    pub(crate) fn input_mut(&mut self, index: usize) -> Result<&mut [u8]> {
+        Ok(self.memory_mut()?.input_mut(index))
+    }
+
+    /// Input buffer `index`, as the CPU wrote it.
+    pub(crate) fn input(&self, index: usize) -> Result<&[u8]> {
+        Ok(self.memory()?.input(index))
+    }
+
+    /// Output buffer `index`, as the last frame left it.
+    pub(crate) fn output(&self, index: usize) -> Result<&[u8]> {
+        Ok(self.memory()?.output(index))
+    }
+
+    /// Output buffer `index`, for poisoning.
+    pub(crate) fn output_mut(&mut self, index: usize) -> Result<&mut [u8]> {
+        Ok(self.memory_mut()?.output_mut(index))
+    }
+
+    /// Runs frame `index` through `stage`: now on the CPU, or queued on the GPU. A failure is
+    /// kept for [`Slot::take_failure`]; when queueing fails part-way, the work queued before is
+    /// waited for and the slot keeps its buffers, so only this frame fails.
+    pub(crate) fn submit(&mut self, stage: &S, index: u64) {
+        let Some(memory) = self.memory.take() else {
+            self.failure = self.lost();
+            return;
+        };
+        let (flight, queued) = match memory {
+            Memory::Cpu { inputs, mut outputs } => {
+                let ran = crate::faults::fail(crate::faults::FaultPoint::Launch).and_then(|()| {
+                    let inputs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+                    let mut outputs: Vec<&mut [u8]> = outputs.iter_mut().map(Vec::as_mut_slice).collect();
+                    stage.run_cpu(&inputs, &mut outputs)
+                });
+                self.memory = Some(Memory::Cpu { inputs, outputs });
+                self.failure = ran.err();
+                return;
+            }
+            memory => self.queue_work(stage, memory),
+        };
+        match queued {
+            Ok(()) => self.flight = Some(flight),
+            Err(error) => {
+                match self.reclaim(flight) {
+                    Ok(memory) => self.memory = Some(memory),
+                    Err(wait) => {
+                        tracing::error!("after frame {index} failed, its earlier work failed too: {wait}");
+                        self.lost_at = Some(index);
+                    }
+                }
+                self.failure = Some(error);
+            }
+        }
+    }
+
+    /// Lends the buffers and queues the frame's work; returns the leases and whether all of it
+    /// was queued.
+    fn queue_work(&mut self, stage: &S, memory: Memory) -> (Flight, Result<()>) {
+        let queue = self.queue.clone().expect("GPU strategies have a queue");
+        let (prepared, timing) = (&mut self.prepared, &self.timing);
+        let timed = |launch: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+            let (Some((start, end)), Some(stream)) = (timing, queue.stream()) else { return launch() };
+            start.record(stream)?;
+            launch()?;
+            end.record(stream)?;
+            Ok(())
+        };
+        match memory {
+            Memory::Pageable { inputs, outputs, mut device_in, device_out } => {
+                let uploaded = device_in
+                    .iter_mut()
+                    .zip(&inputs)
+                    .try_for_each(|(device, host)| device.copy_from_slice(host));
+                let device_in: Vec<_> = device_in.into_iter().map(|buffer| queue.share(buffer)).collect();
+                let mut device_out: Vec<_> =
+                    device_out.into_iter().map(|buffer| queue.lend(buffer)).collect();
+                let queued = uploaded
+                    .and_then(|()| timed(&mut || stage.queue(prepared, &queue, &device_in, &mut device_out)));
+                (Flight::Pageable { inputs, outputs, device_in, device_out }, queued)
+            }
+            Memory::Pinned { host_in, host_out, device_in, device_out } => {
+                let host_in: Vec<_> = host_in.into_iter().map(|buffer| queue.share(buffer)).collect();
+                let mut device_in: Vec<_> = device_in.into_iter().map(|buffer| queue.lend(buffer)).collect();
+                let mut device_out: Vec<_> =
+                    device_out.into_iter().map(|buffer| queue.lend(buffer)).collect();
+                let mut host_out: Vec<_> = host_out.into_iter().map(|buffer| queue.lend(buffer)).collect();
+                let queued = timed(&mut || {
+                    let frame = PinnedFrame {
+                        host_inputs: &host_in,
+                        device_inputs: &mut device_in,
+                        device_outputs: &mut device_out,
+                        host_outputs: &mut host_out,
+                    };
+                    if let Some(queued) = stage.queue_pinned(prepared, &queue, frame) {
+                        return queued;
+                    }
+                    for (host, device) in host_in.iter().zip(device_in.iter_mut()) {
+                        queue.copy(host, device)?;
+                    }
+                    stage.queue(prepared, &queue, &device_in, &mut device_out)?;
+                    for (device, host) in device_out.iter().zip(host_out.iter_mut()) {
+                        queue.copy(device, host)?;
+                    }
+                    Ok(())
+                });
+                (Flight::Pinned { host_in, device_in, device_out, host_out }, queued)
+            }
+            Memory::Mapped { inputs, outputs } => {
+                let inputs: Vec<_> = inputs.into_iter().map(|buffer| queue.share(buffer)).collect();
+                let mut outputs: Vec<_> = outputs.into_iter().map(|buffer| queue.lend(buffer)).collect();
+                let queued = timed(&mut || stage.queue(prepared, &queue, &inputs, &mut outputs));
+                (Flight::Mapped { inputs, outputs }, queued)
+            }
+            Memory::Managed { inputs, outputs } => {
+                let ordinal = queue.cuda_device().map_or(0, |gpu| gpu.ordinal());
+                let mut inputs: Vec<_> = inputs.into_iter().map(|buffer| queue.lend(buffer)).collect();
+                let mut outputs: Vec<_> = outputs.into_iter().map(|buffer| queue.lend(buffer)).collect();
+                let queued = (|| {
+                    for buffer in inputs.iter_mut().chain(outputs.iter_mut()) {
+                        buffer.prefetch(MemLocation::Device(ordinal))?;
+                    }
+                    timed(&mut || stage.queue(prepared, &queue, &inputs, &mut outputs))?;
+                    outputs.iter_mut().try_for_each(|buffer| buffer.prefetch(MemLocation::Host))
+                })();
+                (Flight::Managed { inputs, outputs }, queued)
+            }
+            Memory::Cpu { .. } => unreachable!("the CPU strategy runs in submit"),
+        }
+    }
+
+    /// Waits for the frame's work and takes the buffers back (copying the outputs to the host
+    /// for the copy strategy).
+    fn reclaim(&self, flight: Flight) -> Result<Memory> {
+        // The last buffer used first: work on one queue finishes in order. A failed wait leaves
+        // the rest to their drops, which wait too, or leak.
+        Ok(match flight {
+            Flight::Pageable { inputs, mut outputs, device_in, device_out } => {
+                let device_out: Vec<_> = device_out.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
+                for (device, host) in device_out.iter().zip(outputs.iter_mut()) {
+                    device.copy_to_slice(host)?;
+                }
+                let device_in = device_in.into_iter().map(Shared::reclaim).collect::<Result<_>>()?;
+                Memory::Pageable { inputs, outputs, device_in, device_out }
+            }
+            Flight::Pinned { host_in, device_in, device_out, host_out } => {
+                let host_out = host_out.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
+                Memory::Pinned {
+                    host_out,
+                    device_out: device_out.into_iter().map(Lent::reclaim).collect::<Result<_>>()?,
+                    device_in: device_in.into_iter().map(Lent::reclaim).collect::<Result<_>>()?,
+                    host_in: host_in.into_iter().map(Shared::reclaim).collect::<Result<_>>()?,
+                }
+            }
+            Flight::Mapped { inputs, outputs } => {
+                let outputs = outputs.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
+                Memory::Mapped {
+                    outputs,
+                    inputs: inputs.into_iter().map(Shared::reclaim).collect::<Result<_>>()?,
+                }
+            }
+            Flight::Managed { inputs, outputs } => {
+                let outputs = outputs.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
+                Memory::Managed {
+                    outputs,
+                    inputs: inputs.into_iter().map(Lent::reclaim).collect::<Result<_>>()?,
+                }
+            }
+        })
+    }
+
+    /// A fence after the frame's work, if it is on the GPU now (work on one queue finishes in
+    /// order, so a fence queued now follows it).
+    pub(crate) fn fence(&self) -> Result<Option<Fence>> {
+        match (&self.flight, &self.queue) {
+            (Some(_), Some(queue)) => queue.signal().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Finishes the GPU work of frame `index`: gives the buffers back, or records its failure.
+    /// Returns false when `block` is false and the work is still running.
+    pub(crate) fn finish(&mut self, index: u64, block: bool) -> bool {
+        let Some(flight) = self.flight.take() else { return true };
+        // Still running: come back later. Complete, or failed: the reclaim below reports it.
+        if !block && matches!(flight.is_complete(), Ok(false)) {
+            self.flight = Some(flight);
+            return false;
+        }
+        match self.reclaim(flight) {
+            Ok(memory) => {
+                self.memory = Some(memory);
+                self.last_busy_ms = None;
+                if let Some((start, end)) = &self.timing {
+                    // The end event is recorded after the launch's fence (the leases' last one
+                    // for mapped memory), so it may complete just after the reclaim: wait.
+                    match end.synchronize().and_then(|()| end.elapsed_ms_since(start)) {
+                        Ok(ms) => self.last_busy_ms = Some(ms),
+                        Err(error) => tracing::warn!("timing frame {index}'s work failed: {error}"),
+                    }
+                }
+            }
+            Err(error) => {
+                self.failure = Some(error);
+                self.lost_at = Some(index);
+            }
+        }
+        true
+    }
+
+    /// The failure of the last frame, if it failed.
+    pub(crate) fn take_failure(&mut self) -> Option<Error> {
+        self.failure.take()
+    }
+
+    /// Milliseconds of GPU work of the last frame finished, when timed.
+    pub(crate) fn take_busy_ms(&mut self) -> Option<f32> {
+        self.last_busy_ms.take()
+    }
+}
+
+impl Flight {
+    /// Whether the frame's last work has finished (leases on one queue finish in order, so the
+    /// last-used buffer's fence covers the rest).
+    fn is_complete(&self) -> Result<bool> {
+        let last = match self {
+            Flight::Pageable { device_out, .. } => device_out.last().map(Lent::is_complete),
+            Flight::Pinned { host_out, .. } => host_out.last().map(Lent::is_complete),
+            Flight::Mapped { outputs, .. } => outputs.last().map(Lent::is_complete),
+            Flight::Managed { outputs, .. } => outputs.last().map(Lent::is_complete),
+        };
+        last.unwrap_or(Ok(true))
+    }
+}
+
+/// The CPU backend, whose queue a CPU-strategy slot prepares its stage on.
+fn cpu_device() -> Device {
+    Device::open(crate::backend::BackendChoice::Only(crate::backend::BackendKind::Cpu))
+        .expect("the CPU backend always opens")
+}

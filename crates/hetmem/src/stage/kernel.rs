@@ -1,0 +1,455 @@
+//! [`KernelStage`]: a user's kernel as a stage.
+
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use sha2::{Digest, Sha256};
+
+use super::cpu::{CpuFn, check_buffers};
+use super::{FrameLayout, Runs, Stage};
+use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Module};
+use crate::error::{Error, Result};
+use crate::handoff::{KernelArgs, Lease, Lent, Queue, Shared};
+use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
+use crate::pipeline::Strategy;
+
+/// Where a kernel's code comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelCode {
+    /// CUDA C++ source, compiled by NVRTC for the device's architecture on first use and kept
+    /// in hetmem's kernel cache; `name` names it in messages and cache files.
+    CudaC {
+        /// A short name, such as the file name without `.cu`.
+        name: String,
+        /// The source, with the kernel as an `extern "C" __global__` function.
+        source: String,
+    },
+    /// PTX text, JIT-compiled by the driver.
+    Ptx(String),
+    /// A CUBIN (ELF) image for the device's architecture.
+    Cubin(Vec<u8>),
+}
+
+/// One kernel parameter, in the kernel's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// A pointer to the first byte of the frame's input buffer `index`, which the kernel may
+    /// only read.
+    Input(usize),
+    /// A pointer to the first byte of the frame's output buffer `index`, which the kernel may
+    /// read and write.
+    Output(usize),
+    /// A pointer to the first byte of the stage's constant buffer `index`
+    /// ([`KernelStage::with_constants`]), which the kernel may only read: uploaded once per
+    /// queue, into device memory (mapped host memory by the zero-copy strategy).
+    Constant(usize),
+    /// A value of at most 8 bytes, passed by value (see [`Param::value`]).
+    Value {
+        /// The value's bytes, little-endian, zero-padded to 8.
+        bytes: [u8; 8],
+        /// How many of them are the value.
+        len: u8,
+    },
+}
+
+impl Param {
+    /// A scalar parameter (`u32`, `f32`, `i64`, ...), passed by value as its own type.
+    ///
+    /// # Panics
+    /// A type larger than 8 bytes (pass larger data through an input buffer).
+    pub fn value<V: Pod>(value: V) -> Param {
+        let source = bytemuck::bytes_of(&value);
+        assert!(
+            source.len() <= 8,
+            "a {}-byte kernel parameter: pass larger values through a buffer",
+            source.len()
+        );
+        let mut bytes = [0u8; 8];
+        bytes[..source.len()].copy_from_slice(source);
+        Param::Value { bytes, len: source.len() as u8 }
+    }
+}
+
+/// A user's kernel as a [`Stage`]: its code, entry point, launch configuration and parameters,
+/// and optionally a CPU closure that computes the same (the CPU backend's path and the GPU
+/// path's test reference).
+///
+/// # Safety contract
+/// hetmem cannot see what a kernel does, so the constructor is `unsafe` and its caller
+/// promises, for every launch: the kernel `entry` of the code takes exactly the parameters
+/// listed, in order and type (buffers as pointers to their first byte, values as their own
+/// type); it reads only the input and constant buffers, within `inputs[i].bytes()` bytes of
+/// each input and the length of each constant, and writes only the output buffers, within
+/// `outputs[j].bytes()` bytes of each; it keeps no pointer after it returns and ends on its own.
+/// The constants given later ([`KernelStage::with_constants`]) must be the ones the kernel
+/// expects, of the lengths it reads. Everything around the launch is safe: the pipeline hands it
+/// buffers of exactly those sizes, lent to the GPU through the hand-off, so the CPU cannot touch
+/// them meanwhile.
+///
+/// # Examples
+/// ```no_run
+/// use hetmem::stage::{Element, FrameLayout, KernelCode, KernelStage, Param};
+/// use hetmem::backend::cuda::LaunchConfig;
+/// let source = r#"extern "C" __global__ void gain(const float* x, float* y, unsigned n, float g) {
+///     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+///         y[i] = g * x[i];
+/// }"#;
+/// let block = FrameLayout::samples(4096, Element::F32)?;
+/// // SAFETY: gain(const float*, float*, unsigned, float) reads x[0..n), writes y[0..n), with
+/// // n = 4096, the length of both buffers.
+/// let stage = unsafe {
+///     KernelStage::new(
+///         KernelCode::CudaC { name: "gain".into(), source: source.into() },
+///         "gain",
+///         vec![block.clone()],
+///         vec![block],
+///         vec![Param::Input(0), Param::Output(0), Param::value(4096u32), Param::value(0.5f32)],
+///         LaunchConfig::linear(4096, 256, 1024),
+///     )?
+/// };
+/// # Ok::<(), hetmem::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct KernelStage {
+    code: Arc<KernelCode>,
+    entry: String,
+    inputs: Vec<FrameLayout>,
+    outputs: Vec<FrameLayout>,
+    params: Vec<Param>,
+    config: LaunchConfig,
+    constants: Vec<Arc<[u8]>>,
+    cpu: Option<Arc<CpuFn>>,
+}
+
+/// What a [`KernelStage`] keeps per queue: its kernel and its constant buffers there.
+#[derive(Debug)]
+pub struct KernelPrepared {
+    /// `None` on the CPU backend.
+    kernel: Option<Kernel>,
+    constants: Vec<Constant>,
+}
+
+/// A constant buffer uploaded for one queue.
+#[derive(Debug)]
+enum Constant {
+    Host(Shared<HostBuf<u8>>),
+    Device(Shared<DeviceBuf<u8>>),
+}
+
+impl std::fmt::Debug for KernelStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelStage")
+            .field("entry", &self.entry)
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("params", &self.params)
+            .field("config", &self.config)
+            .field("constants", &self.constants.len())
+            .field("cpu", &self.cpu.is_some())
+            .finish()
+    }
+}
+
+impl KernelStage {
+    /// A stage that launches `entry` of `code` with `config` on each frame's buffers.
+    ///
+    /// # Safety
+    /// See the type's [safety contract](KernelStage#safety-contract); a PTX or CUBIN image must
+    /// also be complete and come from a trusted source (the driver trusts an image's own
+    /// lengths).
+    ///
+    /// # Errors
+    /// No inputs or outputs, a parameter naming a buffer that is not there, an output passed
+    /// twice (one launch gets each writable buffer once), an empty code.
+    pub unsafe fn new(
+        code: KernelCode,
+        entry: &str,
+        inputs: Vec<FrameLayout>,
+        outputs: Vec<FrameLayout>,
+        params: Vec<Param>,
+        config: LaunchConfig,
+    ) -> Result<KernelStage> {
+        check_buffers(&inputs, &outputs)?;
+        let bad = |problem: String| Error::invalid("kernel stage", problem);
+        let mut written = vec![false; outputs.len()];
+        for (position, param) in params.iter().enumerate() {
+            match *param {
+                Param::Input(index) if index >= inputs.len() => {
+                    return Err(bad(format!("parameter {position} is input {index}, of {}", inputs.len())));
+                }
+                Param::Output(index) if index >= outputs.len() => {
+                    return Err(bad(format!("parameter {position} is output {index}, of {}", outputs.len())));
+                }
+                Param::Output(index) if written[index] => {
+                    return Err(bad(format!("output {index} is passed twice (parameter {position})")));
+                }
+                Param::Output(index) => written[index] = true,
+                _ => {}
+            }
+        }
+        let empty = match &code {
+            KernelCode::CudaC { source, .. } | KernelCode::Ptx(source) => source.trim().is_empty(),
+            KernelCode::Cubin(image) => image.is_empty(),
+        };
+        if empty || entry.is_empty() {
+            return Err(bad("an empty kernel or entry point name".into()));
+        }
+        Ok(KernelStage {
+            code: Arc::new(code),
+            entry: entry.to_string(),
+            inputs,
+            outputs,
+            params,
+            config,
+            constants: Vec::new(),
+            cpu: None,
+        })
+    }
+
+    /// Gives the constant buffers the kernel reads through [`Param::Constant`] (filter taps,
+    /// a lookup table, a template): uploaded once per queue, into device memory, or mapped
+    /// host memory by the zero-copy strategy.
+    ///
+    /// # Errors
+    /// A parameter naming a constant that is not given, or an empty constant.
+    pub fn with_constants(mut self, constants: Vec<Vec<u8>>) -> Result<KernelStage> {
+        for (position, param) in self.params.iter().enumerate() {
+            if let Param::Constant(index) = *param
+                && index >= constants.len()
+            {
+                return Err(Error::invalid(
+                    "kernel stage",
+                    format!("parameter {position} is constant {index}, of {}", constants.len()),
+                ));
+            }
+        }
+        if let Some(index) = constants.iter().position(Vec::is_empty) {
+            return Err(Error::invalid("kernel stage", format!("constant {index} is empty")));
+        }
+        self.constants = constants.into_iter().map(Arc::from).collect();
+        Ok(self)
+    }
+
+    /// Adds the CPU path: `cpu` computes what the kernel computes, on the same buffers. The
+    /// stage then runs on the CPU backend (by the CPU strategy) too.
+    pub fn with_cpu(
+        mut self,
+        cpu: impl Fn(&[&[u8]], &mut [&mut [u8]]) -> Result<()> + Send + Sync + 'static,
+    ) -> KernelStage {
+        self.cpu = Some(Arc::new(cpu));
+        self
+    }
+
+    /// The kernel's launch configuration.
+    pub fn config(&self) -> LaunchConfig {
+        self.config
+    }
+
+    /// The kernel, loaded into `device` (compiled first for CUDA C; modules are kept per
+    /// device, so each code is compiled and loaded once).
+    fn load(&self, device: &CudaDevice) -> Result<Kernel> {
+        let module = match &*self.code {
+            KernelCode::CudaC { name, source } => crate::kernels::user_module(device, name, source)?,
+            KernelCode::Ptx(text) => self.load_image(device, text.as_bytes())?,
+            KernelCode::Cubin(image) => self.load_image(device, image)?,
+        };
+        module.kernel(&self.entry)
+    }
+
+    fn load_image(&self, device: &CudaDevice, image: &[u8]) -> Result<Arc<Module>> {
+        // The image's SHA-256 keys the device's module table: two images never share a module.
+        let digest: String = Sha256::digest(image).iter().map(|byte| format!("{byte:02x}")).collect();
+        device.cached_module(&format!("image:{digest}"), || {
+            // SAFETY: the constructor's caller promised a complete image from a trusted source.
+            unsafe { Module::load(device, image) }
+        })
+    }
+}
+
+impl Stage for KernelStage {
+    type Prepared = KernelPrepared;
+
+    fn inputs(&self) -> &[FrameLayout] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[FrameLayout] {
+        &self.outputs
+    }
+
+    fn runs(&self) -> Runs {
+        Runs { gpu: true, cpu: self.cpu.is_some() }
+    }
+
+    fn prepare(&self, queue: &Queue, strategy: Strategy) -> Result<KernelPrepared> {
+        let Some(gpu) = queue.cuda_device() else {
+            return Ok(KernelPrepared { kernel: None, constants: Vec::new() });
+        };
+        if let Some(index) = self.params.iter().find_map(|param| match *param {
+            Param::Constant(index) if index >= self.constants.len() => Some(index),
+            _ => None,
+        }) {
+            return Err(Error::invalid(
+                "kernel stage",
+                format!("the kernel reads constant {index}, and {} are given", self.constants.len()),
+            ));
+        }
+        let device = crate::backend::Device::Cuda(gpu.clone());
+        let constants = self
+            .constants
+            .iter()
+            .map(|bytes| -> Result<Constant> {
+                Ok(if strategy == Strategy::ZeroCopy {
+                    let mut buffer = HostBuf::<u8>::pinned(&device, bytes.len(), PinOptions::default())?;
+                    buffer.as_mut_slice().copy_from_slice(bytes);
+                    Constant::Host(queue.share(buffer))
+                } else {
+                    let mut buffer = DeviceBuf::<u8>::new(&device, bytes.len())?;
+                    buffer.copy_from_slice(bytes)?;
+                    Constant::Device(queue.share(buffer))
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(KernelPrepared { kernel: Some(self.load(gpu)?), constants })
+    }
+
+    fn queue<I, O>(
+        &self,
+        prepared: &mut KernelPrepared,
+        queue: &Queue,
+        inputs: &[I],
+        outputs: &mut [Lent<O>],
+    ) -> Result<()>
+    where
+        I: Lease,
+        I::Buf: Buffer<Elem = u8>,
+        O: WritableBuffer<Elem = u8>,
+    {
+        let kernel = prepared.kernel.as_ref().ok_or_else(|| {
+            Error::invalid("kernel stage", "prepared for the CPU backend: it has no GPU there")
+        })?;
+        check_lengths("input", inputs.iter().map(Lease::len), &self.inputs)?;
+        check_lengths("output", outputs.iter().map(Lease::len), &self.outputs)?;
+        let mut outputs: Vec<Option<&mut Lent<O>>> = outputs.iter_mut().map(Some).collect();
+        let mut args = KernelArgs::new();
+        for param in &self.params {
+            args = match *param {
+                Param::Input(index) => args.read(&inputs[index]),
+                Param::Output(index) => {
+                    args.write(outputs[index].take().expect("the constructor passes each output once"))
+                }
+                Param::Value { bytes, len } => args.value_bytes(&bytes[..usize::from(len)]),
+                Param::Constant(index) => match &prepared.constants[index] {
+                    Constant::Host(buffer) => args.read(buffer),
+                    Constant::Device(buffer) => args.read(buffer),
+                },
+            };
+        }
+        // SAFETY: the constructor's caller promised (KernelStage's safety contract) that the
+        // kernel takes these parameters in this order and type and stays within each buffer's
+        // layout and each constant's length; every buffer is one frame of its layout (checked
+        // above), every constant the stage's own (uploaded by `prepare`, indices checked
+        // there), each lent or shared with this queue (checked when its address is resolved),
+        // and `launch` records the launch on each.
+        unsafe { queue.launch(kernel, self.config, args) }
+    }
+
+    fn run_cpu(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+        let cpu = self.cpu.as_ref().ok_or_else(|| {
+            Error::invalid(
+                "kernel stage",
+                format!(
+                    "`{}` has no CPU path: give one with KernelStage::with_cpu, or run it on a GPU",
+                    self.entry
+                ),
+            )
+        })?;
+        cpu(inputs, outputs)
+    }
+}
+
+/// Checks that each buffer is exactly one frame of its layout.
+pub(crate) fn check_lengths(
+    what: &str,
+    lengths: impl Iterator<Item = usize>,
+    layouts: &[FrameLayout],
+) -> Result<()> {
+    let lengths: Vec<usize> = lengths.collect();
+    if lengths.len() != layouts.len() {
+        return Err(Error::invalid(
+            "stage buffers",
+            format!("{} {what} buffers for {} layouts", lengths.len(), layouts.len()),
+        ));
+    }
+    for (index, (len, layout)) in lengths.iter().zip(layouts).enumerate() {
+        if *len != layout.bytes() {
+            return Err(Error::invalid(
+                "stage buffers",
+                format!("{what} {index} holds {len} bytes, its layout {}", layout.bytes()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stage::Element;
+
+    fn code() -> KernelCode {
+        KernelCode::CudaC { name: "k".into(), source: "extern \"C\" __global__ void k() {}".into() }
+    }
+
+    #[test]
+    fn parameters_must_name_buffers_that_are_there_and_each_output_once() {
+        let block = FrameLayout::samples(64, Element::U8).unwrap();
+        let config = LaunchConfig::linear(64, 64, 1);
+        let make = |params| {
+            // SAFETY: never launched; only the constructor's checks run.
+            unsafe { KernelStage::new(code(), "k", vec![block.clone()], vec![block.clone()], params, config) }
+        };
+        assert!(make(vec![Param::Input(0), Param::Input(0), Param::Output(0), Param::value(1u32)]).is_ok());
+        let error = make(vec![Param::Input(1)]).unwrap_err().to_string();
+        assert!(error.contains("input 1, of 1"), "{error}");
+        let error = make(vec![Param::Output(0), Param::Output(0)]).unwrap_err().to_string();
+        assert!(error.contains("passed twice"), "{error}");
+        assert!(make(vec![Param::Output(3)]).is_err());
+        // SAFETY: as above.
+        let empty = unsafe { KernelStage::new(code(), "k", vec![], vec![block.clone()], vec![], config) };
+        assert!(empty.unwrap_err().to_string().contains("at least one"));
+    }
+
+    #[test]
+    fn values_keep_their_bytes() {
+        assert_eq!(Param::value(0x0102_0304u32), Param::Value { bytes: [4, 3, 2, 1, 0, 0, 0, 0], len: 4 });
+        assert_eq!(Param::value(1.5f32), Param::Value { bytes: [0, 0, 0xc0, 0x3f, 0, 0, 0, 0], len: 4 });
+    }
+
+    #[test]
+    fn a_stage_without_a_cpu_path_says_how_to_get_one() {
+        let block = FrameLayout::samples(8, Element::U8).unwrap();
+        // SAFETY: never launched.
+        let stage = unsafe {
+            KernelStage::new(
+                code(),
+                "k",
+                vec![block.clone()],
+                vec![block],
+                vec![],
+                LaunchConfig::linear(8, 8, 1),
+            )
+        }
+        .unwrap();
+        assert_eq!(stage.runs(), Runs { gpu: true, cpu: false });
+        let mut output = [0u8; 8];
+        let error = stage.run_cpu(&[&[1; 8]], &mut [&mut output]).unwrap_err().to_string();
+        assert!(error.contains("with_cpu"), "{error}");
+        let doubled = stage.with_cpu(|inputs, outputs| {
+            outputs[0].iter_mut().zip(inputs[0]).for_each(|(y, x)| *y = 2 * x);
+            Ok(())
+        });
+        doubled.run_cpu(&[&[3; 8]], &mut [&mut output]).unwrap();
+        assert_eq!(output, [6; 8]);
+    }
+}
