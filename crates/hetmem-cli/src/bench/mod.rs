@@ -94,6 +94,12 @@ enum What {
         /// (frame k to the k mod N-th). Default: the one in use.
         #[arg(long, requires = "pipelined", value_parser = parse_devices)]
         devices: Option<DeviceSelection>,
+        /// What runs on each frame, with --pipelined: `gaussian` (the built-in blur), `user` (a
+        /// user's CUDA C kernel given through hetmem's stage API, reading and writing the same
+        /// bytes), or both, comma-separated; with both, the table gives each user figure against
+        /// the built-in one of the same run.
+        #[arg(long, value_delimiter = ',', default_value = "gaussian", requires = "pipelined")]
+        stage: Vec<pipeline::StageChoice>,
     },
     /// Time from a kernel's end to the CPU knowing, for every completion signal.
     Completion {
@@ -128,14 +134,15 @@ pub fn run(device: &Device, choice: BackendChoice, args: &Args) -> anyhow::Resul
                 link::compare_plots(&report, dir)
             })
         }
-        What::Pipeline { quick, frames, strategies, pipelined: true, slots, devices } => {
+        What::Pipeline { quick, frames, strategies, pipelined: true, slots, devices, stage } => {
             let wanted = parse_strategies(strategies)?;
             let devices = match devices {
                 Some(selection) => Device::open_selection(choice, selection)
                     .with_context(|| format!("--devices {selection}"))?,
                 None => vec![device.clone()],
             };
-            let runs = pipeline::measure_streaming(&devices, *quick, *frames, &wanted, *slots as usize)?;
+            let runs =
+                pipeline::measure_streaming(&devices, *quick, *frames, &wanted, *slots as usize, stage)?;
             emit(args, "pipelined", &runs, &pipeline::streaming_tables(&runs), |_| Ok(Vec::new()))
         }
         What::Pipeline { quick, frames, strategies, pipelined: false, .. } => {

@@ -16,6 +16,15 @@ use crate::table::Table;
 /// The frame sizes measured.
 pub const RESOLUTIONS: [(usize, usize); 2] = [(1920, 1080), (3840, 2160)];
 
+/// What runs on each streamed frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StageChoice {
+    /// The built-in 5x5 Gaussian.
+    Gaussian,
+    /// A user's kernel of the same bytes (`hetmem::bench::user_stage`).
+    User,
+}
+
 /// One report per resolution, 5x5 Gaussian.
 pub fn measure(
     device: &Device,
@@ -44,7 +53,11 @@ pub fn measure_streaming(
     frames: Option<u32>,
     wanted: &[Strategy],
     slots: usize,
+    stages: &[StageChoice],
 ) -> anyhow::Result<Vec<StreamingRun>> {
+    if stages.is_empty() {
+        anyhow::bail!("--stage is empty: give gaussian, user, or both");
+    }
     let kernel = Gaussian::new(Some(2), None, Border::Reflect101)?;
     let device = devices.first().context("no devices to stream to")?;
     let strategies: Vec<Strategy> = if wanted.is_empty() {
@@ -64,11 +77,15 @@ pub fn measure_streaming(
     for &(width, height) in &RESOLUTIONS {
         let format = FrameFormat::new(width, height, PixelLayout::Rgb)?;
         for &strategy in &strategies {
-            for &count in &counts {
+            for (&count, &stage) in
+                counts.iter().flat_map(|count| stages.iter().map(move |stage| (count, stage)))
+            {
                 let in_flight = (slots * count) as u64;
                 let frames = if width > 1920 { (frames / 4).max(2 * in_flight) } else { frames };
+                let name = if stage == StageChoice::User { "user" } else { "gaussian" };
                 eprintln!(
-                    "streaming {frames} {width}x{height} frames by {strategy} over {count} device(s)..."
+                    "streaming {frames} {width}x{height} frames through the {name} stage by {strategy} over \
+                     {count} device(s)..."
                 );
                 let setup = StreamingSetup {
                     strategy,
@@ -87,7 +104,15 @@ pub fn measure_streaming(
                         nvml.as_ref().map(|nvml| PcieSampler::start(nvml, bus))
                     })
                     .collect();
-                let measured = streaming::measure_fan_out(chosen, &kernel, &setup);
+                let measured = match stage {
+                    StageChoice::Gaussian => streaming::measure_fan_out(chosen, &kernel, &setup),
+                    StageChoice::User => {
+                        let sms = device.as_cuda().map_or(1, |gpu| gpu.attributes().multiprocessor_count);
+                        let user =
+                            hetmem::bench::user_stage::xor_stage(format.frame_bytes(), sms, 0x5A3C_96E1)?;
+                        streaming::measure_stage(chosen, "user", &user, &setup)
+                    }
+                };
                 let sampled: Vec<Option<(f64, f64)>> =
                     samplers.into_iter().map(|sampler| sampler.and_then(PcieSampler::stop)).collect();
                 let mut run = measured?;
@@ -146,29 +171,41 @@ pub fn streaming_tables(runs: &[StreamingRun]) -> Vec<Table> {
 
 fn streaming_table(runs: &[StreamingRun]) -> Table {
     let mut table = Table::new(
-        "Frames streamed through a FrameRing, Gaussian 5x5 on RGB frames",
+        "Frames streamed through a FrameRing on RGB frames (gaussian: the built-in 5x5 blur; user: a \
+         user's kernel through the stage API, reading and writing the same bytes)",
         &[
             "frames",
+            "stage",
             "strategy",
             "devices",
             "slots",
             "frames/s",
             "vs 1 device",
+            "vs built-in",
             "link GB/s (both ways)",
             "kernel busy",
         ],
     );
     for run in runs {
-        let one = runs
-            .iter()
-            .find(|one| (one.width, one.strategy, one.devices.len()) == (run.width, run.strategy, 1));
+        let same = |one: &&StreamingRun| {
+            (one.width, one.strategy, &one.stage) == (run.width, run.strategy, &run.stage)
+        };
+        let one = runs.iter().filter(same).find(|one| one.devices.len() == 1);
+        let built_in = runs.iter().find(|one| {
+            (one.width, one.strategy, one.devices.len(), one.stage.as_str())
+                == (run.width, run.strategy, run.devices.len(), "gaussian")
+        });
         table.row(vec![
             format!("{}x{}", run.width, run.height),
+            run.stage.clone(),
             run.strategy.name().to_string(),
             run.devices.len().to_string(),
             run.slots.to_string(),
             format!("{:.0}", run.frames_per_s),
             one.map_or_else(String::new, |one| format!("{:.2}x", run.frames_per_s / one.frames_per_s)),
+            built_in.filter(|_| run.stage != "gaussian").map_or_else(String::new, |built_in| {
+                format!("{:.0}%", 100.0 * run.frames_per_s / built_in.frames_per_s)
+            }),
             format!("{:.1}", run.link_bytes_per_s / 1e9),
             format!("{:.0}%", 100.0 * run.kernel_busy_fraction),
         ]);

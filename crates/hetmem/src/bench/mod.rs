@@ -11,5 +11,6 @@ pub mod pinning;
 pub mod sizes;
 mod stats;
 pub mod streaming;
+pub mod user_stage;
 
 pub use stats::Summary;

@@ -16,8 +16,9 @@ use std::time::Instant;
 use crate::backend::Device;
 use crate::error::{Error, Result};
 use crate::handoff::FenceKind;
-use crate::ops::gaussian::{FrameFormat, Gaussian, gaussian_cpu};
+use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
 use crate::pipeline::{FanOutRing, RingOptions, Strategy};
+use crate::stage::Stage;
 
 /// What to stream.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +40,8 @@ pub struct StreamingSetup {
 /// One streaming run, measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StreamingRun {
+    /// What ran on each frame: `gaussian` (the built-in blur) or the name a caller gave.
+    pub stage: String,
     /// The strategy that ran.
     pub strategy: Strategy,
     /// Frame width in pixels.
@@ -116,9 +119,40 @@ pub fn measure_fan_out(
     kernel: &Gaussian,
     setup: &StreamingSetup,
 ) -> Result<StreamingRun> {
+    measure_stage(devices, "gaussian", &GaussianStage::new(setup.format, kernel)?, setup)
+}
+
+/// Streams `setup.frames` random frames of `setup.format`'s size through `stage` (one input
+/// and one output buffer of that size) on a [`FanOutRing`] over `devices`, each checked
+/// outputs against the stage's own CPU path; `name` names the stage in the report.
+///
+/// # Errors
+/// As for [`measure_fan_out`]; a stage whose first input is not one frame of the format.
+pub fn measure_stage<S: Stage + Clone>(
+    devices: &[Device],
+    name: &str,
+    stage: &S,
+    setup: &StreamingSetup,
+) -> Result<StreamingRun> {
     let options =
         RingOptions { slots: setup.slots, timing: true, fence: setup.fence, ..RingOptions::default() };
-    let ring = FanOutRing::new(devices, setup.strategy, setup.format, kernel, options)?;
+    if stage.inputs().len() != 1 || stage.outputs().len() != 1 {
+        return Err(Error::invalid(
+            "stage",
+            "the streaming bench takes stages of one input and one output buffer",
+        ));
+    }
+    if stage.inputs()[0].bytes() != setup.format.frame_bytes() {
+        return Err(Error::invalid(
+            "stage",
+            format!(
+                "its input holds {} bytes, the frames {}",
+                stage.inputs()[0].bytes(),
+                setup.format.frame_bytes()
+            ),
+        ));
+    }
+    let ring = FanOutRing::with_stage(devices, setup.strategy, stage, options)?;
     let strategy = ring.rings()[0].strategy();
     if let Some(other) = ring.rings().iter().find(|other| other.strategy() != strategy) {
         return Err(Error::invalid(
@@ -141,11 +175,12 @@ pub fn measure_fan_out(
     let mut rng = clock_seeded();
     let inputs: Vec<Vec<u8>> =
         (0..slots).map(|_| (0..frame_bytes).map(|_| rng.next_byte()).collect()).collect();
+    let output_bytes = stage.outputs()[0].bytes();
     let wanted: Vec<Vec<u8>> = inputs
         .iter()
         .map(|input| {
-            let mut output = vec![0u8; frame_bytes];
-            gaussian_cpu(&setup.format, kernel, input, &mut output).map(|()| output)
+            let mut output = vec![0u8; output_bytes];
+            stage.run_cpu(&[input], &mut [&mut output]).map(|()| output)
         })
         .collect::<Result<_>>()?;
     ring.fill_outputs(0xA5)?;
@@ -203,6 +238,7 @@ pub fn measure_fan_out(
         .collect();
     let kernel_busy_s = devices.iter().map(|share| share.kernel_busy_s).sum::<f64>();
     Ok(StreamingRun {
+        stage: name.to_string(),
         strategy,
         width: setup.format.width,
         height: setup.format.height,
