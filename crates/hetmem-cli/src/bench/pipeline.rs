@@ -254,6 +254,7 @@ mod tests {
             nvml_pcie_mb_s: Some((4100.0, 4600.0)),
         };
         StreamingRun {
+            stage: "gaussian".to_string(),
             strategy: Strategy::ZeroCopy,
             width: 1920,
             height: 1080,
