@@ -185,8 +185,8 @@ fn launch(
     let config = LaunchConfig { grid_dim: (1024, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: scale_add(const unsigned*, unsigned*, unsigned n, unsigned a, unsigned b) matches
     // the arguments; it reads n words of the input and writes n of the output, which have n
-    // words each; it is queued on the stream both addresses were asked for, before their
-    // SyncOnDrops drop; it writes only the output, whose view is a DevicePtrMut.
+    // words each; it is queued on the stream both addresses were asked for, while the views
+    // and their SyncOnDrops live; it writes only the output, whose view is a DevicePtrMut.
     unsafe { builder.launch(config) }?;
     Ok(())
 }

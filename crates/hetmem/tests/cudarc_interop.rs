@@ -136,8 +136,8 @@ fn launch(
     let config = LaunchConfig { grid_dim: (64, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: (slow_)scale_add(const unsigned*, unsigned*, unsigned n, unsigned a, unsigned b
     // [, unsigned long long]) matches the arguments; it reads n words of the input and writes n
-    // of the output, whose lengths are n; it runs on the stream both addresses were asked for,
-    // queued before their SyncOnDrops drop.
+    // of the output, whose lengths are n; it is queued on the stream both addresses were asked
+    // for, while the views and their SyncOnDrops live.
     unsafe { builder.launch(config) }.unwrap();
 }
 
@@ -234,62 +234,63 @@ fn reclaiming_waits_for_a_cudarc_launch() {
 }
 
 #[test]
-fn a_lease_on_an_unrelated_stream_is_refused_or_fenced() {
-    let Some(gpu) = gpu_or_skip("a_lease_on_an_unrelated_stream_is_refused_or_fenced") else { return };
+fn a_lease_is_used_by_cudarc_on_its_queue_s_stream_only() {
+    let Some(gpu) = gpu_or_skip("a_lease_is_used_by_cudarc_on_its_queue_s_stream_only") else { return };
     let run = gpu.setup();
     let unrelated = gpu.ctx.new_stream().unwrap();
     let other_queue_stream = Queue::new(&gpu.device).unwrap().cudarc_stream(&gpu.ctx).unwrap();
+    let other_ctx = CudaContext::new_non_primary(gpu.ctx.ordinal(), 0).unwrap();
+    let foreign = other_ctx.new_stream().unwrap();
     let input = run.input();
     let mut output = run.output();
 
-    // A view is made only for the lease's own queue's stream.
-    for foreign in [&unrelated, &other_queue_stream] {
-        let error = input.cudarc_view(foreign).unwrap_err().to_string();
+    // A view is made only for the stream of the lease's own queue.
+    for stream in [&unrelated, &other_queue_stream, &foreign] {
+        let error = input.cudarc_view(stream).unwrap_err().to_string();
         assert!(error.contains("not the stream of the lease's queue"), "{error}");
-        let error = output.cudarc_view_mut(foreign).unwrap_err().to_string();
+        let error = output.cudarc_view_mut(stream).unwrap_err().to_string();
         assert!(error.contains("not the stream of the lease's queue"), "{error}");
     }
+    let error = Queue::from_cudarc(&foreign).unwrap_err().to_string();
+    assert!(error.contains("not the device's primary one"), "{error}");
+    let error = run.queue.cudarc_stream(&other_ctx).unwrap_err().to_string();
+    assert!(error.contains("CudaContext::new(0)"), "{error}");
 
-    // Asked for on another stream, a view orders that stream after the lease's earlier work:
-    // a copy on it sees the slow kernel's whole result.
+    // A view's address is refused, before anything is queued, for any other stream: the one
+    // the view reports to cudarc, an unrelated one, another queue's, another context's; also
+    // when cudarc's safe copies ask for it.
     let view = input.cudarc_view(&run.stream).unwrap();
-    gpu.launch_into((&run.stream, &run.stream), &view, &mut output, run.coefficients, true);
-    let copied = unrelated.clone_dtoh(&output.cudarc_view(&run.stream).unwrap()).unwrap();
-    check("a copy on another stream after a slow kernel", &copied, &run.want);
+    let mut out = output.cudarc_view_mut(&run.stream).unwrap();
+    let bookkeeping = Arc::clone(DeviceSlice::stream(&view));
+    let refusals = [
+        (&bookkeeping, "DeviceSlice::stream"),
+        (&unrelated, "other than its queue's"),
+        (&other_queue_stream, "other than its queue's"),
+        (&foreign, "another CUDA context"),
+    ];
+    for (stream, why) in refusals {
+        assert_panics(why, || drop(view.device_ptr(stream)));
+        assert_panics(why, || drop(out.device_ptr_mut(stream)));
+    }
+    assert_panics("other than its queue's", || drop(unrelated.clone_dtoh(&view)));
+    assert_panics("other than its queue's", || {
+        let _ = unrelated.memset_zeros(&mut out);
+    });
 
-    // A kernel launched on another stream is finished once its SyncOnDrops drop, so the
-    // reclaim that follows sees its whole result.
-    let mut output = run.output();
-    gpu.launch_into((&run.stream, &unrelated), &view, &mut output, run.coefficients, true);
-    check("reclaimed after a slow kernel on another stream", output.reclaim().unwrap().as_slice(), &run.want);
+    // Through any wrapper of the queue's stream, the leases work as before the refusals.
+    drop(out);
+    let another_wrapper = run.queue.cudarc_stream(&gpu.ctx).unwrap();
+    gpu.launch_into((&run.stream, &another_wrapper), &view, &mut output, run.coefficients, false);
     drop(view);
+    check("after the refusals", output.reclaim().unwrap().as_slice(), &run.want);
     drop(input.reclaim().unwrap());
 }
 
-#[test]
-fn another_context_s_stream_and_the_bookkeeping_stream_are_refused() {
-    let Some(gpu) = gpu_or_skip("another_context_s_stream_and_the_bookkeeping_stream_are_refused") else {
-        return;
-    };
-    let queue = Queue::new(&gpu.device).unwrap();
-    let stream = queue.cudarc_stream(&gpu.ctx).unwrap();
-    let other_ctx = CudaContext::new_non_primary(gpu.ctx.ordinal(), 0).unwrap();
-    let foreign = other_ctx.new_stream().unwrap();
-
-    let error = Queue::from_cudarc(&foreign).unwrap_err().to_string();
-    assert!(error.contains("not the device's primary one"), "{error}");
-    let error = queue.cudarc_stream(&other_ctx).unwrap_err().to_string();
-    assert!(error.contains("CudaContext::new(0)"), "{error}");
-
-    let input = queue.share(input_buffer(&queue, &random_words(64)));
-    let view = input.cudarc_view(&stream).unwrap();
-    let panic = catch_unwind(AssertUnwindSafe(|| drop(view.device_ptr(&foreign)))).unwrap_err();
-    assert!(panic_text(&panic).contains("another CUDA context"), "{}", panic_text(&panic));
-    let bookkeeping = Arc::clone(DeviceSlice::stream(&view));
-    let panic = catch_unwind(AssertUnwindSafe(|| drop(view.device_ptr(&bookkeeping)))).unwrap_err();
-    assert!(panic_text(&panic).contains("DeviceSlice::stream"), "{}", panic_text(&panic));
-    drop(view);
-    drop(input.reclaim().unwrap());
+/// Runs `f`, which must panic with a message containing `why`.
+fn assert_panics(why: &str, f: impl FnOnce()) {
+    let panic = catch_unwind(AssertUnwindSafe(f)).expect_err(why);
+    let text = panic_text(&panic);
+    assert!(text.contains(why), "expected a panic naming {why:?}, got {text:?}");
 }
 
 fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {

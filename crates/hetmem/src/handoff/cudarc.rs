@@ -46,7 +46,7 @@ impl Queue {
     ///
     /// cudarc itself orders its own `CudaSlice`s between streams only once their context has
     /// made a stream with `new_stream` (cudarc's `is_managing_stream_synchronization`); hetmem's
-    /// leases keep their order on any stream (see [`CudarcView`]).
+    /// leases are used by cudarc on their queue's stream only (see [`CudarcView`]).
     ///
     /// # Errors
     /// A CPU-backend queue; `ctx` is not the primary context of the queue's device.
@@ -64,8 +64,8 @@ fn cpu_queue() -> Error {
 
 impl<B: Buffer> Shared<B> {
     /// The buffer as cudarc device memory to read: a [`DevicePtr`] for cudarc's kernels, copies
-    /// and libraries. `stream` must be the stream of the lease's queue; the view can then be
-    /// used on any stream of the device (see [`CudarcView`]).
+    /// and libraries on `stream`, which must be the stream of the lease's queue (see
+    /// [`CudarcView`]).
     ///
     /// # Errors
     /// A lease of a CPU-backend queue; `stream` is not the stream of the lease's queue, or its
@@ -107,21 +107,21 @@ impl<B: WritableBuffer> Lent<B> {
 ///   cannot reach it (a `Shared` lease lets the CPU read). A `CudarcViewMut` borrows its
 ///   `Lent` exclusively, and a `Shared` lease gives no `DevicePtrMut`, so safe code cannot
 ///   make cudarc write a shared buffer.
-/// - `device_ptr(stream)` on the stream of the lease's queue (any wrapper of it): the work
-///   cudarc queues there follows the lease's earlier work in stream order, and when the view
-///   drops the lease records a fence after it, so reclaiming or dropping the lease waits for
-///   it. A view leaked with `mem::forget` leaves the lease waiting for its whole stream.
-/// - `device_ptr(stream)` on another stream of the device (cudarc's copies may ask on any):
-///   that stream first waits for the lease's earlier work, and the returned `SyncOnDrop`
-///   blocks the CPU, when dropped, until that stream's work is done. Correct, but synchronous.
+/// - cudarc gets the address (`device_ptr`, `device_ptr_mut`) only for the stream of the
+///   lease's queue, through any wrapper of it: the work it queues there follows the lease's
+///   earlier work in stream order, and when the view drops, the lease records a fence after
+///   it, so reclaiming or dropping the lease waits for it. A view leaked with `mem::forget`
+///   leaves the lease waiting for its whole stream instead.
+/// - Nothing here relies on cudarc's own bookkeeping (its `SyncOnDrop` is inert): cudarc skips
+///   a stream synchronisation when an earlier error is pending in its context, and records
+///   events only in its multi-stream mode.
 ///
 /// # Safety
 /// Not a precondition of this type's methods, which are safe, but of cudarc's `unsafe` kernel
 /// launch when it is handed an address from a view: the kernel must be launched on the stream
-/// the address was asked for, before the `SyncOnDrop` returned with it drops (and that
-/// `SyncOnDrop` must drop, not be leaked); it must stay within [`DeviceSlice::len`] elements;
-/// and it must not write through an address from a `CudarcView` (only a `CudarcViewMut`'s).
-/// cudarc's safe copies keep these rules by themselves.
+/// the address was asked for while the view lives; it must stay within [`DeviceSlice::len`]
+/// elements; and it must not write through an address from a `CudarcView` (only a
+/// `CudarcViewMut`'s). cudarc's safe copies keep these rules by themselves.
 ///
 /// # Examples
 /// A cudarc kernel reading a shared buffer and writing a lent one:
@@ -146,7 +146,7 @@ impl<B: WritableBuffer> Lent<B> {
 ///     launch.arg(&input_ptr).arg(&output_ptr).arg(&n);
 ///     // SAFETY: the kernel is `k(const unsigned*, unsigned*, unsigned)`, stays within `n`
 ///     // elements and writes only the output; it is launched on the stream both addresses were
-///     // asked for, before `_input_queued` and `_output_queued` drop.
+///     // asked for, while the views live.
 ///     unsafe { launch.launch(LaunchConfig::for_num_elems(n)) }?;
 /// } // the views drop: each lease records a fence after the kernel
 /// let output = output.reclaim()?; // waits for the kernel
@@ -154,11 +154,12 @@ impl<B: WritableBuffer> Lent<B> {
 /// ```
 ///
 /// # Panics
-/// `device_ptr` and `device_ptr_mut` panic, before anything is queued, for a stream of
-/// another context (another device, or a non-primary context), and for the stream the view
-/// returns from `DeviceSlice::stream`. That stream is for cudarc's bookkeeping: cudarc asks it
-/// for the address only to copy between devices (`memcpy_dtod` from another device's stream),
-/// and the copy then runs on a stream the lease cannot wait for.
+/// `device_ptr` and `device_ptr_mut` panic, before anything is queued, for any stream but the
+/// lease's queue's: another stream (hetmem could not wait for work there: lend the buffer to a
+/// queue on that stream instead, `Queue::from_cudarc`), another context's, and the stream the
+/// view returns from `DeviceSlice::stream`. That last one is for cudarc's bookkeeping: cudarc
+/// asks it for the address only to copy between devices (`memcpy_dtod` from another device's
+/// stream), and the copy then runs on a stream the lease cannot wait for.
 #[derive(Debug)]
 pub struct CudarcView<'a, T> {
     lease: &'a LeaseState,
@@ -212,25 +213,11 @@ impl<'a, T> CudarcView<'a, T> {
         })
     }
 
-    /// Orders work cudarc queues on `stream` with the lease's other work (see the type's
-    /// documentation), and returns what cudarc drops once that work is queued.
-    fn sync_for<'s>(&'s self, stream: &'s CudaStream) -> SyncOnDrop<'s> {
+    /// Refuses any stream but the lease's queue's, and notes that work may be queued there.
+    fn check_stream(&self, stream: &CudaStream) {
         match route(StreamKey::of(stream), StreamKey::of(&self.stream)) {
-            Route::Queue => {
-                self.queued.store(true, Ordering::Release);
-                SyncOnDrop::Sync(None)
-            }
-            Route::Join => {
-                if let Err(error) = stream.join(&self.stream) {
-                    let ctx = stream.context();
-                    ctx.record_err(Err::<(), _>(error));
-                    // Without the wait, the work could start before the lease's earlier work
-                    // ends: wait for that on the CPU instead.
-                    ctx.record_err(self.stream.synchronize());
-                }
-                SyncOnDrop::sync_stream(stream)
-            }
-            Route::Refuse(why) => panic!("{why}"),
+            Ok(()) => self.queued.store(true, Ordering::Release),
+            Err(why) => panic!("{why}"),
         }
     }
 }
@@ -260,7 +247,9 @@ impl<T> DeviceSlice<T> for CudarcView<'_, T> {
 
 impl<T> DevicePtr<T> for CudarcView<'_, T> {
     fn device_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-        (self.address, self.sync_for(stream))
+        self.check_stream(stream);
+        // Nothing to do when cudarc has queued the work: the view's drop records the fence.
+        (self.address, SyncOnDrop::Sync(None))
     }
 }
 
@@ -305,72 +294,56 @@ impl StreamKey {
     }
 }
 
-/// How work on a stream is kept in order with a lease's other work.
-#[derive(Debug, PartialEq, Eq)]
-enum Route {
-    /// The lease's own stream: stream order, and a fence when the view drops.
-    Queue,
-    /// Another stream of the device: wait for the lease's stream first, for the work after.
-    Join,
-    /// Work the lease could not wait for.
-    Refuse(&'static str),
-}
-
-/// How work asked for on stream `asked` is ordered with the lease's work on `queue`, the
-/// wrapper its view returns from `DeviceSlice::stream`.
-fn route(asked: StreamKey, queue: StreamKey) -> Route {
+/// Succeeds when work asked for on stream `asked` can use a lease whose queue's stream is
+/// `queue`, the wrapper its view returns from `DeviceSlice::stream`; else says why not.
+fn route(asked: StreamKey, queue: StreamKey) -> Result<(), &'static str> {
     if asked.object == queue.object {
-        Route::Refuse(
-            "a hetmem lease's address was asked for the stream its cudarc view returns from \
+        Err("a hetmem lease's address was asked for the stream its cudarc view returns from \
              `DeviceSlice::stream`, which cudarc does only to copy between devices (on a stream the \
-             lease cannot wait for): copy on a stream of the lease's device, such as \
-             `queue.cudarc_stream(&ctx)`",
-        )
+             lease cannot wait for): copy on the lease's queue's stream, `queue.cudarc_stream(&ctx)`")
     } else if asked.context != queue.context {
-        Route::Refuse(
-            "a hetmem lease's address was asked for a stream of another CUDA context: use a stream \
-             of the primary context of the lease's device, such as `queue.cudarc_stream(&ctx)`",
-        )
-    } else if asked.handle == queue.handle {
-        Route::Queue
+        Err("a hetmem lease's address was asked for a stream of another CUDA context: use the \
+             lease's queue's stream, `queue.cudarc_stream(&ctx)`")
+    } else if asked.handle != queue.handle {
+        Err("a hetmem lease's address was asked for a stream other than its queue's, where hetmem \
+             could not wait for the work: use the queue's stream (`queue.cudarc_stream(&ctx)`), or \
+             lend the buffer to a queue on that stream (`Queue::from_cudarc(&stream)`)")
     } else {
-        Route::Join
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Route, StreamKey, route};
+    use super::{StreamKey, route};
 
     const QUEUE: StreamKey = StreamKey { context: 0x100, handle: 0x200, object: 0x300 };
 
     #[test]
-    fn the_lease_s_own_stream_is_used_in_stream_order_through_any_wrapper() {
+    fn the_lease_s_own_stream_is_taken_through_any_wrapper() {
         let wrapper = StreamKey { object: 0x400, ..QUEUE };
-        assert_eq!(route(wrapper, QUEUE), Route::Queue);
+        assert_eq!(route(wrapper, QUEUE), Ok(()));
     }
 
     #[test]
-    fn another_stream_of_the_context_joins_the_lease_s_stream() {
-        let other = StreamKey { handle: 0x500, object: 0x400, ..QUEUE };
-        assert_eq!(route(other, QUEUE), Route::Join);
-        let legacy_default = StreamKey { handle: 0, object: 0x400, ..QUEUE };
-        assert_eq!(route(legacy_default, QUEUE), Route::Join);
+    fn another_stream_of_the_context_is_refused() {
+        for handle in [0x500, 0] {
+            let other = StreamKey { handle, object: 0x400, ..QUEUE };
+            let why = route(other, QUEUE).unwrap_err();
+            assert!(why.contains("other than its queue's"), "{why}");
+        }
     }
 
     #[test]
-    fn another_context_s_stream_is_refused() {
-        let foreign = StreamKey { context: 0x600, object: 0x400, ..QUEUE };
-        let Route::Refuse(why) = route(foreign, QUEUE) else { panic!("accepted") };
+    fn another_context_s_stream_is_refused_even_with_the_same_handle_value() {
+        let same_handle = StreamKey { context: 0x600, object: 0x400, ..QUEUE };
+        let why = route(same_handle, QUEUE).unwrap_err();
         assert!(why.contains("another CUDA context"), "{why}");
-        // The same handle value in another context is another stream.
-        let same_handle = StreamKey { context: 0x600, handle: QUEUE.handle, object: 0x400 };
-        assert!(matches!(route(same_handle, QUEUE), Route::Refuse(_)));
     }
 
     #[test]
     fn the_stream_a_view_reports_to_cudarc_is_refused() {
-        let Route::Refuse(why) = route(QUEUE, QUEUE) else { panic!("accepted") };
+        let why = route(QUEUE, QUEUE).unwrap_err();
         assert!(why.contains("DeviceSlice::stream"), "{why}");
     }
 }
