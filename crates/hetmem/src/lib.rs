@@ -51,7 +51,7 @@ pub mod testing;
 pub use backend::cuda::{Advice, MemLocation};
 pub use backend::{BackendChoice, BackendKind, Device};
 pub use error::{CudaError, Error, NvrtcError, Result, Unavailable};
-pub use handoff::{Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
+pub use handoff::{CudarcView, CudarcViewMut, Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
 pub use memory::{
     Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,
     PinOptions, PinnedPool, RegisterOptions, WritableBuffer,

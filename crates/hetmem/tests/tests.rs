@@ -5,6 +5,7 @@
 
 mod bench_link;
 mod cuda_smoke;
+mod cudarc_interop;
 mod doorbell;
 mod faults;
 mod filter_strategies;

@@ -7,6 +7,7 @@
 //! (the GPU work failed), the buffer is leaked rather than freed while it may be in use.
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::fence::Fence;
@@ -24,6 +25,8 @@ mod private {
         pub(crate) queue: std::sync::Arc<super::QueueCore>,
         pub(super) last_use: std::sync::Mutex<Option<super::Fence>>,
         pub(super) guard: Option<super::Guard>,
+        /// cudarc views of the lease not yet dropped (see [`LeaseState::open_view`]).
+        pub(super) views: std::sync::atomic::AtomicUsize,
     }
 
     /// The part of a lease only hetmem may call: this module is private, so code outside hetmem
@@ -37,7 +40,20 @@ pub(crate) use private::{LeaseParts, LeaseState};
 
 impl LeaseState {
     fn new(queue: Arc<QueueCore>, guard: Option<Guard>) -> LeaseState {
-        LeaseState { queue, last_use: Mutex::new(None), guard }
+        LeaseState { queue, last_use: Mutex::new(None), guard, views: AtomicUsize::new(0) }
+    }
+
+    /// Counts in a cudarc view: code outside hetmem may now queue work on the buffer on the
+    /// lease's stream, which the lease learns of only when [`LeaseState::close_view`] records a
+    /// fence after it. Until then, waiting for the lease waits for the whole stream.
+    pub(crate) fn open_view(&self) {
+        self.views.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts out a view opened by [`LeaseState::open_view`], once a fence after its work is
+    /// recorded.
+    pub(crate) fn close_view(&self) {
+        self.views.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Records that work up to `fence` uses the buffer. Work on one queue finishes in order,
@@ -47,6 +63,12 @@ impl LeaseState {
     }
 
     fn pending(&self) -> Option<Fence> {
+        if self.views.load(Ordering::Acquire) > 0 {
+            // Work a live view let cudarc queue (`is_complete` may ask meanwhile), or a leaked
+            // one (reclaiming and dropping own the lease, so a view still counted then was
+            // forgotten), may be anywhere on the stream, with no fence recorded for it.
+            return self.queue.stream_fence();
+        }
         self.last_use.lock().unwrap_or_else(|poison| poison.into_inner()).clone()
     }
 

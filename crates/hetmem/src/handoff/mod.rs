@@ -8,6 +8,10 @@
 //! pages inaccessible to the CPU while lent, so unsafe code that kept a raw pointer faults
 //! instead of corrupting data.
 //!
+//! cudarc's kernels, copies and libraries work on leases under the same rules: a queue and a
+//! cudarc stream convert both ways ([`Queue::from_cudarc`], [`Queue::cudarc_stream`]), and a
+//! lease is seen by cudarc as device memory through a [`CudarcView`] or [`CudarcViewMut`].
+//!
 //! ```compile_fail
 //! # use hetmem::*;
 //! # let device = Device::open_best().unwrap();
@@ -17,6 +21,7 @@
 //! lent.as_mut_slice()[0] = 1; // error: a lent buffer has no host access
 //! ```
 
+mod cudarc;
 pub mod doorbell;
 mod fence;
 mod gate;
@@ -26,6 +31,7 @@ mod lease;
 mod poller;
 mod queue;
 
+pub use self::cudarc::{CudarcView, CudarcViewMut};
 pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
 pub use fence::{Fence, FenceKind};
 #[cfg(not(feature = "testing"))]

@@ -76,6 +76,23 @@ impl QueueCore {
         self.signal_with(self.fence_kind)
     }
 
+    /// A fence on everything queued on the stream at the time of waiting; `None` on the CPU.
+    pub(crate) fn stream_fence(&self) -> Option<Fence> {
+        match &self.backend {
+            QueueBackend::Cuda { stream, .. } => Some(Fence::stream(Arc::clone(stream))),
+            QueueBackend::Cpu => None,
+        }
+    }
+
+    /// Records on `lease` a fence after all work queued on the stream so far, by whoever queued
+    /// it (cudarc, through a view of the lease).
+    ///
+    /// # Errors
+    /// As for [`QueueCore::submit`]; the lease then waits for the whole stream.
+    pub(crate) fn record_queued_use(&self, lease: &LeaseState) -> Result<()> {
+        self.submit(&[lease], |_| Ok(()))
+    }
+
     /// Queues `work` on the stream and records a fence after it on every lease in `leases`.
     ///
     /// Should the fence fail to be made after the work is queued (no events or file
@@ -151,15 +168,29 @@ impl Queue {
     /// # Errors
     /// Creating the stream or its flag page failed.
     pub fn with_fence_kind(device: &Device, kind: FenceKind) -> Result<Queue> {
-        let backend = match device {
-            Device::Cpu(_) => QueueBackend::Cpu,
-            Device::Cuda(cuda) => {
-                let stream = Arc::new(Stream::new(cuda)?);
-                let flags = Arc::new(FlagPage::new(cuda, Arc::clone(&stream))?);
-                QueueBackend::Cuda { device: cuda.clone(), stream, flags }
-            }
-        };
-        Ok(Queue { core: Arc::new(QueueCore { backend, fence_kind: kind, submit_order: Mutex::new(()) }) })
+        match device {
+            Device::Cpu(_) => Ok(Queue::with_backend(QueueBackend::Cpu, kind)),
+            Device::Cuda(cuda) => Queue::on_stream(cuda.clone(), Stream::new(cuda)?, kind),
+        }
+    }
+
+    /// A queue of work on `stream`, a stream of `device`.
+    ///
+    /// # Errors
+    /// Creating the flag page failed.
+    pub(super) fn on_stream(device: CudaDevice, stream: Stream, kind: FenceKind) -> Result<Queue> {
+        let stream = Arc::new(stream);
+        let flags = Arc::new(FlagPage::new(&device, Arc::clone(&stream))?);
+        Ok(Queue::with_backend(QueueBackend::Cuda { device, stream, flags }, kind))
+    }
+
+    fn with_backend(backend: QueueBackend, kind: FenceKind) -> Queue {
+        Queue { core: Arc::new(QueueCore { backend, fence_kind: kind, submit_order: Mutex::new(()) }) }
+    }
+
+    /// The queue `lease` belongs to.
+    pub(super) fn of_lease(lease: &LeaseState) -> Queue {
+        Queue { core: Arc::clone(&lease.queue) }
     }
 
     /// The backend the queue runs on.
@@ -344,6 +375,16 @@ impl Queue {
     pub(crate) fn address_of<L: Lease>(&self, lease: &L) -> Result<u64> {
         self.check_owner(lease)?;
         self.copy_address(lease)
+    }
+
+    /// The address a kernel on this queue's device uses for the buffer of `lease`, a lease of
+    /// this queue.
+    ///
+    /// # Errors
+    /// A lease of another queue; a buffer the device cannot address (not mapped, or of another
+    /// device).
+    pub(super) fn kernel_address<L: Lease>(&self, lease: &L) -> Result<u64> {
+        self.device_address(lease.state(), &lease.region())
     }
 
     fn check_owner<L: Lease>(&self, lease: &L) -> Result<()> {

@@ -144,6 +144,11 @@ impl Context {
         Ok(Context { device, raw, deferred: Mutex::new(None), resident: Mutex::new(Resident::default()) })
     }
 
+    /// The driver's context handle.
+    pub(super) fn raw(&self) -> sys::CUcontext {
+        self.raw
+    }
+
     /// Whether `other` is the same driver context (two opens of one device share it).
     pub(crate) fn same_as(&self, other: &Context) -> bool {
         self.raw == other.raw

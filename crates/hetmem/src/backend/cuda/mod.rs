@@ -10,6 +10,7 @@ mod context;
 mod device;
 pub mod driver;
 mod host;
+mod interop;
 mod managed;
 mod memory;
 mod module;

@@ -5,15 +5,22 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys};
 
-use super::context::{Context, Release};
+use super::context::{Context, Keep, Release};
+use super::interop::Wrappers;
 use super::{Call, CudaDevice};
 use crate::error::CudaError;
 
-/// A CUDA stream that does not synchronise with the legacy default stream.
+/// A CUDA stream: one hetmem made (non-blocking: it does not synchronise with the legacy
+/// default stream), or one borrowed from cudarc ([`crate::Queue::from_cudarc`]).
 #[derive(Debug)]
 pub struct Stream {
     raw: sys::CUstream,
     ctx: Arc<Context>,
+    /// `None` when hetmem made the stream and destroys it; else what keeps a borrowed stream
+    /// alive (its owner's handle), dropped instead of destroying the stream.
+    lender: Option<Keep>,
+    /// The cudarc wrappers of this stream handed out (see [`Wrappers`]).
+    wrappers: Wrappers,
 }
 
 // SAFETY: stream handles may be used from any thread once their context is current, which
@@ -31,7 +38,16 @@ impl Stream {
     pub fn new(device: &CudaDevice) -> Result<Stream, CudaError> {
         device.bind()?;
         let raw = result::stream::create(result::stream::StreamKind::NonBlocking).call("cuStreamCreate")?;
-        Ok(Stream { raw, ctx: Arc::clone(device.context()) })
+        Ok(Stream { raw, ctx: Arc::clone(device.context()), lender: None, wrappers: Wrappers::default() })
+    }
+
+    /// A stream someone else made, used by hetmem without owning it.
+    ///
+    /// # Safety
+    /// `raw` must be a live stream of `ctx` (or a default-stream handle that names the same
+    /// stream on every thread), and stay alive as long as `lender` does.
+    pub(super) unsafe fn borrowed(ctx: Arc<Context>, raw: sys::CUstream, lender: Keep) -> Stream {
+        Stream { raw, ctx, lender: Some(lender), wrappers: Wrappers::default() }
     }
 
     /// Blocks until all work queued so far has finished.
@@ -178,12 +194,28 @@ impl Stream {
     pub(crate) fn context(&self) -> &Arc<Context> {
         &self.ctx
     }
+
+    pub(super) fn wrappers(&self) -> &Wrappers {
+        &self.wrappers
+    }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // `raw` is live and destroyed once; the driver lets queued work finish first.
-        self.ctx.release(Release::Stream(self.raw as usize));
+        if self.wrappers.reachable() {
+            // A cudarc wrapper still names the handle, and nothing tells hetmem when its last
+            // clone goes: leave the stream alive for the rest of the process rather than let
+            // the wrapper queue work on a destroyed handle. (Its context stays alive too: the
+            // wrapper's CudaContext holds a retain on it.)
+            tracing::debug!("a cudarc wrapper outlives its hetmem stream; the stream is kept, not destroyed");
+            std::mem::forget(self.lender.take());
+            return;
+        }
+        if self.lender.is_none() {
+            // `raw` is live and destroyed once; the driver lets queued work finish first.
+            self.ctx.release(Release::Stream(self.raw as usize));
+        }
+        // A borrowed stream is its owner's to destroy: dropping `lender` lets it.
     }
 }
 
