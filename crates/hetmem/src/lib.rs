@@ -13,6 +13,8 @@
 //! - [`memory`]: typed buffers in every kind of shareable memory, and a pinned pool.
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
 //!   GPU never write one buffer at once.
+//! - [`resident`]: kernels that stay on the GPU and poll mapped memory (the doorbell), beside
+//!   the hand-off and built on it.
 //! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
 //!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
 //! - [`ops`]: operations with a GPU and a CPU path; [`kernels`]: their CUDA sources, compiled
@@ -43,6 +45,7 @@ pub mod kernels;
 pub mod memory;
 pub mod ops;
 pub mod pipeline;
+pub mod resident;
 pub mod retry;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hetmem::backend::cuda::{RegisterFlags, Registration};
-use hetmem::handoff::Gate;
 use hetmem::memory::{HostBuf, PageBox, PinOptions};
 use hetmem::ops::affine_u32;
+use hetmem::resident::Gate;
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, Error, FenceKind, KernelArgs, Queue};
 

@@ -17,22 +17,14 @@
 //! lent.as_mut_slice()[0] = 1; // error: a lent buffer has no host access
 //! ```
 
-pub mod doorbell;
 mod fence;
-mod gate;
 mod guard;
 mod launch;
 mod lease;
 mod poller;
 mod queue;
 
-pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
 pub use fence::{Fence, FenceKind};
-#[cfg(not(feature = "testing"))]
-pub(crate) use gate::Gate;
-/// Feature `testing` only: a kernel that waits for the CPU.
-#[cfg(feature = "testing")]
-pub use gate::Gate;
 pub use launch::KernelArgs;
 pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};
 pub use lease::{Lease, Lent, Shared};

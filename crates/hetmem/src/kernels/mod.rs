@@ -62,7 +62,7 @@ pub static BENCH: KernelSource = KernelSource {
 };
 
 /// The doorbell's persistent kernel: serves small requests written into mapped host memory
-/// (see [`crate::handoff::Doorbell`]).
+/// (see [`crate::resident::Doorbell`]).
 pub static DOORBELL: KernelSource = KernelSource {
     name: "doorbell",
     source: include_str!("../../kernels/doorbell.cu"),
