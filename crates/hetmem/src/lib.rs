@@ -52,7 +52,7 @@ pub mod testing;
 
 pub use backend::cuda::{Advice, MemLocation};
 pub use backend::{BackendChoice, BackendKind, Device};
-pub use error::{CudaError, Error, NvrtcError, Result, Unavailable};
+pub use error::{CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable};
 pub use handoff::{Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
 pub use memory::{
     Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,

@@ -69,7 +69,7 @@ impl std::fmt::Debug for FrameFilter {
 }
 
 fn lost() -> Error {
-    Error::invalid("frame filter", "its buffers were lost to an earlier failed frame: make a new filter")
+    Error::FrameMemoryLost { holder: crate::error::FrameMemoryHolder::Filter, frame: None }
 }
 
 impl FrameFilter {

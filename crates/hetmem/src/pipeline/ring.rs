@@ -656,11 +656,7 @@ impl GpuSlot {
     }
 
     fn lost(&self) -> Error {
-        let at = self.lost_at.map_or(String::new(), |index| format!(" (frame {index})"));
-        Error::invalid(
-            "frame ring",
-            format!("a slot's memory was lost to an earlier failed frame{at}: make a new ring"),
-        )
+        Error::FrameMemoryLost { holder: crate::error::FrameMemoryHolder::RingSlot, frame: self.lost_at }
     }
 
     /// Lends the slot's memory to the GPU and queues the frame's work on the slot's queue.

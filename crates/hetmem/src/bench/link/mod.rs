@@ -485,10 +485,10 @@ pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Sum
         let reply = bell.call(request)?;
         let elapsed = start.elapsed().as_secs_f64() * 1e6;
         if reply.iter().map(|v| v.to_bits()).ne(request.reference().iter().map(|v| v.to_bits())) {
-            return Err(Error::invalid(
-                "doorbell round trip",
-                format!("round {round}: the reply differs from the CPU"),
-            ));
+            return Err(Error::ResultMismatch {
+                what: "the doorbell's reply",
+                detail: format!("round {round} of the round trip benchmark"),
+            });
         }
         if round >= samples / 10 {
             round_trips.push(elapsed);

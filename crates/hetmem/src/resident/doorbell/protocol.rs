@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::error::{Error, Result};
+use crate::error::{DoorbellStop, Error, Result};
 
 /// The most samples one request carries (4 KiB of f32).
 pub const MAX_SAMPLES: usize = 1024;
@@ -40,6 +40,7 @@ pub(super) const OP_STALL: u32 = 3;
 pub(super) const OP_WEDGE: u32 = 4;
 
 pub(super) const STATUS_DONE: u32 = 0;
+/// The server did not know the opcode ([`Error::DoorbellBadReply`]).
 pub(super) const STATUS_UNKNOWN: u32 = 1;
 pub(super) const STATUS_STOPPED: u32 = 2;
 
@@ -161,9 +162,8 @@ pub(super) fn read_reply(words: &[AtomicU32], base: usize, seq: u64, len: usize)
             .iter()
             .map(|word| f32::from_bits(word.load(Ordering::Relaxed)))
             .collect()),
-        STATUS_UNKNOWN => Err(Error::invalid("doorbell request", "the server did not know its opcode")),
-        STATUS_STOPPED => Err(Error::invalid("doorbell request", "the doorbell was shut down while it ran")),
-        other => Err(Error::invalid("doorbell reply", format!("unknown status {other}"))),
+        STATUS_STOPPED => Err(Error::DoorbellStopped { cause: DoorbellStop::ShutDown }),
+        status => Err(Error::DoorbellBadReply { sequence: seq, status }),
     })
 }
 

@@ -11,12 +11,15 @@ use super::protocol::{self, EXITED, MAX_DEPTH, REPLY_SEQ, Request, STARTED, STOP
 use super::ticket::Ticket;
 use crate::backend::Device;
 use crate::backend::cuda::{CudaDevice, HostAllocFlags, LaunchConfig, PinnedAlloc, ResidentKernel};
-use crate::error::{Error, Result};
+use crate::error::{DoorbellStop, Error, Result};
 use crate::handoff::{KernelArgs, Queue};
 use crate::kernels::{self, DOORBELL};
 
 /// How long a reply (or the kernel's start or stop) may take before it is an error.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A CPU server's body: serves the doorbell memory of the given depth until told to stop.
+type Serve = fn(&[AtomicU32], usize);
 
 /// Threads of the kernel's one block.
 const BLOCK_THREADS: u32 = 256;
@@ -131,7 +134,7 @@ impl Doorbell {
 
     /// Starts a thread running `serve` over plain memory as the server (the CPU backend's
     /// [`cpu::serve`]; tests give servers that misbehave).
-    fn start_cpu(options: DoorbellOptions, serve: fn(&[AtomicU32], usize)) -> Result<Doorbell> {
+    fn start_cpu(options: DoorbellOptions, serve: Serve) -> Result<Doorbell> {
         let depth = options.depth;
         let memory: Arc<[AtomicU32]> = (0..protocol::words_for(depth)).map(|_| AtomicU32::new(0)).collect();
         let served = Arc::clone(&memory);
@@ -219,9 +222,10 @@ impl Doorbell {
     /// Queues `request`, waiting while the queue is full (up to the timeout).
     ///
     /// # Errors
-    /// A request out of bounds; a doorbell shut down; [`Error::DoorbellTimeout`] when the
-    /// server has not finished with the slot's previous request in time; [`Error::WouldBlock`]
-    /// when the queue stays full of requests whose tickets have not been waited on.
+    /// A request out of bounds; [`Error::DoorbellStopped`] when the server no longer serves;
+    /// [`Error::DoorbellTimeout`] when the server has not finished with the slot's previous
+    /// request in time; [`Error::WouldBlock`] when the queue stays full of requests whose
+    /// tickets have not been waited on.
     pub fn submit(&self, request: Request<'_>) -> Result<Ticket<'_>> {
         self.enqueue(request, true)
     }
@@ -245,7 +249,7 @@ impl Doorbell {
     fn enqueue(&self, request: Request<'_>, block: bool) -> Result<Ticket<'_>> {
         request.check()?;
         if self.stopped.load(Ordering::Acquire) {
-            return Err(Error::invalid("doorbell", "it has been shut down"));
+            return Err(Error::DoorbellStopped { cause: DoorbellStop::ShutDown });
         }
         let mut next = self.next.lock().unwrap_or_else(|poison| poison.into_inner());
         let seq = *next;
@@ -305,26 +309,50 @@ impl Doorbell {
     /// An error if the server has failed or exited.
     pub(super) fn check_server(&self) -> Result<()> {
         let exited = self.words()[EXITED].load(Ordering::Acquire) != 0;
-        if let Server::Cuda(queue, _) = &self.server {
-            // cuStreamQuery: not device-synchronising, so safe while the kernel runs.
-            if let Some(stream) = queue.stream() {
-                let idle = stream.is_idle()?;
-                if idle && !exited {
-                    return Err(Error::invalid("doorbell", "its kernel is no longer running"));
+        match &self.server {
+            Server::Cuda(queue, _) => {
+                // cuStreamQuery: not device-synchronising, so safe while the kernel runs.
+                if let Some(stream) = queue.stream() {
+                    let idle = stream.is_idle()?;
+                    if idle && !exited {
+                        return Err(Error::DoorbellStopped { cause: DoorbellStop::ServerEnded });
+                    }
                 }
             }
+            // The thread writes EXITED as its last act: one that finished without it panicked.
+            Server::Cpu(_) if !exited && self.thread_finished() => {
+                return Err(Error::DoorbellStopped { cause: DoorbellStop::Panicked });
+            }
+            Server::Cpu(_) => {}
         }
         if exited {
-            return Err(Error::invalid("doorbell", "its server has stopped"));
+            let cause = match self.stopped.load(Ordering::Acquire) {
+                true => DoorbellStop::ShutDown,
+                false => DoorbellStop::ServerEnded,
+            };
+            return Err(Error::DoorbellStopped { cause });
         }
         Ok(())
+    }
+
+    /// Whether the CPU backend's server thread has finished (false for a kernel).
+    fn thread_finished(&self) -> bool {
+        match &self.server {
+            Server::Cpu(thread) => thread
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .as_ref()
+                .is_some_and(std::thread::JoinHandle::is_finished),
+            Server::Cuda(..) => false,
+        }
     }
 
     /// Stops the server and frees its memory: requests already submitted are served first.
     ///
     /// # Errors
-    /// The kernel not stopping within the timeout (its memory is then leaked, never freed
-    /// under it), or the kernel's failure.
+    /// [`Error::DoorbellStuck`] when the kernel does not stop within the timeout (its memory
+    /// is then leaked, never freed under it); the kernel's failure;
+    /// [`Error::DoorbellStopped`] when the CPU backend's server thread panicked.
     pub fn shutdown(self) -> Result<()> {
         let result = self.stop();
         // Drop finds it stopped.
@@ -349,6 +377,10 @@ impl Doorbell {
                     break;
                 }
             }
+            // A thread that panicked never writes EXITED either; joining it says so.
+            if self.thread_finished() {
+                break;
+            }
             if start.elapsed() > self.timeout {
                 return Err(Error::DoorbellStuck { timeout: self.timeout });
             }
@@ -356,8 +388,12 @@ impl Doorbell {
         }
         match &self.server {
             Server::Cpu(thread) => {
-                if let Some(thread) = thread.lock().unwrap_or_else(|poison| poison.into_inner()).take() {
-                    thread.join().map_err(|_| Error::invalid("doorbell", "its thread panicked"))?;
+                if let Some(thread) = thread.lock().unwrap_or_else(|poison| poison.into_inner()).take()
+                    && thread.join().is_err()
+                {
+                    // The thread is gone, so nothing touches the memory any more.
+                    self.quiet.store(true, Ordering::Release);
+                    return Err(Error::DoorbellStopped { cause: DoorbellStop::Panicked });
                 }
             }
             Server::Cuda(queue, _) => queue.synchronize()?,
@@ -390,6 +426,117 @@ impl Drop for Doorbell {
                 // SAFETY: as above; the queue is not used after this.
                 unsafe { ManuallyDrop::drop(queue) };
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resident::doorbell::protocol::{CONTROL_WORDS, REPLY_STATUS, REQ_SEQ, STATUS_UNKNOWN};
+
+    const SAMPLES: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
+
+    fn gain() -> Request<'static> {
+        Request::Gain { gain: 2.0, samples: &SAMPLES }
+    }
+
+    /// A watchdog far longer than any check below takes, so that each state is seen to be
+    /// reported by its own check, not by the timeout.
+    fn options() -> DoorbellOptions {
+        DoorbellOptions { depth: 2, timeout: Duration::from_secs(5) }
+    }
+
+    fn expect_stopped<T: std::fmt::Debug>(result: Result<T>, cause: DoorbellStop) {
+        match result {
+            Err(Error::DoorbellStopped { cause: got }) if got == cause => {}
+            other => panic!("expected Error::DoorbellStopped {{ cause: {cause:?} }}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_submission_after_shutdown_is_refused_as_shut_down() {
+        let bell = Doorbell::start_cpu(options(), cpu::serve).unwrap();
+        assert_eq!(bell.call(gain()).unwrap(), [2.0, 4.0, 6.0, 8.0]);
+        bell.stop().unwrap();
+        expect_stopped(bell.submit(gain()), DoorbellStop::ShutDown);
+    }
+
+    /// A request still running when the doorbell stops gets a reply that says so.
+    #[test]
+    fn a_request_running_at_shutdown_reports_the_shutdown() {
+        let bell = Doorbell::start_cpu(options(), cpu::serve).unwrap();
+        let stalled = bell.submit(Request::Stall).unwrap();
+        bell.stop().unwrap();
+        expect_stopped(stalled.wait(), DoorbellStop::ShutDown);
+    }
+
+    /// A server that exits although the doorbell never asked it to: a wait ends at once with
+    /// the cause, not at the watchdog's timeout.
+    #[test]
+    fn a_server_that_ends_unasked_is_reported() {
+        let bell = Doorbell::start_cpu(options(), cpu::serve).unwrap();
+        // Tell the server to stop behind the doorbell's back.
+        bell.words()[STOP].store(1, Ordering::Release);
+        while bell.words()[EXITED].load(Ordering::Acquire) == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let start = Instant::now();
+        expect_stopped(bell.call(gain()), DoorbellStop::ServerEnded);
+        assert!(start.elapsed() < options().timeout, "reported by the watchdog, not the check");
+        bell.shutdown().unwrap();
+    }
+
+    /// Marks itself started, then panics at the first request, as a buggy server would.
+    fn panics(words: &[AtomicU32], _depth: usize) {
+        words[STARTED].store(1, Ordering::Release);
+        while words[CONTROL_WORDS + REQ_SEQ].load(Ordering::Acquire) == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        panic!("a doorbell server that panics on purpose (a test)");
+    }
+
+    /// A panicked server thread is reported as such by the wait and by the shutdown, at once:
+    /// it once looked like a kernel that would not stop, after the timeout.
+    #[test]
+    fn a_panicked_server_thread_is_reported() {
+        let bell = Doorbell::start_cpu(options(), panics).unwrap();
+        let start = Instant::now();
+        expect_stopped(bell.call(gain()), DoorbellStop::Panicked);
+        expect_stopped(bell.shutdown(), DoorbellStop::Panicked);
+        assert!(start.elapsed() < options().timeout, "reported by the watchdog, not the check");
+    }
+
+    /// Replies to the first request with `status` and no samples, then waits to be stopped.
+    fn reply_once(words: &[AtomicU32], status: u32) {
+        words[STARTED].store(1, Ordering::Release);
+        while words[CONTROL_WORDS + REQ_SEQ].load(Ordering::Acquire) == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        words[CONTROL_WORDS + REPLY_STATUS].store(status, Ordering::Relaxed);
+        words[CONTROL_WORDS + REPLY_SEQ].store(1, Ordering::Release);
+        while words[STOP].load(Ordering::Acquire) == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        words[EXITED].store(1, Ordering::Release);
+    }
+
+    #[test]
+    fn a_reply_that_breaks_the_protocol_is_reported() {
+        fn unknown_opcode(words: &[AtomicU32], _depth: usize) {
+            reply_once(words, STATUS_UNKNOWN);
+        }
+        fn unknown_status(words: &[AtomicU32], _depth: usize) {
+            reply_once(words, 7);
+        }
+        let servers: [(Serve, u32); 2] = [(unknown_opcode, STATUS_UNKNOWN), (unknown_status, 7)];
+        for (serve, status) in servers {
+            let bell = Doorbell::start_cpu(options(), serve).unwrap();
+            match bell.call(gain()) {
+                Err(Error::DoorbellBadReply { sequence: 1, status: got }) => assert_eq!(got, status),
+                other => panic!("expected Error::DoorbellBadReply with status {status}, got {other:?}"),
+            }
+            bell.shutdown().unwrap();
         }
     }
 }

@@ -42,7 +42,9 @@ impl<'bell> Ticket<'bell> {
     /// Waits for the reply: spins first (the reply takes microseconds), then yields.
     ///
     /// # Errors
-    /// [`Error::DoorbellTimeout`] when no reply comes within the doorbell's timeout; the
+    /// [`Error::DoorbellTimeout`] when no reply comes within the doorbell's timeout;
+    /// [`Error::DoorbellStopped`] when the server no longer serves (the request may not have
+    /// run); [`Error::DoorbellBadReply`] when the server's reply breaks the protocol; the
     /// kernel's failure.
     pub fn wait(self) -> Result<Vec<f32>> {
         let start = Instant::now();
