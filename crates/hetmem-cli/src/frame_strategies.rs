@@ -80,8 +80,13 @@ pub fn measure(
         if progress {
             eprintln!("running {strategy} at {}x{} ({frames} frames)...", format.width, format.height);
         }
-        let mut filter = FrameFilter::new(device, strategy, format, kernel)
-            .with_context(|| format!("setting up the {strategy} strategy"))?;
+        let setting_up = || format!("setting up the {strategy} strategy");
+        if strategy == Strategy::PinnedAsync
+            && let Some(warning) = crate::environment::segments_for_filters().with_context(setting_up)?
+        {
+            tracing::warn!("{warning}");
+        }
+        let mut filter = FrameFilter::new(device, strategy, format, kernel).with_context(setting_up)?;
         let verified = verify(&mut filter, &format, kernel)?;
         if index == 0 {
             first(&mut filter)?;

@@ -521,7 +521,8 @@ fn remedy_for(call: &str, name: &str) -> Option<&'static str> {
         }
         "CUDA_ERROR_INVALID_IMAGE" | "CUDA_ERROR_NO_BINARY_FOR_GPU" | "CUDA_ERROR_INVALID_PTX" => {
             "the compiled kernel does not fit this GPU: delete hetmem's kernel cache \
-             (HETMEM_CACHE_DIR, or ~/.cache/hetmem) and run again"
+             (~/.cache/hetmem, or the folder given to kernels::set_cache or the CLI's \
+             HETMEM_CACHE_DIR) and run again"
         }
         "CUDA_ERROR_ILLEGAL_ADDRESS" => {
             "a kernel touched memory the GPU cannot reach (plain pageable memory on a machine \

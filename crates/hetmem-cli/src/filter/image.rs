@@ -155,6 +155,9 @@ pub(super) fn filter(
             }
         };
     let mut filter = build(job.device, job.strategy, &mut warnings)?;
+    if filter.strategy() == Strategy::PinnedAsync {
+        warnings.extend(crate::environment::segments_for_filters()?);
+    }
     image.read_into(filter.input_mut()?)?;
     // Kept for --retries: a failed run may lose the filter's input memory.
     let kept = (job.retries > 0).then(|| filter.input_mut().map(|input| input.to_vec())).transpose()?;

@@ -22,7 +22,7 @@ mod overlap;
 pub use cpu::gaussian_cpu;
 pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane};
 pub use gpu::{GaussianPlan, GaussianTable, TablePlacement, gaussian};
-pub use overlap::{GaussianOverlap, SEGMENTS_ENV};
+pub use overlap::{GaussianOverlap, MAX_SEGMENTS, Segments};
 
 use crate::error::{Error, Result};
 
