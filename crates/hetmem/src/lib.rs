@@ -7,7 +7,8 @@
 //! which path wins on a given machine. Without a GPU, everything runs on a CPU backend.
 //!
 //! # Layers
-//! Each layer only talks to the one below:
+//! Bottom up; a layer uses only layers below it, often several at once (a pipeline calls ops,
+//! the hand-off, memory and the backend directly):
 //! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
 //!   cudarc, loaded at run time), and [`backend::cpu`].
 //! - [`memory`]: typed buffers in every kind of shareable memory, and a pinned pool.
@@ -15,11 +16,12 @@
 //!   GPU never write one buffer at once.
 //! - [`resident`]: kernels that stay on the GPU and poll mapped memory (the doorbell), beside
 //!   the hand-off and built on it.
-//! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
-//!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
 //! - [`ops`]: operations with a GPU and a CPU path; [`kernels`]: their CUDA sources, compiled
 //!   by NVRTC on first use and cached on disk.
-//! - [`doctor`]: what this machine can do, checked and explained.
+//! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
+//!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
+//! - [`bench`](mod@bench): the measurements behind `hetmem bench`; [`doctor`]: what this
+//!   machine can do, checked and explained.
 //!
 //! # Example
 //! ```
