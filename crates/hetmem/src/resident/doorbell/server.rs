@@ -320,7 +320,9 @@ impl Doorbell {
                 }
             }
             // The thread writes EXITED as its last act: one that finished without it panicked.
-            Server::Cpu(_) if !exited && self.thread_finished() => {
+            // EXITED is read again after the thread is seen finished, so that a thread that
+            // exited normally just after the first read is not taken for a panic.
+            Server::Cpu(_) if self.thread_finished() && self.words()[EXITED].load(Ordering::Acquire) == 0 => {
                 return Err(Error::DoorbellStopped { cause: DoorbellStop::Panicked });
             }
             Server::Cpu(_) => {}
