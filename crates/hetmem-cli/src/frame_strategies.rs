@@ -80,8 +80,10 @@ pub fn measure(
         if progress {
             eprintln!("running {strategy} at {}x{} ({frames} frames)...", format.width, format.height);
         }
-        let mut filter = FrameFilter::new(device, strategy, format, kernel)
-            .with_context(|| format!("setting up the {strategy} strategy"))?;
+        let setting_up = || format!("setting up the {strategy} strategy");
+        let segments = crate::environment::segments().with_context(setting_up)?;
+        let stage = GaussianStage::new(format, kernel).with_context(setting_up)?.with_segments(segments);
+        let mut filter = FrameFilter::with_stage(device, strategy, stage).with_context(setting_up)?;
         let verified = verify(&mut filter, &format, kernel)?;
         if index == 0 {
             first(&mut filter)?;

@@ -5,6 +5,7 @@
 mod bench;
 mod demo;
 mod doctor;
+mod environment;
 mod filter;
 mod frame_strategies;
 mod table;
@@ -58,6 +59,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    hetmem::kernels::set_cache(environment::kernel_cache());
     let choice: BackendChoice = cli.backend.parse()?;
     let device = Device::open(choice).context("cannot open the requested backend")?;
     match cli.command {

@@ -118,6 +118,47 @@ fn a_gpu_machine_reports_its_devices() {
     }
 }
 
+/// HETMEM_SEGMENTS is read by the CLI, not the library: a bad value fails where the
+/// pinned-async filter is set up, with the message the library gave when it read the variable;
+/// a good one is reported as not applied while the frame filter takes no segment count (issue
+/// 12).
+#[test]
+fn hetmem_segments_is_checked_where_the_pinned_async_filter_is_built() {
+    const TEST: &str = "hetmem_segments_is_checked_where_the_pinned_async_filter_is_built";
+    if hetmem::testing::cuda_device_or_skip(TEST).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("demo.png");
+    let args = [
+        "demo",
+        "--strategies",
+        "pinned-async",
+        "--frames",
+        "2",
+        "--width",
+        "64",
+        "--height",
+        "48",
+        "--json",
+        "--png",
+        png.to_str().unwrap(),
+    ];
+    let bad = hetmem(&args, &[("HETMEM_SEGMENTS", "0")]);
+    let message = stderr(&bad);
+    assert_eq!(bad.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(
+            "setting up the pinned-async strategy: invalid HETMEM_SEGMENTS: `0`: give a whole number \
+             from 1 to 64, or unset it"
+        ),
+        "{message}"
+    );
+    let good = hetmem(&args, &[("HETMEM_SEGMENTS", "4")]);
+    assert!(good.status.success(), "{}", stderr(&good));
+    assert!(!stderr(&good).contains("not applied"), "{}", stderr(&good));
+}
+
 #[test]
 fn forcing_cuda_fails_clearly_where_it_cannot_run() {
     let gpu_present = !doctor_json(&[])["devices"].as_array().unwrap().is_empty();

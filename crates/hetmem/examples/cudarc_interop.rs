@@ -21,7 +21,7 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
-use hetmem::kernels::{KernelCache, KernelSource};
+use hetmem::kernels::KernelSource;
 use hetmem::{Device, HostBuf, MappedFile, PinOptions, Queue, ops};
 
 mod support;
@@ -107,7 +107,7 @@ fn on_the_gpu(
 
     // 2. hetmem's kernel cache compiles the kernel for this GPU; cudarc loads it.
     let (cubin, outcome) =
-        KernelCache::from_env().get_or_compile(&KERNELS, &cuda.compute_capability().sm_name())?;
+        hetmem::kernels::cache().get_or_compile(&KERNELS, &cuda.compute_capability().sm_name())?;
     let scale_add = ctx.load_module(Ptx::from_binary(cubin))?.load_function("scale_add")?;
     println!("kernel scale_add: {outcome:?} in hetmem's kernel cache, loaded by cudarc");
 

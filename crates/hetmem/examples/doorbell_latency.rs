@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use hetmem::bench::Summary;
-use hetmem::handoff::{Doorbell, Request};
+use hetmem::resident::{Doorbell, Request};
 use hetmem::{Device, HostBuf, PinOptions, Queue, ops};
 
 mod support;
@@ -89,7 +89,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tickets = std::collections::VecDeque::with_capacity(DEPTH);
     for index in 0..samples {
         if tickets.len() == DEPTH {
-            let (ticket, at): (hetmem::handoff::Ticket<'_>, usize) = tickets.pop_front().expect("full");
+            let (ticket, at): (hetmem::resident::Ticket<'_>, usize) = tickets.pop_front().expect("full");
             if ticket.wait()? != wanted[at] {
                 return Err(format!("pipelined request {index}: reply differs from the CPU").into());
             }

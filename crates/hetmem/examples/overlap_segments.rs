@@ -9,7 +9,8 @@
 use std::time::{Duration, Instant};
 
 use hetmem::ops::gaussian::{
-    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, TablePlacement, gaussian, gaussian_cpu,
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, Segments, TablePlacement, gaussian,
+    gaussian_cpu,
 };
 use hetmem::{Device, DeviceBuf, HostBuf, PinMethod, PinOptions, Queue};
 
@@ -103,7 +104,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Segment count 0 stands for the plain sequence.
         timings.report(&format!("{method:?}"), 0, &mut rows);
         for segments in [1, 2, 3, 4, 6, 8, 12, 24] {
-            let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments)?;
+            let mut overlap =
+                GaussianOverlap::with_segments(&device, &queue, &plan, Segments::Count(segments))?;
             let mut timings = Timings::default();
             for index in 0..WARM_UP + FRAMES {
                 host_out.as_mut_slice().fill(0xA5);
@@ -131,7 +133,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut host_out = HostBuf::<u8>::pinned(&device, frame, PinOptions::default())?;
     let mut dev_in = DeviceBuf::<u8>::new(&device, frame)?;
     for segments in [1, 2, 3, 4, 6, 8, 12] {
-        let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments)?;
+        let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, Segments::Count(segments))?;
         let mut timings = Timings::default();
         for index in 0..WARM_UP + FRAMES {
             host_out.as_mut_slice().fill(0xA5);

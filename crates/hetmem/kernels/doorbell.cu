@@ -1,5 +1,6 @@
 // The doorbell: a persistent kernel (one block) that serves small requests the CPU writes into
-// mapped host memory, and replies there. Layout (handoff/doorbell.rs mirrors it, in words):
+// mapped host memory, and replies there. Layout (resident/doorbell/protocol.rs mirrors it, in
+// words):
 //
 //   control, 128 bytes at the start:
 //     [0] stop     the CPU writes 1: exit once no request is waiting

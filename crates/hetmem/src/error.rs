@@ -37,6 +37,9 @@ pub enum Error {
     #[error("unknown backend {0:?}: expected one of `auto`, `cpu`, `cuda`")]
     UnknownBackend(String),
     /// An argument was out of range or inconsistent (a size, an alignment, a device index).
+    /// Run-time states a caller may need to tell apart have variants of their own
+    /// ([`Error::FrameMemoryLost`], [`Error::DoorbellStopped`], [`Error::FlagNeverArrived`],
+    /// [`Error::LentToGpu`], ...).
     #[error("invalid {what}: {problem}")]
     InvalidArgument {
         /// The argument or object that was wrong.
@@ -95,6 +98,92 @@ pub enum Error {
     DoorbellStuck {
         /// How long shutdown waited.
         timeout: std::time::Duration,
+    },
+    /// A doorbell no longer serves requests: it was shut down, its server ended without being
+    /// asked to, or its CPU thread panicked. Its tickets and submissions fail this way from
+    /// then on; start a new doorbell.
+    #[error("{cause}")]
+    DoorbellStopped {
+        /// Why it stopped, with the remedy.
+        cause: DoorbellStop,
+    },
+    /// A doorbell's server replied with a status the library does not expect: the two sides of
+    /// the protocol disagree, a bug in hetmem.
+    #[error(
+        "doorbell request {sequence} {}; the kernel and the library disagree on the doorbell \
+         protocol, a bug in hetmem; remedy: shut the doorbell down and start a new one, and \
+         report the bug",
+        bad_reply(*status)
+    )]
+    DoorbellBadReply {
+        /// The request's sequence number.
+        sequence: u64,
+        /// The status word the server wrote.
+        status: u32,
+    },
+    /// A frame ring's slot or a frame filter lost its memory to a frame that failed earlier:
+    /// the GPU work on it could not be waited for (its context is likely lost), or failed
+    /// part-way, so hetmem gave the memory up rather than risk freeing it under the GPU. The
+    /// ring or filter cannot run frames there any more.
+    #[error(
+        "{} lost to an earlier failed frame{}: the GPU work on it failed, so hetmem gave it \
+         up rather than free it under the GPU; remedy: make a new {} (and a new process if the \
+         failure lost the GPU's context: see that frame's error)",
+        holder.memory(),
+        frame.map_or(String::new(), |index| format!(" (frame {index})")),
+        holder.remedy()
+    )]
+    FrameMemoryLost {
+        /// Whose memory it was.
+        holder: FrameMemoryHolder,
+        /// The frame whose failure lost it, where it is known.
+        frame: Option<u64>,
+    },
+    /// A flag fence's stream finished, yet the value it writes into mapped host memory never
+    /// became visible to the CPU: the platform does not deliver the stream's memory writes.
+    #[error(
+        "the stream of a flag fence finished but its flag (value {target}) never arrived in host \
+         memory; remedy: use FenceKind::Event on this machine (`hetmem doctor` shows whether \
+         mapped memory works here)"
+    )]
+    FlagNeverArrived {
+        /// The value the stream should have written.
+        target: u32,
+    },
+    /// hetmem's CPU path was given a buffer that is lent to GPU work: a lease of a queue on a
+    /// GPU, passed to an operation on a CPU-backend queue. The CPU must not touch it until the
+    /// lease is reclaimed.
+    #[error(
+        "the CPU cannot touch this buffer: it is lent to GPU work on CUDA device {device}; \
+         remedy: reclaim the lease first, or pass leases of the queue the operation runs on"
+    )]
+    LentToGpu {
+        /// The ordinal of the GPU whose queue holds the lease.
+        device: usize,
+    },
+    /// A measurement's check failed: what the GPU (or a copy) produced differs from what the
+    /// CPU computes, so the measurement is void.
+    #[error(
+        "{what} differs from the CPU's result: {detail}; the measurement is void; remedy: run \
+         again, and if it repeats, run `hetmem doctor` and the program under compute-sanitizer \
+         (a repeatable difference is a bug: please report it)"
+    )]
+    ResultMismatch {
+        /// What was checked.
+        what: &'static str,
+        /// Where the first difference is, and the values.
+        detail: String,
+    },
+    /// One cell of the link benchmark (a path at a size) failed.
+    #[error("the link benchmark's {path} cell at {bytes} bytes failed: {source}")]
+    BenchCellFailed {
+        /// The path measured.
+        path: &'static str,
+        /// The transfer size.
+        bytes: usize,
+        /// Why it failed.
+        #[source]
+        source: Box<Error>,
     },
     /// A device selection (`--devices`) names GPUs this machine does not have.
     #[error("GPU {asked} asked for, but the GPUs present are: {present}")]
@@ -157,7 +246,9 @@ impl Error {
                 Some(code) if code == rustix::io::Errno::NOMEM.raw_os_error()
                     || code == rustix::io::Errno::AGAIN.raw_os_error()
             ),
-            Error::FrameFailed { source, .. } => source.is_transient(),
+            Error::FrameFailed { source, .. } | Error::BenchCellFailed { source, .. } => {
+                source.is_transient()
+            }
             #[cfg(feature = "testing")]
             Error::InjectedFault { kind, .. } => *kind == crate::faults::FaultKind::Transient,
             _ => false,
@@ -169,10 +260,80 @@ impl Error {
     pub fn is_sticky(&self) -> bool {
         match self {
             Error::Cuda(error) => error.is_sticky(),
-            Error::FrameFailed { source, .. } => source.is_sticky(),
+            Error::FrameFailed { source, .. } | Error::BenchCellFailed { source, .. } => source.is_sticky(),
             #[cfg(feature = "testing")]
             Error::InjectedFault { kind, .. } => *kind != crate::faults::FaultKind::Transient,
             _ => false,
+        }
+    }
+}
+
+/// What a reply status other than done or stopped means (the doorbell protocol's status
+/// word, as in kernels/doorbell.cu).
+fn bad_reply(status: u32) -> String {
+    match status {
+        1 => "was refused: the server did not know its opcode".to_string(),
+        other => format!("got a reply with status {other}, which no server writes"),
+    }
+}
+
+/// Why a doorbell no longer serves requests ([`Error::DoorbellStopped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DoorbellStop {
+    /// It was shut down: a request submitted after that, or one still running then (a stalled
+    /// test request), fails this way.
+    ShutDown,
+    /// Its server ended although nobody asked it to: the kernel is no longer running (its
+    /// stream is idle) or said it exited.
+    ServerEnded,
+    /// The CPU backend's server thread panicked.
+    Panicked,
+}
+
+impl fmt::Display for DoorbellStop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DoorbellStop::ShutDown => {
+                "the doorbell has been shut down; remedy: start a new doorbell (Doorbell::start)"
+            }
+            DoorbellStop::ServerEnded => {
+                "the doorbell's server is no longer running although it was not shut down (its \
+                 kernel ended or failed); remedy: look for an earlier GPU error (`nvidia-smi`), \
+                 shut the doorbell down and start a new one"
+            }
+            DoorbellStop::Panicked => {
+                "the doorbell's server thread panicked (a bug in hetmem: please report it with the \
+                 panic message above); remedy: start a new doorbell"
+            }
+        })
+    }
+}
+
+/// Whose frame memory was lost ([`Error::FrameMemoryLost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FrameMemoryHolder {
+    /// A slot of a [`crate::FrameRing`].
+    RingSlot,
+    /// A [`crate::FrameFilter`].
+    Filter,
+}
+
+impl FrameMemoryHolder {
+    /// The memory, as a sentence names it, and its verb.
+    fn memory(self) -> &'static str {
+        match self {
+            FrameMemoryHolder::RingSlot => "a frame ring slot's memory was",
+            FrameMemoryHolder::Filter => "the frame filter's buffers were",
+        }
+    }
+
+    /// What to make instead.
+    fn remedy(self) -> &'static str {
+        match self {
+            FrameMemoryHolder::RingSlot => "ring (FrameRing::new)",
+            FrameMemoryHolder::Filter => "filter (FrameFilter::new)",
         }
     }
 }
@@ -360,7 +521,8 @@ fn remedy_for(call: &str, name: &str) -> Option<&'static str> {
         }
         "CUDA_ERROR_INVALID_IMAGE" | "CUDA_ERROR_NO_BINARY_FOR_GPU" | "CUDA_ERROR_INVALID_PTX" => {
             "the compiled kernel does not fit this GPU: delete hetmem's kernel cache \
-             (HETMEM_CACHE_DIR, or ~/.cache/hetmem) and run again"
+             (~/.cache/hetmem, or the folder given to kernels::set_cache or the CLI's \
+             HETMEM_CACHE_DIR) and run again"
         }
         "CUDA_ERROR_ILLEGAL_ADDRESS" => {
             "a kernel touched memory the GPU cannot reach (plain pageable memory on a machine \
@@ -497,6 +659,32 @@ mod tests {
         assert!(!bad.is_sticky() && !bad.is_transient());
         let no_memory = Error::Io { context: "mmap".into(), source: std::io::Error::from_raw_os_error(12) };
         assert!(no_memory.is_transient());
+    }
+
+    #[test]
+    fn runtime_states_name_their_cause_and_remedy() {
+        let lost = Error::FrameMemoryLost { holder: FrameMemoryHolder::RingSlot, frame: Some(7) }.to_string();
+        assert!(
+            lost.starts_with("a frame ring slot's memory was lost to an earlier failed frame (frame 7): ")
+        );
+        assert!(lost.contains("remedy: make a new ring"), "{lost}");
+        let lost = Error::FrameMemoryLost { holder: FrameMemoryHolder::Filter, frame: None }.to_string();
+        assert!(lost.starts_with("the frame filter's buffers were lost to an earlier failed frame: "));
+        assert!(lost.contains("remedy: make a new filter"), "{lost}");
+        for cause in [DoorbellStop::ShutDown, DoorbellStop::ServerEnded, DoorbellStop::Panicked] {
+            let text = Error::DoorbellStopped { cause }.to_string();
+            assert!(text.starts_with("the doorbell") && text.contains("; remedy: "), "{text}");
+        }
+        let refused = Error::DoorbellBadReply { sequence: 3, status: 1 }.to_string();
+        assert!(refused.starts_with("doorbell request 3 was refused: the server did not know its opcode"));
+        let garbled = Error::DoorbellBadReply { sequence: 3, status: 9 }.to_string();
+        assert!(garbled.contains("status 9") && garbled.contains("remedy: "), "{garbled}");
+        let flag = Error::FlagNeverArrived { target: 5 }.to_string();
+        assert!(flag.contains("(value 5) never arrived") && flag.contains("FenceKind::Event"), "{flag}");
+        let lent = Error::LentToGpu { device: 1 }.to_string();
+        assert!(lent.contains("lent to GPU work on CUDA device 1") && lent.contains("reclaim"), "{lent}");
+        let wrong = Error::ResultMismatch { what: "the written data", detail: "word 3".into() }.to_string();
+        assert!(wrong.starts_with("the written data differs from the CPU's result: word 3;"), "{wrong}");
     }
 
     #[test]

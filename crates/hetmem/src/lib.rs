@@ -7,17 +7,21 @@
 //! which path wins on a given machine. Without a GPU, everything runs on a CPU backend.
 //!
 //! # Layers
-//! Each layer only talks to the one below:
+//! Bottom up; a layer uses only layers below it, often several at once (a pipeline calls ops,
+//! the hand-off, memory and the backend directly):
 //! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
 //!   cudarc, loaded at run time), and [`backend::cpu`].
 //! - [`memory`]: typed buffers in every kind of shareable memory, and a pinned pool.
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
 //!   GPU never write one buffer at once.
-//! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
-//!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
+//! - [`resident`]: kernels that stay on the GPU and poll mapped memory (the doorbell), beside
+//!   the hand-off and built on it.
 //! - [`ops`]: operations with a GPU and a CPU path; [`kernels`]: their CUDA sources, compiled
 //!   by NVRTC on first use and cached on disk.
-//! - [`doctor`]: what this machine can do, checked and explained.
+//! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
+//!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
+//! - [`bench`](mod@bench): the measurements behind `hetmem bench`; [`doctor`]: what this
+//!   machine can do, checked and explained.
 //!
 //! # Example
 //! ```
@@ -43,6 +47,7 @@ pub mod kernels;
 pub mod memory;
 pub mod ops;
 pub mod pipeline;
+pub mod resident;
 pub mod retry;
 pub mod stage;
 #[cfg(feature = "testing")]
@@ -50,7 +55,7 @@ pub mod testing;
 
 pub use backend::cuda::{Advice, MemLocation};
 pub use backend::{BackendChoice, BackendKind, Device};
-pub use error::{CudaError, Error, NvrtcError, Result, Unavailable};
+pub use error::{CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable};
 pub use handoff::{CudarcView, CudarcViewMut, Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
 pub use memory::{
     Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,

@@ -10,7 +10,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use hetmem::backend::cuda::nvrtc;
-use hetmem::kernels::{DEFAULT_CHECK_ARCH, KernelCache, KernelSource};
+use hetmem::kernels::{DEFAULT_CHECK_ARCH, KernelSource};
 use hetmem::ops::{affine_u32, affine_u32_cpu};
 use hetmem::testing::{cuda_device_or_skip, nvrtc_or_skip};
 use hetmem::{CudarcView, CudarcViewMut, Device, HostBuf, Lent, MappedFile, PinOptions, Queue, Shared};
@@ -44,7 +44,7 @@ fn gpu_or_skip(test: &str) -> Option<Gpu> {
     nvrtc_or_skip(test)?;
     let ctx = CudaContext::new(cuda.ordinal()).unwrap();
     let (cubin, _) =
-        KernelCache::from_env().get_or_compile(&KERNELS, &cuda.compute_capability().sm_name()).unwrap();
+        hetmem::kernels::cache().get_or_compile(&KERNELS, &cuda.compute_capability().sm_name()).unwrap();
     let module = ctx.load_module(Ptx::from_binary(cubin)).unwrap();
     Some(Gpu {
         device: Device::Cuda(cuda),

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use hetmem::handoff::doorbell::{DoorbellOptions, MAX_SAMPLES, MAX_TAPS};
-use hetmem::handoff::{Doorbell, Request};
+use hetmem::resident::doorbell::{MAX_SAMPLES, MAX_TAPS};
+use hetmem::resident::{Doorbell, DoorbellOptions, Request};
 use hetmem::{Device, DeviceBuf, Error, HostBuf, PinOptions, Queue};
 
 use crate::support::{POISON, assert_child_passes, child_role, cpu_device, first_mismatch, random_words};

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, GaussianStage, PixelLayout, gaussian_cpu};
 use hetmem::testing::faults::{self, FaultKind, FaultPoint};
-use hetmem::{Device, Error, FrameRing, HostBuf, PinOptions, Queue, RingOptions, Strategy};
+use hetmem::{
+    Device, Error, FrameFilter, FrameMemoryHolder, FrameRing, HostBuf, PinOptions, Queue, RingOptions,
+    Strategy,
+};
 
 use crate::support::{assert_child_passes, child_role, cpu_device};
 
@@ -89,6 +92,7 @@ fn one_frame_fails(device: &Device, strategy: Strategy, point: FaultPoint, kind:
         return;
     }
     faults::arm(point, at * per_frame, kind);
+    let first = ring.submitted();
     let (outcomes, refused) = stream(&ring, &format, &kernel, 8);
     let fired = faults::fired();
     faults::clear();
@@ -113,6 +117,12 @@ fn one_frame_fails(device: &Device, strategy: Strategy, point: FaultPoint, kind:
                 text.contains("lost to an earlier failed frame") && text.contains("make a new ring"),
                 "{text}"
             );
+            match error {
+                Error::FrameMemoryLost { holder: FrameMemoryHolder::RingSlot, frame } => {
+                    assert_eq!(frame, Some(first + at - 1), "{strategy}: the loss names the failed frame")
+                }
+                other => panic!("{strategy}: a lost slot is Error::FrameMemoryLost, got {other:?}"),
+            }
         }
         None => assert_eq!(outcomes.len(), 8, "{strategy} {point:?}: the stream went on to the end"),
     }
@@ -215,6 +225,30 @@ fn a_real_trap(device: &Device) {
     println!("a real trap: {outcomes:?}");
 }
 
+/// A frame filter whose frame fails after its buffers were lent gives them up (the failed
+/// work's leases are dropped), and every later use says so by variant instead of running on
+/// memory it no longer has.
+fn filter_faults(device: &Device) {
+    let (format, kernel) = small_format();
+    let mut filter = FrameFilter::new(device, Strategy::ZeroCopy, format, &kernel).unwrap();
+    filter.run().unwrap();
+    faults::clear();
+    faults::arm(FaultPoint::Launch, 1, FaultKind::Transient);
+    let failed = filter.run().unwrap_err();
+    assert!(failed.to_string().contains("injected fault"), "{failed}");
+    faults::clear();
+    for (call, error) in [
+        ("input_mut", filter.input_mut().map(|_| ()).unwrap_err()),
+        ("output", filter.output().map(|_| ()).unwrap_err()),
+        ("run", filter.run().map(|_| ()).unwrap_err()),
+    ] {
+        match error {
+            Error::FrameMemoryLost { holder: FrameMemoryHolder::Filter, frame: None } => {}
+            other => panic!("{call} after a failed frame: expected Error::FrameMemoryLost, got {other:?}"),
+        }
+    }
+}
+
 fn gpu() -> Device {
     Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap())
 }
@@ -249,6 +283,7 @@ fn gpu_child() {
         shortages_while_building(&device, strategy);
     }
     lease_faults(&device);
+    filter_faults(&device);
 }
 
 fn in_child(test: &str, role: &str, body: fn()) {

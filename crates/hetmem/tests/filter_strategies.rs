@@ -2,7 +2,7 @@
 //! path does (the two are bit-exact by construction), outputs poisoned before each frame.
 
 use hetmem::ops::gaussian::{
-    Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, gaussian_cpu,
+    Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, Segments, gaussian_cpu,
 };
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy};
@@ -86,7 +86,8 @@ fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
         let plan = GaussianPlan::new(&format, &kernel, 132).unwrap();
         let frame = format.frame_bytes();
         for segments in [1, 3, 64] {
-            let mut overlap = GaussianOverlap::with_segments(&device, &queue, &plan, segments).unwrap();
+            let mut overlap =
+                GaussianOverlap::with_segments(&device, &queue, &plan, Segments::Count(segments)).unwrap();
             let mut host_in = HostBuf::<u8>::pinned(&device, frame, unmapped).unwrap();
             let mut host_out = HostBuf::<u8>::pinned(&device, frame, unmapped).unwrap();
             let mut mapped_out = HostBuf::<u8>::pinned(&device, frame, PinOptions::default()).unwrap();

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use hetmem::backend::cuda::{RegisterFlags, Registration};
-use hetmem::handoff::Gate;
 use hetmem::memory::{HostBuf, PageBox, PinOptions};
 use hetmem::ops::affine_u32;
+use hetmem::resident::Gate;
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, Error, FenceKind, KernelArgs, Queue};
 
@@ -211,6 +211,29 @@ fn buffers_the_device_cannot_reach_are_refused_by_name() {
     // After every refusal the queue still works.
     let output = output.reclaim().unwrap();
     assert_eq!(output.len(), 64);
+}
+
+/// A lease of a GPU queue handed to an operation on a CPU-backend queue: the operation's CPU
+/// path must not touch the buffer while the GPU may use it, and the error says which GPU has
+/// it.
+#[test]
+fn the_cpu_path_refuses_a_buffer_lent_to_a_gpu() {
+    let Some(gpu) = cuda_device_or_skip("the_cpu_path_refuses_a_buffer_lent_to_a_gpu") else {
+        return;
+    };
+    let ordinal = gpu.ordinal();
+    let device = Device::Cuda(gpu);
+    let gpu_queue = Queue::new(&device).unwrap();
+    let cpu_queue = Queue::new(&cpu_device()).unwrap();
+    let input = gpu_queue.share(HostBuf::<u32>::pinned(&device, 64, PinOptions::default()).unwrap());
+    let mut output = gpu_queue.lend(HostBuf::<u32>::pinned(&device, 64, PinOptions::default()).unwrap());
+    match affine_u32(&cpu_queue, &input, &mut output, 1, 1) {
+        Err(Error::LentToGpu { device }) => assert_eq!(device, ordinal),
+        other => panic!("expected Error::LentToGpu, got {other:?}"),
+    }
+    // Refused before anything ran: both buffers come back.
+    assert_eq!(output.reclaim().unwrap().len(), 64);
+    assert_eq!(input.reclaim().unwrap().len(), 64);
 }
 
 #[test]

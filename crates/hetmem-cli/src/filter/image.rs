@@ -134,14 +134,14 @@ pub(super) fn filter(
              bits and {output} is 8-bit"
         ));
     }
-    let frame = image.frame;
+    let stage = GaussianStage::new(image.frame, job.kernel)?.with_segments(crate::environment::segments()?);
     let build = |device: &Device,
                  strategy: Strategy,
                  warnings: &mut Vec<String>|
      -> anyhow::Result<FrameFilter<GaussianStage>> {
         let context =
             |strategy| format!("cannot filter {input_name} ({width}x{height}) by the {strategy} strategy");
-        match FrameFilter::new(device, strategy, frame, job.kernel) {
+        match FrameFilter::with_stage(device, strategy, stage.clone()) {
             Ok(filter) => Ok(filter),
             // Memory short even after the library's retries: an `auto` run goes on on the CPU.
             Err(error) if error.is_transient() && !job.strategy_chosen && strategy != Strategy::Cpu => {
@@ -149,7 +149,7 @@ pub(super) fn filter(
                     "{}: {error}; filtering by the cpu strategy instead (the same result)",
                     context(strategy)
                 ));
-                FrameFilter::new(device, Strategy::Cpu, frame, job.kernel)
+                FrameFilter::with_stage(device, Strategy::Cpu, stage.clone())
                     .with_context(|| context(Strategy::Cpu))
             }
             Err(error) => Err(error).with_context(|| context(strategy)),

@@ -314,7 +314,8 @@ fn build_ring(
             header.colour_space_name()
         )
     };
-    match FrameRing::new(device, strategy, format, job.kernel, options) {
+    let stage = GaussianStage::new(format, job.kernel)?.with_segments(crate::environment::segments()?);
+    match FrameRing::with_stage(device, strategy, stage.clone(), options) {
         Ok(ring) => {
             if ring.slots() < options.slots {
                 warnings.push(format!(
@@ -331,7 +332,7 @@ fn build_ring(
                 "{}: {error}; filtering by the cpu strategy instead (the same result)",
                 context(strategy)
             ));
-            FrameRing::new(device, Strategy::Cpu, format, job.kernel, options)
+            FrameRing::with_stage(device, Strategy::Cpu, stage, options)
                 .with_context(|| context(Strategy::Cpu))
         }
         Err(error) => Err(error).with_context(|| context(strategy)),

@@ -1,7 +1,7 @@
 //! How long after a kernel ends the CPU knows, for each completion signal.
 //!
-//! Method: a one-thread kernel (the gate, `handoff::gate`) spins until the CPU writes a go word in mapped
-//! memory, then writes a done word and ends. Each sample queues the kernel and the signal,
+//! Method: a one-thread kernel (the gate, `resident::Gate`) spins until the CPU writes a go
+//! word in mapped memory, then writes a done word and ends. Each sample queues the kernel and the signal,
 //! waits until the kernel runs, then starts the clock, writes go and waits by the mechanism
 //! under test. The `kernel_done_word` row spins on the kernel's own done word: the earliest the
 //! CPU can see the kernel end. Every other row's `after_kernel_end_us` is its median minus
@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use super::Summary;
 use crate::error::{Error, Result};
-use crate::handoff::{Fence, FenceKind, Gate, Queue};
+use crate::handoff::{Fence, FenceKind, Queue};
+use crate::resident::Gate;
 
 /// A way for the CPU to learn that GPU work has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -201,13 +201,10 @@ pub fn measure_stage<S: Stage + Clone>(
             let output = ring.next_output()?;
             let checked = index < slots || index >= setup.frames - slots;
             if checked && *output != wanted[(index % slots) as usize][..] {
-                return Err(Error::invalid(
-                    "streamed frame",
-                    format!(
-                        "frame {index} by {strategy} on device {} differs from the CPU path",
-                        output.ring()
-                    ),
-                ));
+                return Err(Error::ResultMismatch {
+                    what: "a streamed frame",
+                    detail: format!("frame {index} by {strategy} on device {}", output.ring()),
+                });
             }
             Ok(())
         });

@@ -141,10 +141,7 @@ impl Fence {
                         if stream.is_idle()? {
                             idle_checks += 1;
                             if idle_checks > 1000 && !page.reached(*target) {
-                                return Err(Error::invalid(
-                                    "flag fence",
-                                    "the stream finished but the flag never arrived in host memory",
-                                ));
+                                return Err(Error::FlagNeverArrived { target: *target });
                             }
                         }
                     }
@@ -319,6 +316,27 @@ impl CallbackState {
                     });
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flag the stream was never asked to write, as on a platform that loses the stream's
+    /// writes to mapped memory: once the stream is idle the wait ends, by its own variant,
+    /// instead of spinning for ever.
+    #[test]
+    fn a_flag_that_never_arrives_is_reported() {
+        const TEST: &str = "handoff::fence::tests::a_flag_that_never_arrives_is_reported";
+        let Some(cuda) = crate::testing::cuda_device_or_skip(TEST) else { return };
+        let stream = Arc::new(Stream::new(&cuda).unwrap());
+        let page = Arc::new(FlagPage::new(&cuda, Arc::clone(&stream)).unwrap());
+        let fence = Fence { inner: Arc::new(FenceInner::Flag { page, target: 1, stream }) };
+        match fence.wait() {
+            Err(Error::FlagNeverArrived { target: 1 }) => {}
+            other => panic!("expected Error::FlagNeverArrived, got {other:?}"),
         }
     }
 }

@@ -97,8 +97,8 @@ impl LeaseState {
     /// Runs `f` with the buffer's pages accessible to the CPU: CPU-backend queues only, whose
     /// work runs on the calling thread while the buffer is lent.
     fn with_cpu_access<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-        if !self.queue.is_cpu() {
-            return Err(Error::invalid("CPU access", "the buffer is lent to GPU work; reclaim it first"));
+        if let Some(device) = self.queue.cuda_ordinal() {
+            return Err(Error::LentToGpu { device });
         }
         let _access = self.guard.as_ref().map(Guard::cpu_access).transpose()?;
         Ok(f())

@@ -22,9 +22,7 @@
 //! ```
 
 mod cudarc;
-pub mod doorbell;
 mod fence;
-mod gate;
 mod guard;
 mod launch;
 mod lease;
@@ -32,13 +30,7 @@ mod poller;
 mod queue;
 
 pub use self::cudarc::{CudarcView, CudarcViewMut};
-pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
 pub use fence::{Fence, FenceKind};
-#[cfg(not(feature = "testing"))]
-pub(crate) use gate::Gate;
-/// Feature `testing` only: a kernel that waits for the CPU.
-#[cfg(feature = "testing")]
-pub use gate::Gate;
 pub use launch::KernelArgs;
 pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};
 pub use lease::{Lease, Lent, Shared};

@@ -65,6 +65,14 @@ impl QueueCore {
         matches!(self.backend, QueueBackend::Cpu)
     }
 
+    /// The ordinal of the GPU the queue runs on; `None` on the CPU backend.
+    pub(crate) fn cuda_ordinal(&self) -> Option<usize> {
+        match &self.backend {
+            QueueBackend::Cuda { device, .. } => Some(device.ordinal()),
+            QueueBackend::Cpu => None,
+        }
+    }
+
     pub(crate) fn stream(&self) -> Option<&Stream> {
         match &self.backend {
             QueueBackend::Cuda { stream, .. } => Some(stream),

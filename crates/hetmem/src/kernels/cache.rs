@@ -13,9 +13,6 @@ use super::KernelSource;
 use crate::backend::cuda::nvrtc;
 use crate::error::Result;
 
-/// The environment variable that moves the cache.
-pub const CACHE_DIR_ENV: &str = "HETMEM_CACHE_DIR";
-
 /// Whether an image came from the cache or from NVRTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOutcome {
@@ -32,12 +29,15 @@ pub struct KernelCache {
 }
 
 impl KernelCache {
-    /// The cache at `HETMEM_CACHE_DIR`, else `$XDG_CACHE_HOME/hetmem`, else
-    /// `~/.cache/hetmem`; none (always compile) when none of these is set.
-    pub fn from_env() -> KernelCache {
+    /// The user's cache folder, where the platform keeps caches: `$XDG_CACHE_HOME/hetmem`,
+    /// else `~/.cache/hetmem`; none (always compile) when neither variable is set. The cache
+    /// kernels use unless [`super::set_cache`] names another.
+    pub fn user_default() -> KernelCache {
+        // The XDG base directory convention, as every program finds its cache folder; hetmem's
+        // own setting is an option (`KernelCache::at`), not a variable read here.
         let var = |name| std::env::var_os(name).filter(|value| !value.is_empty()).map(PathBuf::from);
-        let dir = var(CACHE_DIR_ENV)
-            .or_else(|| var("XDG_CACHE_HOME").map(|dir| dir.join("hetmem")))
+        let dir = var("XDG_CACHE_HOME")
+            .map(|dir| dir.join("hetmem"))
             .or_else(|| var("HOME").map(|home| home.join(".cache").join("hetmem")));
         KernelCache { dir }
     }

@@ -2,14 +2,15 @@
 //!
 //! Sources are `.cu` files in the crate's `kernels/` folder, built into the library with
 //! `include_str!`. On first use a kernel is compiled by NVRTC to machine code for the
-//! device's architecture, and the result is cached on disk (see [`KernelCache`]), so later
-//! runs start without compiling.
+//! device's architecture, and the result is cached on disk (see [`KernelCache`]; by default
+//! the user's cache folder, else the one given to [`set_cache`]), so later runs start without
+//! compiling.
 
 mod cache;
 
-pub use cache::{CACHE_DIR_ENV, CacheOutcome, KernelCache};
+pub use cache::{CacheOutcome, KernelCache};
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::backend::cuda::{CudaDevice, Kernel, Module};
 use crate::error::{Error, Result};
@@ -62,7 +63,7 @@ pub static BENCH: KernelSource = KernelSource {
 };
 
 /// The doorbell's persistent kernel: serves small requests written into mapped host memory
-/// (see [`crate::handoff::Doorbell`]).
+/// (see [`crate::resident::Doorbell`]).
 pub static DOORBELL: KernelSource = KernelSource {
     name: "doorbell",
     source: include_str!("../../kernels/doorbell.cu"),
@@ -81,6 +82,29 @@ pub static FAULT: KernelSource = KernelSource {
 
 /// Every kernel source in hetmem; the compile check builds each of them.
 pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &BENCH, &DOORBELL, &FAULT];
+
+/// The cache set by [`set_cache`]; `None` for [`KernelCache::user_default`].
+static CACHE: RwLock<Option<KernelCache>> = RwLock::new(None);
+
+/// Sets the on-disk cache kernels are compiled into and loaded from, for every device of the
+/// process, from the next first load of a kernel on (modules already loaded stay loaded).
+/// Without a call, [`KernelCache::user_default`].
+///
+/// # Examples
+/// ```
+/// use hetmem::kernels::{self, KernelCache};
+/// kernels::set_cache(KernelCache::at(std::env::temp_dir().join("my-app-kernels")));
+/// assert!(kernels::cache().dir().unwrap().ends_with("my-app-kernels"));
+/// ```
+pub fn set_cache(cache: KernelCache) {
+    *CACHE.write().unwrap_or_else(|poison| poison.into_inner()) = Some(cache);
+}
+
+/// The cache kernels are compiled into: the one given to [`set_cache`], else the user's.
+pub fn cache() -> KernelCache {
+    let set = CACHE.read().unwrap_or_else(|poison| poison.into_inner()).clone();
+    set.unwrap_or_else(KernelCache::user_default)
+}
 
 /// The architecture the compile check targets when there is no GPU to ask: the H200's.
 pub const DEFAULT_CHECK_ARCH: &str = "sm_90";
@@ -115,7 +139,7 @@ pub fn user_module(device: &CudaDevice, name: &str, source: &str) -> Result<Arc<
     // The whole source is the key: two sources can never share a module.
     let key = format!("user:{name}\n{source}");
     device.cached_module(&key, || {
-        let (image, _) = KernelCache::from_env().get_or_compile_user(name, source, &arch)?;
+        let (image, _) = cache().get_or_compile_user(name, source, &arch)?;
         // SAFETY: the image is NVRTC's CUBIN of the caller's source, fresh or from a cache file
         // whose SHA-256 matched; what the code does on the GPU is the caller's contract (see
         // crate::stage::KernelStage::new).
@@ -124,7 +148,7 @@ pub fn user_module(device: &CudaDevice, name: &str, source: &str) -> Result<Arc<
 }
 
 fn load_module(device: &CudaDevice, source: &KernelSource, arch: &str) -> Result<Arc<Module>> {
-    let cache = KernelCache::from_env();
+    let cache = cache();
     let (image, outcome) = cache.get_or_compile(source, arch)?;
     // SAFETY: the image is NVRTC's CUBIN, fresh or from a cache file whose SHA-256 matched.
     match unsafe { Module::load(device, &image) } {

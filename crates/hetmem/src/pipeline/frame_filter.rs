@@ -12,7 +12,7 @@ use super::Strategy;
 use super::ring::link_bytes;
 use super::slot::{self, Slot, SlotOptions};
 use crate::backend::Device;
-use crate::error::Result;
+use crate::error::{FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
 use crate::stage::Stage;
 
@@ -40,7 +40,8 @@ impl<S: Stage> FrameFilter<S> {
     /// A strategy the device or the stage cannot run, or an allocation failing.
     pub fn with_stage(device: &Device, strategy: Strategy, stage: S) -> Result<FrameFilter<S>> {
         let strategy = slot::resolve(device, strategy, &stage)?;
-        let options = SlotOptions { fence: FenceKind::Event, timing: false };
+        let options =
+            SlotOptions { fence: FenceKind::Event, timing: false, holder: FrameMemoryHolder::Filter };
         let slot = Slot::new(device, strategy, &stage, options)?;
         let link_bytes_per_frame = link_bytes(&stage, slot.prepared(), strategy);
         Ok(FrameFilter { slot, stage, link_bytes_per_frame })

@@ -14,7 +14,7 @@
 
 use crate::backend::Device;
 use crate::backend::cuda::{Event, MemLocation};
-use crate::error::{Error, Result};
+use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::{Fence, FenceKind, Lent, Queue, Shared};
 use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions};
 use crate::pipeline::Strategy;
@@ -27,6 +27,8 @@ pub(crate) struct SlotOptions {
     pub fence: FenceKind,
     /// Time each frame's GPU work with events.
     pub timing: bool,
+    /// Who holds the slot, for the error when a failed frame loses its memory.
+    pub holder: FrameMemoryHolder,
 }
 
 /// One frame's buffers while the CPU owns them.
@@ -97,6 +99,7 @@ pub(crate) struct Slot<S: Stage> {
     /// The frame whose failure lost the buffers, for messages.
     lost_at: Option<u64>,
     timing: Option<(Event, Event)>,
+    holder: FrameMemoryHolder,
     /// Milliseconds of GPU work of the last frame finished, when timed.
     last_busy_ms: Option<f32>,
     host_bytes: usize,
@@ -262,6 +265,7 @@ impl<S: Stage> Slot<S> {
             failure: None,
             lost_at: None,
             timing,
+            holder: options.holder,
             last_busy_ms: None,
             host_bytes,
             device_bytes,
@@ -288,11 +292,7 @@ impl<S: Stage> Slot<S> {
         if self.memory.is_some() || self.flight.is_some() {
             return None;
         }
-        let at = self.lost_at.map_or(String::new(), |index| format!(" (frame {index})"));
-        Some(Error::invalid(
-            "frame buffers",
-            format!("lost to an earlier failed frame{at}: make a new ring or filter"),
-        ))
+        Some(Error::FrameMemoryLost { holder: self.holder, frame: self.lost_at })
     }
 
     fn memory(&self) -> Result<&Memory> {

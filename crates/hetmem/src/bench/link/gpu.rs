@@ -169,8 +169,8 @@ fn buffer_bytes(options: &LinkOptions) -> usize {
     bandwidth.max(latency.unwrap_or(0))
 }
 
-fn in_cell(error: Error, name: &str, bytes: usize) -> Error {
-    Error::invalid("bench link cell", format!("{name} at {bytes} bytes: {error}"))
+fn in_cell(error: Error, path: &'static str, bytes: usize) -> Error {
+    Error::BenchCellFailed { path, bytes, source: Box::new(error) }
 }
 
 impl Buffers {
@@ -309,13 +309,13 @@ impl Rig {
         self.slots.zero(&self.stream)?;
         match got.iter().position(|&sum| sum != want) {
             None => Ok("kernel XOR checksum equals the CPU's"),
-            Some(rep) => Err(Error::invalid(
-                "checksum",
-                format!(
+            Some(rep) => Err(Error::ResultMismatch {
+                what: "the kernel's XOR checksum",
+                detail: format!(
                     "repetition {rep}: the kernel read {:#010x}, the CPU computes {want:#010x}",
                     got[rep]
                 ),
-            )),
+            }),
         }
     }
 
@@ -509,7 +509,10 @@ impl Rig {
                 let (src, dst) = (&b.src.as_slice()[..words], &b.dst.as_slice()[..words]);
                 return match src.iter().zip(dst).position(|(&s, &d)| d != s ^ key) {
                     None => Ok((summary, "every output word equals input ^ key")),
-                    Some(at) => Err(Error::invalid("zero-copy read+write", format!("word {at} is wrong"))),
+                    Some(at) => Err(Error::ResultMismatch {
+                        what: "the zero-copy read+write output",
+                        detail: format!("word {at} is wrong"),
+                    }),
                 };
             }
         };
@@ -656,16 +659,51 @@ impl Rig {
 fn check_pattern(words: &[u32], seed: u32) -> Result<&'static str> {
     match first_pattern_mismatch(words, seed) {
         None => Ok("every word equals the pattern the CPU computes"),
-        Some(at) => Err(Error::invalid(
-            "written data",
-            format!("word {at} is {:#010x}, expected {:#010x}", words[at], bench_word(at as u64, seed)),
-        )),
+        Some(at) => Err(Error::ResultMismatch {
+            what: "the written data",
+            detail: format!(
+                "word {at} is {:#010x}, expected {:#010x}",
+                words[at],
+                bench_word(at as u64, seed)
+            ),
+        }),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrong_word_voids_the_measurement_by_variant() {
+        let seed = 0x5EED;
+        let mut words: Vec<u32> = (0..1024).map(|i| bench_word(i, seed)).collect();
+        assert!(check_pattern(&words, seed).is_ok());
+        words[700] ^= 1;
+        match check_pattern(&words, seed) {
+            Err(Error::ResultMismatch { what: "the written data", detail }) => {
+                assert!(detail.starts_with("word 700 is"), "{detail}")
+            }
+            other => panic!("expected Error::ResultMismatch, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_failed_cell_keeps_its_cause() {
+        let short = crate::error::CudaError {
+            call: "cuMemAlloc",
+            code: 2,
+            name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            description: "out of memory".into(),
+        };
+        let error = in_cell(short.into(), "pinned_async_h2d", 1 << 30);
+        assert!(
+            matches!(&error, Error::BenchCellFailed { path: "pinned_async_h2d", bytes, .. } if *bytes == 1 << 30),
+            "{error:?}"
+        );
+        assert!(error.is_transient(), "a shortage in a cell may pass, as it would alone");
+        assert!(error.to_string().contains("CUDA_ERROR_OUT_OF_MEMORY"), "{error}");
+    }
 
     #[test]
     fn buffers_hold_the_largest_transfer_of_either_kind() {

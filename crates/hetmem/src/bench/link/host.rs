@@ -28,7 +28,10 @@ pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
             }
         }
         if dst[..words] != src[..words] {
-            return Err(Error::invalid("host_memcpy", format!("the copy of {bytes} bytes differs")));
+            return Err(Error::ResultMismatch {
+                what: "host_memcpy",
+                detail: format!("the copy of {bytes} bytes differs"),
+            });
         }
         cells.push(BandwidthCell {
             path: Path::HostMemcpy,

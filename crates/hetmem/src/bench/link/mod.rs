@@ -195,7 +195,7 @@ pub enum LatencyPath {
     /// baseline).
     MappedFlagRoundTrip,
     /// A request through a persistent kernel polling mapped memory, and its answer: the
-    /// doorbell ([`crate::handoff::Doorbell`]), measured by [`doorbell_round_trip`].
+    /// doorbell ([`crate::resident::Doorbell`]), measured by [`doorbell_round_trip`].
     Doorbell,
 }
 
@@ -454,7 +454,7 @@ fn ceiling_of(cells: &[BandwidthCell]) -> Option<Ceiling> {
 }
 
 /// Round trips of a 64-byte request (gain over 16 random f32 samples) through the
-/// persistent-kernel doorbell ([`crate::handoff::Doorbell`]), `samples` times after a tenth as
+/// persistent-kernel doorbell ([`crate::resident::Doorbell`]), `samples` times after a tenth as
 /// many to warm up, one request in flight; every reply is checked bit for bit against the CPU.
 /// `None` on the CPU backend.
 ///
@@ -464,7 +464,7 @@ fn ceiling_of(cells: &[BandwidthCell]) -> Option<Ceiling> {
 /// # Errors
 /// The doorbell failing to start, a request timing out, or a reply that differs.
 pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Summary>> {
-    use crate::handoff::{Doorbell, Request};
+    use crate::resident::{Doorbell, Request};
     if device.as_cuda().is_none() {
         return Ok(None);
     }
@@ -485,10 +485,10 @@ pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Sum
         let reply = bell.call(request)?;
         let elapsed = start.elapsed().as_secs_f64() * 1e6;
         if reply.iter().map(|v| v.to_bits()).ne(request.reference().iter().map(|v| v.to_bits())) {
-            return Err(Error::invalid(
-                "doorbell round trip",
-                format!("round {round}: the reply differs from the CPU"),
-            ));
+            return Err(Error::ResultMismatch {
+                what: "the doorbell's reply",
+                detail: format!("round {round} of the round trip benchmark"),
+            });
         }
         if round >= samples / 10 {
             round_trips.push(elapsed);

@@ -23,7 +23,7 @@ mod stage;
 pub use cpu::gaussian_cpu;
 pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane};
 pub use gpu::{GaussianPlan, GaussianTable, TablePlacement, gaussian};
-pub use overlap::{GaussianOverlap, SEGMENTS_ENV};
+pub use overlap::{GaussianOverlap, MAX_SEGMENTS, Segments};
 pub use stage::{GaussianPrepared, GaussianStage};
 
 use crate::error::{Error, Result};

@@ -11,8 +11,8 @@
 //! little more than its upload.
 //!
 //! Still one kernel launch per frame. The segment count follows the frame size (about 1 MiB
-//! each, 1 to 16); the environment variable [`SEGMENTS_ENV`] overrides it, `1` giving the
-//! plain copy, blur, copy sequence for comparison.
+//! each, 1 to 16) unless the constructor is given one ([`Segments`]); `Segments::Count(1)`
+//! gives the plain copy, blur, copy sequence for comparison.
 
 use std::mem::ManuallyDrop;
 
@@ -24,16 +24,25 @@ use crate::error::{Error, Result};
 use crate::handoff::{Lease, LeaseParts, LeaseState, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, WritableBuffer};
 
-/// Overrides the number of segments a frame is cut into (1 to 64).
-pub const SEGMENTS_ENV: &str = "HETMEM_SEGMENTS";
-
 /// Bytes per segment the default count aims at: a copy long enough to run at the copy
 /// engine's full rate, short enough that the first segment arrives early.
 const SEGMENT_TARGET: usize = 1 << 20;
 /// The most segments by default.
 const MAX_DEFAULT_SEGMENTS: usize = 16;
-/// The most segments [`SEGMENTS_ENV`] may ask for.
-const MAX_SEGMENTS: usize = 64;
+/// The most segments [`Segments::Count`] may ask for.
+pub const MAX_SEGMENTS: usize = 64;
+
+/// How many segments [`GaussianOverlap`] cuts a frame into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Segments {
+    /// About one per MiB of frame, 1 to 16: a copy long enough to run at the copy engine's
+    /// full rate, short enough that the first segment arrives early.
+    #[default]
+    Auto,
+    /// About this many, 1 to [`MAX_SEGMENTS`] (fewer when the frame is too small for that many
+    /// 16-byte segments); 1 is the plain copy, blur, copy sequence.
+    Count(usize),
+}
 
 /// The upload, blur and download of one frame format, overlapped; holds its two copy streams
 /// and the words the copies and the kernel signal through.
@@ -73,49 +82,41 @@ fn segment_bytes(frame: usize, segments: usize) -> usize {
     frame.div_ceil(segments.max(1)).next_multiple_of(16).clamp(16, 1 << 31)
 }
 
-/// The segment count: [`SEGMENTS_ENV`] if set, else about one per [`SEGMENT_TARGET`] bytes.
-fn segment_count(frame: usize) -> Result<usize> {
-    match std::env::var(SEGMENTS_ENV) {
-        Ok(value) => match value.trim().parse::<usize>() {
-            Ok(count) if (1..=MAX_SEGMENTS).contains(&count) => Ok(count),
-            _ => Err(Error::invalid(
-                SEGMENTS_ENV,
-                format!("`{value}`: give a whole number from 1 to {MAX_SEGMENTS}, or unset it"),
-            )),
-        },
-        Err(_) => Ok(frame.div_ceil(SEGMENT_TARGET).clamp(1, MAX_DEFAULT_SEGMENTS)),
+/// The segment count asked for a frame of `frame` bytes: the count given, or about one per
+/// [`SEGMENT_TARGET`] bytes.
+fn segment_count(frame: usize, segments: Segments) -> Result<usize> {
+    match segments {
+        Segments::Auto => Ok(frame.div_ceil(SEGMENT_TARGET).clamp(1, MAX_DEFAULT_SEGMENTS)),
+        Segments::Count(count) if (1..=MAX_SEGMENTS).contains(&count) => Ok(count),
+        Segments::Count(count) => {
+            Err(Error::invalid("overlapped blur", format!("{count} segments; give 1 to {MAX_SEGMENTS}")))
+        }
     }
 }
 
 impl GaussianOverlap {
     /// Streams, events, the table and signal words for blurring `plan`'s frames on `queue`
-    /// (the overlap kernel tiles the frame its own way; `plan` gives the format and kernel).
+    /// (the overlap kernel tiles the frame its own way; `plan` gives the format and kernel),
+    /// with the segment count chosen from the frame size ([`Segments::Auto`]).
     ///
     /// # Errors
-    /// `queue` is not on a CUDA device of `device`, a bad [`SEGMENTS_ENV`], or the driver's
-    /// error.
+    /// `queue` is not on a CUDA device of `device`, or the driver's error.
     pub fn new(device: &Device, queue: &Queue, plan: &GaussianPlan) -> Result<GaussianOverlap> {
-        GaussianOverlap::with_segments(device, queue, plan, segment_count(plan.format().frame_bytes())?)
+        GaussianOverlap::with_segments(device, queue, plan, Segments::Auto)
     }
 
-    /// Like [`GaussianOverlap::new`], with the frame cut into about `segments` pieces (fewer
-    /// when the frame is too small for that many 16-byte segments).
+    /// Like [`GaussianOverlap::new`], with the frame cut into `segments`.
     ///
     /// # Errors
-    /// `segments` outside 1 to 64, `queue` not on a CUDA device of `device`, or the driver's
-    /// error.
+    /// A [`Segments::Count`] outside 1 to [`MAX_SEGMENTS`], `queue` not on a CUDA device of
+    /// `device`, or the driver's error.
     pub fn with_segments(
         device: &Device,
         queue: &Queue,
         plan: &GaussianPlan,
-        segments: usize,
+        segments: Segments,
     ) -> Result<GaussianOverlap> {
-        if !(1..=MAX_SEGMENTS).contains(&segments) {
-            return Err(Error::invalid(
-                "overlapped blur",
-                format!("{segments} segments; give 1 to {MAX_SEGMENTS}"),
-            ));
-        }
+        let segments = segment_count(plan.format().frame_bytes(), segments)?;
         let (Some(gpu), Some(queue_gpu)) = (device.as_cuda(), queue.cuda_device()) else {
             return Err(Error::invalid("overlapped blur", "it needs a queue on a CUDA device"));
         };
@@ -389,9 +390,20 @@ mod tests {
 
     #[test]
     fn a_1080p_rgb_frame_makes_about_one_mebibyte_segments() {
-        assert_eq!(std::env::var(SEGMENTS_ENV).ok(), None, "unset {SEGMENTS_ENV} for this test");
-        assert_eq!(segment_count(1920 * 1080 * 3).unwrap(), 6);
-        assert_eq!(segment_count(100).unwrap(), 1);
-        assert_eq!(segment_count(1 << 30).unwrap(), MAX_DEFAULT_SEGMENTS);
+        assert_eq!(segment_count(1920 * 1080 * 3, Segments::Auto).unwrap(), 6);
+        assert_eq!(segment_count(100, Segments::Auto).unwrap(), 1);
+        assert_eq!(segment_count(1 << 30, Segments::Auto).unwrap(), MAX_DEFAULT_SEGMENTS);
+        assert_eq!(Segments::default(), Segments::Auto);
+    }
+
+    #[test]
+    fn a_count_given_is_used_within_its_range() {
+        let frame = 1920 * 1080 * 3;
+        assert_eq!(segment_count(frame, Segments::Count(1)).unwrap(), 1);
+        assert_eq!(segment_count(frame, Segments::Count(MAX_SEGMENTS)).unwrap(), MAX_SEGMENTS);
+        for count in [0, MAX_SEGMENTS + 1] {
+            let error = segment_count(frame, Segments::Count(count)).unwrap_err().to_string();
+            assert!(error.contains(&format!("{count} segments; give 1 to {MAX_SEGMENTS}")), "{error}");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! that run it.
 
 use super::{
-    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, TablePlacement, gaussian,
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, Segments, TablePlacement, gaussian,
     gaussian_cpu,
 };
 use crate::backend::Device;
@@ -20,6 +20,7 @@ pub struct GaussianStage {
     format: FrameFormat,
     kernel: Gaussian,
     layout: [FrameLayout; 1],
+    segments: Segments,
 }
 
 /// What the blur keeps per queue: the plan for the queue's GPU, its table uploaded for the
@@ -65,7 +66,19 @@ impl GaussianStage {
     /// None today (every kernel blurs every frame size); kept fallible for formats to come.
     pub fn new(format: FrameFormat, kernel: &Gaussian) -> Result<GaussianStage> {
         GaussianPlan::new(&format, kernel, 1)?;
-        Ok(GaussianStage { format, kernel: kernel.clone(), layout: [FrameLayout::from(&format)] })
+        Ok(GaussianStage {
+            format,
+            kernel: kernel.clone(),
+            layout: [FrameLayout::from(&format)],
+            segments: Segments::Auto,
+        })
+    }
+
+    /// The segments the pinned-async strategy cuts each frame into (default automatic: about
+    /// one per MiB).
+    pub fn with_segments(mut self, segments: Segments) -> GaussianStage {
+        self.segments = segments;
+        self
     }
 
     /// The frame format.
@@ -105,7 +118,8 @@ impl Stage for GaussianStage {
         let table = plan.upload_table(queue, placement)?;
         let overlap = match strategy {
             Strategy::PinnedAsync => {
-                Some(Box::new(GaussianOverlap::new(&Device::Cuda(gpu.clone()), queue, &plan)?))
+                let device = Device::Cuda(gpu.clone());
+                Some(Box::new(GaussianOverlap::with_segments(&device, queue, &plan, self.segments)?))
             }
             _ => None,
         };

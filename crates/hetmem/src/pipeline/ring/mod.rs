@@ -20,7 +20,7 @@ pub use future::NextOutput;
 use super::Strategy;
 use super::slot::{self, Slot, SlotOptions};
 use crate::backend::Device;
-use crate::error::{Error, Result};
+use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
 use crate::retry::RetryPolicy;
 use crate::stage::{CpuStage, FrameLayout, Stage};
@@ -184,7 +184,8 @@ impl<S: Stage> FrameRing<S> {
     ) -> Result<FrameRing<S>> {
         check_slots(options.slots)?;
         let strategy = slot::resolve(device, strategy, &stage)?;
-        let slot_options = SlotOptions { fence: options.fence, timing: options.timing };
+        let slot_options =
+            SlotOptions { fence: options.fence, timing: options.timing, holder: FrameMemoryHolder::RingSlot };
         let mut slots: Vec<Mutex<Slot<S>>> = Vec::with_capacity(options.slots);
         for _ in 0..options.slots {
             let made = options

@@ -4,12 +4,11 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use super::{
-    CONTROL_WORDS, EXITED, LEN_MASK, LEN_SHIFT, OP_FIR, OP_GAIN, OP_SHIFT, OP_STALL, OP_WEDGE, REPLY_SAMPLES,
-    REPLY_SEQ, REPLY_STATUS, REQ_GAIN, REQ_SEQ, REQ_TAPS, SAMPLES, SEQ_MASK, SLOT_WORDS, STARTED,
-    STATUS_DONE, STATUS_STOPPED, STATUS_UNKNOWN, STOP, TAPS, fir_of, gain_of,
+use super::protocol::{
+    CONTROL_WORDS, EXITED, LEN_MASK, LEN_SHIFT, MAX_SAMPLES, MAX_TAPS, OP_FIR, OP_GAIN, OP_SHIFT, OP_STALL,
+    OP_WEDGE, REPLY_SAMPLES, REPLY_SEQ, REPLY_STATUS, REQ_GAIN, REQ_SEQ, REQ_TAPS, SAMPLES, SEQ_MASK,
+    SLOT_WORDS, STARTED, STATUS_DONE, STATUS_STOPPED, STATUS_UNKNOWN, STOP, TAPS, fir_of, gain_of,
 };
-use crate::handoff::doorbell::{MAX_SAMPLES, MAX_TAPS};
 
 /// Polls before the idle server starts yielding, then sleeping: it shares the machine.
 const IDLE_SPINS: u32 = 1 << 12;

@@ -10,10 +10,9 @@ use std::mem::ManuallyDrop;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::Queue;
 use crate::backend::cuda::{HostAllocFlags, LaunchConfig, PinnedAlloc, ResidentKernel};
 use crate::error::{Error, Result};
-use crate::handoff::KernelArgs;
+use crate::handoff::{KernelArgs, Queue};
 use crate::kernels::{self, SIGNAL};
 
 /// Word offsets of the kernel's started, go and done words (one 64-byte line apart).
@@ -23,9 +22,9 @@ const DONE: usize = 32;
 
 /// A page of mapped memory and the one-thread kernel that waits on it. CUDA backend only.
 ///
-/// Until it is opened the kernel counts as a resident kernel (see the doorbell): hetmem defers
-/// its frees on the GPU and refuses to load kernels or synchronise the device meanwhile. Keep
-/// gates out of processes doing other GPU work.
+/// Until it is opened the kernel counts as a resident kernel (see [the module](super)): hetmem
+/// defers its frees on the GPU and refuses to load kernels or synchronise the device meanwhile.
+/// Keep gates out of processes doing other GPU work.
 #[derive(Debug)]
 pub struct Gate {
     words: ManuallyDrop<PinnedAlloc>,
