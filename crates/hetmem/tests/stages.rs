@@ -230,3 +230,73 @@ fn a_kernel_without_a_cpu_path_is_refused_on_the_cpu_backend_by_name() {
     let error = FrameFilter::with_stage(&cpu_device(), Strategy::Cpu, stage).unwrap_err().to_string();
     assert!(error.contains("no CPU path"), "{error}");
 }
+
+/// A function cudarc loaded runs as a stage too: the same kernel, compiled by hetmem's cache,
+/// loaded by cudarc, through a ring by the mapped and the copy strategies, equal to the CPU
+/// closure; a context that is not the GPU's primary one is refused when the stage is prepared.
+#[test]
+fn a_cudarc_function_runs_as_a_stage() {
+    let Some(gpu) = hetmem::testing::cuda_device_or_skip("a_cudarc_function_runs_as_a_stage") else { return };
+    use cudarc::driver::CudaContext;
+    use cudarc::nvrtc::Ptx;
+    let source =
+        hetmem::kernels::KernelSource { name: "mix", source: SOURCE, entry_points: &["mix"], options: &[] };
+    let (cubin, _) =
+        hetmem::kernels::cache().get_or_compile(&source, &gpu.compute_capability().sm_name()).unwrap();
+    let ctx = CudaContext::new(gpu.ordinal()).unwrap();
+    let function = ctx.load_module(Ptx::from_binary(cubin)).unwrap().load_function("mix").unwrap();
+    let lut = lut();
+    let key = fastrand::u16(1..);
+    let by_hetmem = mix_stage(&lut, key);
+    let device = Device::Cuda(gpu);
+    let params = vec![
+        Param::Input(0),
+        Param::Output(0),
+        Param::Output(1),
+        Param::Constant(0),
+        Param::value(WIDTH as u32),
+        Param::value(HEIGHT as u32),
+        Param::value(PITCH as u32),
+        Param::value(key),
+    ];
+    let make = |context: std::sync::Arc<CudaContext>| {
+        // SAFETY: as for mix_stage: the same kernel, the same parameters; the function was
+        // loaded in `ctx`, the GPU's primary context (the other context is refused unlaunched).
+        unsafe {
+            KernelStage::new(
+                KernelCode::Cudarc { context, function: function.clone() },
+                "mix",
+                vec![plane()],
+                vec![plane(), FrameLayout::samples(HEIGHT, Element::U32).unwrap()],
+                params.clone(),
+                LaunchConfig { grid: (HEIGHT as u32, 1, 1), block: (128, 1, 1), shared_bytes: 0 },
+            )
+        }
+        .unwrap()
+        .with_constants(vec![bytemuck::cast_slice(&lut).to_vec()])
+        .unwrap()
+    };
+    let stage = make(std::sync::Arc::clone(&ctx));
+    for strategy in [Strategy::ZeroCopy, Strategy::Copy] {
+        let ring = FrameRing::with_stage(&device, strategy, stage.clone(), RingOptions::default()).unwrap();
+        ring.fill_outputs(0xA5).unwrap();
+        for _ in 0..4 {
+            let input = random_frame(plane().bytes());
+            let mut slot = ring.next_input().unwrap();
+            slot.copy_from_slice(&input);
+            slot.submit();
+            let (out, rows) = reference(&by_hetmem, &input);
+            let output = ring.next_output().unwrap();
+            assert!(
+                output.output(0).unwrap() == &out[..] && output.output(1).unwrap() == &rows[..],
+                "{strategy}"
+            );
+        }
+    }
+    let other = CudaContext::new_non_primary(device.as_cuda().unwrap().ordinal(), 0).ok();
+    if let Some(other) = other {
+        let error =
+            FrameFilter::with_stage(&device, Strategy::ZeroCopy, make(other)).unwrap_err().to_string();
+        assert!(error.contains("primary"), "{error}");
+    }
+}

@@ -14,7 +14,7 @@ use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
 use crate::pipeline::Strategy;
 
 /// Where a kernel's code comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum KernelCode {
     /// CUDA C++ source, compiled by NVRTC for the device's architecture on first use and kept
     /// in hetmem's kernel cache; `name` names it in messages and cache files.
@@ -28,6 +28,15 @@ pub enum KernelCode {
     Ptx(String),
     /// A CUBIN (ELF) image for the device's architecture.
     Cubin(Vec<u8>),
+    /// A function a cudarc user already loaded, with the context it was loaded in: that must
+    /// be the primary context of the GPU the stage runs on (cudarc's `CudaContext::new`), which
+    /// is checked; the function must belong to it (a cudarc function cannot say).
+    Cudarc {
+        /// The context the function's module was loaded in.
+        context: std::sync::Arc<cudarc::driver::CudaContext>,
+        /// The function.
+        function: cudarc::driver::CudaFunction,
+    },
 }
 
 /// One kernel parameter, in the kernel's order.
@@ -151,7 +160,8 @@ impl std::fmt::Debug for KernelStage {
 }
 
 impl KernelStage {
-    /// A stage that launches `entry` of `code` with `config` on each frame's buffers.
+    /// A stage that launches `entry` of `code` with `config` on each frame's buffers (for a
+    /// cudarc function, `entry` only names it in messages).
     ///
     /// # Safety
     /// See the type's [safety contract](KernelStage#safety-contract); a PTX or CUBIN image must
@@ -190,6 +200,7 @@ impl KernelStage {
         let empty = match &code {
             KernelCode::CudaC { source, .. } | KernelCode::Ptx(source) => source.trim().is_empty(),
             KernelCode::Cubin(image) => image.is_empty(),
+            KernelCode::Cudarc { .. } => false,
         };
         if empty || entry.is_empty() {
             return Err(bad("an empty kernel or entry point name".into()));
@@ -252,6 +263,9 @@ impl KernelStage {
             KernelCode::CudaC { name, source } => crate::kernels::user_module(device, name, source)?,
             KernelCode::Ptx(text) => self.load_image(device, text.as_bytes())?,
             KernelCode::Cubin(image) => self.load_image(device, image)?,
+            KernelCode::Cudarc { context, function } => {
+                return device.kernel_from_cudarc(context, function, &self.entry);
+            }
         };
         module.kernel(&self.entry)
     }

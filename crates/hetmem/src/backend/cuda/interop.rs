@@ -78,6 +78,31 @@ impl CudaDevice {
         Ok(device)
     }
 
+    /// A cudarc function loaded in `ctx`, which must be this device's primary context, as a
+    /// hetmem kernel (the function, and so its module, is kept alive with it).
+    ///
+    /// # Errors
+    /// As for [`check_context`].
+    pub(crate) fn kernel_from_cudarc(
+        &self,
+        ctx: &CudaContext,
+        function: &cudarc::driver::CudaFunction,
+        name: &str,
+    ) -> Result<super::Kernel> {
+        self.check_cudarc_context(ctx)?;
+        // SAFETY: a cudarc function belongs to the context whose module loaded it; the caller
+        // of the stage's constructor names that context (KernelCode::Cudarc's contract), checked
+        // above to be this device's primary one; the clone keeps its module loaded.
+        Ok(unsafe {
+            super::Kernel::foreign(
+                function.cu_function(),
+                Arc::clone(self.context()),
+                Arc::new(function.clone()),
+                name,
+            )
+        })
+    }
+
     /// Succeeds when `ctx` is this device's primary context, the one hetmem uses.
     ///
     /// # Errors

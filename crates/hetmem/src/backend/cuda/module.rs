@@ -66,7 +66,7 @@ impl Module {
         // SAFETY: `raw` is a loaded module; the returned handle lives as long as the module,
         // which the Kernel keeps alive through its Arc.
         let raw = unsafe { result::module::get_function(self.raw, c_name) }.call("cuModuleGetFunction")?;
-        Ok(Kernel { raw, module: Arc::clone(self), name: name.to_string() })
+        Ok(Kernel { raw, owner: Owner::Module(Arc::clone(self)), name: name.to_string() })
     }
 }
 
@@ -102,17 +102,57 @@ impl LaunchConfig {
 #[derive(Debug, Clone)]
 pub struct Kernel {
     raw: sys::CUfunction,
-    module: Arc<Module>,
+    owner: Owner,
     name: String,
 }
 
+/// What keeps a kernel's code loaded.
+#[derive(Clone)]
+enum Owner {
+    /// A module hetmem loaded.
+    Module(Arc<Module>),
+    /// Code loaded by another library (a cudarc function, kept alive here), in `ctx`.
+    Foreign { ctx: Arc<Context>, _keep: Arc<dyn std::any::Any + Send + Sync> },
+}
+
+impl std::fmt::Debug for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Owner::Module(_) => "Module",
+            Owner::Foreign { .. } => "Foreign",
+        })
+    }
+}
+
+impl Owner {
+    fn ctx(&self) -> &Arc<Context> {
+        match self {
+            Owner::Module(module) => &module.ctx,
+            Owner::Foreign { ctx, .. } => ctx,
+        }
+    }
+}
+
 // SAFETY: function handles are immutable driver handles, valid from any thread while their
-// module is loaded (the Arc keeps it loaded).
+// code is loaded (the owner keeps it loaded).
 unsafe impl Send for Kernel {}
 // SAFETY: as for Send.
 unsafe impl Sync for Kernel {}
 
 impl Kernel {
+    /// A kernel whose code another library loaded into `ctx` and keeps alive through `keep`.
+    ///
+    /// # Safety
+    /// `raw` must be a function of code loaded into `ctx`, which `keep` keeps loaded.
+    pub(crate) unsafe fn foreign(
+        raw: sys::CUfunction,
+        ctx: Arc<Context>,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+        name: &str,
+    ) -> Kernel {
+        Kernel { raw, owner: Owner::Foreign { ctx, _keep: keep }, name: name.to_string() }
+    }
+
     /// The entry point's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -124,8 +164,8 @@ impl Kernel {
     /// # Errors
     /// More than the device offers per block.
     pub fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
-        self.module.ctx.bind()?;
-        // SAFETY: the function handle is live (its module is held); the attribute takes an int.
+        self.owner.ctx().bind()?;
+        // SAFETY: the function handle is live (its code is held); the attribute takes an int.
         unsafe {
             result::function::set_function_attribute(
                 self.raw,
@@ -154,7 +194,7 @@ impl Kernel {
         config: LaunchConfig,
         args: &mut [*mut c_void],
     ) -> Result<()> {
-        if !self.module.ctx.same_as(stream.context()) {
+        if !self.owner.ctx().same_as(stream.context()) {
             return Err(Error::invalid(
                 "kernel launch",
                 format!("kernel `{}` and the stream belong to different devices", self.name),
