@@ -10,6 +10,9 @@
 //! name is refused before it is opened. The size an input declares is checked against the
 //! memory budget (`--max-pixels`) before anything that large is allocated.
 //!
+//! 16-bit images (PNG, PNM) and 9- to 16-bit video (Y4M `C420p10`, ...) are filtered as 16-bit
+//! samples through the same path, never narrowed.
+//!
 //! An image is decoded straight into the strategy's input memory ([`hetmem::FrameFilter`]); a
 //! video streams through a [`hetmem::FrameRing`]: each frame is read straight into the ring's
 //! next input slot while earlier frames are filtered and written, in order, by a writer
@@ -40,7 +43,8 @@ use self::endpoint::{Endpoint, Input, Named};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A PNG, JPEG or PPM/PGM/PAM image, a Y4M video, or `-`: stdin (either). Pipes given as
-    /// paths (/dev/stdin, <(...), a FIFO) work too.
+    /// paths (/dev/stdin, <(...), a FIFO) work too. 16-bit images and 9- to 16-bit video
+    /// (C420p10, ...) stay 16-bit.
     input: PathBuf,
     /// Where to write the result, of the input's kind: an image in the format of its extension
     /// (.png, .jpg, .ppm, .pgm, .pnm, .pam), a .y4m video, or `-`: Y4M video on stdout.
