@@ -13,7 +13,7 @@ each image and each case of a small matrix (kernel size, sigma, border) writes:
   video holds them) with random low bits, from a fixed seed;
 * cv2.GaussianBlur's output, in the same layout;
 * manifest.json, listing every case: file names, width, height, channels, sample ("u8" or
-  "u16"), ksize, sigma (0 means "derive it from ksize", exactly as passed to OpenCV) and border
+  "u16"), ksize (0 means "derive it from sigma", as passed to OpenCV), sigma (0 means "derive it from ksize", exactly as passed to OpenCV) and border
   ("reflect101" or "replicate").
 
 crates/hetmem/tests/opencv.rs reads the folder named by HETMEM_OPENCV_REFERENCE and checks
@@ -75,6 +75,9 @@ CASES_16 = [
     (11, 2.0, ["reflect101", "replicate"]),
     (31, 5.0, ["reflect101"]),
     (65, 0.0, ["replicate"]),
+    # ksize 0: OpenCV sizes the kernel from sigma, by 8 sigma for 16-bit images (6 for 8-bit).
+    (0, 1.0, ["reflect101"]),
+    (0, 2.0, ["replicate"]),
 ]
 # 10-bit samples (0 to 1023) in 16-bit words: fewer kernels on whole photographs.
 CASES_10 = [

@@ -93,10 +93,15 @@ impl Case {
         }
     }
 
-    /// hetmem's kernel for OpenCV's parameters: radius ksize / 2, and sigma 0 meaning "derive it".
+    /// hetmem's kernel for OpenCV's parameters: radius ksize / 2, sigma 0 meaning "derive it
+    /// from ksize", ksize 0 "derive it from sigma" (by OpenCV's rule for the sample type).
     fn kernel(&self) -> Gaussian {
-        assert!(self.ksize % 2 == 1, "{}: even ksize {}", self.output, self.ksize);
         let sigma = (self.sigma != 0.0).then_some(self.sigma);
+        if self.ksize == 0 {
+            assert!(sigma.is_some(), "{}: neither ksize nor sigma", self.output);
+            return Gaussian::for_samples(None, sigma, self.border, self.sample).unwrap();
+        }
+        assert!(self.ksize % 2 == 1, "{}: even ksize {}", self.output, self.ksize);
         Gaussian::new(Some(self.ksize / 2), sigma, self.border).unwrap()
     }
 }

@@ -162,12 +162,15 @@ pub(super) fn filter(
         ));
     }
     let frame = image.frame;
+    let kernel = job
+        .kernel_for(plan.sample)
+        .with_context(|| format!("cannot filter {input_name} ({width}x{height} {color:?})"))?;
     let build =
         |device: &Device, strategy: Strategy, warnings: &mut Vec<String>| -> anyhow::Result<FrameFilter> {
             let context = |strategy| {
                 format!("cannot filter {input_name} ({width}x{height}) by the {strategy} strategy")
             };
-            match FrameFilter::new(device, strategy, frame, job.kernel) {
+            match FrameFilter::new(device, strategy, frame, &kernel) {
                 Ok(filter) => Ok(filter),
                 // Memory short even after the library's retries: an `auto` run goes on on the CPU.
                 Err(error) if error.is_transient() && !job.strategy_chosen && strategy != Strategy::Cpu => {
@@ -175,7 +178,7 @@ pub(super) fn filter(
                         "{}: {error}; filtering by the cpu strategy instead (the same result)",
                         context(strategy)
                     ));
-                    FrameFilter::new(device, Strategy::Cpu, frame, job.kernel)
+                    FrameFilter::new(device, Strategy::Cpu, frame, &kernel)
                         .with_context(|| context(Strategy::Cpu))
                 }
                 Err(error) => Err(error).with_context(|| context(strategy)),
@@ -229,7 +232,7 @@ pub(super) fn filter(
         strategy: filter.strategy(),
         warnings,
     };
-    let mut report = Report::new(facts, job.kernel, &clock);
+    let mut report = Report::new(facts, &kernel, &clock);
     report.retried = recovery.retried;
     Ok(report)
 }

@@ -21,7 +21,7 @@ use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use hetmem::ops::gaussian::{FrameFormat, PixelLayout, SampleType};
+use hetmem::ops::gaussian::{FrameFormat, Gaussian, PixelLayout, SampleType};
 use hetmem::{Device, FrameRing, RingOptions, Strategy};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -216,6 +216,9 @@ pub(super) fn filter(
     let format = FrameFormat::new(width, height, header.layout)
         .with_context(|| format!("cannot filter {input} ({width}x{height} {})", header.colour_space_name()))?
         .with_sample(header.sample);
+    let kernel = job.kernel_for(header.sample).with_context(|| {
+        format!("cannot filter {input} ({width}x{height} {})", header.colour_space_name())
+    })?;
     // Frames declare no size of their own: the ring's slots, allocated once, after this check,
     // hold every frame.
     let options = RingOptions::default();
@@ -230,7 +233,7 @@ pub(super) fn filter(
     let mut recovery = Recovery::new(job.retries);
     let cpu = recovery::cpu();
     let (mut device, mut strategy) = (job.device, job.strategy);
-    let mut ring = build_ring(job, (device, strategy), format, options, &header, &mut warnings)?;
+    let mut ring = build_ring(job, (device, strategy), (format, &kernel), options, &header, &mut warnings)?;
     if let Some(mode @ ('t' | 'b' | 'm')) = header.interlacing {
         warnings.push(format!(
             "{input} is interlaced (I{mode}): each frame is blurred whole, which mixes its two fields"
@@ -265,7 +268,8 @@ pub(super) fn filter(
                 replay = kept.take();
                 first = index;
                 drop(ring);
-                ring = build_ring(job, (device, strategy), format, options, &header, &mut warnings)?;
+                ring =
+                    build_ring(job, (device, strategy), (format, &kernel), options, &header, &mut warnings)?;
             }
             ended => break ended,
         }
@@ -311,19 +315,19 @@ pub(super) fn filter(
         strategy: ring.strategy(),
         warnings,
     };
-    let mut report = Report::new(facts, job.kernel, &clock);
+    let mut report = Report::new(facts, &kernel, &clock);
     report.interrupted = !matches!(end, End::Input);
     report.retried = recovery.retried;
     Ok(report)
 }
 
-/// The ring for `format` on `device` by `strategy`. Memory that runs short even after the
+/// The ring for `format` and `kernel` on `device` by `strategy`. Memory that runs short even after the
 /// ring's own retries makes an `auto` run fall back to the CPU strategy, with a warning (the
 /// same result); a strategy the user chose fails with the error instead.
 fn build_ring(
     job: &Job,
     (device, strategy): (&Device, Strategy),
-    format: FrameFormat,
+    (format, kernel): (FrameFormat, &Gaussian),
     options: RingOptions,
     header: &Header,
     warnings: &mut Vec<String>,
@@ -336,7 +340,7 @@ fn build_ring(
             header.colour_space_name()
         )
     };
-    match FrameRing::new(device, strategy, format, job.kernel, options) {
+    match FrameRing::new(device, strategy, format, kernel, options) {
         Ok(ring) => {
             if ring.slots() < options.slots {
                 warnings.push(format!(
@@ -353,7 +357,7 @@ fn build_ring(
                 "{}: {error}; filtering by the cpu strategy instead (the same result)",
                 context(strategy)
             ));
-            FrameRing::new(device, Strategy::Cpu, format, job.kernel, options)
+            FrameRing::new(device, Strategy::Cpu, format, kernel, options)
                 .with_context(|| context(Strategy::Cpu))
         }
         Err(error) => Err(error).with_context(|| context(strategy)),

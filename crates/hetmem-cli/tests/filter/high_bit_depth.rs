@@ -27,6 +27,20 @@ fn samples_of(bytes: &[u8]) -> Vec<u16> {
     bytes.chunks_exact(2).map(|pair| u16::from_le_bytes([pair[0], pair[1]])).collect()
 }
 
+/// Two frames' bytes equal, or the first 16-bit sample that differs.
+fn assert_same(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(at) = got.chunks_exact(2).zip(want.chunks_exact(2)).position(|(g, w)| g != w) {
+        let (got, want) = (samples_of(got)[at], samples_of(want)[at]);
+        panic!("{what}: sample {at} is {got}, the CPU path gives {want}");
+    }
+}
+
+/// A `width` x `height` frame of `layout` in 16-bit samples.
+fn wide(layout: PixelLayout, width: u32, height: u32) -> FrameFormat {
+    FrameFormat::new(width as usize, height as usize, layout).unwrap().with_sample(SampleType::U16)
+}
+
 /// A random 16-bit frame of `format` holding `bits`-bit samples.
 fn random_frame(format: FrameFormat, bits: u32) -> Vec<u8> {
     le_bytes(&random_samples(format.frame_bytes() / 2, bits))
@@ -35,7 +49,7 @@ fn random_frame(format: FrameFormat, bits: u32) -> Vec<u8> {
 #[test]
 fn a_10_bit_y4m_stream_is_filtered_end_to_end_like_the_cpu_path() {
     let (width, height) = (33, 17);
-    let format = FrameFormat::new(width, height, PixelLayout::Yuv420).unwrap().with_sample(SampleType::U16);
+    let format = wide(PixelLayout::Yuv420, width, height);
     assert_eq!(format.frame_bytes(), 2 * (33 * 17 + 2 * 17 * 9));
     let frames: Vec<Vec<u8>> = (0..3).map(|_| random_frame(format, 10)).collect();
     // As ffmpeg writes it (`-pix_fmt yuv420p10le -f yuv4mpegpipe -strict -1`).
@@ -73,7 +87,7 @@ fn every_deep_y4m_colour_space_is_filtered_plane_by_plane() {
         ("Cmono10", PixelLayout::Gray, 10),
         ("Cmono16", PixelLayout::Gray, 16),
     ] {
-        let format = FrameFormat::new(21, 10, layout).unwrap().with_sample(SampleType::U16);
+        let format = wide(layout, 21, 10);
         let frames: Vec<Vec<u8>> = (0..2).map(|_| random_frame(format, bits)).collect();
         filter_y4m_file_and_check(&dir, space, format, &frames);
     }
@@ -98,7 +112,7 @@ fn the_budget_and_the_frame_checks_count_two_bytes_a_sample() {
     assert_eq!(needs("C420p10"), 2 * needs("C420"));
     assert_eq!(needs("Cmono16"), 2 * needs("Cmono"));
 
-    let format = FrameFormat::new(16, 8, PixelLayout::Gray).unwrap().with_sample(SampleType::U16);
+    let format = wide(PixelLayout::Gray, 16, 8);
     let header = "YUV4MPEG2 W16 H8 Cmono10\n";
     let frames = [random_frame(format, 10), random_frame(format, 10)];
     let mut stream = y4m(header, &frames);
@@ -127,12 +141,13 @@ fn sixteen_bit_pngs_stay_16_bit_and_match_the_cpu_path() {
     let dir = TempDir::new("png-16");
     let (width, height) = (37u32, 23u32);
     let pixels = (width * height) as usize;
-    let kernel = Gaussian::new(None, Some(1.5), Border::Reflect101).unwrap();
+    // Sigma alone: sized by 8 sigma for 16-bit samples, as OpenCV does (13 x 13 here).
+    let kernel = Gaussian::for_samples(None, Some(1.5), Border::Reflect101, SampleType::U16).unwrap();
+    assert_eq!(kernel.radius(), 6);
     for (name, layout) in
         [("gray", PixelLayout::Gray), ("rgb", PixelLayout::Rgb), ("rgba", PixelLayout::Rgba)]
     {
-        let format =
-            FrameFormat::new(width as usize, height as usize, layout).unwrap().with_sample(SampleType::U16);
+        let format = wide(layout, width, height);
         let samples = random_samples(format.frame_bytes() / 2, 16);
         let input = dir.path(&format!("{name}.png"));
         match layout {
@@ -154,7 +169,7 @@ fn sixteen_bit_pngs_stay_16_bit_and_match_the_cpu_path() {
         let result = image::open(&output).unwrap();
         let want = blurred(format, &kernel, &le_bytes(&samples));
         assert_eq!(result.color().bytes_per_pixel() as usize, format.planes()[0].pixel_bytes(), "{name}");
-        assert_eq!(frame_bytes_of(&result), want, "{name}");
+        assert_same(&frame_bytes_of(&result), &want, name);
         assert_eq!(pixels * format.planes()[0].pixel_bytes(), want.len());
     }
 
@@ -166,16 +181,14 @@ fn sixteen_bit_pngs_stay_16_bit_and_match_the_cpu_path() {
     let run = hetmem(&["filter", text(&input), text(&output), "--sigma", "1.5"]);
     assert!(run.status.success(), "{}", stderr(&run));
     let rgba: Vec<u16> = gray_alpha.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0], p[1]]).collect();
-    let format = FrameFormat::new(width as usize, height as usize, PixelLayout::Rgba)
-        .unwrap()
-        .with_sample(SampleType::U16);
+    let format = wide(PixelLayout::Rgba, width, height);
     let want: Vec<u16> = samples_of(&blurred(format, &kernel, &le_bytes(&rgba)))
         .chunks_exact(4)
         .flat_map(|p| [p[0], p[3]])
         .collect();
     let result = image::open(&output).unwrap();
     assert_eq!(result.color(), image::ColorType::La16);
-    assert_eq!(frame_bytes_of(&result), le_bytes(&want));
+    assert_same(&frame_bytes_of(&result), &le_bytes(&want), "gray with alpha");
 
     // JPEG holds 8 bits: refused before any work, naming the remedy.
     let run = hetmem(&["filter", text(&dir.path("rgb.png")), text(&dir.path("out.jpg"))]);
@@ -190,8 +203,7 @@ fn sixteen_bit_pgm_and_ppm_stay_16_bit() {
     let dir = TempDir::new("pnm-16");
     let (width, height) = (19u32, 12u32);
     for (extension, layout) in [("pgm", PixelLayout::Gray), ("ppm", PixelLayout::Rgb)] {
-        let format =
-            FrameFormat::new(width as usize, height as usize, layout).unwrap().with_sample(SampleType::U16);
+        let format = wide(layout, width, height);
         let samples = random_samples(format.frame_bytes() / 2, 16);
         let input = dir.path(&format!("in.{extension}"));
         if layout == PixelLayout::Gray {
@@ -207,12 +219,10 @@ fn sixteen_bit_pgm_and_ppm_stay_16_bit() {
         let magic = if layout == PixelLayout::Gray { "P5" } else { "P6" };
         assert!(std::fs::read(&output).unwrap().starts_with(format!("{magic}\n19 12\n65535\n").as_bytes()));
         let result = image::open(&output).unwrap();
-        assert_eq!(frame_bytes_of(&result), blurred(format, &kernel, &le_bytes(&samples)), "{extension}");
+        assert_same(&frame_bytes_of(&result), &blurred(format, &kernel, &le_bytes(&samples)), extension);
     }
     // RGBA goes to PAM, 16 bits still.
-    let format = FrameFormat::new(width as usize, height as usize, PixelLayout::Rgba)
-        .unwrap()
-        .with_sample(SampleType::U16);
+    let format = wide(PixelLayout::Rgba, width, height);
     let samples = random_samples(format.frame_bytes() / 2, 16);
     let (input, output) = (dir.path("rgba.png"), dir.path("rgba.pam"));
     ImageBuffer::<Rgba<u16>, _>::from_raw(width, height, samples.clone()).unwrap().save(&input).unwrap();
@@ -220,11 +230,49 @@ fn sixteen_bit_pgm_and_ppm_stay_16_bit() {
     assert!(run.status.success(), "{}", stderr(&run));
     let result = image::open(&output).unwrap();
     assert_eq!(result.color(), image::ColorType::Rgba16);
-    assert_eq!(frame_bytes_of(&result), blurred(format, &default_kernel(), &le_bytes(&samples)));
+    assert_same(&frame_bytes_of(&result), &blurred(format, &default_kernel(), &le_bytes(&samples)), "pam");
     // A PGM holds gray only, 16-bit or not.
     let run = hetmem(&["filter", text(&input), text(&dir.path("rgba.pgm"))]);
     assert_eq!(run.status.code(), Some(1));
     assert!(stderr(&run).contains("16-bit RGBA"), "{}", stderr(&run));
+}
+
+/// With sigma alone, cv2.GaussianBlur sizes a 16-bit image's kernel by 8 sigma, an 8-bit
+/// one's by 6: hetmem too, so `--sigma 1` is 9 x 9 here and 7 x 7 on 8-bit input.
+#[test]
+fn a_radius_left_out_follows_opencvs_16_bit_rule() {
+    let dir = TempDir::new("sigma-16");
+    let (width, height) = (29u32, 21u32);
+    let format = wide(PixelLayout::Gray, width, height);
+    let samples = random_samples(format.frame_bytes() / 2, 16);
+    let (input, output) = (dir.path("in.png"), dir.path("out.png"));
+    ImageBuffer::<Luma<u16>, _>::from_raw(width, height, samples.clone()).unwrap().save(&input).unwrap();
+    let run = hetmem(&["filter", text(&input), text(&output), "--sigma", "1"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stderr(&run).contains("Gaussian 9x9 (sigma 1,"), "{}", stderr(&run));
+    let kernel = Gaussian::for_samples(None, Some(1.0), Border::Reflect101, SampleType::U16).unwrap();
+    assert_eq!(kernel.radius(), 4);
+    assert_same(
+        &frame_bytes_of(&image::open(&output).unwrap()),
+        &blurred(format, &kernel, &le_bytes(&samples)),
+        "png",
+    );
+
+    // 10-bit video likewise; a sigma too wide for 16-bit samples is refused by name.
+    let format = wide(PixelLayout::Gray, 16, 8);
+    let frames = [random_frame(format, 10)];
+    let header = "YUV4MPEG2 W16 H8 Cmono10\n";
+    let run = hetmem_with_stdin(&["filter", "-", "-", "--sigma", "1"], y4m(header, &frames));
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_y4m_result(&run.stdout, header, format, &kernel, &frames);
+    let run = hetmem_with_stdin(&["filter", "-", "-", "--sigma", "9"], y4m(header, &frames));
+    assert_eq!(run.status.code(), Some(1));
+    let error = stderr(&run);
+    assert!(
+        error.contains("stdin") && error.contains("sigma 9 implies radius 36 for 16-bit samples"),
+        "{error}"
+    );
+    assert!(run.stdout.is_empty());
 }
 
 /// On a GPU machine, every strategy it can run gives the CPU path's samples for 10-bit video
@@ -237,13 +285,11 @@ fn every_strategy_the_gpu_runs_gives_the_cpu_result_on_16_bit_samples() {
     }
     let device = Device::open(BackendChoice::Only(BackendKind::Cuda)).unwrap();
     let dir = TempDir::new("gpu-16");
-    let format = FrameFormat::new(333, 171, PixelLayout::Yuv420).unwrap().with_sample(SampleType::U16);
+    let format = wide(PixelLayout::Yuv420, 333, 171);
     let frames: Vec<Vec<u8>> = (0..4).map(|_| random_frame(format, 10)).collect();
     let header = "YUV4MPEG2 W333 H171 F25:1 C420p10 XYSCSS=420P10\n";
     let (width, height) = (257u32, 129u32);
-    let rgb = FrameFormat::new(width as usize, height as usize, PixelLayout::Rgb)
-        .unwrap()
-        .with_sample(SampleType::U16);
+    let rgb = wide(PixelLayout::Rgb, width, height);
     let samples = random_samples(rgb.frame_bytes() / 2, 16);
     let png = dir.path("in.png");
     ImageBuffer::<Rgb<u16>, _>::from_raw(width, height, samples.clone()).unwrap().save(&png).unwrap();
@@ -267,6 +313,6 @@ fn every_strategy_the_gpu_runs_gives_the_cpu_result_on_16_bit_samples() {
                 .unwrap();
         assert!(image_run.status.success(), "{name}: {}", stderr(&image_run));
         let result = image::open(&out).unwrap();
-        assert_eq!(frame_bytes_of(&result), blurred(rgb, &kernel, &le_bytes(&samples)), "{name}: image");
+        assert_same(&frame_bytes_of(&result), &blurred(rgb, &kernel, &le_bytes(&samples)), name);
     }
 }

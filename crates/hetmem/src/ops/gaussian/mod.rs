@@ -17,9 +17,8 @@
 //!
 //! Kernel size and sigma follow OpenCV: a missing sigma is `0.3 * ((ksize - 1) / 2 - 1) + 0.8`
 //! and kernels of size 1, 3, 5, 7 and 9 without a sigma use OpenCV's fixed tables; a missing
-//! size is `round(sigma * 6 + 1) | 1`. (For 16-bit images OpenCV derives a missing size as
-//! `round(sigma * 8 + 1) | 1`; hetmem keeps one rule for every sample type, so give the radius
-//! to match OpenCV there.)
+//! size is `round(sigma * 6 + 1) | 1` for 8-bit images ([`Gaussian::new`]) and
+//! `round(sigma * 8 + 1) | 1` for 16-bit ones ([`Gaussian::for_samples`]).
 
 mod cpu;
 mod format;
@@ -36,9 +35,15 @@ use crate::error::{Error, Result};
 /// The largest radius the GPU path supports (a 65 x 65 kernel).
 pub const MAX_RADIUS: u32 = 32;
 
-/// Sigmas from here on imply a radius above [`MAX_RADIUS`] when no radius is given
-/// (`round(6 * sigma + 1) | 1` taps: 67 from 10.75).
-const MAX_SIGMA_ALONE: f64 = 10.75;
+/// Taps per sigma when no radius is given, as OpenCV derives a kernel size for each sample
+/// type (`createGaussianKernels`: `round(sigma * (depth == CV_8U ? 3 : 4) * 2 + 1) | 1`), and
+/// the sigma from which that size passes [`MAX_RADIUS`] (67 taps).
+fn taps_per_sigma(sample: SampleType) -> (f64, f64) {
+    match sample {
+        SampleType::U8 => (6.0, 10.75),
+        SampleType::U16 => (8.0, 8.0625),
+    }
+}
 
 /// How pixels beyond the image edge are made up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -86,11 +91,29 @@ pub struct Gaussian {
 
 impl Gaussian {
     /// A kernel of `2 * radius + 1` taps. Either may be left out, as in OpenCV; with neither,
-    /// the 5 x 5 kernel (radius 2, sigma 1.1).
+    /// the 5 x 5 kernel (radius 2, sigma 1.1). A radius left out is derived from sigma as
+    /// OpenCV does for 8-bit images, `round(sigma * 6 + 1) | 1` taps (see
+    /// [`Gaussian::for_samples`] for 16-bit ones).
     ///
     /// # Errors
     /// A sigma that is not a positive finite number, or a radius above [`MAX_RADIUS`].
     pub fn new(radius: Option<u32>, sigma: Option<f64>, border: Border) -> Result<Gaussian> {
+        Gaussian::for_samples(radius, sigma, border, SampleType::U8)
+    }
+
+    /// As [`Gaussian::new`], with a radius left out derived from sigma as OpenCV does for
+    /// images of `sample`s: `round(sigma * 6 + 1) | 1` taps for 8-bit ones,
+    /// `round(sigma * 8 + 1) | 1` for 16-bit ones. With a radius given, the same kernel as
+    /// [`Gaussian::new`]'s.
+    ///
+    /// # Errors
+    /// As for [`Gaussian::new`].
+    pub fn for_samples(
+        radius: Option<u32>,
+        sigma: Option<f64>,
+        border: Border,
+        sample: SampleType,
+    ) -> Result<Gaussian> {
         if let Some(sigma) = sigma
             && !(sigma.is_finite() && sigma > 0.0)
         {
@@ -99,9 +122,10 @@ impl Gaussian {
                 format!("{sigma}: sigma must be a positive number, such as 1.5"),
             ));
         }
+        let (per_sigma, max_sigma_alone) = taps_per_sigma(sample);
         let (radius, implied) = match (radius, sigma) {
             (Some(radius), _) => (radius, false),
-            (None, Some(sigma)) => (((sigma * 6.0 + 1.0).round() as u32 | 1) / 2, true),
+            (None, Some(sigma)) => (((sigma * per_sigma + 1.0).round() as u32 | 1) / 2, true),
             (None, None) => (2, false),
         };
         if radius > MAX_RADIUS {
@@ -111,9 +135,10 @@ impl Gaussian {
                 Some(sigma) if implied => Error::invalid(
                     "sigma",
                     format!(
-                        "sigma {sigma} implies radius {radius} (a {0} x {0} kernel), above the maximum \
-                         radius {MAX_RADIUS} ({most} x {most}): give a sigma below {MAX_SIGMA_ALONE}, or \
+                        "sigma {sigma} implies radius {radius}{0} (a {1} x {1} kernel), above the maximum \
+                         radius {MAX_RADIUS} ({most} x {most}): give a sigma below {max_sigma_alone}, or \
                          a radius of at most {MAX_RADIUS} with it (the kernel is then cut there)",
+                        if sample == SampleType::U8 { "" } else { " for 16-bit samples" },
                         2 * u64::from(radius) + 1
                     ),
                 ),
@@ -284,6 +309,25 @@ mod tests {
         assert_eq!(&q16(6, Some(2.5))[..5], [592, 1428, 2934, 5136, 7662]);
         assert_eq!(&q16(32, Some(10.0))[..5], [16, 21, 29, 39, 52]);
         assert_eq!(&q16(32, None)[..5], [17, 23, 32, 42, 56]);
+    }
+
+    /// OpenCV derives a kernel size from sigma alone by 8 sigma for 16-bit images, 6 for 8-bit
+    /// ones (cv2.GaussianBlur of a CV_16U impulse with ksize (0, 0) and sigma 1: 9 taps).
+    #[test]
+    fn sixteen_bit_kernels_from_sigma_alone_are_wider() {
+        let radius = |sigma, sample| {
+            Gaussian::for_samples(None, Some(sigma), Border::default(), sample).map(|kernel| kernel.radius())
+        };
+        assert_eq!((radius(1.0, SampleType::U8).unwrap(), radius(1.0, SampleType::U16).unwrap()), (3, 4));
+        assert_eq!(radius(2.5, SampleType::U16).unwrap(), 10);
+        assert_eq!(radius(8.06, SampleType::U16).unwrap(), 32);
+        let error = radius(9.0, SampleType::U16).unwrap_err().to_string();
+        assert!(error.contains("sigma 9 implies radius 36 for 16-bit samples (a 73 x 73 kernel)"), "{error}");
+        assert!(error.contains("below 8.0625") && error.contains("at most 32"), "{error}");
+        // A radius given is the radius used, whatever the samples.
+        let given = |sample| Gaussian::for_samples(Some(5), Some(9.0), Border::Replicate, sample).unwrap();
+        assert_eq!(given(SampleType::U16), given(SampleType::U8));
+        assert_eq!(given(SampleType::U8), Gaussian::new(Some(5), Some(9.0), Border::Replicate).unwrap());
     }
 
     #[test]
