@@ -288,11 +288,13 @@ impl GaussianPlan {
 }
 
 /// Queues the blur of one frame from `input` to `output` on `queue`, with `table` uploaded
-/// by `plan` for `queue`: one kernel launch on the GPU, the CPU path on the CPU backend.
+/// by `plan` for `queue`: one kernel launch on the GPU (`gaussian_u8` or `gaussian_u16`, by
+/// the plan's sample type), the CPU path on the CPU backend. Buffers are bytes whatever the
+/// samples: a 16-bit frame is twice as many, little-endian.
 ///
 /// # Errors
 /// Buffers of the wrong size, a table uploaded by another plan or for another queue, memory
-/// the device cannot address, or a failed launch.
+/// the device cannot address, a 16-bit frame's buffer at an odd address, or a failed launch.
 pub fn gaussian<I, O>(
     queue: &Queue,
     plan: &GaussianPlan,
@@ -336,12 +338,14 @@ where
         .value(plan.kernel.radius())
         .value(plan.kernel.border().code());
     // SAFETY: gaussian_u8 and gaussian_u16 (const u8* src, u8* dst, const u32* table,
-    // u32 plane_count, u32 radius, u32 border) match the arguments in order and type. The table holds the
+    // u32 plane_count, u32 radius, u32 border) match the arguments in order and type, and the
+    // entry point is the one for the plan's samples, whose table it reads. The table holds the
     // plan's own words (compared above; only `upload_table` writes one, and a Shared lease
     // lets no one write it after), so every tile it describes lies inside one frame of the
-    // plan's format, and input and output are one frame long (checked): the kernel stays
-    // inside all three buffers. A table lent to another queue is refused when its address is
-    // resolved.
+    // plan's format (its byte size counts the sample size), and input and output are one
+    // frame long (checked): the kernel stays inside all three buffers. A 16-bit frame's
+    // buffers start on even addresses (checked), so its two-byte accesses are aligned. A table
+    // lent to another queue is refused when its address is resolved.
     unsafe { queue.launch(&kernel, config, args) }
 }
 

@@ -168,8 +168,9 @@ impl GaussianOverlap {
     /// frame's completion.
     ///
     /// # Errors
-    /// Buffers of the wrong size, leases of another queue, or the driver's error. Work already
-    /// queued when an error happens is still waited for by the leases.
+    /// Buffers of the wrong size, leases of another queue, a 16-bit frame's device buffer at an
+    /// odd address, or the driver's error. Work already queued when an error happens is still
+    /// waited for by the leases.
     pub fn run<HI, DI, DO, HO>(
         &mut self,
         queue: &Queue,
