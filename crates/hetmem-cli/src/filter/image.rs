@@ -279,7 +279,10 @@ impl<'a> Opened<'a> {
         let (width, height) = decoder.dimensions();
         let color = decoder.color_type();
         let plan = plan(color).with_context(|| {
-            format!("{input}: {color:?} pixels are not supported: hetmem filters 8-bit gray, RGB and RGBA")
+            format!(
+                "{input}: {color:?} pixels are not supported: hetmem filters gray, RGB and RGBA of 8 or 16 \
+                 bits per channel"
+            )
         })?;
         let frame = FrameFormat::new(width as usize, height as usize, plan.layout)
             .with_context(|| format!("cannot filter {input} ({width}x{height})"))?
