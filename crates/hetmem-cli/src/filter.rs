@@ -10,6 +10,9 @@
 //! name is refused before it is opened. The size an input declares is checked against the
 //! memory budget (`--max-pixels`) before anything that large is allocated.
 //!
+//! 16-bit images (PNG, PNM) and 9- to 16-bit video (Y4M `C420p10`, ...) are filtered as 16-bit
+//! samples through the same path, never narrowed.
+//!
 //! An image is decoded straight into the strategy's input memory ([`hetmem::FrameFilter`]); a
 //! video streams through a [`hetmem::FrameRing`]: each frame is read straight into the ring's
 //! next input slot while earlier frames are filtered and written, in order, by a writer
@@ -31,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use hetmem::ops::gaussian::{Border, Gaussian, MAX_RADIUS};
+use hetmem::ops::gaussian::{Border, Gaussian, MAX_RADIUS, SampleType};
 use hetmem::{Device, Strategy};
 
 use self::budget::{Budget, DEFAULT_MAX_PIXELS};
@@ -40,7 +43,8 @@ use self::endpoint::{Endpoint, Input, Named};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A PNG, JPEG or PPM/PGM/PAM image, a Y4M video, or `-`: stdin (either). Pipes given as
-    /// paths (/dev/stdin, <(...), a FIFO) work too.
+    /// paths (/dev/stdin, <(...), a FIFO) work too. 16-bit images and 9- to 16-bit video
+    /// (C420p10, ...) stay 16-bit.
     input: PathBuf,
     /// Where to write the result, of the input's kind: an image in the format of its extension
     /// (.png, .jpg, .ppm, .pgm, .pnm, .pam), a .y4m video, or `-`: Y4M video on stdout.
@@ -176,6 +180,8 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
     faults::arm(&args.inject_fault)?;
     // Resolved now so that messages name the strategy that runs, not `auto`.
     let strategy = strategy.resolve(device);
+    // Checked before anything is opened; 16-bit inputs derive a radius left out by their own
+    // rule (Job::kernel_for).
     let kernel = Gaussian::new(args.radius, args.sigma, args.border.into())
         .with_context(|| format!("cannot filter {input_name}"))?;
     let output_kind = match &output {
@@ -195,6 +201,7 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
         strategy,
         strategy_chosen,
         kernel: &kernel,
+        kernel_args: (args.radius, args.sigma, args.border.into()),
         input: input_name,
         output: output_name,
         budget,
@@ -240,12 +247,34 @@ struct Job<'a> {
     strategy: Strategy,
     /// The user named the strategy (not `auto`): no fallback to another.
     strategy_chosen: bool,
+    /// The kernel for 8-bit frames.
     kernel: &'a Gaussian,
+    /// `--radius`, `--sigma` and `--border`: OpenCV derives a radius left out from sigma by
+    /// another rule for 16-bit frames.
+    kernel_args: (Option<u32>, Option<f64>, Border),
     input: Named<'a>,
     output: Named<'a>,
     budget: Budget,
     /// `--retries`.
     retries: u32,
+}
+
+impl Job<'_> {
+    /// The kernel for frames of `sample`s: with no `--radius`, a 16-bit frame takes
+    /// `round(8 * sigma + 1) | 1` taps where an 8-bit one takes `round(6 * sigma + 1) | 1`, as
+    /// `cv2.GaussianBlur` does.
+    ///
+    /// # Errors
+    /// A sigma whose radius for 16-bit samples is above the largest.
+    fn kernel_for(&self, sample: SampleType) -> hetmem::Result<Gaussian> {
+        match sample {
+            SampleType::U8 => Ok(self.kernel.clone()),
+            _ => {
+                let (radius, sigma, border) = self.kernel_args;
+                Gaussian::for_samples(radius, sigma, border, sample)
+            }
+        }
+    }
 }
 
 /// `--inject-fault`, with the `testing` feature: fault rules for the CLI's own tests.

@@ -3,8 +3,9 @@
 //! synccheck, initcheck), where a full test run would take too long.
 //!
 //! - `affine_u32` on mapped memory;
-//! - `gaussian_u8` by every GPU strategy, and `gaussian_u8_overlap` (pinned-async), on an RGB
-//!   frame and a 4:2:0 frame whose sides are not multiples of anything;
+//! - `gaussian_u8` and `gaussian_u16` by every GPU strategy, and `gaussian_u8_overlap` and
+//!   `gaussian_u16_overlap` (pinned-async), on RGB frames and 4:2:0 frames whose sides are not
+//!   multiples of anything, of 8-bit and of 16-bit samples;
 //! - the link benchmark's `bench_read_u4`, `bench_read_strided`, `bench_write_u4` and
 //!   `bench_copy_u4` (each checked by the benchmark itself), the gate's `wait_for_go` and the
 //!   `doorbell`, through a tiny `bench::link::measure`.
@@ -15,7 +16,7 @@
 //! the GPU).
 
 use hetmem::bench::link::{self, LinkOptions, Path};
-use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
+use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleType, gaussian_cpu};
 use hetmem::{Device, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
 
 mod support;
@@ -43,12 +44,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop((input, output));
     println!("affine_u32: equal to the CPU");
 
-    // gaussian_u8 and gaussian_u8_overlap, every strategy the device has.
+    // gaussian_u8, gaussian_u16 and their overlap variants, every strategy the device has.
     let strategies =
         [Strategy::Copy, Strategy::PinnedAsync, Strategy::ZeroCopy, Strategy::Managed, Strategy::Hybrid];
-    for (width, height, layout, radius) in [(97, 61, PixelLayout::Rgb, 2), (131, 77, PixelLayout::Yuv420, 4)]
-    {
-        let format = FrameFormat::new(width, height, layout)?;
+    for (width, height, layout, radius, sample) in [
+        (97, 61, PixelLayout::Rgb, 2, SampleType::U8),
+        (131, 77, PixelLayout::Yuv420, 4, SampleType::U8),
+        (97, 61, PixelLayout::Rgb, 2, SampleType::U16),
+        (131, 77, PixelLayout::Yuv420, 4, SampleType::U16),
+    ] {
+        let format = FrameFormat::new(width, height, layout)?.with_sample(sample);
         let kernel = Gaussian::new(Some(radius), None, Border::Reflect101)?;
         let frame: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.next_u32() as u8).collect();
         let mut want = vec![0u8; frame.len()];
@@ -62,9 +67,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             filter.input_mut()?.copy_from_slice(&frame);
             filter.run()?;
             if filter.output()? != want {
-                return Err(format!("{strategy} on {width}x{height} {layout:?} differs from the CPU").into());
+                return Err(format!("{strategy} on {} differs from the CPU", format.describe()).into());
             }
-            println!("gaussian {strategy} {width}x{height} {layout:?}: equal to the CPU");
+            println!("gaussian {strategy} {}: equal to the CPU", format.describe());
         }
     }
 

@@ -1,4 +1,4 @@
-// Separable Gaussian blur of 8-bit planes, built for reading and writing across PCIe.
+// Separable Gaussian blur of 8-bit and 16-bit planes, built for reading and writing across PCIe.
 //
 // Each block owns a tile: a band of columns, full rows of it from a range of the plane's
 // rows. It walks down its range in chunks of CHUNK rows, keeping the horizontal results of
@@ -13,7 +13,14 @@
 // out as aligned 16-byte vectors.
 //
 // Arithmetic (identical to the CPU path, so the two are bit-exact): Q16 weights summing to
-// 65536; horizontal sums rounded to Q8 (<= 65280); vertical sums in 32 bits, rounded to 8 bits.
+// 65536. 8-bit samples (gaussian_u8): horizontal sums rounded to Q8 (<= 65280); vertical sums
+// in 32 bits, rounded to 8 bits. 16-bit little-endian samples (gaussian_u16): horizontal sums
+// exact (< 2^32); vertical sums of Q16 x Q16 products in 64 bits, rounded once, half up.
+//
+// Both sample sizes share everything but the two passes: tiles, chunks, loads and stores work
+// on bytes (a 16-bit pixel is 2 x channels bytes, copied whole at the borders), and the two
+// passes read and write whole samples, two bytes apart. A 16-bit plane starts on an even
+// address (checked by the caller), so its samples are 2-byte aligned in shared memory too.
 //
 // Overlap (gaussian_u8_overlap): the input arrives in device memory in segments, copied in
 // order by a copy engine that raises ready_in[s] = seq after segment s; a block waits for the
@@ -24,7 +31,8 @@
 // arrived yet.
 //
 // table (u32): taps weights, then PLANE_WORDS words per plane:
-//   offset_lo, offset_hi, width, height, channels, band_px, bands, ranges, range_rows, tile_start
+//   offset_lo, offset_hi (bytes), width, height, channels (samples per pixel), band_px, bands,
+//   ranges, range_rows, tile_start
 
 #define CHUNK 16
 #define PLANE_WORDS 10
@@ -57,7 +65,9 @@ struct Tile {
     const unsigned char* frame_lo;
     const unsigned char* frame_hi;
     long long row_bytes;
-    int width, height, channels;
+    int width, height;
+    int samples;      // per pixel
+    int pixel_bytes;  // samples x the sample's bytes
     int x0, y0, y1;
     int seg_lo, a_px, b_px, lead, load_bytes, out_bytes, halo_bytes;
     int in_stride, out_stride, ring;
@@ -73,7 +83,7 @@ __device__ void locate_rows(const Tile& t, int first, int count, unsigned int bo
                             long long* row_offset, int* row_base) {
     for (int row = threadIdx.x; row < count; row += blockDim.x) {
         const int y = resolve(first + row, t.height, border);
-        const long long at = y * t.row_bytes + (long long)t.a_px * t.channels;
+        const long long at = y * t.row_bytes + (long long)t.a_px * t.pixel_bytes;
         row_offset[row] = at;
         row_base[row] = (int)(((unsigned long long)(t.src + at) - (unsigned long long)t.lead) & 15);
     }
@@ -146,7 +156,7 @@ __device__ void count_written(const Tile& t, const Overlap& o, unsigned long lon
     if (!OVERLAP || !o.download || (int)threadIdx.x >= count) {
         return;
     }
-    unsigned long long lo = plane_offset + (y + threadIdx.x) * t.row_bytes + (long long)t.x0 * t.channels;
+    unsigned long long lo = plane_offset + (y + threadIdx.x) * t.row_bytes + (long long)t.x0 * t.pixel_bytes;
     const unsigned long long hi = lo + t.out_bytes;
     while (lo < hi) {
         const unsigned int segment = (unsigned int)(lo / o.segment_bytes);
@@ -236,18 +246,19 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
         for (int item = threadIdx.x; item < count * t.halo_bytes; item += blockDim.x) {
             const int row = item / t.halo_bytes;
             const int k = item - row * t.halo_bytes;
-            const int px_index = k / t.channels;
-            const int ch = k - px_index * t.channels;
+            const int px_index = k / t.pixel_bytes;
+            const int byte = k - px_index * t.pixel_bytes;
             const int x = px_index < left ? t.seg_lo + px_index : t.b_px + (px_index - left);
             const int xr = resolve(x, t.width, border);
-            const long long row_start = row_offset[row] - (long long)t.a_px * t.channels;
-            in_rows[row * t.in_stride + row_base[row] + (x - t.seg_lo) * t.channels + ch] =
-                load1<OVERLAP>(t.src + row_start + (long long)xr * t.channels + ch);
+            const long long row_start = row_offset[row] - (long long)t.a_px * t.pixel_bytes;
+            in_rows[row * t.in_stride + row_base[row] + (x - t.seg_lo) * t.pixel_bytes + byte] =
+                load1<OVERLAP>(t.src + row_start + (long long)xr * t.pixel_bytes + byte);
         }
     }
 }
 
-template <bool OVERLAP>
+// SAMPLE_BYTES: 1 for 8-bit planes, 2 for 16-bit little-endian ones.
+template <bool OVERLAP, int SAMPLE_BYTES>
 __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ src,
                                               unsigned char* __restrict__ dst,
                                               const unsigned int* __restrict__ table,
@@ -275,7 +286,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
     const unsigned int tiles = last_plane[9] + last_plane[6] * last_plane[7];
     const unsigned long long frame_bytes =
         ((unsigned long long)last_plane[0] | ((unsigned long long)last_plane[1] << 32)) +
-        (unsigned long long)last_plane[2] * last_plane[3] * last_plane[4];
+        (unsigned long long)last_plane[2] * last_plane[3] * last_plane[4] * SAMPLE_BYTES;
     for (unsigned int index = blockIdx.x; index < tiles; index += gridDim.x) {
         __syncthreads();  // the previous tile is done with every shared array
         unsigned int plane = 0;
@@ -294,7 +305,8 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
             (unsigned long long)plane_words[0] | ((unsigned long long)plane_words[1] << 32);
         t.width = (int)plane_words[2];
         t.height = (int)plane_words[3];
-        t.channels = (int)plane_words[4];
+        t.samples = (int)plane_words[4];
+        t.pixel_bytes = t.samples * SAMPLE_BYTES;
         const int band_px = (int)plane_words[5];
         const int bands = (int)plane_words[6];
         const int range_rows = (int)plane_words[8];
@@ -306,7 +318,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
         if (band_width <= 0 || t.y0 >= t.y1) {
             continue;
         }
-        t.row_bytes = (long long)t.width * t.channels;
+        t.row_bytes = (long long)t.width * t.pixel_bytes;
         t.src = src + offset;
         t.frame_lo = src;
         t.frame_hi = src + frame_bytes;
@@ -315,22 +327,27 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
         const int seg_hi = t.x0 + band_width + r;
         t.a_px = max(t.seg_lo, 0);
         t.b_px = min(seg_hi, t.width);
-        t.lead = (t.a_px - t.seg_lo) * t.channels;
-        t.load_bytes = (t.b_px - t.a_px) * t.channels;
-        const int seg_bytes = (seg_hi - t.seg_lo) * t.channels;
-        t.out_bytes = band_width * t.channels;
-        t.halo_bytes = ((seg_hi - t.seg_lo) - (t.b_px - t.a_px)) * t.channels;
+        t.lead = (t.a_px - t.seg_lo) * t.pixel_bytes;
+        t.load_bytes = (t.b_px - t.a_px) * t.pixel_bytes;
+        const int seg_bytes = (seg_hi - t.seg_lo) * t.pixel_bytes;
+        t.out_bytes = band_width * t.pixel_bytes;
+        t.halo_bytes = ((seg_hi - t.seg_lo) - (t.b_px - t.a_px)) * t.pixel_bytes;
         t.in_stride = ((15 + seg_bytes + 16) + 15) & ~15;
         t.out_stride = ((15 + t.out_bytes + 16) + 15) & ~15;
         t.ring = CHUNK + 2 * r;
-        const int mid_stride = (t.out_bytes + 3) & ~3;  // u16 per row, whole quads
+        // The ring's words per row: 8-bit, a u16 per byte, whole quads; 16-bit, a u32 per
+        // sample, whole pairs.
+        const int out_samples = t.out_bytes / SAMPLE_BYTES;
+        const int mid_stride = SAMPLE_BYTES == 1 ? (out_samples + 3) & ~3 : (out_samples + 1) & ~1;
+        const int mid_word = SAMPLE_BYTES == 1 ? 2 : 4;
 
         // Shared memory: input rows, the ring of horizontal results, the staged output rows; each
         // section starts on 16 bytes.
         unsigned char* in_rows = shared;
         unsigned short* mid = (unsigned short*)(shared + (size_t)t.ring * t.in_stride);
-        unsigned char* out_rows =
-            shared + (size_t)t.ring * t.in_stride + ((((size_t)t.ring * mid_stride * 2) + 15) & ~(size_t)15);
+        unsigned int* mid32 = (unsigned int*)mid;
+        unsigned char* out_rows = shared + (size_t)t.ring * t.in_stride +
+                                  ((((size_t)t.ring * mid_stride * mid_word) + 15) & ~(size_t)15);
 
         // Prologue: load the first chunk with its halo rows above.
         int load_first = t.y0 - r;  // the virtual row of the first row in in_rows
@@ -361,29 +378,49 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
                 issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
             }
 
-            // 1. Horizontal pass of the loaded rows into the ring, four bytes per thread.
-            const int quads = mid_stride / 4;
+            // 1. Horizontal pass of the loaded rows into the ring, four bytes (8-bit) or two
+            // samples (16-bit) per thread. Samples past the row end are computed from the row's
+            // spare shared bytes and never read.
             const int first_slot_loaded = load_first - (t.y0 - r);
-            for (int item = threadIdx.x; item < n_load * quads; item += blockDim.x) {
-                const int row = item / quads;
-                const int j0 = (item - row * quads) * 4;
-                const unsigned char* s = in_rows + row * t.in_stride + row_base[cur][row] + j0;
-                unsigned int sums[4] = {0, 0, 0, 0};
-                for (int k = 0; k < taps; ++k) {
-                    const unsigned int w = weights[k];
-                    const unsigned char* p = s + k * t.channels;
-    #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        sums[i] += w * (unsigned int)p[i];
+            if (SAMPLE_BYTES == 1) {
+                const int quads = mid_stride / 4;
+                for (int item = threadIdx.x; item < n_load * quads; item += blockDim.x) {
+                    const int row = item / quads;
+                    const int j0 = (item - row * quads) * 4;
+                    const unsigned char* s = in_rows + row * t.in_stride + row_base[cur][row] + j0;
+                    unsigned int sums[4] = {0, 0, 0, 0};
+                    for (int k = 0; k < taps; ++k) {
+                        const unsigned int w = weights[k];
+                        const unsigned char* p = s + k * t.pixel_bytes;
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            sums[i] += w * (unsigned int)p[i];
+                        }
                     }
+                    const int slot = (first_slot_loaded + row) % t.ring;
+                    uint2 packed;
+                    packed.x = ((sums[0] + 128u) >> 8) | (((sums[1] + 128u) >> 8) << 16);
+                    packed.y = ((sums[2] + 128u) >> 8) | (((sums[3] + 128u) >> 8) << 16);
+                    *(uint2*)(mid + slot * mid_stride + j0) = packed;
                 }
-                const int slot = (first_slot_loaded + row) % t.ring;
-                unsigned short* out = mid + slot * mid_stride + j0;
-                // Bytes past the row end are computed from the row's spare shared bytes and never read.
-                uint2 packed;
-                packed.x = ((sums[0] + 128u) >> 8) | (((sums[1] + 128u) >> 8) << 16);
-                packed.y = ((sums[2] + 128u) >> 8) | (((sums[3] + 128u) >> 8) << 16);
-                *(uint2*)out = packed;
+            } else {
+                const int pairs = mid_stride / 2;
+                for (int item = threadIdx.x; item < n_load * pairs; item += blockDim.x) {
+                    const int row = item / pairs;
+                    const int j0 = (item - row * pairs) * 2;
+                    const unsigned short* s =
+                        (const unsigned short*)(in_rows + row * t.in_stride + row_base[cur][row]) + j0;
+                    // At most 65536 x 65535 in all, as the weights sum to 65536: no overflow.
+                    unsigned int sums[2] = {0, 0};
+                    for (int k = 0; k < taps; ++k) {
+                        const unsigned int w = weights[k];
+                        const unsigned short* p = s + k * t.samples;
+                        sums[0] += w * (unsigned int)p[0];
+                        sums[1] += w * (unsigned int)p[1];
+                    }
+                    const int slot = (first_slot_loaded + row) % t.ring;
+                    *(uint2*)(mid32 + slot * mid_stride + j0) = make_uint2(sums[0], sums[1]);
+                }
             }
             __syncthreads();
 
@@ -397,28 +434,55 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
                 issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
             }
 
-            // 3. Vertical pass into the staged output rows, four bytes per thread.
-            for (int item = threadIdx.x; item < n_out * quads; item += blockDim.x) {
-                const int row = item / quads;
-                const int j0 = (item - row * quads) * 4;
-                const int y = yo + row;
-                unsigned int sums[4] = {1u << 23, 1u << 23, 1u << 23, 1u << 23};
-                int slot = (y - t.y0) % t.ring;  // the slot of virtual row y - r
-                for (int k = 0; k < taps; ++k) {
-                    const uint2 m = *(const uint2*)(mid + slot * mid_stride + j0);
-                    const unsigned int w = weights[k];
-                    sums[0] += w * (m.x & 0xffffu);
-                    sums[1] += w * (m.x >> 16);
-                    sums[2] += w * (m.y & 0xffffu);
-                    sums[3] += w * (m.y >> 16);
-                    slot = slot + 1 == t.ring ? 0 : slot + 1;
+            // 3. Vertical pass into the staged output rows, four bytes (8-bit) or two samples
+            // (16-bit) per thread.
+            if (SAMPLE_BYTES == 1) {
+                const int quads = mid_stride / 4;
+                for (int item = threadIdx.x; item < n_out * quads; item += blockDim.x) {
+                    const int row = item / quads;
+                    const int j0 = (item - row * quads) * 4;
+                    const int y = yo + row;
+                    unsigned int sums[4] = {1u << 23, 1u << 23, 1u << 23, 1u << 23};
+                    int slot = (y - t.y0) % t.ring;  // the slot of virtual row y - r
+                    for (int k = 0; k < taps; ++k) {
+                        const uint2 m = *(const uint2*)(mid + slot * mid_stride + j0);
+                        const unsigned int w = weights[k];
+                        sums[0] += w * (m.x & 0xffffu);
+                        sums[1] += w * (m.x >> 16);
+                        sums[2] += w * (m.y & 0xffffu);
+                        sums[3] += w * (m.y >> 16);
+                        slot = slot + 1 == t.ring ? 0 : slot + 1;
+                    }
+                    const unsigned char* g = t.dst + y * t.row_bytes + (long long)t.x0 * t.pixel_bytes;
+                    const int base = (int)((unsigned long long)g & 15);
+                    unsigned char* o = out_rows + row * t.out_stride + base + j0;
+                    const int valid = min(4, out_samples - j0);
+                    for (int i = 0; i < valid; ++i) {
+                        o[i] = (unsigned char)(sums[i] >> 24);
+                    }
                 }
-                const unsigned char* g = t.dst + y * t.row_bytes + (long long)t.x0 * t.channels;
-                const int base = (int)((unsigned long long)g & 15);
-                unsigned char* o = out_rows + row * t.out_stride + base + j0;
-                const int valid = min(4, t.out_bytes - j0);
-                for (int i = 0; i < valid; ++i) {
-                    o[i] = (unsigned char)(sums[i] >> 24);
+            } else {
+                const int pairs = mid_stride / 2;
+                for (int item = threadIdx.x; item < n_out * pairs; item += blockDim.x) {
+                    const int row = item / pairs;
+                    const int j0 = (item - row * pairs) * 2;
+                    const int y = yo + row;
+                    unsigned long long sums[2] = {1ull << 31, 1ull << 31};
+                    int slot = (y - t.y0) % t.ring;  // the slot of virtual row y - r
+                    for (int k = 0; k < taps; ++k) {
+                        const uint2 m = *(const uint2*)(mid32 + slot * mid_stride + j0);
+                        const unsigned int w = weights[k];
+                        sums[0] += (unsigned long long)w * m.x;
+                        sums[1] += (unsigned long long)w * m.y;
+                        slot = slot + 1 == t.ring ? 0 : slot + 1;
+                    }
+                    const unsigned char* g = t.dst + y * t.row_bytes + (long long)t.x0 * t.pixel_bytes;
+                    const int base = (int)((unsigned long long)g & 15);
+                    unsigned short* o = (unsigned short*)(out_rows + row * t.out_stride + base) + j0;
+                    const int valid = min(2, out_samples - j0);
+                    for (int i = 0; i < valid; ++i) {
+                        o[i] = (unsigned short)(sums[i] >> 32);
+                    }
                 }
             }
             __syncthreads();
@@ -428,7 +492,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
             for (int item = threadIdx.x; item < n_out * out_units; item += blockDim.x) {
                 const int row = item / out_units;
                 const int unit = item - row * out_units;
-                unsigned char* g = t.dst + (yo + row) * t.row_bytes + (long long)t.x0 * t.channels;
+                unsigned char* g = t.dst + (yo + row) * t.row_bytes + (long long)t.x0 * t.pixel_bytes;
                 const unsigned char* o = out_rows + row * t.out_stride + (int)((unsigned long long)g & 15);
                 const long long start = align_down(g) + 16ll * unit;
                 if (start >= t.out_bytes) {
@@ -466,7 +530,7 @@ gaussian_u8(const unsigned char* __restrict__ src, unsigned char* __restrict__ d
             const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
             unsigned int border) {
     const Overlap none = {nullptr, nullptr, nullptr, 1, 0, 0, 0};
-    gaussian_body<false>(src, dst, table, plane_count, radius, border, none);
+    gaussian_body<false, 1>(src, dst, table, plane_count, radius, border, none);
 }
 
 // `sync` holds ready_in[segments], ready_out[segments], done[segments] (all zero at first).
@@ -478,5 +542,24 @@ gaussian_u8_overlap(const unsigned char* __restrict__ src, unsigned char* __rest
                     unsigned int segments, unsigned long long segment_bytes,
                     unsigned long long frame_bytes, unsigned int seq, unsigned int download) {
     const Overlap o = {sync, sync + segments, sync + 2 * segments, segment_bytes, frame_bytes, seq, download};
-    gaussian_body<true>(src, dst, table, plane_count, radius, border, o);
+    gaussian_body<true, 1>(src, dst, table, plane_count, radius, border, o);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gaussian_u16(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+             const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
+             unsigned int border) {
+    const Overlap none = {nullptr, nullptr, nullptr, 1, 0, 0, 0};
+    gaussian_body<false, 2>(src, dst, table, plane_count, radius, border, none);
+}
+
+// As gaussian_u8_overlap, for 16-bit planes.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gaussian_u16_overlap(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+                     const unsigned int* __restrict__ table, unsigned int plane_count,
+                     unsigned int radius, unsigned int border, unsigned int* sync,
+                     unsigned int segments, unsigned long long segment_bytes,
+                     unsigned long long frame_bytes, unsigned int seq, unsigned int download) {
+    const Overlap o = {sync, sync + segments, sync + 2 * segments, segment_bytes, frame_bytes, seq, download};
+    gaussian_body<true, 2>(src, dst, table, plane_count, radius, border, o);
 }

@@ -1,8 +1,10 @@
-//! Every strategy filters fresh random frames of many sizes and layouts exactly as the CPU
-//! path does (the two are bit-exact by construction), outputs poisoned before each frame.
+//! Every strategy filters fresh random frames of many sizes, layouts and sample types (8-bit
+//! and 16-bit) exactly as the CPU path does (the two are bit-exact by construction), outputs
+//! poisoned before each frame.
 
 use hetmem::ops::gaussian::{
-    Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, Segments, gaussian_cpu,
+    Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, SampleType, Segments,
+    gaussian_cpu,
 };
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy};
@@ -12,6 +14,7 @@ use crate::support::{first_mismatch, on_every_backend};
 fn cases() -> Vec<(FrameFormat, Gaussian)> {
     let kernel = |radius, sigma, border| Gaussian::new(radius, sigma, border).unwrap();
     let format = |w, h, layout| FrameFormat::new(w, h, layout).unwrap();
+    let wide = |w, h, layout| format(w, h, layout).with_sample(SampleType::U16);
     vec![
         (format(1920, 1080, PixelLayout::Rgb), kernel(None, None, Border::Reflect101)),
         (format(1919, 1081, PixelLayout::Rgb), kernel(Some(2), None, Border::Reflect101)),
@@ -21,6 +24,12 @@ fn cases() -> Vec<(FrameFormat, Gaussian)> {
         (format(1919, 1081, PixelLayout::Yuv420), kernel(Some(3), None, Border::Reflect101)),
         (format(101, 77, PixelLayout::Yuv422), kernel(Some(1), None, Border::Replicate)),
         (format(64, 40, PixelLayout::Yuv444), kernel(Some(16), Some(6.0), Border::Reflect101)),
+        // 16-bit samples: 10-bit video, 16-bit images, and sides not larger than the radius.
+        (wide(1919, 1081, PixelLayout::Yuv420), kernel(Some(3), None, Border::Reflect101)),
+        (wide(257, 129, PixelLayout::Rgb), kernel(None, None, Border::Reflect101)),
+        (wide(33, 17, PixelLayout::Rgba), kernel(Some(4), Some(2.0), Border::Replicate)),
+        (wide(640, 48, PixelLayout::Gray), kernel(Some(32), Some(10.0), Border::Reflect101)),
+        (wide(7, 3, PixelLayout::Yuv422), kernel(Some(9), None, Border::Replicate)),
     ]
 }
 
@@ -40,10 +49,8 @@ fn check_strategy(device: &Device, strategy: Strategy) {
             assert_eq!(
                 first_mismatch(filter.output().unwrap(), &want),
                 None,
-                "{strategy}, {}x{} {:?}, radius {}, frame {frame}, seed {seed:#x}",
-                format.width,
-                format.height,
-                format.layout,
+                "{strategy}, {}, radius {}, frame {frame}, seed {seed:#x}",
+                format.describe(),
                 kernel.radius()
             );
         }
@@ -123,18 +130,14 @@ fn overlapped_frames_match_the_cpu_path_for_any_segment_count() {
                 assert_eq!(
                     first_mismatch(mapped_out.as_slice(), &want),
                     None,
-                    "mapped output: {}x{} {:?}, {segments} segments, frame {frame_index}, seed {seed:#x}",
-                    format.width,
-                    format.height,
-                    format.layout
+                    "mapped output: {}, {segments} segments, frame {frame_index}, seed {seed:#x}",
+                    format.describe()
                 );
                 assert_eq!(
                     first_mismatch(host_out.as_slice(), &want),
                     None,
-                    "{}x{} {:?}, {} segments asked, {} made, frame {frame_index}, seed {seed:#x}",
-                    format.width,
-                    format.height,
-                    format.layout,
+                    "{}, {} segments asked, {} made, frame {frame_index}, seed {seed:#x}",
+                    format.describe(),
                     segments,
                     overlap.segments()
                 );

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
+use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleType, gaussian_cpu};
 use hetmem::stage::CpuStage;
 use hetmem::{Device, Error, FenceKind, FrameRing, RingOptions, Strategy};
 
@@ -49,10 +49,8 @@ fn stream_and_check(
             assert_eq!(
                 first_mismatch(&output, &want),
                 None,
-                "{strategy}, {}x{} {:?}, frame {index}, seed {seed:#x}",
-                format.width,
-                format.height,
-                format.layout
+                "{strategy}, {}, frame {index}, seed {seed:#x}",
+                format.describe()
             );
         }
     });
@@ -75,6 +73,9 @@ fn every_strategy_streams_frames_in_order_matching_the_cpu_path() {
             let odd_format = FrameFormat::new(101, 77, PixelLayout::Yuv420).unwrap();
             stream_and_check(device, strategy, FenceKind::Event, hd, &kernel, 8);
             stream_and_check(device, strategy, FenceKind::Flag, odd_format, &odd, 10);
+            // 10-bit video: 16-bit samples through the same slots of bytes.
+            let ten_bit = odd_format.with_sample(SampleType::U16);
+            stream_and_check(device, strategy, FenceKind::Event, ten_bit, &odd, 6);
         }
     });
 }

@@ -3,10 +3,12 @@
 //!
 //! The encoded image is read into memory, from a file or a pipe alike, and its header is
 //! read: the size it declares is checked against the budget before anything that large is
-//! allocated. 8-bit gray, RGB and RGBA images are then decoded straight into the filter's
-//! input memory and encoded straight from its output memory, and keep their pixel type. Gray
-//! with alpha is filtered as RGBA and written back as gray with alpha. Other pixel types
-//! (16-bit, float) are converted to 8 bits, with a warning: the output is then 8-bit.
+//! allocated. Gray, RGB and RGBA images of 8 or 16 bits per channel are then decoded straight
+//! into the filter's input memory and encoded straight from its output memory, and keep their
+//! pixel type: a 16-bit PNG or PNM stays 16-bit end to end (JPEG holds 8 bits only, so a
+//! 16-bit image is not written as one). Gray with alpha is filtered as RGBA and written back
+//! as gray with alpha. Float pixels are converted to 8 bits, with a warning: the output is
+//! then 8-bit.
 //!
 //! A truncated file is refused, not filled in: a JPEG or PNG must reach its end marker
 //! ([`ending`]), a binary PNM must hold every pixel byte its header declares.
@@ -18,7 +20,7 @@ use std::io::{BufWriter, Cursor, Write as _};
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
-use hetmem::ops::gaussian::{FrameFormat, GaussianStage, PixelLayout};
+use hetmem::ops::gaussian::{FrameFormat, GaussianStage, PixelLayout, SampleType};
 use hetmem::{Device, FrameFilter, Strategy};
 use image::codecs::jpeg::JpegEncoder;
 use image::codecs::png::PngEncoder;
@@ -47,24 +49,29 @@ const JPEG_QUALITY: u8 = 90;
 struct Plan {
     /// What the filter sees.
     layout: PixelLayout,
-    /// Decoded straight into the filter (8-bit gray, RGB, RGBA), or converted first.
+    sample: SampleType,
+    /// Decoded straight into the filter (gray, RGB, RGBA of 8 or 16 bits), or converted first.
     direct: bool,
     /// What is written.
     written: ExtendedColorType,
 }
 
 fn plan(color: ColorType) -> Option<Plan> {
-    let (layout, direct, written) = match color {
-        ColorType::L8 => (PixelLayout::Gray, true, ExtendedColorType::L8),
-        ColorType::Rgb8 => (PixelLayout::Rgb, true, ExtendedColorType::Rgb8),
-        ColorType::Rgba8 => (PixelLayout::Rgba, true, ExtendedColorType::Rgba8),
-        ColorType::L16 => (PixelLayout::Gray, false, ExtendedColorType::L8),
-        ColorType::La8 | ColorType::La16 => (PixelLayout::Rgba, false, ExtendedColorType::La8),
-        ColorType::Rgb16 | ColorType::Rgb32F => (PixelLayout::Rgb, false, ExtendedColorType::Rgb8),
-        ColorType::Rgba16 | ColorType::Rgba32F => (PixelLayout::Rgba, false, ExtendedColorType::Rgba8),
+    use ExtendedColorType as Written;
+    let (layout, sample, direct, written) = match color {
+        ColorType::L8 => (PixelLayout::Gray, SampleType::U8, true, Written::L8),
+        ColorType::Rgb8 => (PixelLayout::Rgb, SampleType::U8, true, Written::Rgb8),
+        ColorType::Rgba8 => (PixelLayout::Rgba, SampleType::U8, true, Written::Rgba8),
+        ColorType::La8 => (PixelLayout::Rgba, SampleType::U8, false, Written::La8),
+        ColorType::L16 => (PixelLayout::Gray, SampleType::U16, true, Written::L16),
+        ColorType::Rgb16 => (PixelLayout::Rgb, SampleType::U16, true, Written::Rgb16),
+        ColorType::Rgba16 => (PixelLayout::Rgba, SampleType::U16, true, Written::Rgba16),
+        ColorType::La16 => (PixelLayout::Rgba, SampleType::U16, false, Written::La16),
+        ColorType::Rgb32F => (PixelLayout::Rgb, SampleType::U8, false, Written::Rgb8),
+        ColorType::Rgba32F => (PixelLayout::Rgba, SampleType::U8, false, Written::Rgba8),
         _ => return None,
     };
-    Some(Plan { layout, direct, written })
+    Some(Plan { layout, sample, direct, written })
 }
 
 fn describe(color: ExtendedColorType) -> &'static str {
@@ -73,6 +80,10 @@ fn describe(color: ExtendedColorType) -> &'static str {
         ExtendedColorType::La8 => "gray with alpha",
         ExtendedColorType::Rgb8 => "RGB",
         ExtendedColorType::Rgba8 => "RGBA",
+        ExtendedColorType::L16 => "16-bit gray",
+        ExtendedColorType::La16 => "16-bit gray with alpha",
+        ExtendedColorType::Rgb16 => "16-bit RGB",
+        ExtendedColorType::Rgba16 => "16-bit RGBA",
         _ => "other",
     }
 }
@@ -83,23 +94,39 @@ enum Encoding {
     Png,
     Jpeg,
     Pnm(Option<PnmSubtype>),
+    /// A binary PGM (`P5`) or PPM (`P6`) of 16-bit samples, which `image`'s PNM encoder writes
+    /// at 8 bits only: the magic number.
+    Pnm16(&'static str),
 }
 
 fn encoding(to: &Path, kind: ImageKind, color: ExtendedColorType, output: &str) -> anyhow::Result<Encoding> {
     let extension = to.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
     let what = describe(color);
-    let alpha = matches!(color, ExtendedColorType::La8 | ExtendedColorType::Rgba8);
+    let alpha = matches!(
+        color,
+        ExtendedColorType::La8
+            | ExtendedColorType::Rgba8
+            | ExtendedColorType::La16
+            | ExtendedColorType::Rgba16
+    );
+    let wide = color.bits_per_pixel() / u16::from(color.channel_count()) == 16;
     Ok(match kind {
         ImageKind::Png => Encoding::Png,
         ImageKind::Jpeg if alpha => {
             bail!("{output}: JPEG has no alpha channel and the image is {what}: write .png or .pam")
         }
+        ImageKind::Jpeg if wide => bail!(
+            "{output}: JPEG holds 8 bits per channel and the image is {what}: write .png, .pnm or .pam to keep \
+             its 16 bits"
+        ),
         ImageKind::Jpeg => Encoding::Jpeg,
         ImageKind::Pnm => {
             let binary = SampleEncoding::Binary;
             match (extension.as_str(), color) {
                 ("pgm" | "pnm", ExtendedColorType::L8) => Encoding::Pnm(Some(PnmSubtype::Graymap(binary))),
                 ("ppm" | "pnm", ExtendedColorType::Rgb8) => Encoding::Pnm(Some(PnmSubtype::Pixmap(binary))),
+                ("pgm" | "pnm", ExtendedColorType::L16) => Encoding::Pnm16("P5"),
+                ("ppm" | "pnm", ExtendedColorType::Rgb16) => Encoding::Pnm16("P6"),
                 // PAM holds any of them; `None` lets the encoder write its header.
                 ("pam" | "pnm", _) => Encoding::Pnm(None),
                 ("pgm", _) => bail!(
@@ -128,13 +155,16 @@ pub(super) fn filter(
     let (width, height, color, plan) = (image.width, image.height, image.color, image.plan);
     let encoding = encoding(to, output_kind, plan.written, &output)?;
     let mut warnings = Vec::new();
-    if !matches!(color, ColorType::L8 | ColorType::La8 | ColorType::Rgb8 | ColorType::Rgba8) {
+    if matches!(color, ColorType::Rgb32F | ColorType::Rgba32F) {
         warnings.push(format!(
-            "{input_name} has {color:?} pixels: hetmem filters 8 bits per channel, so they were converted to 8 \
-             bits and {output} is 8-bit"
+            "{input_name} has {color:?} pixels: hetmem filters 8 or 16 bits per channel, so they were converted \
+             to 8 bits and {output} is 8-bit"
         ));
     }
-    let stage = GaussianStage::new(image.frame, job.kernel)?.with_segments(crate::environment::segments()?);
+    let kernel = job
+        .kernel_for(plan.sample)
+        .with_context(|| format!("cannot filter {input_name} ({width}x{height} {color:?})"))?;
+    let stage = GaussianStage::new(image.frame, &kernel)?.with_segments(crate::environment::segments()?);
     let build = |device: &Device,
                  strategy: Strategy,
                  warnings: &mut Vec<String>|
@@ -181,15 +211,15 @@ pub(super) fn filter(
     clock.frame(latency);
 
     let result = filter.output()?;
-    let gray_alpha: Vec<u8>;
-    let pixels = if plan.written == ExtendedColorType::La8 {
-        // Filtered as RGBA with R = G = B, so R is the gray: the same weights on the same values.
-        gray_alpha = result.chunks_exact(4).flat_map(|p| [p[0], p[3]]).collect();
-        &gray_alpha[..]
-    } else {
-        result
+    // Filtered as RGBA with R = G = B, so R is the gray: the same weights on the same values.
+    let gray_alpha: Vec<u8> = match plan.written {
+        ExtendedColorType::La8 => result.chunks_exact(4).flat_map(|p| [p[0], p[3]]).collect(),
+        ExtendedColorType::La16 => result.chunks_exact(8).flat_map(|p| [p[0], p[1], p[6], p[7]]).collect(),
+        _ => Vec::new(),
     };
-    write(to, encoding, pixels, width, height, plan.written)
+    let pixels = if gray_alpha.is_empty() { result } else { &gray_alpha[..] };
+    let pixels = native_endian(pixels, plan.sample);
+    write(to, encoding, &pixels, width, height, plan.written)
         .with_context(|| format!("cannot write {output}"))?;
     let facts = Facts {
         input: input_name,
@@ -199,10 +229,11 @@ pub(super) fn filter(
         width: width as usize,
         height: height as usize,
         layout: plan.layout,
+        sample: plan.sample,
         strategy: filter.strategy(),
         warnings,
     };
-    let mut report = Report::new(facts, job.kernel, &clock);
+    let mut report = Report::new(facts, &kernel, &clock);
     report.retried = recovery.retried;
     Ok(report)
 }
@@ -249,10 +280,14 @@ impl<'a> Opened<'a> {
         let (width, height) = decoder.dimensions();
         let color = decoder.color_type();
         let plan = plan(color).with_context(|| {
-            format!("{input}: {color:?} pixels are not supported: hetmem filters 8-bit gray, RGB and RGBA")
+            format!(
+                "{input}: {color:?} pixels are not supported: hetmem filters gray, RGB and RGBA of 8 or 16 \
+                 bits per channel"
+            )
         })?;
         let frame = FrameFormat::new(width as usize, height as usize, plan.layout)
-            .with_context(|| format!("cannot filter {input} ({width}x{height})"))?;
+            .with_context(|| format!("cannot filter {input} ({width}x{height})"))?
+            .with_sample(plan.sample);
         let what = format!("its {} header", kind.name());
         let memory = memory(&frame, decoder.total_bytes(), plan.direct);
         budget.check(input, &what, width.into(), height.into(), memory)?;
@@ -274,22 +309,31 @@ impl<'a> Opened<'a> {
     }
 
     /// Decodes the pixels into `pixels`, one frame of [`Opened::frame`] (the filter's input
-    /// memory), converted to 8 bits where the pixel type needs it.
+    /// memory, 16-bit samples little-endian), converted where the pixel type needs it.
     ///
     /// # Errors
     /// Corrupt or truncated data.
     pub(super) fn read_into(self, pixels: &mut [u8]) -> anyhow::Result<()> {
         let Opened { decoder, bytes, kind, input, budget, plan, .. } = self;
         let decoded = if plan.direct {
-            decoder.read_image(pixels)
+            // The decoders give 16-bit samples in this machine's byte order.
+            decoder.read_image(pixels).map(|()| little_endian_in_place(pixels, plan.sample))
         } else {
-            DynamicImage::from_decoder(decoder).map(|image| {
-                let converted = match plan.layout {
-                    PixelLayout::Gray => image.into_luma8().into_raw(),
-                    PixelLayout::Rgb => image.into_rgb8().into_raw(),
-                    _ => image.into_rgba8().into_raw(),
-                };
-                pixels.copy_from_slice(&converted);
+            DynamicImage::from_decoder(decoder).map(|image| match (plan.layout, plan.sample) {
+                (PixelLayout::Rgba, SampleType::U16) => {
+                    let converted = image.into_rgba16().into_raw();
+                    for (pair, value) in pixels.chunks_exact_mut(2).zip(converted) {
+                        pair.copy_from_slice(&value.to_le_bytes());
+                    }
+                }
+                (layout, _) => {
+                    let converted = match layout {
+                        PixelLayout::Gray => image.into_luma8().into_raw(),
+                        PixelLayout::Rgb => image.into_rgb8().into_raw(),
+                        _ => image.into_rgba8().into_raw(),
+                    };
+                    pixels.copy_from_slice(&converted);
+                }
             })
         };
         match decoded {
@@ -322,7 +366,8 @@ fn truncated(kind: ImageKind, input: &str, at: &str) -> anyhow::Error {
 }
 
 /// Memory filtering one image takes: the filter's input and output frames and the CPU blur's
-/// 16-bit intermediate, and for a converted pixel type the decoded image and its 8-bit copy.
+/// intermediate (twice the frame), and for a converted pixel type the decoded image and its
+/// converted copy. 16-bit samples count two bytes each, in the frame's own size.
 fn memory(frame: &FrameFormat, decoded_bytes: u64, direct: bool) -> u64 {
     let frame = frame.frame_bytes() as u64;
     4 * frame + if direct { 0 } else { decoded_bytes + frame }
@@ -383,6 +428,28 @@ fn decode_error(
     }
 }
 
+/// Turns 16-bit samples in this machine's byte order into little-endian ones (the frame's
+/// order), in place: nothing to do on a little-endian machine.
+fn little_endian_in_place(pixels: &mut [u8], sample: SampleType) {
+    if cfg!(target_endian = "big") && sample == SampleType::U16 {
+        for pair in pixels.chunks_exact_mut(2) {
+            pair.swap(0, 1);
+        }
+    }
+}
+
+/// The filtered samples in the order the encoders take (this machine's): borrowed on a
+/// little-endian machine.
+fn native_endian(pixels: &[u8], sample: SampleType) -> std::borrow::Cow<'_, [u8]> {
+    if cfg!(target_endian = "big") && sample == SampleType::U16 {
+        let mut swapped = pixels.to_vec();
+        little_endian_in_place(&mut swapped, sample);
+        swapped.into()
+    } else {
+        pixels.into()
+    }
+}
+
 fn write(
     to: &Path,
     encoding: Encoding,
@@ -404,6 +471,15 @@ fn write(
                 None => encoder,
             };
             encoder.write_image(pixels, width, height, color)?;
+        }
+        Encoding::Pnm16(magic) => {
+            // Netpbm's 16-bit samples: big-endian, under a maxval of 65535.
+            write!(out, "{magic}\n{width} {height}\n65535\n")?;
+            let samples: Vec<u8> = pixels
+                .chunks_exact(2)
+                .flat_map(|pair| u16::from_ne_bytes([pair[0], pair[1]]).to_be_bytes())
+                .collect();
+            out.write_all(&samples)?;
         }
     }
     out.flush()?;

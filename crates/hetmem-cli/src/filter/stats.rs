@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use hetmem::Strategy;
 use hetmem::bench::Summary;
-use hetmem::ops::gaussian::{Border, Gaussian, PixelLayout};
+use hetmem::ops::gaussian::{Border, Gaussian, PixelLayout, SampleType};
 
 /// Frame latencies and time, gathered while filtering.
 #[derive(Debug)]
@@ -67,6 +67,8 @@ pub(super) struct Facts {
     pub width: usize,
     pub height: usize,
     pub layout: PixelLayout,
+    /// `u8`, or `u16` for 16-bit samples (9- to 16-bit video, 16-bit images).
+    pub sample: SampleType,
     pub strategy: Strategy,
     pub warnings: Vec<String>,
 }

@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::io;
 use std::sync::OnceLock;
 
-use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
+use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleType};
 use hetmem::{BackendChoice, BackendKind, Device};
 use proptest::prelude::*;
 
@@ -136,6 +136,7 @@ fn y4m_reads(bytes: &[u8], budget: Budget) -> (anyhow::Result<()>, usize) {
         strategy: hetmem::Strategy::Cpu,
         strategy_chosen: true,
         kernel: &kernel,
+        kernel_args: (None, None, Border::Reflect101),
         input: Named { endpoint: &input, std_name: "stdin" },
         output: Named { endpoint: &output, std_name: "stdout" },
         budget,
@@ -196,6 +197,18 @@ fn valid_files() -> &'static [Vec<u8>] {
         let rgb = image::DynamicImage::from(image::RgbImage::from_raw(12, 10, pattern(360)).unwrap());
         let rgba = image::DynamicImage::from(image::RgbaImage::from_raw(12, 10, pattern(480)).unwrap());
         let gray = image::DynamicImage::from(image::GrayImage::from_raw(12, 10, pattern(120)).unwrap());
+        // 16-bit samples: 10-bit video, a 16-bit RGBA PNG and a 16-bit PGM.
+        let deep = FrameFormat::new(16, 8, PixelLayout::Yuv420).unwrap().with_sample(SampleType::U16);
+        let mut y4m_10_bit = b"YUV4MPEG2 W16 H8 F25:1 Ip A1:1 C420p10 XYSCSS=420P10\n".to_vec();
+        y4m_10_bit.extend_from_slice(b"FRAME\n");
+        y4m_10_bit.extend(pattern(deep.frame_bytes()));
+        let samples = |len: usize| -> Vec<u16> { (0..len).map(|i| (i * 7919 % 65521) as u16).collect() };
+        let rgba16 = image::DynamicImage::from(
+            image::ImageBuffer::<image::Rgba<u16>, _>::from_raw(12, 10, samples(480)).unwrap(),
+        );
+        let gray16 = image::DynamicImage::from(
+            image::ImageBuffer::<image::Luma<u16>, _>::from_raw(12, 10, samples(120)).unwrap(),
+        );
         vec![
             y4m,
             encode(image::ImageFormat::Png, rgb.clone()),
@@ -207,6 +220,9 @@ fn valid_files() -> &'static [Vec<u8>] {
             [&b"P7\nWIDTH 3\nHEIGHT 2\nDEPTH 4\nMAXVAL 255\nTUPLTYPE RGB_ALPHA\nENDHDR\n"[..], &pattern(24)]
                 .concat(),
             [&b"P3\n2 2\n255\n"[..], b"1 2 3 4 5 6 7 8 9 10 11 12\n"].concat(),
+            y4m_10_bit,
+            encode(image::ImageFormat::Png, rgba16),
+            encode(image::ImageFormat::Pnm, gray16),
         ]
     })
 }

@@ -1,7 +1,9 @@
 //! Y4M (YUV4MPEG2) video: files, or pipes from and to ffmpeg.
 //!
 //! The stream header is written out byte for byte as it came in (size, frame rate,
-//! interlacing, aspect, colour space, comments), and so is each `FRAME` line. Each frame's
+//! interlacing, aspect, colour space, comments), and so is each `FRAME` line. 9- to 16-bit
+//! colour spaces (`C420p10`, `C422p12`, `C444p16`, `Cmono10`, ...) hold 16-bit little-endian
+//! samples: they are filtered as such, never narrowed, and written back as they came. Each frame's
 //! planes are read straight into a [`FrameRing`] input slot and written straight from its
 //! output slot, then flushed: when the input turns out truncated or corrupt, every frame
 //! before the bad one is still filtered and written before the error.
@@ -19,7 +21,7 @@ use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use hetmem::ops::gaussian::{FrameFormat, GaussianStage, PixelLayout};
+use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage, PixelLayout, SampleType};
 use hetmem::{Device, FrameRing, RingOptions, Strategy};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -37,7 +39,8 @@ const HEADER_LIMIT: u64 = 4096;
 /// The longest `FRAME` line accepted.
 const FRAME_LINE_LIMIT: u64 = 1024;
 /// The colour spaces hetmem filters, for messages.
-const SUPPORTED: &str = "C420, C420jpeg, C420paldv, C420mpeg2 (4:2:0), C422, C444 and Cmono, all 8-bit";
+const SUPPORTED: &str = "C420, C420jpeg, C420paldv, C420mpeg2 (4:2:0), C422, C444 and Cmono (8-bit), and \
+                         C420pN, C422pN, C444pN and CmonoN for N from 9 to 16 (16-bit samples)";
 
 /// What the stream header says, and the header itself.
 #[derive(Debug)]
@@ -47,6 +50,8 @@ struct Header {
     /// The `C` parameter as written (`420jpeg`), or `None` when absent (4:2:0 then).
     colour_space: Option<String>,
     layout: PixelLayout,
+    /// 8-bit samples, or 16-bit little-endian ones for 9 to 16 bits.
+    sample: SampleType,
     /// The `I` parameter: `p`, `t`, `b`, `m` or `?`.
     interlacing: Option<char>,
 }
@@ -57,15 +62,31 @@ impl Header {
     }
 }
 
-/// The pixel layout of a Y4M colour space (the `C` parameter without its `C`).
-fn layout_of(colour_space: &str) -> Option<PixelLayout> {
-    Some(match colour_space {
-        "420" | "420jpeg" | "420paldv" | "420mpeg2" => PixelLayout::Yuv420,
-        "422" => PixelLayout::Yuv422,
-        "444" => PixelLayout::Yuv444,
-        "mono" => PixelLayout::Gray,
-        _ => return None,
-    })
+/// The pixel layout and sample type of a Y4M colour space (the `C` parameter without its
+/// `C`), as ffmpeg writes and reads them: `420p10` is 4:2:0 of 10-bit samples, each in a
+/// 16-bit little-endian word, and so for 9 to 16 bits.
+fn layout_of(colour_space: &str) -> Option<(PixelLayout, SampleType)> {
+    let eight_bit = match colour_space {
+        "420" | "420jpeg" | "420paldv" | "420mpeg2" => Some(PixelLayout::Yuv420),
+        "422" => Some(PixelLayout::Yuv422),
+        "444" => Some(PixelLayout::Yuv444),
+        "mono" => Some(PixelLayout::Gray),
+        _ => None,
+    };
+    if let Some(layout) = eight_bit {
+        return Some((layout, SampleType::U8));
+    }
+    let (layout, bits) = [
+        ("420p", PixelLayout::Yuv420),
+        ("422p", PixelLayout::Yuv422),
+        ("444p", PixelLayout::Yuv444),
+        ("mono", PixelLayout::Gray),
+    ]
+    .into_iter()
+    .find_map(|(prefix, layout)| Some((layout, colour_space.strip_prefix(prefix)?)))?;
+    // Digits only: `parse` would take a sign too.
+    let bits: u32 = bits.bytes().all(|b| b.is_ascii_digit()).then(|| bits.parse().ok())??;
+    (9..=16).contains(&bits).then_some((layout, SampleType::U16))
 }
 
 /// A byte string for a message: printable ASCII as is, the rest escaped, at most 32 bytes.
@@ -102,8 +123,8 @@ fn parse_header(line: &[u8]) -> anyhow::Result<Header> {
     }
     let width = width.context("corrupt Y4M header: no width (W)")?;
     let height = height.context("corrupt Y4M header: no height (H)")?;
-    let layout = match &colour_space {
-        None => PixelLayout::Yuv420,
+    let (layout, sample) = match &colour_space {
+        None => (PixelLayout::Yuv420, SampleType::U8),
         Some(name) => layout_of(name).with_context(|| {
             format!(
                 "unsupported Y4M colour space C{name}: hetmem filters {SUPPORTED} \
@@ -111,7 +132,7 @@ fn parse_header(line: &[u8]) -> anyhow::Result<Header> {
             )
         })?,
     };
-    Ok(Header { width, height, colour_space, layout, interlacing })
+    Ok(Header { width, height, colour_space, layout, sample, interlacing })
 }
 
 /// How reading a line ended.
@@ -192,7 +213,10 @@ pub(super) fn filter(
     }
     let header = parse_header(&line).with_context(|| input.clone())?;
     let (width, height) = (header.width, header.height);
-    let format = FrameFormat::new(width, height, header.layout).with_context(|| {
+    let format = FrameFormat::new(width, height, header.layout)
+        .with_context(|| format!("cannot filter {input} ({width}x{height} {})", header.colour_space_name()))?
+        .with_sample(header.sample);
+    let kernel = job.kernel_for(header.sample).with_context(|| {
         format!("cannot filter {input} ({width}x{height} {})", header.colour_space_name())
     })?;
     // Frames declare no size of their own: the ring's slots, allocated once, after this check,
@@ -209,7 +233,7 @@ pub(super) fn filter(
     let mut recovery = Recovery::new(job.retries);
     let cpu = recovery::cpu();
     let (mut device, mut strategy) = (job.device, job.strategy);
-    let mut ring = build_ring(job, (device, strategy), format, options, &header, &mut warnings)?;
+    let mut ring = build_ring(job, (device, strategy), (format, &kernel), options, &header, &mut warnings)?;
     if let Some(mode @ ('t' | 'b' | 'm')) = header.interlacing {
         warnings.push(format!(
             "{input} is interlaced (I{mode}): each frame is blurred whole, which mixes its two fields"
@@ -244,7 +268,8 @@ pub(super) fn filter(
                 replay = kept.take();
                 first = index;
                 drop(ring);
-                ring = build_ring(job, (device, strategy), format, options, &header, &mut warnings)?;
+                ring =
+                    build_ring(job, (device, strategy), (format, &kernel), options, &header, &mut warnings)?;
             }
             ended => break ended,
         }
@@ -286,22 +311,23 @@ pub(super) fn filter(
         width,
         height,
         layout: header.layout,
+        sample: header.sample,
         strategy: ring.strategy(),
         warnings,
     };
-    let mut report = Report::new(facts, job.kernel, &clock);
+    let mut report = Report::new(facts, &kernel, &clock);
     report.interrupted = !matches!(end, End::Input);
     report.retried = recovery.retried;
     Ok(report)
 }
 
-/// The ring for `format` on `device` by `strategy`. Memory that runs short even after the
+/// The ring for `format` and `kernel` on `device` by `strategy`. Memory that runs short even after the
 /// ring's own retries makes an `auto` run fall back to the CPU strategy, with a warning (the
 /// same result); a strategy the user chose fails with the error instead.
 fn build_ring(
     job: &Job,
     (device, strategy): (&Device, Strategy),
-    format: FrameFormat,
+    (format, kernel): (FrameFormat, &Gaussian),
     options: RingOptions,
     header: &Header,
     warnings: &mut Vec<String>,
@@ -314,7 +340,7 @@ fn build_ring(
             header.colour_space_name()
         )
     };
-    let stage = GaussianStage::new(format, job.kernel)?.with_segments(crate::environment::segments()?);
+    let stage = GaussianStage::new(format, kernel)?.with_segments(crate::environment::segments()?);
     match FrameRing::with_stage(device, strategy, stage.clone(), options) {
         Ok(ring) => {
             if ring.slots() < options.slots {
@@ -382,8 +408,8 @@ impl Kept {
     }
 }
 
-/// Memory a stream takes: each slot's input and output frames, and the CPU blur's 16-bit
-/// intermediate of the frame it works on.
+/// Memory a stream takes: each slot's input and output frames, and the CPU blur's intermediate
+/// of the frame it works on (twice the frame: 16 bits per 8-bit sample, 32 per 16-bit one).
 fn memory(format: &FrameFormat, slots: usize) -> u64 {
     let frame = format.frame_bytes() as u64;
     2 * frame * slots as u64 + 2 * frame
@@ -620,8 +646,24 @@ mod tests {
         assert_eq!(parse_header(b"YUV4MPEG2 W2 H2\n").unwrap().layout, PixelLayout::Yuv420);
         assert_eq!(parse_header(b"YUV4MPEG2 W2 H2 Cmono\n").unwrap().layout, PixelLayout::Gray);
         assert_eq!(parse_header(b"YUV4MPEG2 W2 H2 C422\n").unwrap().layout, PixelLayout::Yuv422);
-        let error = format!("{:#}", parse_header(b"YUV4MPEG2 W2 H2 C420p10\n").unwrap_err());
-        assert!(error.contains("C420p10") && error.contains("C444"), "{error}");
+        for (header, layout, sample) in [
+            ("YUV4MPEG2 W2 H2 C420\n", PixelLayout::Yuv420, SampleType::U8),
+            ("YUV4MPEG2 W2 H2 C420p10 XYSCSS=420P10\n", PixelLayout::Yuv420, SampleType::U16),
+            ("YUV4MPEG2 W2 H2 C422p12\n", PixelLayout::Yuv422, SampleType::U16),
+            ("YUV4MPEG2 W2 H2 C444p16\n", PixelLayout::Yuv444, SampleType::U16),
+            ("YUV4MPEG2 W2 H2 C420p9\n", PixelLayout::Yuv420, SampleType::U16),
+            ("YUV4MPEG2 W2 H2 Cmono10\n", PixelLayout::Gray, SampleType::U16),
+            ("YUV4MPEG2 W2 H2 Cmono16\n", PixelLayout::Gray, SampleType::U16),
+        ] {
+            let parsed = parse_header(header.as_bytes()).unwrap();
+            assert_eq!((parsed.layout, parsed.sample), (layout, sample), "{header}");
+        }
+        // 4:1:1, alpha planes, and depths outside 9 to 16 bits are refused by name.
+        for space in ["C411", "C444alpha", "C420p8", "C420p17", "C420p", "C420p+10", "Cmono8"] {
+            let header = format!("YUV4MPEG2 W2 H2 {space}\n");
+            let error = format!("{:#}", parse_header(header.as_bytes()).unwrap_err());
+            assert!(error.contains(space) && error.contains("C444") && error.contains("C420pN"), "{error}");
+        }
         assert!(parse_header(b"YUV4MPEG2 H2\n").is_err());
         assert!(parse_header(b"YUV4MPEG2 Wx H2\n").is_err());
         assert!(parse_header(b"YUV4MPEG2X W2 H2\n").is_err());

@@ -8,6 +8,7 @@
 //! output, and pipes given as paths and Ctrl-C in a pipeline.
 
 mod bad_input;
+mod high_bit_depth;
 mod pipes;
 mod png_crc;
 #[cfg(feature = "testing")]
@@ -299,28 +300,35 @@ fn c444_c422_and_cmono_files_are_filtered_plane_by_plane() {
     {
         let format = FrameFormat::new(21, 10, layout).unwrap();
         let frames: Vec<Vec<u8>> = (0..2).map(|_| random_bytes(format.frame_bytes())).collect();
-        let header = format!("YUV4MPEG2 W21 H10 F25:1 Ip A1:1 {space}\n");
-        let (input, output) = (dir.path(&format!("{space}.y4m")), dir.path(&format!("{space}-out.y4m")));
-        std::fs::write(&input, y4m(&header, &frames)).unwrap();
-        let kernel = Gaussian::new(Some(4), Some(2.0), Border::Reflect101).unwrap();
-        let run = hetmem(&["filter", text(&input), text(&output), "--radius", "4", "--sigma", "2"]);
-        assert!(run.status.success(), "{space}: {}", stderr(&run));
-        assert!(run.stdout.is_empty());
-        assert_y4m_result(&std::fs::read(&output).unwrap(), &header, format, &kernel, &frames);
+        filter_y4m_file_and_check(&dir, space, format, &frames);
     }
+}
+
+/// Writes `frames` of `format` as a `space` Y4M file in `dir`, filters it into another file
+/// (radius 4, sigma 2) and checks the result against the CPU path.
+fn filter_y4m_file_and_check(dir: &TempDir, space: &str, format: FrameFormat, frames: &[Vec<u8>]) {
+    let header = format!("YUV4MPEG2 W{} H{} F25:1 Ip A1:1 {space}\n", format.width, format.height);
+    let (input, output) = (dir.path(&format!("{space}.y4m")), dir.path(&format!("{space}-out.y4m")));
+    std::fs::write(&input, y4m(&header, frames)).unwrap();
+    let kernel = Gaussian::new(Some(4), Some(2.0), Border::Reflect101).unwrap();
+    let run = hetmem(&["filter", text(&input), text(&output), "--radius", "4", "--sigma", "2"]);
+    assert!(run.status.success(), "{space}: {}", stderr(&run));
+    assert!(run.stdout.is_empty());
+    assert_y4m_result(&std::fs::read(&output).unwrap(), &header, format, &kernel, frames);
 }
 
 #[test]
 fn an_unsupported_colour_space_is_refused_by_name() {
-    let dir = TempDir::new("p10");
+    // 4:1:1 (10-bit 4:2:0, refused here before issue 12, is filtered now: high_bit_depth.rs).
+    let dir = TempDir::new("c411");
     let input = dir.path("in.y4m");
-    let mut stream = b"YUV4MPEG2 W32 H16 F25:1 C420p10\nFRAME\n".to_vec();
-    stream.extend(random_bytes(32 * 16 * 3));
+    let mut stream = b"YUV4MPEG2 W32 H16 F25:1 C411\nFRAME\n".to_vec();
+    stream.extend(random_bytes(32 * 16 * 3 / 2));
     std::fs::write(&input, stream).unwrap();
     let run = hetmem(&["filter", text(&input), text(&dir.path("out.y4m"))]);
     assert_eq!(run.status.code(), Some(1));
     let error = stderr(&run);
-    assert!(error.contains("C420p10") && error.contains("in.y4m") && error.contains("C444"), "{error}");
+    assert!(error.contains("C411") && error.contains("in.y4m") && error.contains("C444"), "{error}");
     assert!(!dir.path("out.y4m").exists(), "no output for a refused input");
 }
 

@@ -49,7 +49,7 @@ pub static SIGNAL: KernelSource = KernelSource {
 pub static GAUSSIAN: KernelSource = KernelSource {
     name: "gaussian",
     source: include_str!("../../kernels/gaussian.cu"),
-    entry_points: &["gaussian_u8", "gaussian_u8_overlap"],
+    entry_points: &["gaussian_u8", "gaussian_u8_overlap", "gaussian_u16", "gaussian_u16_overlap"],
     options: &[],
 };
 

@@ -10,14 +10,16 @@
 //! as it is done. Uploads, blurring and downloads then run at the same time, and a frame takes
 //! little more than its upload.
 //!
-//! Still one kernel launch per frame. The segment count follows the frame size (about 1 MiB
-//! each, 1 to 16) unless the constructor is given one ([`Segments`]); `Segments::Count(1)`
-//! gives the plain copy, blur, copy sequence for comparison.
+//! Frames of 8-bit and of 16-bit samples alike (`gaussian_u8_overlap`, `gaussian_u16_overlap`):
+//! segments count bytes. Still one kernel launch per frame. The segment count follows the frame
+//! size (about 1 MiB each, 1 to 16) unless the constructor is given one ([`Segments`]);
+//! `Segments::Count(1)` gives the plain copy, blur, copy sequence for comparison.
 
 use std::mem::ManuallyDrop;
 
 use super::GaussianPlan;
 use super::cpu::check;
+use super::gpu::check_aligned;
 use crate::backend::Device;
 use crate::backend::cuda::{Event, Stream};
 use crate::error::{Error, Result};
@@ -167,8 +169,9 @@ impl GaussianOverlap {
     /// frame's completion.
     ///
     /// # Errors
-    /// Buffers of the wrong size, leases of another queue, or the driver's error. Work already
-    /// queued when an error happens is still waited for by the leases.
+    /// Buffers of the wrong size, leases of another queue, a 16-bit frame's device buffer at an
+    /// odd address, or the driver's error. Work already queued when an error happens is still
+    /// waited for by the leases.
     pub fn run<HI, DI, DO, HO>(
         &mut self,
         queue: &Queue,
@@ -237,7 +240,9 @@ impl GaussianOverlap {
         let plan = &self.plan;
         let frame = plan.format().frame_bytes();
         let device = queue.cuda_device().ok_or_else(|| Error::invalid("overlapped blur", "a CPU queue"))?;
-        let kernel = plan.entry_point(device, "gaussian_u8_overlap")?;
+        check_aligned(plan, "device input", frame_at.dev_in)?;
+        check_aligned(plan, "output the kernel writes", frame_at.dst)?;
+        let kernel = plan.entry_point(device, true)?;
         let config = plan.launch_config();
         let table_at = device_address(queue, &*self.table, "table")?;
         let sync = device_address(queue, &*self.sync, "signal words")?;
@@ -288,10 +293,10 @@ impl GaussianOverlap {
                     unsafe { upload.write_value32(ready_in(s), seq) }?;
                 }
                 crate::faults::fail(crate::faults::FaultPoint::Launch)?;
-                // SAFETY: gaussian_u8_overlap(src, dst, table, plane_count, radius, border,
-                // sync, segments, segment_bytes, frame_bytes, seq, download) matches `words` in
-                // order and type (32-bit parameters read the low half of their little-endian
-                // word). The table is the plan's and the buffers are one frame (checked), so
+                // SAFETY: gaussian_u8_overlap and gaussian_u16_overlap (src, dst, table,
+                // plane_count, radius, border, sync, segments, segment_bytes, frame_bytes, seq,
+                // download) match `words` in order and type (32-bit parameters read the low
+                // half of their little-endian word). The table is the plan's and the buffers are one frame (checked), so
                 // the kernel stays inside them and inside the 3 * segments words of `sync`;
                 // every lease records the fence made after this work.
                 unsafe { kernel.launch(main, config, &mut pointers) }?;

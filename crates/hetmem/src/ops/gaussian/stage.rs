@@ -2,8 +2,8 @@
 //! that run it.
 
 use super::{
-    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, Segments, TablePlacement, gaussian,
-    gaussian_cpu,
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, SampleType, Segments,
+    TablePlacement, gaussian, gaussian_cpu,
 };
 use crate::backend::Device;
 use crate::error::Result;
@@ -46,13 +46,17 @@ impl GaussianPrepared {
 }
 
 impl From<&FrameFormat> for FrameLayout {
-    /// The planes of an 8-bit frame format, packed one after the other.
+    /// The planes of a frame format, packed one after the other, of its sample type.
     fn from(format: &FrameFormat) -> FrameLayout {
+        let element = match format.sample {
+            SampleType::U8 => Element::U8,
+            SampleType::U16 => Element::U16,
+        };
         let planes = format
             .planes()
             .iter()
             .map(|plane| {
-                PlaneLayout::packed(plane.offset, plane.width, plane.height, plane.channels, Element::U8)
+                PlaneLayout::packed(plane.offset, plane.width, plane.height, plane.channels, element)
             })
             .collect();
         FrameLayout::new(planes).expect("frame formats lay out valid planes")
@@ -216,5 +220,25 @@ impl FanOutRing<GaussianStage> {
         options: RingOptions,
     ) -> Result<Self> {
         FanOutRing::with_stage(devices, strategy, &GaussianStage::new(format, kernel)?, options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::gaussian::{Border, PixelLayout};
+
+    #[test]
+    fn a_format_lays_out_its_planes_in_its_sample_type() {
+        for sample in [SampleType::U8, SampleType::U16] {
+            let format = FrameFormat::new(1919, 1081, PixelLayout::Yuv420).unwrap().with_sample(sample);
+            let layout = FrameLayout::from(&format);
+            assert_eq!(layout.bytes(), format.frame_bytes(), "{sample:?}");
+            assert_eq!(layout.planes().len(), 3);
+            assert_eq!(layout.planes()[1].element.size(), sample.bytes());
+            let stage =
+                GaussianStage::new(format, &Gaussian::new(None, None, Border::default()).unwrap()).unwrap();
+            assert_eq!(stage.inputs()[0].bytes(), format.frame_bytes());
+        }
     }
 }
