@@ -224,12 +224,15 @@ fn reclaiming_waits_for_a_cudarc_launch() {
     check("reclaimed after a leaked view", output.reclaim().unwrap().as_slice(), &run.want);
 
     // Dropping the lease instead of reclaiming it waits too, rather than free the memory under
-    // the kernel.
+    // the kernel. The kernel spins SLOW_NANOS from its start, which is after `launched`: when
+    // the drop returns at least that long after `launched`, it waited (whether the wait was in
+    // the drop or, as cudarc's launch can, before it returned).
     let mut output = run.output();
+    let launched = Instant::now();
     gpu.launch_into(own, &view(), &mut output, run.coefficients, true);
-    let start = Instant::now();
     drop(output);
-    assert!(start.elapsed() > Duration::from_millis(100), "drop returned after {:?}", start.elapsed());
+    let waited = launched.elapsed();
+    assert!(waited >= Duration::from_nanos(SLOW_NANOS), "drop returned {waited:?} after the launch began");
     drop(input.reclaim().unwrap());
 }
 

@@ -351,7 +351,7 @@ impl<S: Stage> Slot<S> {
             Ok(()) => self.flight = Some(flight),
             Err(error) => {
                 match self.reclaim(flight) {
-                    Ok(memory) => self.memory = Some(memory),
+                    Ok((memory, _)) => self.memory = Some(memory),
                     Err(wait) => {
                         tracing::error!("after frame {index} failed, its earlier work failed too: {wait}");
                         self.lost_at = Some(index);
@@ -439,40 +439,40 @@ impl<S: Stage> Slot<S> {
 
     /// Waits for the frame's work and takes the buffers back (copying the outputs to the host
     /// for the copy strategy).
-    fn reclaim(&self, flight: Flight) -> Result<Memory> {
+    fn reclaim(&self, flight: Flight) -> Result<(Memory, Result<()>)> {
         // The last buffer used first: work on one queue finishes in order. A failed wait leaves
         // the rest to their drops, which wait too, or leak.
         Ok(match flight {
             Flight::Pageable { inputs, mut outputs, device_in, device_out } => {
                 let device_out: Vec<_> = device_out.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
-                for (device, host) in device_out.iter().zip(outputs.iter_mut()) {
-                    device.copy_to_slice(host)?;
-                }
                 let device_in = device_in.into_iter().map(Shared::reclaim).collect::<Result<_>>()?;
-                Memory::Pageable { inputs, outputs, device_in, device_out }
+                // The GPU is done with the buffers: a failed download fails the frame, and the
+                // slot keeps its memory.
+                let downloaded = device_out
+                    .iter()
+                    .zip(outputs.iter_mut())
+                    .try_for_each(|(device, host)| device.copy_to_slice(host));
+                (Memory::Pageable { inputs, outputs, device_in, device_out }, downloaded)
             }
             Flight::Pinned { host_in, device_in, device_out, host_out } => {
                 let host_out = host_out.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
-                Memory::Pinned {
+                let memory = Memory::Pinned {
                     host_out,
                     device_out: device_out.into_iter().map(Lent::reclaim).collect::<Result<_>>()?,
                     device_in: device_in.into_iter().map(Lent::reclaim).collect::<Result<_>>()?,
                     host_in: host_in.into_iter().map(Shared::reclaim).collect::<Result<_>>()?,
-                }
+                };
+                (memory, Ok(()))
             }
             Flight::Mapped { inputs, outputs } => {
                 let outputs = outputs.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
-                Memory::Mapped {
-                    outputs,
-                    inputs: inputs.into_iter().map(Shared::reclaim).collect::<Result<_>>()?,
-                }
+                let inputs = inputs.into_iter().map(Shared::reclaim).collect::<Result<_>>()?;
+                (Memory::Mapped { outputs, inputs }, Ok(()))
             }
             Flight::Managed { inputs, outputs } => {
                 let outputs = outputs.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
-                Memory::Managed {
-                    outputs,
-                    inputs: inputs.into_iter().map(Lent::reclaim).collect::<Result<_>>()?,
-                }
+                let inputs = inputs.into_iter().map(Lent::reclaim).collect::<Result<_>>()?;
+                (Memory::Managed { outputs, inputs }, Ok(()))
             }
         })
     }
@@ -496,8 +496,9 @@ impl<S: Stage> Slot<S> {
             return false;
         }
         match self.reclaim(flight) {
-            Ok(memory) => {
+            Ok((memory, finished)) => {
                 self.memory = Some(memory);
+                self.failure = finished.err();
                 self.last_busy_ms = None;
                 if let Some((start, end)) = &self.timing {
                     // The end event is recorded after the launch's fence (the leases' last one
