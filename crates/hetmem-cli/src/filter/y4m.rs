@@ -340,7 +340,7 @@ fn build_ring(
             header.colour_space_name()
         )
     };
-    let stage = GaussianStage::new(format, kernel)?.with_segments(crate::environment::segments()?);
+    let stage = GaussianStage::new(format, kernel)?.with_segments(crate::environment::segments()?).streamed();
     match FrameRing::with_stage(device, strategy, stage.clone(), options) {
         Ok(ring) => {
             if ring.slots() < options.slots {

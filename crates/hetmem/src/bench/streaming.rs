@@ -119,7 +119,7 @@ pub fn measure_fan_out(
     kernel: &Gaussian,
     setup: &StreamingSetup,
 ) -> Result<StreamingRun> {
-    measure_stage(devices, "gaussian", &GaussianStage::new(setup.format, kernel)?, setup)
+    measure_stage(devices, "gaussian", &GaussianStage::new(setup.format, kernel)?.streamed(), setup)
 }
 
 /// Streams `setup.frames` random frames of `setup.format`'s size through `stage` (one input

@@ -367,12 +367,18 @@ impl<S: Stage> Slot<S> {
     fn queue_work(&mut self, stage: &S, memory: Memory) -> (Flight, Result<()>) {
         let queue = self.queue.clone().expect("GPU strategies have a queue");
         let (prepared, timing) = (&mut self.prepared, &self.timing);
+        // Records the start (`true`) or end event of the frame's kernel, when the slot times.
+        let mark = |start: bool| -> Result<()> {
+            match (timing, queue.stream()) {
+                (Some((first, _)), Some(stream)) if start => Ok(first.record(stream)?),
+                (Some((_, last)), Some(stream)) => Ok(last.record(stream)?),
+                _ => Ok(()),
+            }
+        };
         let timed = |launch: &mut dyn FnMut() -> Result<()>| -> Result<()> {
-            let (Some((start, end)), Some(stream)) = (timing, queue.stream()) else { return launch() };
-            start.record(stream)?;
+            mark(true)?;
             launch()?;
-            end.record(stream)?;
-            Ok(())
+            mark(false)
         };
         match memory {
             Memory::Pageable { inputs, outputs, mut device_in, device_out } => {
@@ -393,25 +399,29 @@ impl<S: Stage> Slot<S> {
                 let mut device_out: Vec<_> =
                     device_out.into_iter().map(|buffer| queue.lend(buffer)).collect();
                 let mut host_out: Vec<_> = host_out.into_iter().map(|buffer| queue.lend(buffer)).collect();
-                let queued = timed(&mut || {
+                let queued = (|| {
                     let frame = PinnedFrame {
                         host_inputs: &host_in,
                         device_inputs: &mut device_in,
                         device_outputs: &mut device_out,
                         host_outputs: &mut host_out,
                     };
+                    // A stage that overlaps its copies is timed whole (its kernel spans them).
+                    mark(true)?;
                     if let Some(queued) = stage.queue_pinned(prepared, &queue, frame) {
-                        return queued;
+                        queued?;
+                        return mark(false);
                     }
                     for (host, device) in host_in.iter().zip(device_in.iter_mut()) {
                         queue.copy(host, device)?;
                     }
-                    stage.queue(prepared, &queue, &device_in, &mut device_out)?;
+                    // Otherwise the kernel alone: recording the start again moves it.
+                    timed(&mut || stage.queue(prepared, &queue, &device_in, &mut device_out))?;
                     for (device, host) in device_out.iter().zip(host_out.iter_mut()) {
                         queue.copy(device, host)?;
                     }
                     Ok(())
-                });
+                })();
                 (Flight::Pinned { host_in, device_in, device_out, host_out }, queued)
             }
             Memory::Mapped { inputs, outputs } => {

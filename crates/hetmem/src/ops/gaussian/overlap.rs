@@ -38,7 +38,9 @@ pub const MAX_SEGMENTS: usize = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Segments {
     /// About one per MiB of frame, 1 to 16: a copy long enough to run at the copy engine's
-    /// full rate, short enough that the first segment arrives early.
+    /// full rate, short enough that the first segment arrives early. This is for one frame at
+    /// a time (the filter); a ring, whose frames already overlap each other, takes 1
+    /// ([`crate::ops::gaussian::GaussianStage::streamed`]).
     #[default]
     Auto,
     /// About this many, 1 to [`MAX_SEGMENTS`] (fewer when the frame is too small for that many

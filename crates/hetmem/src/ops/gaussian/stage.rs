@@ -85,6 +85,18 @@ impl GaussianStage {
         self
     }
 
+    /// The stage for a ring: [`Segments::Auto`] becomes one segment (a count asked for
+    /// stays). In a ring, one frame's copies already overlap another's kernel, and the
+    /// overlap's kernels, which wait on their segments, would take the GPU from the other
+    /// frames' kernels: on the H200, 1080p frames streamed 18% slower overlapped
+    /// (bench/results/2026-11-30-h200-stages).
+    pub fn streamed(mut self) -> GaussianStage {
+        if self.segments == Segments::Auto {
+            self.segments = Segments::Count(1);
+        }
+        self
+    }
+
     /// The frame format.
     pub fn format(&self) -> &FrameFormat {
         &self.format
@@ -121,7 +133,8 @@ impl Stage for GaussianStage {
             if strategy == Strategy::ZeroCopy { TablePlacement::Host } else { TablePlacement::Device };
         let table = plan.upload_table(queue, placement)?;
         let overlap = match strategy {
-            Strategy::PinnedAsync => {
+            // One segment is the plain copy, blur, copy sequence: no overlap kernel for it.
+            Strategy::PinnedAsync if self.segments != Segments::Count(1) => {
                 let device = Device::Cuda(gpu.clone());
                 Some(Box::new(GaussianOverlap::with_segments(&device, queue, &plan, self.segments)?))
             }
@@ -203,7 +216,7 @@ impl FrameRing<GaussianStage> {
         kernel: &Gaussian,
         options: RingOptions,
     ) -> Result<Self> {
-        FrameRing::with_stage(device, strategy, GaussianStage::new(format, kernel)?, options)
+        FrameRing::with_stage(device, strategy, GaussianStage::new(format, kernel)?.streamed(), options)
     }
 }
 
@@ -219,7 +232,7 @@ impl FanOutRing<GaussianStage> {
         kernel: &Gaussian,
         options: RingOptions,
     ) -> Result<Self> {
-        FanOutRing::with_stage(devices, strategy, &GaussianStage::new(format, kernel)?, options)
+        FanOutRing::with_stage(devices, strategy, &GaussianStage::new(format, kernel)?.streamed(), options)
     }
 }
 
