@@ -225,15 +225,37 @@ fn a_real_trap(device: &Device) {
     println!("a real trap: {outcomes:?}");
 }
 
-/// A frame filter whose frame fails after its buffers were lent gives them up (the failed
-/// work's leases are dropped), and every later use says so by variant instead of running on
+/// A frame filter whose frame fails keeps its buffers when the failed work could be waited
+/// for, and blurs the next frame right; when the wait fails too, it gives the buffers up (the
+/// GPU may still use them) and every later use says so by variant instead of running on
 /// memory it no longer has.
 fn filter_faults(device: &Device) {
     let (format, kernel) = small_format();
     let mut filter = FrameFilter::new(device, Strategy::ZeroCopy, format, &kernel).unwrap();
-    filter.run().unwrap();
+    let blurs_right = |filter: &mut FrameFilter<GaussianStage>| {
+        let seed = fastrand::u64(..);
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let input: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.u8(..)).collect();
+        filter.fill_output(0xA5).unwrap();
+        filter.input_mut().unwrap().copy_from_slice(&input);
+        filter.run().unwrap();
+        let mut want = vec![0u8; input.len()];
+        gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
+        assert!(
+            filter.output().unwrap() == &want[..],
+            "the filter's output differs from the CPU's (seed {seed:#x})"
+        );
+    };
+    blurs_right(&mut filter);
     faults::clear();
     faults::arm(FaultPoint::Launch, 1, FaultKind::Transient);
+    let failed = filter.run().unwrap_err();
+    assert!(failed.to_string().contains("injected fault"), "{failed}");
+    faults::clear();
+    blurs_right(&mut filter);
+
+    faults::arm(FaultPoint::Launch, 1, FaultKind::Transient);
+    faults::arm(FaultPoint::FenceWait, 1, FaultKind::Sticky);
     let failed = filter.run().unwrap_err();
     assert!(failed.to_string().contains("injected fault"), "{failed}");
     faults::clear();

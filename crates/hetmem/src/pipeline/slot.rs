@@ -292,7 +292,9 @@ impl<S: Stage> Slot<S> {
         if self.memory.is_some() || self.flight.is_some() {
             return None;
         }
-        Some(Error::FrameMemoryLost { holder: self.holder, frame: self.lost_at })
+        // A filter's frames have no index in a stream: it names none.
+        let frame = self.lost_at.filter(|_| self.holder != FrameMemoryHolder::Filter);
+        Some(Error::FrameMemoryLost { holder: self.holder, frame })
     }
 
     fn memory(&self) -> Result<&Memory> {
