@@ -79,9 +79,9 @@ fn mix_cpu(lut: &[u16], key: u16, input: &[u8], output: &mut [u8], rows: &mut [u
     }
 }
 
-fn mix_stage(lut: &[u16], key: u16) -> KernelStage {
-    let rows = FrameLayout::samples(HEIGHT, Element::U32).unwrap();
-    let params = vec![
+/// The parameters of `mix`, in order.
+fn mix_params(key: u16) -> Vec<Param> {
+    vec![
         Param::Input(0),
         Param::Output(0),
         Param::Output(1),
@@ -90,7 +90,12 @@ fn mix_stage(lut: &[u16], key: u16) -> KernelStage {
         Param::value(HEIGHT as u32),
         Param::value(PITCH as u32),
         Param::value(key),
-    ];
+    ]
+}
+
+fn mix_stage(lut: &[u16], key: u16) -> KernelStage {
+    let rows = FrameLayout::samples(HEIGHT, Element::U32).unwrap();
+    let params = mix_params(key);
     // SAFETY: mix(const u8*, u8*, u32*, const u16*, u32, u32, u32, u16) takes these parameters
     // in order; block y < HEIGHT reads row y of the input (y * PITCH + 2 * WIDTH bytes, inside
     // the plane), writes the same bytes of output 0 and word y of output 1 (HEIGHT words), and
@@ -265,16 +270,7 @@ fn a_cudarc_function_runs_as_a_stage() {
     let key = fastrand::u16(1..);
     let by_hetmem = mix_stage(&lut, key);
     let device = Device::Cuda(gpu);
-    let params = vec![
-        Param::Input(0),
-        Param::Output(0),
-        Param::Output(1),
-        Param::Constant(0),
-        Param::value(WIDTH as u32),
-        Param::value(HEIGHT as u32),
-        Param::value(PITCH as u32),
-        Param::value(key),
-    ];
+    let params = mix_params(key);
     let make = |context: std::sync::Arc<CudaContext>| {
         // SAFETY: as for mix_stage: the same kernel, the same parameters; the function was
         // loaded in `ctx`, the GPU's primary context (the other context is refused unlaunched).
