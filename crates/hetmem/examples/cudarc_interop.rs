@@ -40,6 +40,7 @@ static KERNELS: KernelSource = KernelSource {
     source: include_str!("cudarc_interop.cu"),
     entry_points: &["scale_add", "slow_scale_add"],
     options: &[],
+    ptx: None,
 };
 
 fn main() -> Result<(), Box<dyn Error>> {

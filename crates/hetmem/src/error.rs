@@ -376,7 +376,7 @@ impl Unavailable {
                 "install the NVIDIA driver (libcuda.so.1 must be on the loader path)"
             }
             Unavailable::DriverTooOld { .. } => {
-                "update the NVIDIA driver to release 580 or newer (CUDA 13.0)"
+                "update the NVIDIA driver to release 525 or newer (CUDA 12.0)"
             }
             Unavailable::InitFailed { .. } => {
                 "check `nvidia-smi`; a driver/kernel-module version mismatch needs a reboot"
@@ -512,12 +512,13 @@ fn remedy_for(call: &str, name: &str) -> Option<&'static str> {
              hetmem runs on the CPU backend meanwhile"
         }
         "CUDA_ERROR_INSUFFICIENT_DRIVER" | "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE" => {
-            "the NVIDIA driver is too old for CUDA 13.0: update it to release 580 or newer"
+            "the NVIDIA driver is too old: update it to release 525 (CUDA 12.0) or newer"
         }
         "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" | "CUDA_ERROR_JIT_COMPILER_NOT_FOUND" => {
-            "the kernel came from an NVRTC newer than the driver: install NVRTC 13.0 \
-             (`pip install nvidia-cuda-nvrtc==13.0.88`, then put its nvidia/cu13/lib on \
-             LD_LIBRARY_PATH) or update the driver"
+            "the PTX came from a compiler newer than the driver: compile it with an NVRTC no \
+             newer than the driver's CUDA version (`hetmem doctor` shows both; CUDA 12 drivers \
+             take `pip install nvidia-cuda-nvrtc-cu12`, with its nvidia/cuda_nvrtc/lib on \
+             LD_LIBRARY_PATH), or update the driver"
         }
         "CUDA_ERROR_INVALID_IMAGE" | "CUDA_ERROR_NO_BINARY_FOR_GPU" | "CUDA_ERROR_INVALID_PTX" => {
             "the compiled kernel does not fit this GPU: delete hetmem's kernel cache \
@@ -553,8 +554,11 @@ fn remedy_for(call: &str, name: &str) -> Option<&'static str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NvrtcError {
-    /// libnvrtc could not be loaded.
-    NotFound,
+    /// No NVRTC 12 or 13 could be loaded.
+    NotFound {
+        /// Each library name tried, with the loader's answer.
+        tried: String,
+    },
     /// A kernel failed to compile; `log` is NVRTC's own output.
     Compile {
         /// The kernel source's name.
@@ -578,11 +582,10 @@ pub enum NvrtcError {
 impl fmt::Display for NvrtcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NvrtcError::NotFound => write!(
+            NvrtcError::NotFound { tried } => write!(
                 f,
-                "NVRTC (libnvrtc.so.13) not found; remedy: install the CUDA 13 toolkit, or \
-                 `pip install --target DIR nvidia-cuda-nvrtc==13.0.88` and add \
-                 DIR/nvidia/cu13/lib to LD_LIBRARY_PATH"
+                "NVRTC 12 or 13 not found ({tried}); hetmem's own kernels run without it (from \
+                 their PTX), kernels compiled from CUDA C need it; remedy: {NVRTC_REMEDY}"
             ),
             NvrtcError::Compile { kernel, arch, code, log } => {
                 write!(f, "NVRTC could not compile kernel `{kernel}` for {arch}: {code}\n{}", log.trim_end())
@@ -593,6 +596,12 @@ impl fmt::Display for NvrtcError {
 }
 
 impl std::error::Error for NvrtcError {}
+
+/// How to install NVRTC where it is missing.
+pub const NVRTC_REMEDY: &str = "install the CUDA toolkit (12.0 or newer), or `pip install --target DIR \
+     nvidia-cuda-nvrtc==13.0.88` (CUDA 13; `nvidia-cuda-nvrtc-cu12` for CUDA 12) and add the \
+     folder holding libnvrtc.so.* (DIR/nvidia/cu13/lib, or DIR/nvidia/cuda_nvrtc/lib) to \
+     LD_LIBRARY_PATH";
 
 #[cfg(test)]
 mod tests {
@@ -625,21 +634,22 @@ mod tests {
     #[test]
     fn ptx_too_new_points_at_matching_nvrtc() {
         let remedy = cuda_error("cuModuleLoadData", "CUDA_ERROR_UNSUPPORTED_PTX_VERSION").remedy().unwrap();
-        assert!(remedy.contains("nvidia-cuda-nvrtc==13.0.88"));
+        assert!(remedy.contains("no newer than the driver"), "{remedy}");
+        assert!(remedy.contains("nvidia-cuda-nvrtc-cu12"), "{remedy}");
     }
 
     #[test]
     fn a_forced_backend_that_cannot_run_names_cause_and_remedy() {
         let text = Error::BackendUnavailable {
             requested: BackendKind::Cuda,
-            reason: Unavailable::DriverTooOld { driver_version: 12040, required_version: 13000 },
+            reason: Unavailable::DriverTooOld { driver_version: 11080, required_version: 12000 },
         }
         .to_string();
         assert_eq!(
             text,
             "the cuda backend was requested but cannot run here: the NVIDIA driver supports CUDA \
-             12.4 but hetmem needs CUDA 13.0; remedy: update the NVIDIA driver to release 580 or \
-             newer (CUDA 13.0); or unset HETMEM_BACKEND (`--backend auto`) to fall back to the CPU"
+             11.8 but hetmem needs CUDA 12.0; remedy: update the NVIDIA driver to release 525 or \
+             newer (CUDA 12.0); or unset HETMEM_BACKEND (`--backend auto`) to fall back to the CPU"
         );
     }
 

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use hetmem::backend::cuda::{DeviceAlloc, Event, LaunchConfig, Module, Stream};
-use hetmem::kernels::{self, AFFINE};
+use hetmem::kernels::{self, AFFINE, CodeOrigin};
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, Error};
 
@@ -17,19 +17,47 @@ fn affine_kernel_matches_the_cpu_on_random_data() {
     let Some(device) = cuda_device_or_skip("affine_kernel_matches_the_cpu_on_random_data") else {
         return;
     };
+    affine_matches_the_cpu(&device, kernels::origin());
+}
+
+/// The shipped PTX, compiled by the driver, computes what the CPU does: the code hetmem runs
+/// where no NVRTC is installed.
+#[test]
+fn affine_kernel_from_shipped_ptx_matches_the_cpu() {
+    let Some(device) = cuda_device_or_skip("affine_kernel_from_shipped_ptx_matches_the_cpu") else {
+        return;
+    };
+    affine_matches_the_cpu(&device, CodeOrigin::Ptx);
+}
+
+/// Every entry point of every built-in kernel loads from its shipped PTX on this device.
+#[test]
+fn every_shipped_ptx_loads_with_its_entry_points() {
+    let Some(device) = cuda_device_or_skip("every_shipped_ptx_loads_with_its_entry_points") else {
+        return;
+    };
+    for source in kernels::ALL {
+        for entry in source.entry_points {
+            kernels::kernel_from(&device, source, entry, CodeOrigin::Ptx)
+                .unwrap_or_else(|error| panic!("{}::{entry} from PTX: {error}", source.name));
+        }
+    }
+}
+
+fn affine_matches_the_cpu(device: &hetmem::backend::cuda::CudaDevice, origin: CodeOrigin) {
     // An odd length, so a kernel that assumes whole blocks or vectors leaves a visible tail.
     let len = (1 << 22) + 13;
     let x = random_words(len);
     let (a, b) = (fastrand::u32(..) | 1, fastrand::u32(..));
     let expected: Vec<u32> = x.iter().map(|v| v.wrapping_mul(a).wrapping_add(b)).collect();
 
-    let stream = Stream::new(&device).unwrap();
-    let mut x_dev = DeviceAlloc::new(&device, len * 4).unwrap();
-    let mut y_dev = DeviceAlloc::new(&device, len * 4).unwrap();
+    let stream = Stream::new(device).unwrap();
+    let mut x_dev = DeviceAlloc::new(device, len * 4).unwrap();
+    let mut y_dev = DeviceAlloc::new(device, len * 4).unwrap();
     x_dev.upload(&stream, bytemuck::cast_slice(&x)).unwrap();
     y_dev.upload(&stream, &vec![POISON; len * 4]).unwrap();
 
-    let kernel = kernels::kernel(&device, &AFFINE, "affine_u32").unwrap();
+    let kernel = kernels::kernel_from(device, &AFFINE, "affine_u32", origin).unwrap();
     let (mut x_ptr, mut y_ptr, mut n, mut a_arg, mut b_arg) =
         (x_dev.device_ptr(), y_dev.device_ptr(), len as u64, a, b);
     let mut args = [
@@ -39,7 +67,7 @@ fn affine_kernel_matches_the_cpu_on_random_data() {
         (&raw mut a_arg).cast(),
         (&raw mut b_arg).cast(),
     ];
-    let (start, end) = (Event::new(&device, true).unwrap(), Event::new(&device, true).unwrap());
+    let (start, end) = (Event::new(device, true).unwrap(), Event::new(device, true).unwrap());
     start.record(&stream).unwrap();
     // SAFETY: the arguments match affine_u32(const u32*, u32*, u64, u32, u32) in order and type;
     // both allocations hold `len` words and outlive the stream synchronisation below.

@@ -23,6 +23,7 @@ static KERNELS: KernelSource = KernelSource {
     source: include_str!("../examples/cudarc_interop.cu"),
     entry_points: &["scale_add", "slow_scale_add"],
     options: &[],
+    ptx: None,
 };
 
 /// Long enough that a CPU that did not wait would find the output still poisoned.

@@ -260,8 +260,13 @@ fn a_cudarc_function_runs_as_a_stage() {
     let Some(gpu) = hetmem::testing::cuda_device_or_skip("a_cudarc_function_runs_as_a_stage") else { return };
     use cudarc::driver::CudaContext;
     use cudarc::nvrtc::Ptx;
-    let source =
-        hetmem::kernels::KernelSource { name: "mix", source: SOURCE, entry_points: &["mix"], options: &[] };
+    let source = hetmem::kernels::KernelSource {
+        name: "mix",
+        source: SOURCE,
+        entry_points: &["mix"],
+        options: &[],
+        ptx: None,
+    };
     let (cubin, _) =
         hetmem::kernels::cache().get_or_compile(&source, &gpu.compute_capability().sm_name()).unwrap();
     let ctx = CudaContext::new(gpu.ordinal()).unwrap();

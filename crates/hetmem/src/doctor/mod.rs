@@ -116,8 +116,8 @@ impl Report {
     pub fn gather(selected: &Device) -> Report {
         let nvrtc_report = match nvrtc::version() {
             Ok((major, minor)) => NvrtcReport { version: Some(format!("{major}.{minor}")), error: None },
-            Err(NvrtcError::NotFound) => {
-                NvrtcReport { version: None, error: Some("NVRTC (libnvrtc.so.13) not found".to_string()) }
+            Err(NvrtcError::NotFound { tried }) => {
+                NvrtcReport { version: None, error: Some(format!("NVRTC 12 or 13 not found ({tried})")) }
             }
             Err(error) => NvrtcReport { version: None, error: Some(error.to_string()) },
         };

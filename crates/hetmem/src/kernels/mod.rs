@@ -1,10 +1,12 @@
 //! hetmem's CUDA kernels: their sources, compilation and loading.
 //!
 //! Sources are `.cu` files in the crate's `kernels/` folder, built into the library with
-//! `include_str!`. On first use a kernel is compiled by NVRTC to machine code for the
-//! device's architecture, and the result is cached on disk (see [`KernelCache`]; by default
-//! the user's cache folder, else the one given to [`set_cache`]), so later runs start without
-//! compiling.
+//! `include_str!`, each with the PTX `scripts/gen-ptx` made of it (NVRTC 12.0, `compute_70`).
+//! Where NVRTC is installed, a kernel is compiled on first use to machine code for the
+//! device's architecture and cached on disk (see [`KernelCache`]; by default the user's cache
+//! folder, else the one given to [`set_cache`]), so later runs start without compiling. Where
+//! it is not, the driver compiles the shipped PTX when the kernel is loaded ([`CodeOrigin`]),
+//! so hetmem's own kernels need no NVRTC; only users' CUDA C sources do.
 
 mod cache;
 
@@ -12,7 +14,7 @@ pub use cache::{CacheOutcome, KernelCache};
 
 use std::sync::{Arc, RwLock};
 
-use crate::backend::cuda::{CudaDevice, Kernel, Module};
+use crate::backend::cuda::{CudaDevice, Kernel, Module, nvrtc};
 use crate::error::{Error, Result};
 
 /// One `.cu` source and the entry points it defines.
@@ -26,12 +28,52 @@ pub struct KernelSource {
     pub entry_points: &'static [&'static str],
     /// Extra NVRTC options.
     pub options: &'static [&'static str],
+    /// The source compiled to PTX by `scripts/gen-ptx`, for drivers to load without NVRTC
+    /// (compiled without `options`). `None` for a source without: it always needs NVRTC.
+    pub ptx: Option<&'static str>,
+}
+
+/// Where a built-in kernel's machine code comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CodeOrigin {
+    /// Compiled by NVRTC for the device's architecture, and cached on disk: the default where
+    /// NVRTC 12 or 13 is installed.
+    Nvrtc,
+    /// The PTX shipped with hetmem, compiled by the driver when loaded: the default where no
+    /// NVRTC is installed.
+    Ptx,
+}
+
+impl std::fmt::Display for CodeOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CodeOrigin::Nvrtc => "NVRTC",
+            CodeOrigin::Ptx => "PTX",
+        })
+    }
+}
+
+/// The origin set by [`set_origin`]; `None` to choose by whether NVRTC is installed.
+static ORIGIN: RwLock<Option<CodeOrigin>> = RwLock::new(None);
+
+/// Makes every later first load of a built-in kernel take its code from `origin` (`None`: from
+/// NVRTC where it is installed, else from the shipped PTX). Modules already loaded stay loaded.
+pub fn set_origin(origin: Option<CodeOrigin>) {
+    *ORIGIN.write().unwrap_or_else(|poison| poison.into_inner()) = origin;
+}
+
+/// Where the next first load of a built-in kernel takes its code from: the origin given to
+/// [`set_origin`], else NVRTC where it is installed, else the shipped PTX.
+pub fn origin() -> CodeOrigin {
+    let set = *ORIGIN.read().unwrap_or_else(|poison| poison.into_inner());
+    set.unwrap_or_else(|| if nvrtc::is_available() { CodeOrigin::Nvrtc } else { CodeOrigin::Ptx })
 }
 
 /// `y = x * a + b` over 32-bit words: the smoke-test and memory-kind test kernel.
 pub static AFFINE: KernelSource = KernelSource {
     name: "affine",
     source: include_str!("../../kernels/affine.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/affine.ptx")),
     entry_points: &["affine_u32"],
     options: &[],
 };
@@ -41,6 +83,7 @@ pub static AFFINE: KernelSource = KernelSource {
 pub static SIGNAL: KernelSource = KernelSource {
     name: "signal",
     source: include_str!("../../kernels/signal.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/signal.ptx")),
     entry_points: &["wait_for_go"],
     options: &[],
 };
@@ -49,6 +92,7 @@ pub static SIGNAL: KernelSource = KernelSource {
 pub static GAUSSIAN: KernelSource = KernelSource {
     name: "gaussian",
     source: include_str!("../../kernels/gaussian.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/gaussian.ptx")),
     entry_points: &["gaussian_u8", "gaussian_u8_overlap", "gaussian_u16", "gaussian_u16_overlap"],
     options: &[],
 };
@@ -58,6 +102,7 @@ pub static GAUSSIAN: KernelSource = KernelSource {
 pub static BENCH: KernelSource = KernelSource {
     name: "bench",
     source: include_str!("../../kernels/bench.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/bench.ptx")),
     entry_points: &["bench_read_u4", "bench_write_u4", "bench_copy_u4", "bench_read_strided"],
     options: &[],
 };
@@ -67,6 +112,7 @@ pub static BENCH: KernelSource = KernelSource {
 pub static DOORBELL: KernelSource = KernelSource {
     name: "doorbell",
     source: include_str!("../../kernels/doorbell.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/doorbell.ptx")),
     entry_points: &["doorbell"],
     options: &[],
 };
@@ -76,6 +122,7 @@ pub static DOORBELL: KernelSource = KernelSource {
 pub static FAULT: KernelSource = KernelSource {
     name: "fault",
     source: include_str!("../../kernels/fault.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/fault.ptx")),
     entry_points: &["illegal_store"],
     options: &[],
 };
@@ -109,23 +156,42 @@ pub fn cache() -> KernelCache {
 /// The architecture the compile check targets when there is no GPU to ask: the H200's.
 pub const DEFAULT_CHECK_ARCH: &str = "sm_90";
 
-/// Entry point `entry` of `source`, compiled for and loaded into `device`.
+/// Entry point `entry` of `source`, loaded into `device` with its code from [`origin`].
 ///
 /// Modules are loaded once per device and kept. A cached image the driver rejects (a
 /// truncated file, another architecture) is recompiled once before giving up.
 ///
 /// # Errors
-/// NVRTC missing or failing (with its log), an unknown entry point, or the driver refusing
-/// the image.
+/// NVRTC failing (with its log), an unknown entry point, or the driver refusing the image.
 pub fn kernel(device: &CudaDevice, source: &KernelSource, entry: &str) -> Result<Kernel> {
+    kernel_from(device, source, entry, origin())
+}
+
+/// As [`kernel`], with the code from `origin` whatever [`set_origin`] says: to compare the two.
+/// A source without PTX is compiled by NVRTC whatever the origin.
+///
+/// # Errors
+/// As [`kernel`]; [`crate::NvrtcError::NotFound`] when NVRTC is needed and missing.
+pub fn kernel_from(
+    device: &CudaDevice,
+    source: &KernelSource,
+    entry: &str,
+    origin: CodeOrigin,
+) -> Result<Kernel> {
     if !source.entry_points.contains(&entry) {
         return Err(Error::invalid(
             "kernel entry point",
             format!("`{entry}` is not one of {}'s: {:?}", source.name, source.entry_points),
         ));
     }
-    let arch = device.compute_capability().sm_name();
-    let module = device.cached_module(source.name, || load_module(device, source, &arch))?;
+    let ptx = source.ptx.filter(|_| origin == CodeOrigin::Ptx);
+    let key = format!("{}:{}", source.name, if ptx.is_some() { CodeOrigin::Ptx } else { CodeOrigin::Nvrtc });
+    let module = device.cached_module(&key, || match ptx {
+        // SAFETY: the PTX was generated from this source by scripts/gen-ptx and built into the
+        // program with it; the driver compiles it for the device.
+        Some(ptx) => unsafe { Module::load(device, ptx.as_bytes()) },
+        None => load_module(device, source, &device.compute_capability().sm_name()),
+    })?;
     module.kernel(entry)
 }
 

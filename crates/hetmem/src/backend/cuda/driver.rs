@@ -2,7 +2,8 @@
 //!
 //! cudarc panics when a symbol or the library is missing, so nothing else in the backend may
 //! run before [`driver`] has answered `Ok`: it checks that libcuda loads, that the driver is
-//! new enough for the CUDA 13.0 bindings hetmem is built with, and that it sees a device.
+//! new enough for the bindings hetmem is built with (CUDA 12.0 by default), and that it sees a
+//! device.
 
 use std::sync::OnceLock;
 
@@ -11,8 +12,12 @@ use cudarc::driver::{result, sys};
 use super::{Call, cuda_error};
 use crate::error::Unavailable;
 
-/// The CUDA version hetmem's bindings are built for (`major * 1000 + minor * 10`).
-pub const REQUIRED_CUDA_VERSION: i32 = 13000;
+/// The oldest CUDA version (`major * 1000 + minor * 10`) of a driver hetmem runs on: 12.0 with
+/// its default `cuda-12000` feature (every call it makes exists since, and the newer forms it
+/// prefers are looked up at run time). Built with cudarc's bindings of another version instead,
+/// it asks for 13.0, the newest it is tested with, since those bindings may name entry points
+/// of their own version.
+pub const REQUIRED_CUDA_VERSION: i32 = if cfg!(feature = "cuda-12000") { 12000 } else { 13000 };
 
 /// What the loaded driver reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +60,8 @@ pub fn driver_cuda_version() -> Result<i32, Unavailable> {
 
 fn load() -> Result<DriverInfo, Unavailable> {
     let cuda_version = driver_cuda_version()?;
-    // Checked before any other symbol is resolved: a CUDA 13 entry point missing from an older
-    // driver would make cudarc panic.
+    // Checked before any other symbol is resolved: an entry point missing from an older driver
+    // would make cudarc panic.
     if cuda_version < REQUIRED_CUDA_VERSION {
         return Err(Unavailable::DriverTooOld {
             driver_version: cuda_version,

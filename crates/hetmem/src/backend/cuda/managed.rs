@@ -5,6 +5,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::{Context, Release};
+use super::entry::{self, Location};
 use super::{Call, CudaDevice, Stream};
 use crate::error::{Error, Result};
 
@@ -18,15 +19,10 @@ pub enum MemLocation {
 }
 
 impl MemLocation {
-    fn raw(self) -> sys::CUmemLocation {
+    fn raw(self) -> Location {
         match self {
-            MemLocation::Host => {
-                sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST, id: 0 }
-            }
-            MemLocation::Device(ordinal) => sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal as i32,
-            },
+            MemLocation::Host => Location::host(),
+            MemLocation::Device(ordinal) => Location::device(ordinal),
         }
     }
 }
@@ -94,8 +90,8 @@ impl ManagedAlloc {
         stream.bind()?;
         // SAFETY: the range is this live allocation; prefetching moves pages without changing
         // their contents, so it cannot race any access.
-        unsafe { sys::cuMemPrefetchAsync_v2(self.ptr, self.bytes, location.raw(), 0, stream.raw()) }
-            .call("cuMemPrefetchAsync")?;
+        // The stream is a live stream of this context, bound above.
+        unsafe { entry::mem_prefetch_async(self.ptr, self.bytes, location.raw(), stream.raw()) }?;
         Ok(())
     }
 
@@ -113,7 +109,7 @@ impl ManagedAlloc {
             Advice::AccessedBy(location) => (sys::CUmem_advise::CU_MEM_ADVISE_SET_ACCESSED_BY, location),
         };
         // SAFETY: the range is this live allocation; advice changes placement policy only.
-        unsafe { sys::cuMemAdvise_v2(self.ptr, self.bytes, raw, location.raw()) }.call("cuMemAdvise")?;
+        unsafe { entry::mem_advise(self.ptr, self.bytes, raw, location.raw()) }?;
         Ok(())
     }
 }

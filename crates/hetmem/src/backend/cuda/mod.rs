@@ -9,6 +9,7 @@
 mod context;
 mod device;
 pub mod driver;
+mod entry;
 mod host;
 mod interop;
 mod managed;
