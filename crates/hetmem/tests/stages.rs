@@ -147,6 +147,12 @@ fn reference(stage: &KernelStage, input: &[u8]) -> (Vec<u8>, Vec<u8>) {
 /// Every strategy `device` runs: the filter, a ring and a fan-out over two rings give the CPU
 /// closure's bytes.
 fn user_kernel_everywhere(device: &Device) {
+    // A CUDA C stage needs NVRTC on a GPU (hetmem's own kernels do not).
+    if device.as_cuda().is_some()
+        && hetmem::testing::nvrtc_or_skip("user_kernel_everywhere on the GPU").is_none()
+    {
+        return;
+    }
     let lut = lut();
     let key = fastrand::u16(1..);
     let stage = mix_stage(&lut, key);
@@ -204,6 +210,24 @@ fn a_user_kernel_runs_by_every_strategy_equal_to_its_cpu_closure() {
     on_every_backend("a_user_kernel_runs_by_every_strategy_equal_to_its_cpu_closure", user_kernel_everywhere);
 }
 
+/// Where a GPU has no NVRTC beside it (hetmem's own kernels then run from their PTX), a CUDA C
+/// stage is refused when prepared, naming what to install.
+#[test]
+fn a_cuda_c_stage_without_nvrtc_names_the_remedy() {
+    let test = "a_cuda_c_stage_without_nvrtc_names_the_remedy";
+    let Some(gpu) = hetmem::testing::cuda_device_or_skip(test) else { return };
+    if hetmem::backend::cuda::nvrtc::is_available() {
+        eprintln!("{test}: skipped: NVRTC is installed here");
+        return;
+    }
+    let device = Device::Cuda(gpu);
+    let error = FrameFilter::with_stage(&device, Strategy::PinnedAsync, mix_stage(&lut(), 7))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("NVRTC 12 or 13 not found"), "{error}");
+    assert!(error.contains("pip install"), "{error}");
+}
+
 #[test]
 fn a_cpu_closure_is_a_stage_that_runs_on_the_cpu_only() {
     let layout = FrameLayout::samples(1000, Element::F32).unwrap();
@@ -258,6 +282,9 @@ fn a_kernel_without_a_cpu_path_is_refused_on_the_cpu_backend_by_name() {
 #[test]
 fn a_cudarc_function_runs_as_a_stage() {
     let Some(gpu) = hetmem::testing::cuda_device_or_skip("a_cudarc_function_runs_as_a_stage") else { return };
+    if hetmem::testing::nvrtc_or_skip("a_cudarc_function_runs_as_a_stage").is_none() {
+        return;
+    }
     use cudarc::driver::CudaContext;
     use cudarc::nvrtc::Ptx;
     let source = hetmem::kernels::KernelSource {
