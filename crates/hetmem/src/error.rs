@@ -230,7 +230,7 @@ pub enum Error {
 
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
-    pub(crate) fn invalid(what: &'static str, problem: impl Into<String>) -> Self {
+    pub fn invalid(what: &'static str, problem: impl Into<String>) -> Self {
         Error::InvalidArgument { what, problem: problem.into() }
     }
 
