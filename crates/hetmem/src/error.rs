@@ -339,8 +339,9 @@ impl FrameMemoryHolder {
 }
 
 /// Why the CUDA backend cannot run on this machine.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(tag = "kind", rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum Unavailable {
     /// No NVIDIA driver library (`libcuda.so`) could be loaded.
