@@ -1,10 +1,12 @@
 //! `hetmem doctor`.
 
+mod text;
+
 use std::io::Write;
 use std::process::ExitCode;
 
 use hetmem::Device;
-use hetmem::doctor::{Report, Status};
+use hetmem_bench::doctor::{Report, Status};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,7 +25,7 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
         serde_json::to_writer_pretty(&mut stdout, &report)?;
         writeln!(stdout)?;
     } else {
-        stdout.write_all(report.to_text().as_bytes())?;
+        stdout.write_all(text::report_text(&report).as_bytes())?;
     }
     stdout.flush()?;
     Ok(if args.strict && report.worst() == Status::Fail { ExitCode::FAILURE } else { ExitCode::SUCCESS })

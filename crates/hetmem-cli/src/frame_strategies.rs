@@ -8,9 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail};
 use hetmem::backend::nvml::NvmlSession;
-use hetmem::bench::Summary;
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage, gaussian_cpu};
 use hetmem::{Device, FrameFilter, Strategy};
+use hetmem_bench::Summary;
 
 use crate::table::Table;
 

@@ -230,7 +230,7 @@ pub enum Error {
 
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
-    pub(crate) fn invalid(what: &'static str, problem: impl Into<String>) -> Self {
+    pub fn invalid(what: &'static str, problem: impl Into<String>) -> Self {
         Error::InvalidArgument { what, problem: problem.into() }
     }
 
@@ -339,8 +339,9 @@ impl FrameMemoryHolder {
 }
 
 /// Why the CUDA backend cannot run on this machine.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(tag = "kind", rename_all = "snake_case"))]
 #[non_exhaustive]
 pub enum Unavailable {
     /// No NVIDIA driver library (`libcuda.so`) could be loaded.

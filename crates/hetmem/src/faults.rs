@@ -8,8 +8,9 @@
 use crate::error::Result;
 
 /// Where a fault can be injected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum FaultPoint {
     /// Allocating host, pinned, managed or device memory.
     Allocation,
@@ -39,8 +40,9 @@ impl FaultPoint {
 
 /// How an injected fault fails.
 #[cfg(feature = "testing")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum FaultKind {
     /// As a shortage that may pass (out of memory): [`crate::Error::is_transient`].
     Transient,
@@ -103,7 +105,8 @@ mod armed {
     }
 
     /// A fault that was injected.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[cfg_attr(feature = "serde", derive(serde::Serialize))]
     pub struct Fired {
         /// Where.
         pub point: FaultPoint,

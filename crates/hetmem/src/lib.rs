@@ -20,8 +20,9 @@
 //!   by NVRTC on first use and cached on disk.
 //! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
 //!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
-//! - [`bench`](mod@bench): the measurements behind `hetmem bench`; [`doctor`]: what this
-//!   machine can do, checked and explained.
+//!
+//! The measurements behind `hetmem bench` and `hetmem doctor` live in their own crate,
+//! `hetmem-bench`, so a program that shares memory builds none of them.
 //!
 //! # Example
 //! ```
@@ -38,8 +39,6 @@
 #![deny(missing_docs)]
 
 pub mod backend;
-pub mod bench;
-pub mod doctor;
 pub mod error;
 mod faults;
 pub mod handoff;

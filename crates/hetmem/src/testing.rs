@@ -7,9 +7,8 @@
 //! machine's runs prove the GPU paths actually ran. [`nvrtc_or_skip`] does the same for
 //! NVRTC, with `HETMEM_REQUIRE_NVRTC=1`.
 //!
-//! This module, [`faults`], the [`crate::resident::Gate`] and the doorbell's stalling requests
-//! exist only with the `testing` feature: they are hooks for tests, not part of the library's
-//! contract.
+//! This module, [`faults`] and the doorbell's stalling requests exist only with the `testing`
+//! feature: they are hooks for tests, not part of the library's contract.
 
 use std::io::Write;
 

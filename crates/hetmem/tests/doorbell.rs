@@ -199,6 +199,22 @@ fn doorbell_is_shared_by_threads() {
     on_both("doorbell_is_shared_by_threads", "threads", threads_share_a_doorbell);
 }
 
+/// A kernel no other code loads, so that its load in [`resident_kernel_rules`] is a first one.
+static NOT_YET_LOADED: hetmem::kernels::KernelSource = hetmem::kernels::KernelSource {
+    name: "doorbell-test-not-yet-loaded",
+    source: "extern \"C\" __global__ void not_yet_loaded(unsigned int* out) { *out = 1; }",
+    entry_points: &["not_yet_loaded"],
+    options: &[],
+    // Where no NVRTC is installed the load takes this PTX, as hetmem's own kernels do.
+    ptx: Some(
+        ".version 8.0\n.target sm_70\n.address_size 64\n\
+         .visible .entry not_yet_loaded(.param .u64 out)\n{\n\
+         .reg .b32 %r<2>;\n.reg .b64 %rd<3>;\n\
+         ld.param.u64 %rd1, [out];\ncvta.to.global.u64 %rd2, %rd1;\n\
+         mov.u32 %r1, 1;\nst.global.u32 [%rd2], %r1;\nret;\n}\n",
+    ),
+};
+
 /// While a doorbell runs, a free that would wait for it is deferred (the call returns, the
 /// memory stays allocated until shutdown), a first kernel load and a device synchronisation
 /// fail at once naming the cause, and other GPU work goes on. Before hetmem enforced this,
@@ -226,7 +242,7 @@ fn resident_kernel_rules(device: &Device) {
         free_deferred < free_before + big_bytes / 2,
         "the free ran while the doorbell ran: {free_before} -> {free_deferred} bytes free"
     );
-    match hetmem::kernels::kernel(gpu, &hetmem::kernels::BENCH, "bench_read_u4") {
+    match hetmem::kernels::kernel(gpu, &NOT_YET_LOADED, "not_yet_loaded") {
         Err(Error::ResidentKernelRunning { call: "cuModuleLoadData", running: 1 }) => {}
         other => panic!("a first kernel load should be refused while the doorbell runs, got {other:?}"),
     }
@@ -257,7 +273,7 @@ fn resident_kernel_rules(device: &Device) {
         "the deferred free did not run at shutdown: {free_deferred} -> {free_after} bytes free"
     );
     gpu.synchronize().unwrap();
-    hetmem::kernels::kernel(gpu, &hetmem::kernels::BENCH, "bench_read_u4").unwrap();
+    hetmem::kernels::kernel(gpu, &NOT_YET_LOADED, "not_yet_loaded").unwrap();
     println!("resident kernel rules: free deferred, load and synchronise refused, other work went on");
 }
 

@@ -3,7 +3,6 @@
 //! GPU tests skip visibly without a GPU and fail with `HETMEM_REQUIRE_GPU=1`
 //! (see `hetmem::testing`).
 
-mod bench_link;
 mod cuda_smoke;
 mod cudarc_interop;
 mod doorbell;

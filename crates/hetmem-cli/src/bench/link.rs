@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use hetmem::bench::compare::CompareReport;
-use hetmem::bench::link::{Direction, LinkReport, Path as LinkPath};
-use hetmem::bench::sizes;
+use hetmem_bench::compare::CompareReport;
+use hetmem_bench::link::{Direction, LinkReport, Path as LinkPath};
+use hetmem_bench::sizes;
 
 use super::plot::{self, Series};
 use super::signals;
@@ -143,7 +143,7 @@ pub fn plots(report: &LinkReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         )?);
     }
     let smallest = report.latency.iter().map(|cell| cell.bytes).min();
-    let mut items: Vec<(String, hetmem::bench::Summary)> = report
+    let mut items: Vec<(String, hetmem_bench::Summary)> = report
         .latency
         .iter()
         .filter(|cell| Some(cell.bytes) == smallest)
@@ -203,7 +203,7 @@ pub fn compare_tables(report: &CompareReport) -> Vec<Table> {
 pub fn compare_plots(report: &CompareReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     let point =
-        |value: f64| hetmem::bench::Summary { samples: 1, min: value, median: value, p90: value, p99: value };
+        |value: f64| hetmem_bench::Summary { samples: 1, min: value, median: value, p90: value, p99: value };
     let latency: Vec<_> = report
         .rows
         .iter()

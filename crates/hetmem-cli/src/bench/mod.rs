@@ -15,9 +15,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use hetmem::backend::DeviceSelection;
-use hetmem::bench::link::{LinkOptions, Path as LinkPath};
-use hetmem::bench::{compare, completion, pinning, sizes};
 use hetmem::{BackendChoice, Device, Queue, Strategy};
+use hetmem_bench::link::{LinkOptions, Path as LinkPath};
+use hetmem_bench::{compare, completion, pinning, sizes};
 
 use crate::table::Table;
 
@@ -124,7 +124,7 @@ pub fn run(device: &Device, choice: BackendChoice, args: &Args) -> anyhow::Resul
         What::Link { quick, sizes, latency_sizes, paths, repeats } => {
             let options = link_options(*quick, sizes, latency_sizes, paths, *repeats)?;
             progress(args, "measuring the link (bench link)...");
-            let report = hetmem::bench::link::measure(device, &options).context("link benchmark")?;
+            let report = hetmem_bench::link::measure(device, &options).context("link benchmark")?;
             emit(args, "link", &report, &link::tables(&report), |dir| link::plots(&report, dir))
         }
         What::Compare { quick } => {

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 
 use hetmem::backend::nvml::NvmlSession;
-use hetmem::bench::streaming::{self, StreamingRun, StreamingSetup};
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
 use hetmem::{Device, FenceKind, Strategy};
+use hetmem_bench::streaming::{self, StreamingRun, StreamingSetup};
 
 use super::plot;
 use crate::frame_strategies::{self, PcieSampler, Report};
@@ -21,7 +21,7 @@ pub const RESOLUTIONS: [(usize, usize); 2] = [(1920, 1080), (3840, 2160)];
 pub enum StageChoice {
     /// The built-in 5x5 Gaussian.
     Gaussian,
-    /// A user's kernel of the same bytes (`hetmem::bench::user_stage`).
+    /// A user's kernel of the same bytes (`hetmem_bench::user_stage`).
     User,
 }
 
@@ -109,7 +109,7 @@ pub fn measure_streaming(
                     StageChoice::User => {
                         let sms = device.as_cuda().map_or(1, |gpu| gpu.attributes().multiprocessor_count);
                         let user =
-                            hetmem::bench::user_stage::xor_stage(format.frame_bytes(), sms, 0x5A3C_96E1)?;
+                            hetmem_bench::user_stage::xor_stage(format.frame_bytes(), sms, 0x5A3C_96E1)?;
                         streaming::measure_stage(chosen, "user", &user, &setup)
                     }
                 };
@@ -240,7 +240,7 @@ pub fn plots(reports: &[Report], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 #[cfg(test)]
 mod tests {
-    use hetmem::bench::streaming::DeviceShare;
+    use hetmem_bench::streaming::DeviceShare;
 
     use super::*;
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow};
-use hetmem::bench::Summary;
+use hetmem_bench::Summary;
 use plotters::prelude::*;
 
 const SIZE: (u32, u32) = (960, 600);
@@ -41,7 +41,7 @@ pub fn lines(
     // Ticks fall on powers of 4; anything else stays unlabelled rather than read `5120 B`.
     let format_x = |x: &f64| {
         let bytes = x.round() as usize;
-        if bytes.is_power_of_two() { hetmem::bench::sizes::format(bytes) } else { String::new() }
+        if bytes.is_power_of_two() { hetmem_bench::sizes::format(bytes) } else { String::new() }
     };
     macro_rules! draw {
         ($chart:expr) => {{
@@ -151,7 +151,7 @@ pub fn file_in(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    use hetmem::bench::Summary;
+    use hetmem_bench::Summary;
 
     use super::{lines, spread};
 

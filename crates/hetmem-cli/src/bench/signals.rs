@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use hetmem::bench::completion::CompletionReport;
-use hetmem::bench::pinning::PinningReport;
+use hetmem_bench::completion::CompletionReport;
+use hetmem_bench::pinning::PinningReport;
 
 use super::plot::{self, Series};
 use super::snake_name;

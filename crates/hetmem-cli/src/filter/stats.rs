@@ -4,8 +4,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use hetmem::Strategy;
-use hetmem::bench::Summary;
 use hetmem::ops::gaussian::{Border, Gaussian, PixelLayout, SampleType};
+use hetmem_bench::Summary;
 
 /// Frame latencies and time, gathered while filtering.
 #[derive(Debug)]

@@ -4,6 +4,7 @@
 //!   hetmem that calls cudarc's raw layers; everything above it sees owning types.
 //! - [`cpu`] runs everything on the host. It always builds, is the fallback when no GPU can
 //!   be used, and is the reference the GPU paths are tested against.
+//! - `nvml` (feature `nvml`) reads a GPU's PCIe link and traffic counters through NVML.
 //!
 //! [`Device::open_best`] picks one: the first CUDA device, or the CPU with the reason the
 //! GPU could not be used. The `HETMEM_BACKEND` environment variable (`auto`, `cpu`, `cuda`)
@@ -12,6 +13,7 @@
 
 pub mod cpu;
 pub mod cuda;
+#[cfg(feature = "nvml")]
 pub mod nvml;
 mod selection;
 
@@ -26,8 +28,9 @@ pub use selection::DeviceSelection;
 pub const BACKEND_ENV: &str = "HETMEM_BACKEND";
 
 /// A kind of backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum BackendKind {
     /// The host CPU.
     Cpu,

@@ -1,13 +1,15 @@
 //! NVML, the NVIDIA management library: PCIe link state and traffic counters.
 //!
-//! NVML is optional. It ships with the driver as `libnvidia-ml.so.1`; where it is missing
-//! every answer is an error string that callers print as "unknown".
+//! Built with the feature `nvml` only. NVML is optional at run time too: it ships with the
+//! driver as `libnvidia-ml.so.1`; where it is missing every answer is an error string that
+//! callers print as "unknown".
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{PcieUtilCounter, TopologyLevel};
 
 /// A GPU's PCIe link: generation and lane count, now and at most.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PcieLink {
     /// The generation the link runs at now (idle links often drop to generation 1).
     pub current_generation: u32,

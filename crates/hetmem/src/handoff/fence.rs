@@ -23,8 +23,9 @@ use crate::backend::cuda::{CudaDevice, Event, HostAllocFlags, PinnedAlloc, Strea
 use crate::error::{Error, Result};
 
 /// How a queue signals that work has finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum FenceKind {
     /// A CUDA event; waiting calls `cuEventSynchronize`.
     #[default]

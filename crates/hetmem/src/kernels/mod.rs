@@ -97,16 +97,6 @@ pub static GAUSSIAN: KernelSource = KernelSource {
     options: &[],
 };
 
-/// The link benchmark's zero-copy kernels: coalesced and strided reads folded into a checksum,
-/// writes of a checkable pattern, and a read+write copy.
-pub static BENCH: KernelSource = KernelSource {
-    name: "bench",
-    source: include_str!("../../kernels/bench.cu"),
-    ptx: Some(include_str!("../../kernels/ptx/bench.ptx")),
-    entry_points: &["bench_read_u4", "bench_write_u4", "bench_copy_u4", "bench_read_strided"],
-    options: &[],
-};
-
 /// The doorbell's persistent kernel: serves small requests written into mapped host memory
 /// (see [`crate::resident::Doorbell`]).
 pub static DOORBELL: KernelSource = KernelSource {
@@ -127,8 +117,9 @@ pub static FAULT: KernelSource = KernelSource {
     options: &[],
 };
 
-/// Every kernel source in hetmem; the compile check builds each of them.
-pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &BENCH, &DOORBELL, &FAULT];
+/// Every kernel source in hetmem; the compile check builds each of them. (The benchmark's
+/// kernels are hetmem-bench's.)
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &DOORBELL, &FAULT];
 
 /// The cache set by [`set_cache`]; `None` for [`KernelCache::user_default`].
 static CACHE: RwLock<Option<KernelCache>> = RwLock::new(None);

@@ -137,6 +137,13 @@ impl<T: Element> MappedFile<T> {
     pub fn is_registered(&self) -> bool {
         self.registration.is_some()
     }
+
+    /// The address kernels read the file at, when registered (as [`crate::HostBuf::device_ptr`]):
+    /// on the device it was registered with. The mapping is read-only: a kernel must never
+    /// write through it.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.device_ptr
+    }
 }
 
 impl<T: Element> Sealed for MappedFile<T> {

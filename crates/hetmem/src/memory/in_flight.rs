@@ -3,8 +3,8 @@
 //!
 //! hetmem's own GPU work holds buffers in leases ([`crate::Lent`], [`crate::Shared`]), whose
 //! drop waits for their fence. Code that queues copies and kernels on a [`Stream`] with raw
-//! addresses (the benchmark's cells, the memory layer's own copies) holds the memory they use
-//! in an `InFlight` instead, naming at construction every stream the work may be queued on.
+//! addresses (the memory layer's own copies, hetmem-bench's link cells, a user's own unsafe
+//! launches) holds the memory they use in an `InFlight` instead, naming at construction every stream the work may be queued on.
 //! Dropping it, on any path (an early `?` return included), first waits for each of those
 //! streams, and drops the value only if every wait succeeded; otherwise the work may still
 //! use it, and it is leaked. Nothing relies on a free call waiting for the device on its own
@@ -19,7 +19,7 @@ use crate::backend::cuda::{CudaDevice, Stream};
 use crate::error::Result;
 
 /// Something GPU work was queued on, that the CPU can wait for.
-pub(crate) trait Wait {
+pub trait Wait {
     /// Blocks until the work queued so far has finished.
     ///
     /// # Errors
@@ -29,7 +29,7 @@ pub(crate) trait Wait {
 
 /// Where the work using an [`InFlight`] value may be queued.
 #[derive(Debug, Clone)]
-pub(crate) enum Waiter {
+pub enum Waiter {
     /// One of hetmem's (non-blocking) streams.
     Stream(Arc<Stream>),
     /// The device's legacy default stream, where the driver's synchronous copies run: one from
@@ -50,14 +50,14 @@ impl Wait for Waiter {
 /// waiter, then drops the value, or leaks it when a wait fails (see the module documentation).
 /// Between waits, the value is reached through `Deref` and `DerefMut`: whoever queues work
 /// on it keeps the CPU off the memory that work uses until it has waited, as without a guard.
-pub(crate) struct InFlight<T, W: Wait = Waiter> {
+pub struct InFlight<T, W: Wait = Waiter> {
     value: ManuallyDrop<T>,
     waiters: Vec<W>,
 }
 
 impl<T, W: Wait> InFlight<T, W> {
     /// Holds `value`, which work on `waiters` may use from now on.
-    pub(crate) fn new(value: T, waiters: impl IntoIterator<Item = W>) -> InFlight<T, W> {
+    pub fn new(value: T, waiters: impl IntoIterator<Item = W>) -> InFlight<T, W> {
         InFlight { value: ManuallyDrop::new(value), waiters: waiters.into_iter().collect() }
     }
 }

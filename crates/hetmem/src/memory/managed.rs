@@ -103,8 +103,9 @@ impl<T: Element> ManagedBuf<T> {
         }
     }
 
-    /// The driver allocation, for prefetches (none on the CPU backend).
-    pub(crate) fn managed_alloc(&self) -> Option<&ManagedAlloc> {
+    /// The driver allocation, for prefetches and kernels given its address on a stream of your
+    /// own (none on the CPU backend).
+    pub fn managed_alloc(&self) -> Option<&ManagedAlloc> {
         match &self.storage {
             ManagedStorage::Cuda(alloc) => Some(alloc),
             ManagedStorage::Plain(_) => None,

@@ -30,7 +30,7 @@ mod pool;
 pub use device::DeviceBuf;
 pub use file::MappedFile;
 pub use host::{HostBuf, HostKind, PinMethod, PinOptions, RegisterError, RegisterOptions};
-pub(crate) use in_flight::{InFlight, Waiter};
+pub use in_flight::{InFlight, Wait, Waiter};
 pub use managed::ManagedBuf;
 pub use page::{HUGE_PAGE_BYTES, PageBox, page_size};
 pub use pool::{PinnedPool, PoolStats};

@@ -16,7 +16,8 @@ use crate::backend::Device;
 use crate::error::{Error, Result};
 
 /// What the pool has done and holds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PoolStats {
     /// Acquisitions served from cached blocks.
     pub hits: u64,

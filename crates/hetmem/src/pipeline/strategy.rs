@@ -18,8 +18,9 @@ use crate::error::{Error, Result};
 /// | `Hybrid` | mapped pinned (frames) | the kernel's table | in + out by the kernel; constant data read from device memory |
 ///
 /// [`Strategy::Auto`] picks (see [`Strategy::resolve`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Strategy {
     /// The CPU path on the host.
     Cpu,

@@ -3,8 +3,8 @@
 //!
 //! - [`Doorbell`]: a persistent kernel serving small requests (gain, FIR over at most 4 KiB of
 //!   f32) in microseconds, with a bounded queue, a watchdog and blocking or async waits.
-//! - `Gate` (feature `testing`): a one-thread kernel that waits until the CPU lets it finish,
-//!   for measuring completion signals and for testing that waits do not block.
+//! - [`Gate`]: a one-thread kernel that waits until the CPU lets it finish, for measuring
+//!   completion signals (hetmem-bench's `completion`) and for testing that waits do not block.
 //!
 //! A layer beside the hand-off ([`crate::handoff`]) that uses it: each kernel runs on its own
 //! [`Queue`](crate::Queue), launched with [`KernelArgs`](crate::KernelArgs).
@@ -23,8 +23,4 @@ pub mod doorbell;
 mod gate;
 
 pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
-#[cfg(not(feature = "testing"))]
-pub(crate) use gate::Gate;
-/// Feature `testing` only: a kernel that waits for the CPU.
-#[cfg(feature = "testing")]
 pub use gate::Gate;

@@ -4,8 +4,9 @@
 use crate::error::{Error, Result};
 
 /// The type of one sample.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Element {
     /// Unsigned 8-bit.
     U8,
@@ -34,7 +35,8 @@ impl Element {
 
 /// One plane of a frame: `height` rows of `width` pixels of `channels` samples each, the rows
 /// `pitch` bytes apart, the first at `offset` bytes into the frame buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PlaneLayout {
     /// Byte offset of the first row in the frame buffer.
     pub offset: usize,
@@ -91,7 +93,8 @@ pub const MAX_FRAME_BYTES: usize = 1 << 40;
 /// assert_eq!(layout.bytes(), 2 * (w * h + 2 * (w / 2) * (h / 2)));
 /// # Ok::<(), hetmem::Error>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FrameLayout {
     planes: Vec<PlaneLayout>,
     bytes: usize,

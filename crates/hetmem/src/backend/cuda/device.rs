@@ -13,7 +13,8 @@ use super::{Call, driver};
 use crate::error::{CudaError, Unavailable};
 
 /// A GPU's compute capability, for example 9.0 for Hopper.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ComputeCapability {
     /// The major version.
     pub major: u32,
@@ -35,7 +36,8 @@ impl fmt::Display for ComputeCapability {
 }
 
 /// The device attributes that decide how hetmem moves data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DeviceAttributes {
     /// Host memory can be mapped into the device's address space (zero-copy).
     pub can_map_host_memory: bool,

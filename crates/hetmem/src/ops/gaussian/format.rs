@@ -3,8 +3,9 @@
 use crate::error::{Error, Result};
 
 /// How one sample (one channel of one pixel) is stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum SampleType {
     /// One byte, 0 to 255.
     #[default]
@@ -30,8 +31,9 @@ impl SampleType {
 }
 
 /// How a frame's pixels are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum PixelLayout {
     /// One channel.
     Gray,
@@ -85,7 +87,8 @@ impl Plane {
 }
 
 /// The size and layout of a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FrameFormat {
     /// Pixels per row.
     pub width: usize,

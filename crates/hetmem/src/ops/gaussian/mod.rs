@@ -48,8 +48,9 @@ fn taps_per_sigma(sample: SampleType) -> (f64, f64) {
 }
 
 /// How pixels beyond the image edge are made up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Border {
     /// `gfedcb|abcdefgh|gfedcba`: mirror without repeating the edge (OpenCV's default).
     #[default]

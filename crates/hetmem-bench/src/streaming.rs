@@ -1,4 +1,4 @@
-//! Streaming throughput: frames pushed through a [`FrameRing`](crate::FrameRing) as fast as the ring takes them.
+//! Streaming throughput: frames pushed through a [`FrameRing`](hetmem::FrameRing) as fast as the ring takes them.
 //!
 //! A producer thread submits frames while the calling thread drains them, so upload, kernel
 //! and download of different frames overlap as they would in a real stream. Each slot's input
@@ -13,12 +13,12 @@
 
 use std::time::Instant;
 
-use crate::backend::Device;
-use crate::error::{Error, Result};
-use crate::handoff::FenceKind;
-use crate::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
-use crate::pipeline::{FanOutRing, RingOptions, Strategy};
-use crate::stage::Stage;
+use hetmem::backend::Device;
+use hetmem::error::{Error, Result};
+use hetmem::handoff::FenceKind;
+use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
+use hetmem::pipeline::{FanOutRing, RingOptions, Strategy};
+use hetmem::stage::Stage;
 
 /// What to stream.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +67,7 @@ pub struct StreamingRun {
     pub kernel_busy_s: f64,
     /// `kernel_busy_s / wall_s`.
     pub kernel_busy_fraction: f64,
-    /// Bytes crossing the host-GPU link per frame (see [`crate::FrameRing::link_bytes_per_frame`]).
+    /// Bytes crossing the host-GPU link per frame (see [`hetmem::FrameRing::link_bytes_per_frame`]).
     pub link_bytes_per_frame: u64,
     /// Link bytes per second, both directions together.
     pub link_bytes_per_s: f64,
@@ -277,8 +277,8 @@ fn clock_seeded() -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{BackendChoice, BackendKind};
-    use crate::ops::gaussian::{Border, PixelLayout};
+    use hetmem::backend::{BackendChoice, BackendKind};
+    use hetmem::ops::gaussian::{Border, PixelLayout};
 
     #[test]
     fn the_cpu_ring_streams_and_reports_its_rate() {

@@ -18,8 +18,8 @@ use std::str::FromStr;
 
 use super::completion::CompletionReport;
 use super::{Summary, sizes};
-use crate::backend::Device;
-use crate::error::{Error, Result};
+use hetmem::backend::Device;
+use hetmem::error::{Error, Result};
 
 /// The smallest bandwidth size.
 pub const MIN_SIZE: usize = 4 << 10;
@@ -195,7 +195,7 @@ pub enum LatencyPath {
     /// baseline).
     MappedFlagRoundTrip,
     /// A request through a persistent kernel polling mapped memory, and its answer: the
-    /// doorbell ([`crate::resident::Doorbell`]), measured by [`doorbell_round_trip`].
+    /// doorbell ([`hetmem::resident::Doorbell`]), measured by [`doorbell_round_trip`].
     Doorbell,
 }
 
@@ -454,7 +454,7 @@ fn ceiling_of(cells: &[BandwidthCell]) -> Option<Ceiling> {
 }
 
 /// Round trips of a 64-byte request (gain over 16 random f32 samples) through the
-/// persistent-kernel doorbell ([`crate::resident::Doorbell`]), `samples` times after a tenth as
+/// persistent-kernel doorbell ([`hetmem::resident::Doorbell`]), `samples` times after a tenth as
 /// many to warm up, one request in flight; every reply is checked bit for bit against the CPU.
 /// `None` on the CPU backend.
 ///
@@ -464,7 +464,7 @@ fn ceiling_of(cells: &[BandwidthCell]) -> Option<Ceiling> {
 /// # Errors
 /// The doorbell failing to start, a request timing out, or a reply that differs.
 pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Summary>> {
-    use crate::resident::{Doorbell, Request};
+    use hetmem::resident::{Doorbell, Request};
     if device.as_cuda().is_none() {
         return Ok(None);
     }

@@ -7,9 +7,9 @@
 //! kernel has. It is given to hetmem as CUDA C through [`KernelStage`], as a user would, with
 //! its CPU closure as the check.
 
-use crate::backend::cuda::LaunchConfig;
-use crate::error::Result;
-use crate::stage::{Element, FrameLayout, KernelCode, KernelStage, Param};
+use hetmem::backend::cuda::LaunchConfig;
+use hetmem::error::Result;
+use hetmem::stage::{Element, FrameLayout, KernelCode, KernelStage, Param};
 
 /// The kernel: whole 16-byte units, then the tail bytes.
 const SOURCE: &str = r#"
@@ -62,7 +62,7 @@ pub fn xor_stage(bytes: usize, multiprocessors: u32, key: u32) -> Result<KernelS
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stage::Stage;
+    use hetmem::stage::Stage;
 
     #[test]
     fn the_cpu_closure_xors_every_byte_with_the_key_in_order() {

@@ -1,6 +1,6 @@
-//! Every kernel entry point of hetmem, once, on small random data, each result checked against
-//! the CPU: the program the GPU bundle runs under compute-sanitizer (memcheck, racecheck,
-//! synccheck, initcheck), where a full test run would take too long.
+//! Every kernel entry point of hetmem and hetmem-bench, once, on small random data, each result
+//! checked against the CPU: the program the GPU bundle runs under compute-sanitizer (memcheck,
+//! racecheck, synccheck, initcheck), where a full test run would take too long.
 //!
 //! - `affine_u32` on mapped memory;
 //! - `gaussian_u8` and `gaussian_u16` by every GPU strategy, and `gaussian_u8_overlap` and
@@ -8,16 +8,16 @@
 //!   multiples of anything, of 8-bit and of 16-bit samples;
 //! - the link benchmark's `bench_read_u4`, `bench_read_strided`, `bench_write_u4` and
 //!   `bench_copy_u4` (each checked by the benchmark itself), the gate's `wait_for_go` and the
-//!   `doorbell`, through a tiny `bench::link::measure`.
+//!   `doorbell`, through a tiny `hetmem_bench::link::measure`.
 //!
-//! `fault.cu`'s `illegal_store` is left out: it faults on purpose (tests/faults.rs).
+//! `fault.cu`'s `illegal_store` is left out: it faults on purpose (hetmem's tests/faults.rs).
 //!
-//! Run with `cargo run -p hetmem --example kernel_tour` (set `HETMEM_BACKEND=cuda` to insist on
-//! the GPU).
+//! Run with `cargo run -p hetmem-bench --example kernel_tour` (set `HETMEM_BACKEND=cuda` to
+//! insist on the GPU).
 
-use hetmem::bench::link::{self, LinkOptions, Path};
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleType, gaussian_cpu};
 use hetmem::{Device, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
+use hetmem_bench::link::{self, LinkOptions, Path};
 
 mod support;
 

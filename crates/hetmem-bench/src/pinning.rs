@@ -5,10 +5,10 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use super::Summary;
-use crate::backend::Device;
-use crate::backend::cuda::{HostAllocFlags, PinnedAlloc};
-use crate::error::{Error, Result};
-use crate::memory::{HostBuf, PageBox, PinMethod, PinOptions, PinnedPool, RegisterOptions};
+use hetmem::backend::Device;
+use hetmem::backend::cuda::{HostAllocFlags, PinnedAlloc};
+use hetmem::error::{Error, Result};
+use hetmem::memory::{HostBuf, PageBox, PinMethod, PinOptions, PinnedPool, RegisterOptions};
 
 /// A way to get pinned memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

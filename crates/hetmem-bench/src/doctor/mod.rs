@@ -2,21 +2,21 @@
 //!
 //! [`Report::gather`] never fails: whatever cannot be read becomes a check with a reason. Each
 //! [`Check`] is ok, warn or fail, and every warn and fail carries a one-line remedy. The JSON
-//! form (`serde`) uses the field names of these types, which are kept stable.
+//! form (`serde`) uses the field names of these types, which are kept stable; the text form is
+//! the `hetmem` command's.
 
 mod device;
 mod host;
 mod pairs;
-mod text;
 
 pub use device::DeviceReport;
 pub use host::HostReport;
 pub use pairs::PairReport;
 
-use crate::backend::cuda::{self, CudaDevice, nvrtc};
-use crate::backend::nvml::NvmlSession;
-use crate::backend::{BackendKind, Device};
-use crate::error::{NvrtcError, cuda_version_string};
+use hetmem::backend::cuda::{self, CudaDevice, nvrtc};
+use hetmem::backend::nvml::NvmlSession;
+use hetmem::backend::{BackendKind, Device};
+use hetmem::error::{NvrtcError, cuda_version_string};
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -174,6 +174,7 @@ impl Report {
         }
         all_checks.extend(pairs::pair_checks(devices.len(), &pairs));
         Report {
+            // hetmem-bench is released with hetmem, under the workspace's one version.
             hetmem_version: env!("CARGO_PKG_VERSION"),
             backend: BackendReport {
                 selected: selected.backend(),

@@ -19,16 +19,16 @@ use super::{
     BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, Path, bench_word, doorbell_round_trip,
     fill_random, first_pattern_mismatch, fresh_seed, xor_checksum,
 };
-use crate::backend::Device;
-use crate::backend::cuda::{CudaDevice, DeviceAlloc, Event, Kernel, LaunchConfig, MemLocation, Stream};
-use crate::bench::Summary;
-use crate::bench::completion::{self, CompletionReport};
-use crate::error::{Error, Result};
-use crate::handoff::Queue;
-use crate::kernels::{self, BENCH};
-use crate::memory::{
-    HostBuf, InFlight, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions, Sealed,
-    Waiter,
+use crate::Summary;
+use crate::completion::{self, CompletionReport};
+use crate::kernels::BENCH;
+use hetmem::backend::Device;
+use hetmem::backend::cuda::{CudaDevice, DeviceAlloc, Event, Kernel, LaunchConfig, MemLocation, Stream};
+use hetmem::error::{Error, Result};
+use hetmem::handoff::Queue;
+use hetmem::kernels;
+use hetmem::memory::{
+    HostBuf, InFlight, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions, Waiter,
 };
 
 /// Checksum slots: one per repetition of a cell.
@@ -449,7 +449,7 @@ impl Rig {
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
             }
             Path::RegisteredFileRead => {
-                let from = b.file.region().device.expect("registered mapped");
+                let from = b.file.device_ptr().expect("registered mapped");
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
             }
             Path::ManagedRead | Path::ManagedPrefetchRead => {
@@ -636,7 +636,7 @@ impl Rig {
                     self.stream.synchronize()?;
                 }
                 LatencyPath::FileKernelRead => {
-                    self.queue_read(false, b.file.region().device.expect("registered"), read_bytes, 0)?;
+                    self.queue_read(false, b.file.device_ptr().expect("registered"), read_bytes, 0)?;
                     self.stream.synchronize()?;
                 }
                 other => unreachable!("{other:?} is not measured here"),
@@ -690,7 +690,7 @@ mod tests {
 
     #[test]
     fn a_failed_cell_keeps_its_cause() {
-        let short = crate::error::CudaError {
+        let short = hetmem::error::CudaError {
             call: "cuMemAlloc",
             code: 2,
             name: "CUDA_ERROR_OUT_OF_MEMORY".into(),

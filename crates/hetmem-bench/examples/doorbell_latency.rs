@@ -10,14 +10,14 @@
 //! doorbell starts: while its persistent kernel runs, nothing in the process may synchronise
 //! the device.
 //!
-//! Run with `cargo run --release -p hetmem --example doorbell_latency [SAMPLES]` (default 20000
-//! on a GPU, 2000 on the CPU backend).
+//! Run with `cargo run --release -p hetmem-bench --example doorbell_latency [SAMPLES]` (default
+//! 20000 on a GPU, 2000 on the CPU backend).
 
 use std::time::Instant;
 
-use hetmem::bench::Summary;
 use hetmem::resident::{Doorbell, Request};
 use hetmem::{Device, HostBuf, PinOptions, Queue, ops};
+use hetmem_bench::Summary;
 
 mod support;
 

@@ -1,10 +1,10 @@
-//! `bench::link` and `bench::compare` end to end: a tiny measurement on each backend. On a GPU
+//! `link` and `compare` end to end: a tiny measurement on each backend. On a GPU
 //! every path runs, and the measurement itself fails if any kernel checksum, copy or written
 //! pattern differs from the CPU's; here we also check the figures are real.
 
 use hetmem::Device;
-use hetmem::bench::compare;
-use hetmem::bench::link::{self, Direction, LatencyPath, LinkOptions, Path};
+use hetmem_bench::compare;
+use hetmem_bench::link::{self, Direction, LatencyPath, LinkOptions, Path};
 
 use hetmem::testing::cuda_device_or_skip;
 

@@ -15,9 +15,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 use super::Summary;
-use crate::error::{Error, Result};
-use crate::handoff::{Fence, FenceKind, Queue};
-use crate::resident::Gate;
+use hetmem::error::{Error, Result};
+use hetmem::handoff::{Fence, FenceKind, Queue};
+use hetmem::resident::Gate;
 
 /// A way for the CPU to learn that GPU work has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

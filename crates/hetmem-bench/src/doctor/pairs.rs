@@ -2,8 +2,8 @@
 //! other's memory (peer access). What a fan-out over several GPUs can expect from them.
 
 use super::Check;
-use crate::backend::cuda::CudaDevice;
-use crate::backend::nvml::NvmlSession;
+use hetmem::backend::cuda::CudaDevice;
+use hetmem::backend::nvml::NvmlSession;
 
 /// Two GPUs as the doctor reports them.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -2,8 +2,8 @@
 //! way of sharing memory works on it.
 
 use super::Check;
-use crate::backend::cuda::{CudaDevice, DeviceAttributes};
-use crate::backend::nvml::{NvmlSession, PcieLink};
+use hetmem::backend::cuda::{CudaDevice, DeviceAttributes};
+use hetmem::backend::nvml::{NvmlSession, PcieLink};
 
 /// One CUDA device as the doctor reports it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -5,8 +5,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use super::{BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, Path, fill_random, fresh_seed};
-use crate::bench::Summary;
-use crate::error::{Error, Result};
+use crate::Summary;
+use hetmem::error::{Error, Result};
 
 /// `memcpy` bandwidth at every size, each copy checked.
 pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {

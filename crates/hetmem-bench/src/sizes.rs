@@ -1,7 +1,7 @@
 //! Transfer sizes: the log-spaced lists the benchmarks sweep, and parsing and printing them
 //! (`4KiB`, `64MiB`, `1GiB`).
 
-use crate::error::{Error, Result};
+use hetmem::error::{Error, Result};
 
 /// The sizes from `min` to `max` (inclusive, when on the way), each `factor` times the last.
 ///

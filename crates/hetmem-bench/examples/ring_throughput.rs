@@ -7,12 +7,12 @@
 //! the link alone); `"refill": true` copies a whole frame into the slot every time (a CPU
 //! memcpy per frame included).
 //!
-//! Run with `cargo run --release -p hetmem --example ring_throughput [FRAMES]` (default 2000
-//! 1080p frames on a GPU, 12 small frames on the CPU backend).
+//! Run with `cargo run --release -p hetmem-bench --example ring_throughput [FRAMES]` (default
+//! 2000 1080p frames on a GPU, 12 small frames on the CPU backend).
 
-use hetmem::bench::streaming::{StreamingSetup, measure};
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
 use hetmem::{Device, FenceKind, Strategy};
+use hetmem_bench::streaming::{StreamingSetup, measure};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::open_best()?;

@@ -1,0 +1,59 @@
+//! hetmem-bench: the measurements and diagnostics behind `hetmem bench` and `hetmem doctor`.
+//!
+//! [hetmem](https://docs.rs/hetmem) is the library for sharing memory between the CPU and NVIDIA
+//! GPUs; this crate answers "on this machine, should I copy, map, or use managed memory?" with
+//! measurements instead of folklore. It returns reports as data (`serde::Serialize`, stable
+//! field names); turning them into text tables, CSV or plots is the `hetmem` command's job.
+//!
+//! Every figure is measured in the same run as the ceiling or peer it is compared with; GPU
+//! timings use device events or CPU clocks around synchronised work; data is random, never
+//! zeros, and every cell checks its own result against the CPU.
+//!
+//! - [`doctor`]: what this machine can do, checked and explained (never fails).
+//! - [`link`]: bandwidth and latency of every way bytes cross the CPU<->GPU link;
+//!   [`compare`]: the same paths as a recommendation.
+//! - [`streaming`]: frames per second through a frame ring, by strategy.
+//! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning
+//!   and registering memory cost.
+//! - [`kernels`]: the CUDA source of the benchmark's own kernels.
+//!
+//! # Example
+//! ```
+//! use hetmem::Device;
+//! use hetmem_bench::doctor::{Report, Status};
+//!
+//! let device = Device::open_best()?;
+//! let report = Report::gather(&device);
+//! for check in report.checks.iter().filter(|check| check.status != Status::Ok) {
+//!     println!("{} {}: {}", check.scope, check.name, check.detail);
+//! }
+//! # Ok::<(), hetmem::Error>(())
+//! ```
+//!
+//! Measuring the link (a GPU run of [`link::LinkOptions::quick`] takes under a minute):
+//! ```no_run
+//! use hetmem::Device;
+//! use hetmem_bench::link::{self, LinkOptions};
+//!
+//! let device = Device::open_best()?;
+//! let report = link::measure(&device, &LinkOptions::quick())?;
+//! for cell in &report.bandwidth {
+//!     println!("{} at {} bytes: {:.1} GB/s ({})", cell.path, cell.bytes, cell.gb_s.median, cell.verified_by);
+//! }
+//! # Ok::<(), hetmem::Error>(())
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod compare;
+pub mod completion;
+pub mod doctor;
+pub mod kernels;
+pub mod link;
+pub mod pinning;
+pub mod sizes;
+mod stats;
+pub mod streaming;
+pub mod user_stage;
+
+pub use stats::Summary;
