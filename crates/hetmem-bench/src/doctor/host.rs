@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use hetmem::error::NVRTC_REMEDY;
+
 use super::{Check, NvrtcReport};
 
 /// What the host offers for sharing memory with a GPU.
@@ -54,9 +56,9 @@ impl HostReport {
         }
     }
 
-    /// The ok / warn / fail lines for the host. `gpu_present` makes a missing NVRTC a failure
-    /// (a GPU without a compiler runs no hetmem kernel) rather than a warning.
-    pub fn checks(&self, gpu_present: bool) -> Vec<Check> {
+    /// The ok / warn / fail lines for the host. A missing NVRTC is a warning: hetmem's own
+    /// kernels then run from their shipped PTX, and only CUDA C stages need it.
+    pub fn checks(&self) -> Vec<Check> {
         let mut checks = Vec::new();
         // Measured on the H200 machine (driver 580): without CAP_IPC_LOCK and with a 64 KiB
         // limit, cuMemHostAlloc and cuMemHostRegister both pinned 64 MiB. NVIDIA's driver does
@@ -115,17 +117,20 @@ impl HostReport {
             },
         ));
         checks.push(match (&self.nvrtc.version, &self.nvrtc.error) {
-            (Some(version), _) => Check::ok("host", "nvrtc", format!("NVRTC {version} found")),
-            (None, error) => {
-                let detail = error.clone().unwrap_or_else(|| "NVRTC not found".to_string());
-                let remedy = "install the CUDA 13 toolkit, or `pip install --target DIR \
-                              nvidia-cuda-nvrtc==13.0.88` and add DIR/nvidia/cu13/lib to LD_LIBRARY_PATH";
-                if gpu_present {
-                    Check::fail("host", "nvrtc", detail, remedy)
-                } else {
-                    Check::warn("host", "nvrtc", detail, remedy)
-                }
-            }
+            (Some(version), _) => Check::ok(
+                "host",
+                "nvrtc",
+                format!("NVRTC {version} ({})", self.nvrtc.library.as_deref().unwrap_or("libnvrtc")),
+            ),
+            (None, error) => Check::warn(
+                "host",
+                "nvrtc",
+                format!(
+                    "{}: hetmem's kernels run from their shipped PTX; CUDA C stages need NVRTC",
+                    error.as_deref().unwrap_or("NVRTC not found")
+                ),
+                NVRTC_REMEDY,
+            ),
         });
         checks
     }
@@ -187,7 +192,11 @@ mod tests {
             page_size_bytes: 4096,
             total_memory_bytes: Some(128 << 30),
             numa_nodes: Some(1),
-            nvrtc: NvrtcReport { version: Some("13.0".into()), error: None },
+            nvrtc: NvrtcReport {
+                version: Some("13.0".into()),
+                library: Some("libnvrtc.so.13".into()),
+                error: None,
+            },
         }
     }
 
@@ -215,7 +224,7 @@ mod tests {
         let mut host = report();
         host.memlock_limit_bytes = Some(8 << 20);
         host.memlock_unlimited = false;
-        let checks = host.checks(true);
+        let checks = host.checks();
         let memlock = checks.iter().find(|check| check.name == "memlock").unwrap();
         assert_eq!(memlock.status, Status::Ok);
         assert!(
@@ -235,22 +244,27 @@ mod tests {
         host.memlock_limit_bytes = Some(64 << 10);
         host.memlock_unlimited = false;
         host.cap_ipc_lock = true;
-        assert_eq!(status_of(&host.checks(true), "memlock"), Status::Ok);
+        assert_eq!(status_of(&host.checks(), "memlock"), Status::Ok);
     }
 
     #[test]
-    fn missing_nvrtc_fails_only_when_a_gpu_needs_it() {
+    fn missing_nvrtc_warns_with_the_remedy_since_kernels_ship_as_ptx() {
         let mut host = report();
-        host.nvrtc = NvrtcReport { version: None, error: Some("NVRTC (libnvrtc.so.13) not found".into()) };
-        assert_eq!(status_of(&host.checks(true), "nvrtc"), Status::Fail);
-        assert_eq!(status_of(&host.checks(false), "nvrtc"), Status::Warn);
+        assert_eq!(status_of(&host.checks(), "nvrtc"), Status::Ok);
+        host.nvrtc =
+            NvrtcReport { version: None, library: None, error: Some("NVRTC 12 or 13 not found".into()) };
+        let checks = host.checks();
+        let nvrtc = checks.iter().find(|check| check.name == "nvrtc").unwrap();
+        assert_eq!(nvrtc.status, Status::Warn);
+        assert!(nvrtc.detail.contains("shipped PTX"), "{}", nvrtc.detail);
+        assert!(nvrtc.remedy.as_deref().unwrap().contains("nvidia-cuda-nvrtc"));
     }
 
     #[test]
     fn thp_never_warns() {
         let mut host = report();
         host.transparent_hugepages = Some("never".into());
-        assert_eq!(status_of(&host.checks(true), "transparent_hugepages"), Status::Warn);
+        assert_eq!(status_of(&host.checks(), "transparent_hugepages"), Status::Warn);
     }
 
     #[test]

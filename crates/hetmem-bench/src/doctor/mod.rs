@@ -17,6 +17,7 @@ use hetmem::backend::cuda::{self, CudaDevice, nvrtc};
 use hetmem::backend::nvml::NvmlSession;
 use hetmem::backend::{BackendKind, Device};
 use hetmem::error::{NvrtcError, cuda_version_string};
+use hetmem::kernels::{self, CodeOrigin};
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -68,6 +69,8 @@ impl Check {
 pub struct NvrtcReport {
     /// `major.minor`, when found.
     pub version: Option<String>,
+    /// The library name it was loaded by (`libnvrtc.so.13`, `libnvrtc.so.12`, ...), when found.
+    pub library: Option<String>,
     /// Why it is unusable, when it is.
     pub error: Option<String>,
 }
@@ -107,6 +110,9 @@ pub struct Report {
     pub pairs: Vec<PairReport>,
     /// The host.
     pub host: HostReport,
+    /// Where hetmem's own kernels take their code from: `NVRTC` (compiled for each GPU and
+    /// cached) or `PTX` (the shipped PTX, compiled by the driver when loaded).
+    pub kernel_code: String,
     /// Every verdict, host first, then the driver, then each device.
     pub checks: Vec<Check>,
 }
@@ -115,11 +121,17 @@ impl Report {
     /// Examines this machine; `selected` is the device hetmem would run on.
     pub fn gather(selected: &Device) -> Report {
         let nvrtc_report = match nvrtc::version() {
-            Ok((major, minor)) => NvrtcReport { version: Some(format!("{major}.{minor}")), error: None },
-            Err(NvrtcError::NotFound { tried }) => {
-                NvrtcReport { version: None, error: Some(format!("NVRTC 12 or 13 not found ({tried})")) }
-            }
-            Err(error) => NvrtcReport { version: None, error: Some(error.to_string()) },
+            Ok((major, minor)) => NvrtcReport {
+                version: Some(format!("{major}.{minor}")),
+                library: nvrtc::library().ok().map(str::to_string),
+                error: None,
+            },
+            Err(NvrtcError::NotFound { tried }) => NvrtcReport {
+                version: None,
+                library: None,
+                error: Some(format!("NVRTC 12 or 13 not found ({tried})")),
+            },
+            Err(error) => NvrtcReport { version: None, library: None, error: Some(error.to_string()) },
         };
         let host = HostReport::gather(nvrtc_report);
         let driver_cuda_version = cuda::driver::driver_cuda_version();
@@ -139,10 +151,11 @@ impl Report {
                     "driver",
                     "cuda_driver",
                     format!(
-                        "CUDA {} driver{}, {} device(s)",
+                        "CUDA {} driver{}, {} device(s); hetmem needs CUDA {} or newer",
                         cuda_version_string(info.cuda_version),
                         driver.driver_version.as_deref().map(|v| format!(" {v}")).unwrap_or_default(),
-                        info.device_count
+                        info.device_count,
+                        cuda_version_string(cuda::REQUIRED_CUDA_VERSION),
                     ),
                 ));
                 for index in 0..info.device_count {
@@ -166,8 +179,12 @@ impl Report {
         }
         let pairs = PairReport::gather_all(&opened, nvml.as_ref());
         let gpu_present = !devices.is_empty();
-        let mut all_checks = host.checks(gpu_present);
+        let kernel_code = kernels::origin();
+        let mut all_checks = host.checks();
         all_checks.append(&mut checks);
+        if gpu_present {
+            all_checks.push(kernel_code_check(kernel_code, &host.nvrtc));
+        }
         for device in &devices {
             all_checks.extend(device.checks());
             all_checks.extend(nvrtc_arch_check(device, &host.nvrtc));
@@ -184,6 +201,7 @@ impl Report {
             devices,
             pairs,
             host,
+            kernel_code: kernel_code.to_string(),
             checks: all_checks,
         }
     }
@@ -191,6 +209,25 @@ impl Report {
     /// The worst status among the checks.
     pub fn worst(&self) -> Status {
         self.checks.iter().map(|check| check.status).max().unwrap_or(Status::Ok)
+    }
+}
+
+/// Where the built-in kernels come from, on a machine with a GPU.
+fn kernel_code_check(origin: CodeOrigin, nvrtc_report: &NvrtcReport) -> Check {
+    match origin {
+        CodeOrigin::Nvrtc => Check::ok(
+            "host",
+            "kernel_code",
+            format!(
+                "hetmem's kernels: compiled by NVRTC {} for each GPU and cached",
+                nvrtc_report.version.as_deref().unwrap_or("?")
+            ),
+        ),
+        CodeOrigin::Ptx => Check::ok(
+            "host",
+            "kernel_code",
+            "hetmem's kernels: the shipped PTX (ISA 8.0, compute_70), compiled by the driver when loaded",
+        ),
     }
 }
 
@@ -207,7 +244,8 @@ fn nvrtc_arch_check(device: &DeviceReport, nvrtc_report: &NvrtcReport) -> Option
             &scope,
             "nvrtc_arch",
             format!("this NVRTC cannot build sm_{arch}"),
-            "install an NVRTC that supports this GPU (CUDA 13.0 supports sm_75 and newer)",
+            "install an NVRTC 12 or 13 that supports this GPU (NVRTC 13 builds sm_75 and newer), \
+             or take NVRTC off the loader path so that hetmem's shipped PTX runs",
         ),
         Err(error) => Check::warn(&scope, "nvrtc_arch", error.to_string(), "reinstall NVRTC"),
     })

@@ -111,6 +111,16 @@ fn write_text(report: &Report, out: &mut String) -> std::fmt::Result {
             .map_or("RAM unknown".to_string(), |bytes| format!("{:.1} GiB RAM", bytes as f64 / GIB)),
         host.nvrtc.version.as_deref().unwrap_or("not found"),
     )?;
+    if !report.devices.is_empty() {
+        writeln!(
+            out,
+            "kernels: {} (hetmem's own; CUDA C stages need NVRTC)",
+            match report.kernel_code.as_str() {
+                "PTX" => "shipped PTX, compiled by the driver when loaded",
+                _ => "compiled by NVRTC for each GPU, cached",
+            }
+        )?;
+    }
     writeln!(out)?;
     let scope_width = report.checks.iter().map(|c| c.scope.len()).max().unwrap_or(0);
     let name_width = report.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);

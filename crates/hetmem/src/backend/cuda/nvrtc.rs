@@ -56,16 +56,22 @@ unsafe impl Sync for Library {}
 
 impl Library {
     fn load() -> Result<Library, String> {
-        let mut tried = Vec::new();
+        let mut unusable = Vec::new();
         for &name in LIBRARY_NAMES {
             // SAFETY: loading libnvrtc runs its initialisers, which have no preconditions.
-            match unsafe { libloading::Library::new(name) } {
-                // SAFETY: the library is NVRTC by its name; `resolve` checks every symbol.
-                Ok(library) => return unsafe { Library::resolve(name, library) },
-                Err(error) => tried.push(format!("{name}: {error}")),
+            let Ok(library) = (unsafe { libloading::Library::new(name) }) else { continue };
+            // SAFETY: the library is NVRTC by its name; `resolve` checks every symbol.
+            match unsafe { Library::resolve(name, library) } {
+                Ok(library) => return Ok(library),
+                Err(why) => unusable.push(why),
             }
         }
-        Err(tried.join("; "))
+        let mut tried = format!("none of {} on the loader path", LIBRARY_NAMES.join(", "));
+        for why in unusable {
+            tried.push_str("; ");
+            tried.push_str(&why);
+        }
+        Err(tried)
     }
 
     /// # Safety
