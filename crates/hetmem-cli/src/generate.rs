@@ -22,7 +22,7 @@ pub struct CompletionsArgs {
 pub struct ManArgs {
     /// Write hetmem.1 and one page per subcommand (hetmem-filter.1, hetmem-bench-link.1, ...)
     /// into this folder instead of printing hetmem.1.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     out: Option<PathBuf>,
 }
 

@@ -40,11 +40,11 @@ pub struct Args {
     #[arg(long, global = true)]
     csv: bool,
     /// Also draw SVG plots into this folder.
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     svg: Option<PathBuf>,
     /// Also write <subcommand>.json, <subcommand>.md and <table>.csv for each table into this
     /// folder.
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     save: Option<PathBuf>,
 }
 
