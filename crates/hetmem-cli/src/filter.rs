@@ -1,5 +1,5 @@
-//! `hetmem filter`: a Gaussian blur over images (PNG, JPEG, PPM/PGM/PAM) or Y4M video, from
-//! files or pipes.
+//! `hetmem filter`: a Gaussian blur over images (PNG, JPEG, PPM/PGM/PAM) or video (Y4M, or
+//! raw frames with `--raw`), from files or pipes.
 //!
 //! ```text
 //! ffmpeg -i in.mp4 -f yuv4mpegpipe - | hetmem filter - - | ffmpeg -f yuv4mpegpipe -i - out.mp4
@@ -18,18 +18,21 @@
 //! next input slot while earlier frames are filtered and written, in order, by a writer
 //! thread. Ctrl-C stops the reading; every whole frame read is still filtered and written, and
 //! the exit status is 130. stdout carries nothing but the video when the output is `-`: the
-//! summary, warnings and progress go to stderr.
+//! summary, warnings and progress go to stderr, and `--json` needs `--report FILE` then.
 
 mod budget;
 mod endpoint;
 mod image;
 mod interrupt;
+mod raw;
 mod recovery;
 mod stats;
 #[cfg(test)]
 mod untrusted_input_tests;
+mod video;
 mod y4m;
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -39,19 +42,28 @@ use hetmem::{Device, Strategy};
 
 use self::budget::{Budget, DEFAULT_MAX_PIXELS};
 use self::endpoint::{Endpoint, Input, Named};
+use self::raw::RawSpec;
+use crate::choices::{self, StrategyName};
+use crate::outputs::Outputs;
+use crate::ui::Ui;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A PNG, JPEG or PPM/PGM/PAM image, a Y4M video, or `-`: stdin (either). Pipes given as
-    /// paths (/dev/stdin, <(...), a FIFO) work too. 16-bit images and 9- to 16-bit video
-    /// (C420p10, ...) stay 16-bit.
+    /// A PNG, JPEG or PPM/PGM/PAM image, a Y4M video, raw video with --raw, or `-`: stdin
+    /// (any of them: its first bytes tell which). Pipes given as paths (/dev/stdin, <(...), a
+    /// FIFO) work too. 16-bit images and 9- to 16-bit video (C420p10, ...) stay 16-bit.
     input: PathBuf,
     /// Where to write the result, of the input's kind: an image in the format of its extension
-    /// (.png, .jpg, .ppm, .pgm, .pnm, .pam), a .y4m video, or `-`: Y4M video on stdout.
+    /// (.png, .jpg, .ppm, .pgm, .pnm, .pam), a .y4m video, raw frames with --raw, or `-`: video
+    /// on stdout. An existing file is refused unless -y.
     output: PathBuf,
-    /// How frames reach the blur: auto, cpu, copy, pinned-async, zero-copy, managed or hybrid.
-    #[arg(long, default_value = "auto")]
-    strategy: String,
+    /// How frames reach the blur.
+    #[arg(long, default_value = "auto", value_parser = choices::by_library::<StrategyName>())]
+    strategy: StrategyName,
+    /// Raw video in and out, as ffmpeg's `-f rawvideo -pix_fmt PIX_FMT -s WxH`: whole frames
+    /// back to back, no header. PIX_FMT: gray, rgb24, yuv420p or nv12.
+    #[arg(long, value_name = "WxH:PIX_FMT", value_parser = raw::parse_spec)]
+    raw: Option<RawSpec>,
     /// Gaussian sigma. Default: OpenCV's for the radius.
     #[arg(long, allow_negative_numbers = true)]
     sigma: Option<f64>,
@@ -60,7 +72,7 @@ pub struct Args {
     #[arg(long, allow_negative_numbers = true,
           value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_RADIUS)))]
     radius: Option<u32>,
-    /// What lies beyond the edges: reflect101 (OpenCV's default) or replicate.
+    /// What lies beyond the edges.
     #[arg(long, value_enum, default_value_t = BorderArg::Reflect101)]
     border: BorderArg,
     /// The most pixels (width x height) an input may declare; a larger one is refused before
@@ -80,14 +92,20 @@ pub struct Args {
     #[cfg(feature = "testing")]
     #[arg(long, hide = true)]
     inject_fault: Vec<String>,
-    /// Print the summary as JSON (on stderr: stdout may carry the video).
+    /// Print the summary as JSON on stdout (under "schema": "hetmem.filter/1") instead of text
+    /// on stderr. When the output is `-`, stdout carries the video: give --report FILE.
     #[arg(long)]
     json: bool,
+    /// Write the summary as JSON to this file (refused if it exists, unless -y).
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum BorderArg {
+    /// OpenCV's default: mirrored without repeating the edge (dcb|abcd|cba)
     Reflect101,
+    /// The edge pixel repeated (aaa|abcd|ddd)
     Replicate,
 }
 
@@ -169,12 +187,18 @@ fn kind_of_input(input: &Input, endpoint: &Endpoint, name: &Named) -> anyhow::Re
     }
 }
 
-pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Result<ExitCode> {
     let input = Endpoint::new(&args.input);
     let output = Endpoint::new(&args.output);
     let input_name = Named { endpoint: &input, std_name: "stdin" };
     let output_name = Named { endpoint: &output, std_name: "stdout" };
-    let strategy: Strategy = args.strategy.parse().with_context(|| format!("cannot filter {input_name}"))?;
+    if args.json && args.report.is_none() && matches!(output, Endpoint::Std) {
+        bail!(
+            "--json prints the summary on stdout, and stdout carries the video here (the output is -): give \
+             --report FILE to write the JSON to a file"
+        );
+    }
+    let StrategyName(strategy) = args.strategy;
     let strategy_chosen = strategy != Strategy::Auto;
     #[cfg(feature = "testing")]
     faults::arm(&args.inject_fault)?;
@@ -184,17 +208,33 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
     // rule (Job::kernel_for).
     let kernel = Gaussian::new(args.radius, args.sigma, args.border.into())
         .with_context(|| format!("cannot filter {input_name}"))?;
-    let output_kind = match &output {
-        Endpoint::Std => Kind::Video,
-        Endpoint::File(path) => kind_of_extension(path).with_context(|| {
+    let output_kind = match (&output, args.raw) {
+        (Endpoint::Std, _) => Kind::Video,
+        (Endpoint::File(path), None) => kind_of_extension(path).with_context(|| {
             format!(
                 "cannot tell the output format of {output_name} from its extension: use {OUTPUT_EXTENSIONS}"
             )
         })?,
+        (Endpoint::File(path), Some(spec)) => match kind_of_extension(path) {
+            None => Kind::Video,
+            Some(_) => bail!(
+                "--raw {spec} writes raw frames, and the extension of {output_name} names another format: \
+                 name it .yuv, .rgb, .gray, .nv12 or .raw, or write - (stdout)"
+            ),
+        },
     };
+    if let Some(report) = &args.report {
+        outputs.check(report)?;
+    }
     let source = Input::open(&input, &input_name.to_string())?;
     source.refuse_as_output(&output, &input_name.to_string(), &output_name.to_string())?;
-    let input_kind = kind_of_input(&source, &input, &input_name)?;
+    if let Endpoint::File(path) = &output {
+        outputs.check(path)?;
+    }
+    let input_kind = match args.raw {
+        None => kind_of_input(&source, &input, &input_name)?,
+        Some(spec) => raw_input(&source, &input_name, spec)?,
+    };
     let budget = Budget { max_pixels: args.max_pixels };
     let job = Job {
         device,
@@ -206,6 +246,8 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
         output: output_name,
         budget,
         retries: args.retries,
+        ui,
+        outputs,
     };
     let report = match (input_kind, output_kind) {
         (Kind::Video, Kind::Video) => {
@@ -213,13 +255,13 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
             let open_output = || -> anyhow::Result<Box<dyn std::io::Write + Send>> {
                 Ok(match &output {
                     Endpoint::Std => endpoint::stdout().context("cannot write to stdout")?,
-                    Endpoint::File(path) => Box::new(
-                        std::fs::File::create(path)
-                            .with_context(|| format!("cannot create {output_name}"))?,
-                    ),
+                    Endpoint::File(path) => Box::new(outputs.create(path)?),
                 })
             };
-            y4m::filter(&job, source.into_reader(), file_len, open_output)?
+            match args.raw {
+                None => y4m::filter(&job, source.into_reader(), file_len, open_output)?,
+                Some(spec) => raw::filter(&job, spec, source.into_reader(), file_len, open_output)?,
+            }
         }
         (Kind::Image(from_kind), Kind::Image(to_kind)) => {
             let Endpoint::File(to) = &output else { unreachable!("`-` as an output is always video") };
@@ -235,9 +277,34 @@ pub fn run(device: &Device, args: &Args) -> anyhow::Result<ExitCode> {
             format.name()
         ),
     };
-    report.print(args.json)?;
+    match (args.json, &args.report) {
+        (false, _) => report.print_text(ui.quiet)?,
+        (true, None) => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(report.to_json()?.as_bytes()).and_then(|()| stdout.flush())?;
+        }
+        // The JSON goes to the report alone.
+        (true, Some(_)) => {}
+    }
+    if let Some(path) = &args.report {
+        outputs.write(path, report.to_json()?)?;
+    }
     // 128 + SIGINT, as shells report a process that Ctrl-C ended, after a clean finish.
     Ok(if report.interrupted { ExitCode::from(130) } else { ExitCode::SUCCESS })
+}
+
+/// The kind of a `--raw` input: video, unless its first bytes say it is a Y4M stream (whose
+/// header would be read as pixels).
+fn raw_input(input: &Input, name: &Named, spec: RawSpec) -> anyhow::Result<Kind> {
+    if input.head.is_empty() {
+        bail!("{name} is empty: there is nothing to filter");
+    }
+    if input.head.starts_with(y4m::MAGIC) {
+        bail!(
+            "{name} is a Y4M stream, not raw video: leave out --raw {spec} (the Y4M header gives the size)"
+        );
+    }
+    Ok(Kind::Video)
 }
 
 /// What both paths need.
@@ -257,6 +324,10 @@ struct Job<'a> {
     budget: Budget,
     /// `--retries`.
     retries: u32,
+    /// `-q`, for the progress bar.
+    ui: Ui,
+    /// `-y`, for the output.
+    outputs: Outputs,
 }
 
 impl Job<'_> {

@@ -13,6 +13,7 @@ use hetmem::{Device, FrameFilter, Strategy};
 use hetmem_bench::Summary;
 
 use crate::table::Table;
+use crate::ui::Ui;
 
 /// One strategy's row.
 #[derive(Debug, serde::Serialize)]
@@ -43,14 +44,14 @@ pub struct Report {
 /// Runs `frames` frames of `format` through each strategy in `wanted` (every one the machine
 /// has when empty; on the CPU backend, the CPU strategy), each checked bit-exact against the
 /// CPU path first. `first` sees the first strategy's filter before its frames (the demo writes
-/// its picture from it); `progress` prints each strategy's start to stderr.
+/// its picture from it); `ui` shows a bar of each strategy's frames.
 pub fn measure(
     device: &Device,
     format: FrameFormat,
     kernel: &Gaussian,
     wanted: &[Strategy],
     frames: u32,
-    progress: bool,
+    ui: Ui,
     mut first: impl FnMut(&mut FrameFilter<GaussianStage>) -> anyhow::Result<()>,
 ) -> anyhow::Result<Report> {
     let on_cpu_by_default = device.as_cuda().is_none() && wanted.is_empty();
@@ -77,9 +78,8 @@ pub fn measure(
         .and_then(|gpu| NvmlSession::open().ok().map(|nvml| (nvml, gpu.pci_bus_id().to_string())));
     let mut rows = Vec::new();
     for (index, strategy) in strategies.into_iter().enumerate() {
-        if progress {
-            eprintln!("running {strategy} at {}x{} ({frames} frames)...", format.width, format.height);
-        }
+        let bar = ui.bar(u64::from(frames), "frames");
+        bar.set_message(format!("{strategy} at {}x{}", format.width, format.height));
         let setting_up = || format!("setting up the {strategy} strategy");
         let segments = crate::environment::segments().with_context(setting_up)?;
         let stage = GaussianStage::new(format, kernel).with_context(setting_up)?.with_segments(segments);
@@ -96,7 +96,9 @@ pub fn measure(
             let latency = filter.run().with_context(|| format!("{strategy}, frame {frame}"))?;
             busy += latency;
             latencies.push(latency.as_secs_f64() * 1e3);
+            bar.inc(1);
         }
+        bar.finish_and_clear();
         let pcie_mb_s = sampler.and_then(PcieSampler::stop);
         rows.push(Row {
             strategy,
@@ -233,10 +235,16 @@ impl PcieSampler {
     }
 }
 
+/// The name of the table of `width` x `height` frames (its CSV and plot files).
+pub fn table_name(width: usize, height: usize) -> String {
+    format!("pipeline_{width}x{height}")
+}
+
 /// The report as a table.
 pub fn table(report: &Report) -> Table {
     let side = 2 * report.radius + 1;
     let mut table = Table::new(
+        table_name(report.width, report.height),
         format!(
             "{}x{} RGB, Gaussian {side}x{side} (sigma {}), on {}",
             report.width, report.height, report.sigma, report.device

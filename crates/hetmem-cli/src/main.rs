@@ -3,26 +3,60 @@
 //! The binary is thin: each subcommand parses its options and calls the library.
 
 mod bench;
+mod choices;
 mod demo;
 mod doctor;
 mod environment;
 mod filter;
 mod frame_strategies;
+mod generate;
+mod json;
+mod logging;
+mod outputs;
 mod table;
+mod ui;
 
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
-use hetmem::{BackendChoice, Device};
+use clap::{ArgAction, Parser, Subcommand};
+use hetmem::Device;
+
+use crate::choices::Backend;
+use crate::outputs::Outputs;
+use crate::ui::Ui;
+
+/// Where the options every command takes are listed in `--help`.
+const GLOBAL: &str = "Global options";
 
 /// Zero-copy CPU<->GPU memory sharing for NVIDIA GPUs, with a CPU backend.
 #[derive(Debug, Parser)]
-#[command(name = "hetmem", version, about)]
+#[command(name = "hetmem", version)]
 struct Cli {
-    /// Backend to run on: auto (the first GPU, else the CPU), cpu, or cuda.
-    #[arg(long, global = true, env = "HETMEM_BACKEND", default_value = "auto")]
-    backend: String,
+    /// Backend to run on.
+    #[arg(
+        long,
+        global = true,
+        env = "HETMEM_BACKEND",
+        default_value = "auto",
+        value_parser = choices::by_library::<Backend>(),
+        help_heading = GLOBAL
+    )]
+    backend: Backend,
+
+    /// Print no progress and no summary on stderr: warnings and errors only. The log then
+    /// shows errors only, unless HETMEM_LOG says otherwise.
+    #[arg(short, long, global = true, conflicts_with = "verbose", help_heading = GLOBAL)]
+    quiet: bool,
+
+    /// Log more on stderr: -v info, -vv debug, -vvv trace. HETMEM_LOG, when set, wins (a
+    /// tracing filter such as `debug` or `hetmem=trace`).
+    #[arg(short, long, global = true, action = ArgAction::Count, help_heading = GLOBAL)]
+    verbose: u8,
+
+    /// Replace output files that exist already (without it they are refused before any work).
+    #[arg(short = 'y', long, global = true, help_heading = GLOBAL)]
+    overwrite: bool,
 
     #[command(subcommand)]
     command: Command,
@@ -36,18 +70,17 @@ enum Command {
     Bench(bench::Args),
     /// Blur moving synthetic 1080p frames by every strategy the machine has, side by side.
     Demo(demo::Args),
-    /// Blur images (PNG, JPEG, PPM) or Y4M video (files or pipes).
+    /// Blur images (PNG, JPEG, PPM) or video (Y4M, raw frames), from files or pipes.
     Filter(filter::Args),
+    /// Print a shell's completion script, e.g. `hetmem completions bash > /etc/bash_completion.d/hetmem`.
+    Completions(generate::CompletionsArgs),
+    /// Print the man page (roff), e.g. `hetmem man | man -l -`, or write every page with --out.
+    Man(generate::ManArgs),
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("HETMEM_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    logging::init(cli.quiet, cli.verbose);
     match run(cli) {
         Ok(code) => code,
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
@@ -59,14 +92,21 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    hetmem::kernels::set_cache(environment::kernel_cache());
-    let choice: BackendChoice = cli.backend.parse()?;
-    let device = Device::open(choice).context("cannot open the requested backend")?;
+    let ui = Ui { quiet: cli.quiet };
+    let outputs = Outputs { overwrite: cli.overwrite };
+    let choice = cli.backend.0;
+    // Opened by the commands that run work only: completions and the man page need none.
+    let device = || -> anyhow::Result<Device> {
+        hetmem::kernels::set_cache(environment::kernel_cache());
+        Device::open(choice).context("cannot open the requested backend")
+    };
     match cli.command {
-        Command::Doctor(args) => doctor::run(&device, &args),
-        Command::Bench(args) => bench::run(&device, choice, &args),
-        Command::Demo(args) => demo::run(&device, &args),
-        Command::Filter(args) => filter::run(&device, &args),
+        Command::Doctor(args) => doctor::run(&device()?, &args),
+        Command::Bench(args) => bench::run(&device()?, choice, &args, ui, outputs),
+        Command::Demo(args) => demo::run(&device()?, &args, ui, outputs),
+        Command::Filter(args) => filter::run(&device()?, &args, ui, outputs),
+        Command::Completions(args) => generate::completions(&args),
+        Command::Man(args) => generate::man(&args, ui, outputs),
     }
 }
 

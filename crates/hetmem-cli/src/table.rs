@@ -1,10 +1,13 @@
-//! Tables of results, printed aligned for a terminal or as Markdown for reports.
+//! Tables of results, printed aligned for a terminal, as Markdown for reports, or as CSV for
+//! spreadsheets and scripts.
 
 use std::io::{self, Write};
 
 /// A titled table with notes under it. The first column is a name, the rest are figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
+    /// What the table is called in file names (`link_bandwidth`: `link_bandwidth.csv`).
+    pub name: String,
     pub title: String,
     pub headers: Vec<String>,
     pub rows: Vec<Vec<String>>,
@@ -12,8 +15,9 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(title: impl Into<String>, headers: &[&str]) -> Table {
+    pub fn new(name: impl Into<String>, title: impl Into<String>, headers: &[&str]) -> Table {
         Table {
+            name: name.into(),
             title: title.into(),
             headers: headers.iter().map(ToString::to_string).collect(),
             rows: Vec::new(),
@@ -81,6 +85,22 @@ impl Table {
         }
         writeln!(out)
     }
+
+    /// CSV (RFC 4180): the header row, then the rows; cells holding a comma, a quote or a line
+    /// break are quoted. The title and notes are left out: a CSV holds one table of cells.
+    pub fn write_csv(&self, out: &mut impl Write) -> io::Result<()> {
+        let cell = |cell: &String| {
+            if cell.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", cell.replace('"', "\"\""))
+            } else {
+                cell.clone()
+            }
+        };
+        for row in std::iter::once(&self.headers).chain(&self.rows) {
+            write!(out, "{}\r\n", row.iter().map(cell).collect::<Vec<_>>().join(","))?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -88,7 +108,7 @@ mod tests {
     use super::Table;
 
     fn sample() -> Table {
-        let mut table = Table::new("bandwidth", &["path", "GB/s"]);
+        let mut table = Table::new("link_bandwidth", "bandwidth", &["path", "GB/s"]);
         table.row(vec!["zero_copy_read".into(), "51.2".into()]);
         table.row(vec!["a|b".into(), "7".into()]);
         table.note("ceiling 55.3 GB/s");
@@ -114,5 +134,17 @@ mod tests {
         assert!(text.starts_with("### bandwidth\n\n| path | GB/s |\n|---|---:|\n"), "{text}");
         assert!(text.contains("| a\\|b | 7 |"), "{text}");
         assert!(text.contains("- ceiling 55.3 GB/s"));
+    }
+
+    #[test]
+    fn csv_quotes_only_the_cells_that_need_it() {
+        let mut table = sample();
+        table.row(vec!["say \"hi\", twice".into(), "1.5 (3%)".into()]);
+        let mut out = Vec::new();
+        table.write_csv(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "path,GB/s\r\nzero_copy_read,51.2\r\na|b,7\r\n\"say \"\"hi\"\", twice\",1.5 (3%)\r\n"
+        );
     }
 }

@@ -10,6 +10,15 @@ use super::plot::{self, Series};
 use super::signals;
 use crate::table::Table;
 
+/// The tables' names (their CSV files): bandwidth, latency, completion signals.
+pub const TABLES: [&str; 3] = ["link_bandwidth", "link_latency", "link_completion"];
+/// The plots: bandwidth and latency against size, the spread of the smallest transfers.
+pub const PLOTS: [&str; 3] = ["bandwidth_vs_size.svg", "latency_vs_size.svg", "latency_spread.svg"];
+/// The compare table's name.
+pub const COMPARE_TABLE: &str = "compare";
+/// The compare plots: latency, bandwidth.
+pub const COMPARE_PLOTS: [&str; 2] = ["compare_latency.svg", "compare_bandwidth.svg"];
+
 fn sorted_unique(mut values: Vec<usize>) -> Vec<usize> {
     values.sort_unstable();
     values.dedup();
@@ -23,6 +32,7 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
     let mut headers = vec!["path".to_string()];
     headers.extend(sizes_measured.iter().map(|&bytes| sizes::format(bytes)));
     let mut bandwidth = Table::new(
+        TABLES[0],
         format!("link bandwidth on {}, GB/s median (share of the copy-engine ceiling)", report.device),
         &[],
     );
@@ -66,8 +76,11 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
 
     let latency_sizes = sorted_unique(report.latency.iter().map(|cell| cell.bytes).collect());
     if !latency_sizes.is_empty() {
-        let mut latency =
-            Table::new(format!("small-transfer latency on {}, us median (p99)", report.device), &[]);
+        let mut latency = Table::new(
+            TABLES[1],
+            format!("small-transfer latency on {}, us median (p99)", report.device),
+            &[],
+        );
         latency.headers = vec!["path".to_string()];
         latency.headers.extend(latency_sizes.iter().map(|&bytes| sizes::format(bytes)));
         let mut names = Vec::new();
@@ -100,7 +113,9 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
         tables.push(latency);
     }
     if let Some(completion) = &report.completion {
-        tables.push(signals::completion_table(completion));
+        let mut table = signals::completion_table(completion);
+        table.name = TABLES[2].to_string();
+        tables.push(table);
     }
     tables
 }
@@ -119,7 +134,7 @@ pub fn plots(report: &LinkReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     if !series.is_empty() {
         let title = format!("bandwidth vs size, {}", report.device);
-        let file = plot::file_in(dir, "bandwidth_vs_size.svg")?;
+        let file = plot::file_in(dir, PLOTS[0])?;
         written.push(plot::lines(&file, &title, ("bytes per transfer", "GB/s (median)"), &series, false)?);
     }
     let mut series: Vec<Series> = Vec::new();
@@ -133,7 +148,7 @@ pub fn plots(report: &LinkReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     if series.iter().any(|(_, points)| points.len() > 1) {
         let title = format!("latency vs size, {}", report.device);
-        let file = plot::file_in(dir, "latency_vs_size.svg")?;
+        let file = plot::file_in(dir, PLOTS[1])?;
         written.push(plot::lines(
             &file,
             &title,
@@ -159,7 +174,7 @@ pub fn plots(report: &LinkReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
             "latency distribution at {} (bar: min..p99, dot: median, ring: p90)",
             sizes::format(smallest.unwrap_or(4))
         );
-        let file = plot::file_in(dir, "latency_spread.svg")?;
+        let file = plot::file_in(dir, PLOTS[2])?;
         written.push(plot::spread(&file, &title, "microseconds", &items)?);
     }
     Ok(written)
@@ -168,6 +183,7 @@ pub fn plots(report: &LinkReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// The compare table: copy vs zero-copy vs a file mapping.
 pub fn compare_tables(report: &CompareReport) -> Vec<Table> {
     let mut table = Table::new(
+        COMPARE_TABLE,
         format!("copy vs zero-copy vs mmap on {}, host to device", report.device),
         &[
             "method",
@@ -210,7 +226,7 @@ pub fn compare_plots(report: &CompareReport, dir: &Path) -> anyhow::Result<Vec<P
         .filter_map(|row| row.latency_us.map(|us| (row.method.to_string(), point(us))))
         .collect();
     if !latency.is_empty() {
-        let file = plot::file_in(dir, "compare_latency.svg")?;
+        let file = plot::file_in(dir, COMPARE_PLOTS[0])?;
         let title = format!("latency of {} (median)", sizes::format(report.small_bytes));
         written.push(plot::spread(&file, &title, "microseconds", &latency)?);
     }
@@ -220,7 +236,7 @@ pub fn compare_plots(report: &CompareReport, dir: &Path) -> anyhow::Result<Vec<P
         .filter_map(|row| row.bandwidth_gb_s.map(|gb| (row.method.to_string(), point(gb))))
         .collect();
     if !bandwidth.is_empty() {
-        let file = plot::file_in(dir, "compare_bandwidth.svg")?;
+        let file = plot::file_in(dir, COMPARE_PLOTS[1])?;
         let title = format!("bandwidth at {} (median)", sizes::format(report.large_bytes));
         written.push(plot::spread(&file, &title, "GB/s", &bandwidth)?);
     }

@@ -1,8 +1,9 @@
 //! `hetmem bench`: measurements of this machine's ways of sharing memory.
 //!
-//! Every subcommand prints a table, or JSON (`--json`) or Markdown (`--markdown`); `--svg DIR`
-//! also draws plots and `--save DIR` also writes `<name>.json` and `<name>.md`, so one run gives
-//! every form.
+//! Every subcommand prints a table, or JSON (`--json`), Markdown (`--markdown`) or CSV
+//! (`--csv`, one per table); `--svg DIR` also draws plots and `--save DIR` also writes
+//! `<name>.json`, `<name>.md` and a CSV per table, so one run gives every form. Files that
+//! exist already are refused before anything is measured, unless `-y`.
 
 mod link;
 mod pipeline;
@@ -16,26 +17,34 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use hetmem::backend::DeviceSelection;
 use hetmem::{BackendChoice, Device, Queue, Strategy};
-use hetmem_bench::link::{LinkOptions, Path as LinkPath};
+use hetmem_bench::link::LinkOptions;
 use hetmem_bench::{compare, completion, pinning, sizes};
 
+use crate::choices::{self, LinkPathName, StrategyName};
+use crate::json::{self, Schema};
+use crate::outputs::Outputs;
 use crate::table::Table;
+use crate::ui::Ui;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
     what: What,
-    /// Print JSON instead of a table.
-    #[arg(long, global = true, conflicts_with = "markdown")]
+    /// Print JSON instead of a table (its "schema" field names it: "hetmem.bench.link/1", ...).
+    #[arg(long, global = true, conflicts_with_all = ["markdown", "csv"])]
     json: bool,
     /// Print Markdown instead of a table.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, conflicts_with = "csv")]
     markdown: bool,
+    /// Print CSV instead of a table: one CSV per table, a blank line between them.
+    #[arg(long, global = true)]
+    csv: bool,
     /// Also draw SVG plots into this folder.
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     svg: Option<PathBuf>,
-    /// Also write <subcommand>.json and <subcommand>.md into this folder.
-    #[arg(long, global = true, value_name = "DIR")]
+    /// Also write <subcommand>.json, <subcommand>.md and <table>.csv for each table into this
+    /// folder.
+    #[arg(long, global = true, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
     save: Option<PathBuf>,
 }
 
@@ -54,9 +63,9 @@ enum What {
         /// Latency sizes, comma-separated (4 B..64KiB); `none` for no latency cells.
         #[arg(long, value_delimiter = ',')]
         latency_sizes: Vec<String>,
-        /// Paths to measure, comma-separated (default: all; see the error for the names).
-        #[arg(long, value_delimiter = ',')]
-        paths: Vec<String>,
+        /// Paths to measure, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',', value_parser = choices::by_library::<LinkPathName>())]
+        paths: Vec<LinkPathName>,
         /// Timed repetitions per bandwidth cell.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
         repeats: Option<u64>,
@@ -80,8 +89,8 @@ enum What {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         frames: Option<u32>,
         /// Strategies to run, comma-separated (default: every one the machine has).
-        #[arg(long, value_delimiter = ',')]
-        strategies: Vec<String>,
+        #[arg(long, value_delimiter = ',', value_parser = choices::by_library::<StrategyName>())]
+        strategies: Vec<StrategyName>,
         /// Stream frames through a FrameRing (upload, kernel and download of different frames
         /// at once) and report throughput instead of one frame's latency.
         #[arg(long)]
@@ -119,56 +128,128 @@ fn parse_devices(text: &str) -> Result<DeviceSelection, hetmem::Error> {
     text.parse()
 }
 
-pub fn run(device: &Device, choice: BackendChoice, args: &Args) -> anyhow::Result<ExitCode> {
+pub fn run(
+    device: &Device,
+    choice: BackendChoice,
+    args: &Args,
+    ui: Ui,
+    outputs: Outputs,
+) -> anyhow::Result<ExitCode> {
+    let files = Files::of(&args.what);
+    // Before any measuring: a run can take minutes.
+    if let Some(dir) = &args.save {
+        outputs.check_all(files.saved(dir))?;
+    }
+    if let Some(dir) = &args.svg {
+        outputs.check_all(files.plots.iter().map(|plot| dir.join(plot)))?;
+    }
+    let emit = Emit { args, ui, outputs, files };
     match &args.what {
         What::Link { quick, sizes, latency_sizes, paths, repeats } => {
             let options = link_options(*quick, sizes, latency_sizes, paths, *repeats)?;
-            progress(args, "measuring the link (bench link)...");
+            let spinner = ui.spinner("measuring the link (bench link)");
             let report = hetmem_bench::link::measure(device, &options).context("link benchmark")?;
-            emit(args, "link", &report, &link::tables(&report), |dir| link::plots(&report, dir))
+            spinner.finish_and_clear();
+            emit.all(&report, &link::tables(&report), |dir| link::plots(&report, dir))
         }
         What::Compare { quick } => {
-            progress(args, "measuring copy vs zero-copy vs mmap (bench compare)...");
+            let spinner = ui.spinner("measuring copy vs zero-copy vs mmap (bench compare)");
             let report = compare::measure(device, *quick).context("compare benchmark")?;
-            emit(args, "compare", &report, &link::compare_tables(&report), |dir| {
-                link::compare_plots(&report, dir)
-            })
+            spinner.finish_and_clear();
+            emit.all(&report, &link::compare_tables(&report), |dir| link::compare_plots(&report, dir))
         }
         What::Pipeline { quick, frames, strategies, pipelined: true, slots, devices, stage } => {
-            let wanted = parse_strategies(strategies)?;
+            let wanted = strategies_of(strategies);
             let devices = match devices {
                 Some(selection) => Device::open_selection(choice, selection)
                     .with_context(|| format!("--devices {selection}"))?,
                 None => vec![device.clone()],
             };
             let runs =
-                pipeline::measure_streaming(&devices, *quick, *frames, &wanted, *slots as usize, stage)?;
-            emit(args, "pipelined", &runs, &pipeline::streaming_tables(&runs), |_| Ok(Vec::new()))
+                pipeline::measure_streaming(&devices, *quick, *frames, &wanted, *slots as usize, stage, ui)?;
+            emit.all(&pipeline::Runs { runs: &runs }, &pipeline::streaming_tables(&runs), |_| Ok(Vec::new()))
         }
         What::Pipeline { quick, frames, strategies, pipelined: false, .. } => {
-            let wanted = parse_strategies(strategies)?;
+            let wanted = strategies_of(strategies);
             let frames = frames.unwrap_or(if *quick { 30 } else { 300 });
-            let reports = pipeline::measure(device, frames, &wanted, !args.json && !args.markdown)?;
-            emit(args, "pipeline", &reports, &pipeline::tables(&reports), |dir| {
+            let reports = pipeline::measure(device, frames, &wanted, ui)?;
+            emit.all(&pipeline::Reports { reports: &reports }, &pipeline::tables(&reports), |dir| {
                 pipeline::plots(&reports, dir)
             })
         }
         What::Completion { samples } => {
             require_gpu(device)?;
             let queue = Queue::new(device)?;
+            let spinner = ui.spinner(format!("measuring {samples} samples of each completion signal"));
             let report = completion::measure(&queue, *samples as usize).context("completion benchmark")?;
+            spinner.finish_and_clear();
             let table = signals::completion_table(&report);
-            emit(args, "completion", &report, &[table], |dir| signals::completion_plots(&report, dir))
+            emit.all(&report, &[table], |dir| signals::completion_plots(&report, dir))
         }
         What::Pinning { quick } => {
             require_gpu(device)?;
             let (sizes, repeats): (&[usize], usize) =
                 if *quick { (&[64 << 20], 1) } else { (&[2 << 20, 64 << 20, 1 << 30], 3) };
+            let spinner = ui.spinner("measuring pinning (bench pinning)");
             let report = pinning::measure(device, sizes, repeats).context("pinning benchmark")?;
-            emit(args, "pinning", &report, &signals::pinning_tables(&report), |dir| {
-                signals::pinning_plots(&report, dir)
-            })
+            spinner.finish_and_clear();
+            emit.all(&report, &signals::pinning_tables(&report), |dir| signals::pinning_plots(&report, dir))
         }
+    }
+}
+
+/// The files a subcommand may write: its name (`<name>.json`, `<name>.md`), its tables'
+/// names (`<table>.csv`) and its plots, every one it can write, known before it runs.
+struct Files {
+    name: &'static str,
+    schema: Schema,
+    tables: Vec<String>,
+    plots: Vec<String>,
+}
+
+impl Files {
+    fn of(what: &What) -> Files {
+        let names = |names: &[&str]| names.iter().map(ToString::to_string).collect();
+        let (name, schema, tables, plots) = match what {
+            What::Link { .. } => ("link", "hetmem.bench.link/1", names(&link::TABLES), names(&link::PLOTS)),
+            What::Compare { .. } => (
+                "compare",
+                "hetmem.bench.compare/1",
+                names(&[link::COMPARE_TABLE]),
+                names(&link::COMPARE_PLOTS),
+            ),
+            What::Pipeline { pipelined: true, .. } => {
+                ("pipelined", "hetmem.bench.pipelined/1", names(&pipeline::STREAMING_TABLES), Vec::new())
+            }
+            What::Pipeline { pipelined: false, .. } => {
+                let tables: Vec<String> = pipeline::RESOLUTIONS
+                    .iter()
+                    .map(|&(width, height)| crate::frame_strategies::table_name(width, height))
+                    .collect();
+                let plots = tables.iter().map(|table| format!("{table}.svg")).collect();
+                ("pipeline", "hetmem.bench.pipeline/1", tables, plots)
+            }
+            What::Completion { .. } => (
+                "completion",
+                "hetmem.bench.completion/1",
+                names(&[signals::COMPLETION_TABLE]),
+                names(&[signals::COMPLETION_PLOT]),
+            ),
+            What::Pinning { .. } => (
+                "pinning",
+                "hetmem.bench.pinning/1",
+                names(&[signals::PINNING_TABLE]),
+                names(&[signals::PINNING_PLOT]),
+            ),
+        };
+        Files { name, schema: Schema(schema), tables, plots }
+    }
+
+    /// What `--save DIR` writes.
+    fn saved(&self, dir: &Path) -> Vec<PathBuf> {
+        let mut files = vec![dir.join(format!("{}.json", self.name)), dir.join(format!("{}.md", self.name))];
+        files.extend(self.tables.iter().map(|table| dir.join(format!("{table}.csv"))));
+        files
     }
 }
 
@@ -178,14 +259,13 @@ fn link_options(
     quick: bool,
     sizes_given: &[String],
     latency_given: &[String],
-    paths: &[String],
+    paths: &[LinkPathName],
     repeats: Option<u64>,
 ) -> anyhow::Result<LinkOptions> {
     let mut options = if quick { LinkOptions::quick() } else { LinkOptions::full() };
     for (flag, given, example) in [
         ("--sizes", sizes_given, "4KiB,1MiB,1GiB (4 KiB to 1 GiB)"),
         ("--latency-sizes", latency_given, "4,64KiB (4 B to 64 KiB), or none"),
-        ("--paths", paths, "zero_copy_read,pinned_h2d"),
     ] {
         no_empty_items(flag, given, example)?;
     }
@@ -199,7 +279,7 @@ fn link_options(
             latency_given.iter().map(|text| sizes::parse(text)).collect::<Result<_, _>>()?;
     }
     if !paths.is_empty() {
-        options.paths = paths.iter().map(|name| name.parse::<LinkPath>()).collect::<Result<_, _>>()?;
+        options.paths = paths.iter().map(|path| path.0).collect();
     }
     if let Some(repeats) = repeats {
         options.repeats = repeats as usize;
@@ -208,10 +288,9 @@ fn link_options(
     Ok(options)
 }
 
-/// `--strategies`, by name.
-fn parse_strategies(names: &[String]) -> anyhow::Result<Vec<Strategy>> {
-    no_empty_items("--strategies", names, "cpu,zero-copy,hybrid")?;
-    Ok(names.iter().map(|name| name.parse()).collect::<Result<_, _>>()?)
+/// `--strategies`, as the library's.
+fn strategies_of(names: &[StrategyName]) -> Vec<Strategy> {
+    names.iter().map(|name| name.0).collect()
 }
 
 /// Refuses a list option given empty (`--sizes ""`) or with an empty item (`4KiB,,1MiB`),
@@ -240,48 +319,69 @@ fn require_gpu(device: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn progress(args: &Args, message: &str) {
-    if !args.json && !args.markdown {
-        eprintln!("{message}");
-    }
+/// How a subcommand's results leave: stdout in the form asked for, and the files asked for.
+struct Emit<'a> {
+    args: &'a Args,
+    ui: Ui,
+    outputs: Outputs,
+    files: Files,
 }
 
-/// Prints the report as asked, and writes the saved forms and plots.
-fn emit(
-    args: &Args,
-    name: &str,
-    report: &impl serde::Serialize,
-    tables: &[Table],
-    plots: impl FnOnce(&Path) -> anyhow::Result<Vec<PathBuf>>,
-) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        serde_json::to_writer_pretty(&mut out, report)?;
-        writeln!(out)?;
-    } else {
-        for table in tables {
-            if args.markdown { table.write_markdown(&mut out)? } else { table.write_text(&mut out)? }
+impl Emit<'_> {
+    /// Prints the report as asked, and writes the saved forms and plots.
+    fn all(
+        &self,
+        report: &impl serde::Serialize,
+        tables: &[Table],
+        plots: impl FnOnce(&Path) -> anyhow::Result<Vec<PathBuf>>,
+    ) -> anyhow::Result<ExitCode> {
+        let Emit { args, ui, outputs, files } = self;
+        let mut out = std::io::stdout().lock();
+        if args.json {
+            json::write(&mut out, files.schema, report)?;
+        } else {
+            for (index, table) in tables.iter().enumerate() {
+                if args.markdown {
+                    table.write_markdown(&mut out)?;
+                } else if args.csv {
+                    if index > 0 {
+                        out.write_all(b"\r\n")?;
+                    }
+                    table.write_csv(&mut out)?;
+                } else {
+                    table.write_text(&mut out)?;
+                }
+            }
         }
-    }
-    out.flush()?;
-    if let Some(dir) = &args.save {
-        let json = plot::file_in(dir, &format!("{name}.json"))?;
-        std::fs::write(&json, serde_json::to_string_pretty(report)? + "\n")
-            .with_context(|| format!("writing {}", json.display()))?;
-        let mut markdown = Vec::new();
-        writeln!(markdown, "## hetmem bench {name}\n")?;
-        for table in tables {
-            table.write_markdown(&mut markdown)?;
+        out.flush()?;
+        if let Some(dir) = &args.save {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let name = files.name;
+            outputs.write(&dir.join(format!("{name}.json")), json::to_string(files.schema, report)?)?;
+            let mut markdown = Vec::new();
+            writeln!(markdown, "## hetmem bench {name}\n")?;
+            for table in tables {
+                table.write_markdown(&mut markdown)?;
+            }
+            outputs.write(&dir.join(format!("{name}.md")), markdown)?;
+            for table in tables {
+                debug_assert!(
+                    files.tables.contains(&table.name),
+                    "{} is not among the files checked",
+                    table.name
+                );
+                let mut csv = Vec::new();
+                table.write_csv(&mut csv)?;
+                outputs.write(&dir.join(format!("{}.csv", table.name)), csv)?;
+            }
         }
-        let md = dir.join(format!("{name}.md"));
-        std::fs::write(&md, markdown).with_context(|| format!("writing {}", md.display()))?;
-    }
-    if let Some(dir) = &args.svg {
-        for file in plots(dir)? {
-            eprintln!("wrote {}", file.display());
+        if let Some(dir) = &args.svg {
+            for file in plots(dir)? {
+                ui.info(format_args!("wrote {}", file.display()));
+            }
         }
+        Ok(ExitCode::SUCCESS)
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The name an enum variant has in the JSON output (`event_sync`), for the text tables.

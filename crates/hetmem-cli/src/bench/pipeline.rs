@@ -12,9 +12,26 @@ use hetmem_bench::streaming::{self, StreamingRun, StreamingSetup};
 use super::plot;
 use crate::frame_strategies::{self, PcieSampler, Report};
 use crate::table::Table;
+use crate::ui::Ui;
 
 /// The frame sizes measured.
 pub const RESOLUTIONS: [(usize, usize); 2] = [(1920, 1080), (3840, 2160)];
+
+/// The streaming tables' names: frames/s, each device's share.
+pub const STREAMING_TABLES: [&str; 2] = ["pipelined", "pipelined_devices"];
+
+/// What `bench pipeline --json` prints: one report per resolution.
+#[derive(Debug, serde::Serialize)]
+pub struct Reports<'a> {
+    pub reports: &'a [Report],
+}
+
+/// What `bench pipeline --pipelined --json` prints: one run per resolution, strategy, device
+/// count and stage.
+#[derive(Debug, serde::Serialize)]
+pub struct Runs<'a> {
+    pub runs: &'a [StreamingRun],
+}
 
 /// What runs on each streamed frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,18 +43,13 @@ pub enum StageChoice {
 }
 
 /// One report per resolution, 5x5 Gaussian.
-pub fn measure(
-    device: &Device,
-    frames: u32,
-    wanted: &[Strategy],
-    progress: bool,
-) -> anyhow::Result<Vec<Report>> {
+pub fn measure(device: &Device, frames: u32, wanted: &[Strategy], ui: Ui) -> anyhow::Result<Vec<Report>> {
     let kernel = Gaussian::new(Some(2), None, Border::Reflect101)?;
     RESOLUTIONS
         .iter()
         .map(|&(width, height)| {
             let format = FrameFormat::new(width, height, PixelLayout::Rgb)?;
-            frame_strategies::measure(device, format, &kernel, wanted, frames, progress, |_| Ok(()))
+            frame_strategies::measure(device, format, &kernel, wanted, frames, ui, |_| Ok(()))
         })
         .collect()
 }
@@ -54,6 +66,7 @@ pub fn measure_streaming(
     wanted: &[Strategy],
     slots: usize,
     stages: &[StageChoice],
+    ui: Ui,
 ) -> anyhow::Result<Vec<StreamingRun>> {
     if stages.is_empty() {
         anyhow::bail!("--stage is empty: give gaussian, user, or both");
@@ -73,6 +86,8 @@ pub fn measure_streaming(
         std::iter::successors(Some(1), |n| Some(n * 2)).take_while(|&n| n < devices.len()).collect();
     counts.push(devices.len());
     let nvml = NvmlSession::open().ok();
+    let steps = RESOLUTIONS.len() * strategies.len() * counts.len() * stages.len();
+    let bar = ui.bar(steps as u64, "runs");
     let mut runs = Vec::new();
     for &(width, height) in &RESOLUTIONS {
         let format = FrameFormat::new(width, height, PixelLayout::Rgb)?;
@@ -83,10 +98,9 @@ pub fn measure_streaming(
                 let in_flight = (slots * count) as u64;
                 let frames = if width > 1920 { (frames / 4).max(2 * in_flight) } else { frames };
                 let name = if stage == StageChoice::User { "user" } else { "gaussian" };
-                eprintln!(
-                    "streaming {frames} {width}x{height} frames through the {name} stage by {strategy} over \
-                     {count} device(s)..."
-                );
+                bar.set_message(format!(
+                    "{frames} {width}x{height} frames, {name} stage, {strategy}, {count} device(s)"
+                ));
                 let setup = StreamingSetup {
                     strategy,
                     format,
@@ -120,9 +134,11 @@ pub fn measure_streaming(
                     share.nvml_pcie_mb_s = sample;
                 }
                 runs.push(run);
+                bar.inc(1);
             }
         }
     }
+    bar.finish_and_clear();
     Ok(runs)
 }
 
@@ -131,6 +147,7 @@ pub fn streaming_tables(runs: &[StreamingRun]) -> Vec<Table> {
     let mut tables = vec![streaming_table(runs)];
     if runs.iter().any(|run| run.devices.len() > 1) {
         let mut table = Table::new(
+            STREAMING_TABLES[1],
             "Each device's share of the streamed frames",
             &[
                 "frames",
@@ -171,6 +188,7 @@ pub fn streaming_tables(runs: &[StreamingRun]) -> Vec<Table> {
 
 fn streaming_table(runs: &[StreamingRun]) -> Table {
     let mut table = Table::new(
+        STREAMING_TABLES[0],
         "Frames streamed through a FrameRing on RGB frames (gaussian: the built-in 5x5 blur; user: a \
          user's kernel through the stage API, reading and writing the same bytes)",
         &[
@@ -228,7 +246,8 @@ pub fn plots(reports: &[Report], dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         .map(|report| {
             let items: Vec<_> =
                 report.rows.iter().map(|row| (row.strategy.name().to_string(), row.latency_ms)).collect();
-            let file = plot::file_in(dir, &format!("pipeline_{}x{}.svg", report.width, report.height))?;
+            let name = frame_strategies::table_name(report.width, report.height);
+            let file = plot::file_in(dir, &format!("{name}.svg"))?;
             let title = format!(
                 "{}x{} frame latency by strategy (bar: min..p99, dot: median, ring: p90)",
                 report.width, report.height

@@ -10,8 +10,18 @@ use super::plot::{self, Series};
 use super::snake_name;
 use crate::table::Table;
 
+/// The completion table's name.
+pub const COMPLETION_TABLE: &str = "completion";
+/// The completion plot.
+pub const COMPLETION_PLOT: &str = "completion_spread.svg";
+/// The pinning table's name.
+pub const PINNING_TABLE: &str = "pinning";
+/// The pinning plot.
+pub const PINNING_PLOT: &str = "pinning_setup.svg";
+
 pub fn completion_table(report: &CompletionReport) -> Table {
     let mut table = Table::new(
+        COMPLETION_TABLE,
         format!("completion latency on {} ({} samples each), microseconds", report.device, report.samples),
         &["mechanism", "median", "p90", "p99", "after kernel end"],
     );
@@ -35,13 +45,14 @@ pub fn completion_plots(report: &CompletionReport, dir: &Path) -> anyhow::Result
         .iter()
         .map(|row| (snake_name(&row.mechanism).unwrap_or_default(), row.go_to_known_us))
         .collect();
-    let file = plot::file_in(dir, "completion_spread.svg")?;
+    let file = plot::file_in(dir, COMPLETION_PLOT)?;
     let title = "completion signals: go to known (bar: min..p99, dot: median, ring: p90)";
     Ok(vec![plot::spread(&file, title, "microseconds", &items)?])
 }
 
 pub fn pinning_tables(report: &PinningReport) -> Vec<Table> {
     let mut table = Table::new(
+        PINNING_TABLE,
         format!("pinning on {} (median of {} repeats)", report.device, report.repeats),
         &["method", "MiB", "setup ms", "GB/s", "release ms"],
     );
@@ -79,6 +90,6 @@ pub fn pinning_plots(report: &PinningReport, dir: &Path) -> anyhow::Result<Vec<P
             None => series.push((name, vec![point])),
         }
     }
-    let file = plot::file_in(dir, "pinning_setup.svg")?;
+    let file = plot::file_in(dir, PINNING_PLOT)?;
     Ok(vec![plot::lines(&file, "pinning setup time", ("bytes pinned", "milliseconds"), &series, true)?])
 }

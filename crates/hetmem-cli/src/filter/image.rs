@@ -219,7 +219,8 @@ pub(super) fn filter(
     };
     let pixels = if gray_alpha.is_empty() { result } else { &gray_alpha[..] };
     let pixels = native_endian(pixels, plan.sample);
-    write(to, encoding, &pixels, width, height, plan.written)
+    let file = job.outputs.create(to)?;
+    write(file, encoding, &pixels, width, height, plan.written)
         .with_context(|| format!("cannot write {output}"))?;
     let facts = Facts {
         input: input_name,
@@ -451,14 +452,14 @@ fn native_endian(pixels: &[u8], sample: SampleType) -> std::borrow::Cow<'_, [u8]
 }
 
 fn write(
-    to: &Path,
+    file: File,
     encoding: Encoding,
     pixels: &[u8],
     width: u32,
     height: u32,
     color: ExtendedColorType,
 ) -> anyhow::Result<()> {
-    let mut out = BufWriter::new(File::create(to)?);
+    let mut out = BufWriter::new(file);
     match encoding {
         Encoding::Png => PngEncoder::new(&mut out).write_image(pixels, width, height, color)?,
         Encoding::Jpeg => {

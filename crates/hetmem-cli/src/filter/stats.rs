@@ -1,4 +1,5 @@
-//! The summary `hetmem filter` prints at the end, on stderr: stdout may carry the video.
+//! The summary `hetmem filter` gives at the end: text on stderr (stdout may carry the video),
+//! or JSON for `--json` and `--report FILE`.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -6,6 +7,11 @@ use std::time::{Duration, Instant};
 use hetmem::Strategy;
 use hetmem::ops::gaussian::{Border, Gaussian, PixelLayout, SampleType};
 use hetmem_bench::Summary;
+
+use crate::json::{self, Schema};
+
+/// What `filter --json` and `--report` write.
+const SCHEMA: Schema = Schema("hetmem.filter/1");
 
 /// Frame latencies and time, gathered while filtering.
 #[derive(Debug)]
@@ -93,16 +99,18 @@ impl Report {
         }
     }
 
-    /// Prints the summary (and the warnings) on stderr, as text or JSON.
-    pub(super) fn print(&self, json: bool) -> anyhow::Result<()> {
+    /// The summary as JSON.
+    pub(super) fn to_json(&self) -> anyhow::Result<String> {
+        json::to_string(SCHEMA, self)
+    }
+
+    /// Prints the warnings on stderr, then the summary unless `quiet`.
+    pub(super) fn print_text(&self, quiet: bool) -> anyhow::Result<()> {
         let mut err = std::io::stderr().lock();
-        if json {
-            serde_json::to_writer_pretty(&mut err, self)?;
-            writeln!(err)?;
-        } else {
-            for warning in &self.facts.warnings {
-                writeln!(err, "hetmem: warning: {warning}")?;
-            }
+        for warning in &self.facts.warnings {
+            writeln!(err, "hetmem: warning: {warning}")?;
+        }
+        if !quiet {
             let taps = 2 * self.radius + 1;
             writeln!(
                 err,

@@ -141,6 +141,8 @@ fn y4m_reads(bytes: &[u8], budget: Budget) -> (anyhow::Result<()>, usize) {
         output: Named { endpoint: &output, std_name: "stdout" },
         budget,
         retries: 0,
+        ui: crate::ui::Ui { quiet: true },
+        outputs: crate::outputs::Outputs { overwrite: false },
     };
     largest_allocation(|| {
         let sink = || -> anyhow::Result<Box<dyn io::Write + Send>> { Ok(Box::new(io::sink())) };

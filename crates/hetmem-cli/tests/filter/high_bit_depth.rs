@@ -54,10 +54,13 @@ fn a_10_bit_y4m_stream_is_filtered_end_to_end_like_the_cpu_path() {
     let frames: Vec<Vec<u8>> = (0..3).map(|_| random_frame(format, 10)).collect();
     // As ffmpeg writes it (`-pix_fmt yuv420p10le -f yuv4mpegpipe -strict -1`).
     let header = "YUV4MPEG2 W33 H17 F30000:1001 Ip A1:1 C420p10 XYSCSS=420P10\n";
-    let run = hetmem_with_stdin(&["filter", "-", "-", "--json"], y4m(header, &frames));
+    let dir = TempDir::new("y4m-10-bit");
+    let report = dir.path("report.json");
+    let run = hetmem_with_stdin(&["filter", "-", "-", "--report", text(&report)], y4m(header, &frames));
     assert!(run.status.success(), "{}", stderr(&run));
     assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames);
-    let summary: serde_json::Value = serde_json::from_slice(&run.stderr).expect("JSON on stderr");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).expect("JSON in the report");
     assert_eq!((summary["frames"].as_u64(), summary["sample"].as_str()), (Some(3), Some("u16")));
     assert_eq!(summary["format"], "Y4M C420p10");
     // Still 10-bit: a blur never exceeds its largest input.
@@ -66,7 +69,6 @@ fn a_10_bit_y4m_stream_is_filtered_end_to_end_like_the_cpu_path() {
     assert!(samples_of(frame_out).iter().all(|&v| v < 1024));
 
     // The same from a file into a file, with another kernel and border.
-    let dir = TempDir::new("y4m-10-bit");
     let (input, output) = (dir.path("in.y4m"), dir.path("out.y4m"));
     std::fs::write(&input, y4m(header, &frames)).unwrap();
     let run = hetmem(&["filter", text(&input), text(&output), "--radius", "5", "--border", "replicate"]);
@@ -163,7 +165,7 @@ fn sixteen_bit_pngs_stay_16_bit_and_match_the_cpu_path() {
         let output = dir.path(&format!("{name}-out.png"));
         let run = hetmem(&["filter", text(&input), text(&output), "--sigma", "1.5", "--json"]);
         assert!(run.status.success(), "{name}: {}", stderr(&run));
-        let summary: serde_json::Value = serde_json::from_slice(&run.stderr).expect("JSON on stderr");
+        let summary: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON on stdout");
         assert_eq!(summary["sample"], "u16", "{name}");
         assert!(summary["warnings"].as_array().unwrap().is_empty(), "{name}: {summary}");
         let result = image::open(&output).unwrap();

@@ -8,9 +8,11 @@
 //! output, and pipes given as paths and Ctrl-C in a pipeline.
 
 mod bad_input;
+mod habits;
 mod high_bit_depth;
 mod pipes;
 mod png_crc;
+mod raw;
 #[cfg(feature = "testing")]
 mod retries;
 
@@ -239,7 +241,7 @@ fn a_jpeg_goes_in_and_out() {
     let run = hetmem(&["filter", text(&input), text(&output), "--json"]);
     assert!(run.status.success(), "{}", stderr(&run));
     let summary: serde_json::Value =
-        serde_json::from_slice(&run.stderr).expect("--json prints JSON on stderr");
+        serde_json::from_slice(&run.stdout).expect("--json prints JSON on stdout");
     assert_eq!(summary["frames"], 1);
     assert_eq!(summary["strategy"], "cpu");
     let result = image::open(&output).expect("the output decodes");
@@ -282,11 +284,15 @@ fn a_y4m_420_odd_size_stream_goes_stdin_to_stdout_frame_by_frame() {
     }
     assert_eq!(count, 3);
 
-    // --json: a summary on stderr, and still nothing but video on stdout.
-    let run = hetmem_with_stdin(&["filter", "-", "-", "--json"], y4m(header, &frames));
+    // --json --report: a summary in the report, and still nothing but video on stdout.
+    let dir = TempDir::new("y4m-report");
+    let report = dir.path("summary.json");
+    let run =
+        hetmem_with_stdin(&["filter", "-", "-", "--json", "--report", text(&report)], y4m(header, &frames));
     assert!(run.status.success(), "{}", stderr(&run));
     assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames);
-    let summary: serde_json::Value = serde_json::from_slice(&run.stderr).expect("JSON on stderr");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).expect("JSON in the report");
     assert_eq!(summary["frames"], 3);
     assert_eq!(summary["strategy"], "cpu");
     assert!(summary["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
@@ -410,7 +416,8 @@ fn images_smaller_than_the_kernel_are_blurred_like_opencv() {
         let pixels = random_bytes(len.max(16))[..len].to_vec();
         let (input, output) = (dir.path("small.ppm"), dir.path("out.ppm"));
         image::RgbImage::from_raw(width, height, pixels.clone()).unwrap().save(&input).unwrap();
-        let run = hetmem(&["filter", text(&input), text(&output), "--radius", radius, "--border", border]);
+        let run =
+            hetmem(&["filter", "-y", text(&input), text(&output), "--radius", radius, "--border", border]);
         assert!(run.status.success(), "{width}x{height} radius {radius}: {}", stderr(&run));
         let format = FrameFormat::new(width as usize, height as usize, PixelLayout::Rgb).unwrap();
         let border = if border == "replicate" { Border::Replicate } else { Border::Reflect101 };
@@ -442,7 +449,7 @@ fn zero_and_absurd_y4m_sizes_are_refused() {
 #[test]
 fn an_unknown_strategy_is_refused_listing_the_valid_ones() {
     let run = hetmem_with_stdin(&["filter", "-", "-", "--strategy", "teleport"], Vec::new());
-    assert_eq!(run.status.code(), Some(1));
+    assert_eq!(run.status.code(), Some(2), "a usage error");
     let error = stderr(&run);
     for name in ["teleport", "cpu", "pinned-async", "zero-copy", "managed", "hybrid", "auto"] {
         assert!(error.contains(name), "{name} missing: {error}");

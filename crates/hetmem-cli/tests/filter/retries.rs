@@ -16,10 +16,11 @@ fn video(frames: usize) -> (&'static str, FrameFormat, Vec<Vec<u8>>) {
     )
 }
 
-fn json_of(output: &Output) -> serde_json::Value {
-    let text = stderr(output);
-    let start = text.find('{').unwrap_or_else(|| panic!("no JSON summary in: {text}"));
-    serde_json::from_str(&text[start..]).unwrap_or_else(|error| panic!("{error}: {text}"))
+/// The summary `--report` wrote to `report`, after `output`.
+fn json_of(report: &Path, output: &Output) -> serde_json::Value {
+    let text = std::fs::read_to_string(report)
+        .unwrap_or_else(|error| panic!("no report: {error}: {}", stderr(output)));
+    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{error}: {text}"))
 }
 
 fn retried_indices(summary: &serde_json::Value) -> Vec<u64> {
@@ -40,14 +41,17 @@ fn retried_run_equals_the_cpu_path(
 ) {
     let (header, format, frames) = video(7);
     let kernel = default_kernel();
-    let mut args = vec!["filter", "-", "-", "--strategy", strategy, "--retries", retries, "--json"];
+    let dir = TempDir::new("retried");
+    let report = dir.path("report.json");
+    let mut args =
+        vec!["filter", "-", "-", "--strategy", strategy, "--retries", retries, "--report", text(&report)];
     for rule in rules {
         args.extend(["--inject-fault", rule]);
     }
     let run = hetmem_with_stdin_on(backend, &args, y4m(header, &frames));
     assert!(run.status.success(), "{backend} {strategy} {rules:?}: {}", stderr(&run));
     assert_y4m_result(&run.stdout, header, format, &kernel, &frames);
-    let summary = json_of(&run);
+    let summary = json_of(&report, &run);
     let retried = retried_indices(&summary);
     if let Some(first) = first_retried {
         assert_eq!(retried.first().copied(), Some(first), "{}", stderr(&run));
@@ -150,6 +154,8 @@ fn on_the_gpu_failures_are_retried_and_a_lost_context_goes_on_on_the_cpu() {
         retried_run_equals_the_cpu_path("cuda", "copy", &[rule], "2", frame, 1..=1);
     }
     let (header, format, frames) = video(7);
+    let dir = TempDir::new("trap");
+    let report = dir.path("report.json");
     let args = [
         "filter",
         "-",
@@ -158,14 +164,15 @@ fn on_the_gpu_failures_are_retried_and_a_lost_context_goes_on_on_the_cpu() {
         "zero-copy",
         "--retries",
         "1",
-        "--json",
+        "--report",
+        text(&report),
         "--inject-fault",
         "launch:3:trap",
     ];
     let run = hetmem_with_stdin_on("cuda", &args, y4m(header, &frames));
     assert!(run.status.success(), "{}", stderr(&run));
     assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames);
-    let summary = json_of(&run);
+    let summary = json_of(&report, &run);
     let retried = &summary["retried"][0];
     assert_eq!((retried["index"].as_u64(), retried["backend"].as_str()), (Some(2), Some("cpu")), "{summary}");
     assert_eq!(retried["lost_context"], true);

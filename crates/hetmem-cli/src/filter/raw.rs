@@ -1,0 +1,238 @@
+//! Raw video for ffmpeg users: `--raw WxH:pix_fmt`, as ffmpeg's `-f rawvideo -pix_fmt
+//! pix_fmt -s WxH` reads and writes it. The stream is whole frames back to back, with no
+//! header; the output is raw frames of the same size and format. The frames stream through
+//! [`super::video`], as Y4M's do.
+//!
+//! ```text
+//! ffmpeg -i in.mp4 -f rawvideo -pix_fmt nv12 - | hetmem filter --raw 1920x1080:nv12 - - \
+//!     | ffmpeg -f rawvideo -pix_fmt nv12 -s 1920x1080 -i - out.mp4
+//! ```
+//!
+//! nv12 holds U and V interleaved in one plane: each frame is de-interleaved into planar
+//! 4:2:0 as it is read (so U and V are blurred as the separate planes they are, exactly as
+//! yuv420p's) and interleaved again as it is written.
+
+use std::fmt;
+use std::io::{self, BufRead, Read, Write};
+
+use anyhow::Context as _;
+use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
+
+use super::Job;
+use super::stats::Report;
+use super::video::{self, Container, Video, read_full};
+
+/// The pixel formats `--raw` takes, by ffmpeg's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PixFmt {
+    /// One 8-bit plane.
+    Gray,
+    /// Interleaved 8-bit R, G, B.
+    Rgb24,
+    /// Planar Y, U, V; U and V at half width and half height (rounded up).
+    Yuv420p,
+    /// Planar Y, then one plane of U and V interleaved, at half width and half height.
+    Nv12,
+}
+
+impl PixFmt {
+    const ALL: [PixFmt; 4] = [PixFmt::Gray, PixFmt::Rgb24, PixFmt::Yuv420p, PixFmt::Nv12];
+
+    fn name(self) -> &'static str {
+        match self {
+            PixFmt::Gray => "gray",
+            PixFmt::Rgb24 => "rgb24",
+            PixFmt::Yuv420p => "yuv420p",
+            PixFmt::Nv12 => "nv12",
+        }
+    }
+
+    fn layout(self) -> PixelLayout {
+        match self {
+            PixFmt::Gray => PixelLayout::Gray,
+            PixFmt::Rgb24 => PixelLayout::Rgb,
+            PixFmt::Yuv420p | PixFmt::Nv12 => PixelLayout::Yuv420,
+        }
+    }
+}
+
+/// `--raw WxH:pix_fmt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawSpec {
+    pub width: usize,
+    pub height: usize,
+    pub pix_fmt: PixFmt,
+}
+
+impl fmt::Display for RawSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}:{}", self.width, self.height, self.pix_fmt.name())
+    }
+}
+
+/// What `--raw` takes, for messages and `--help`.
+pub const RAW_FORMATS: &str = "gray, rgb24, yuv420p, nv12";
+
+/// Parses `--raw`: `WxH:pix_fmt`, e.g. `1920x1080:yuv420p`.
+///
+/// # Errors
+/// Anything else, saying what is expected.
+pub fn parse_spec(text: &str) -> Result<RawSpec, String> {
+    let usage = format!("give WxH:pix_fmt, e.g. 1920x1080:yuv420p, with pix_fmt one of {RAW_FORMATS}");
+    let (size, name) = text.split_once(':').ok_or_else(|| format!("no pixel format: {usage}"))?;
+    let pix_fmt = PixFmt::ALL
+        .into_iter()
+        .find(|pix_fmt| pix_fmt.name() == name.trim().to_ascii_lowercase())
+        .ok_or_else(|| {
+            format!("unknown pixel format `{name}`: {usage} (convert others with ffmpeg's -pix_fmt)")
+        })?;
+    let side = |side: Option<&str>, what: &str| -> Result<usize, String> {
+        // Digits only: `parse` would take a sign too.
+        side.filter(|side| !side.is_empty() && side.bytes().all(|byte| byte.is_ascii_digit()))
+            .and_then(|side| side.parse().ok())
+            .ok_or_else(|| format!("no {what} in `{size}`: {usage}"))
+    };
+    let mut sides = size.split('x');
+    let (width, height) = (side(sides.next(), "width")?, side(sides.next(), "height")?);
+    if sides.next().is_some() {
+        return Err(format!("`{size}` is not a size: {usage}"));
+    }
+    FrameFormat::new(width, height, pix_fmt.layout()).map_err(|error| error.to_string())?;
+    Ok(RawSpec { width, height, pix_fmt })
+}
+
+/// How a frame's samples lie in a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Packing {
+    /// As the ring holds them: plane after plane (each interleaved, for RGB).
+    Planar,
+    /// nv12: the luma plane (`luma` bytes), then U and V interleaved in one plane, which the
+    /// ring holds as two planes (planar 4:2:0).
+    Nv12 { luma: usize },
+}
+
+impl Packing {
+    /// Bytes of scratch memory a reader or a writer takes per frame of `format`.
+    pub(super) fn scratch_bytes(self, format: &FrameFormat) -> usize {
+        match self {
+            Packing::Planar => 0,
+            Packing::Nv12 { luma } => format.frame_bytes() - luma,
+        }
+    }
+
+    /// Reads one frame from `reader` into `frame` (the ring's layout); returns the stream's
+    /// bytes read: fewer than the frame's only where the stream ends inside it.
+    pub(super) fn read(
+        self,
+        reader: &mut impl Read,
+        frame: &mut [u8],
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<usize> {
+        match self {
+            Packing::Planar => read_full(reader, frame),
+            Packing::Nv12 { luma } => {
+                let (luma, chroma) = frame.split_at_mut(luma);
+                let read = read_full(reader, luma)?;
+                if read < luma.len() {
+                    return Ok(read);
+                }
+                scratch.resize(chroma.len(), 0);
+                let read_chroma = read_full(reader, scratch)?;
+                let (u, v) = chroma.split_at_mut(chroma.len() / 2);
+                for ((pair, u), v) in scratch.chunks_exact(2).zip(u).zip(v) {
+                    (*u, *v) = (pair[0], pair[1]);
+                }
+                Ok(read + read_chroma)
+            }
+        }
+    }
+
+    /// Writes one frame of the ring's layout to `out` as the stream holds it.
+    pub(super) fn write(self, out: &mut impl Write, frame: &[u8], scratch: &mut Vec<u8>) -> io::Result<()> {
+        match self {
+            Packing::Planar => out.write_all(frame),
+            Packing::Nv12 { luma } => {
+                let (luma, chroma) = frame.split_at(luma);
+                let (u, v) = chroma.split_at(chroma.len() / 2);
+                scratch.clear();
+                scratch.extend(u.iter().zip(v).flat_map(|(&u, &v)| [u, v]));
+                out.write_all(luma)?;
+                out.write_all(scratch)
+            }
+        }
+    }
+}
+
+/// Filters the raw frames of `spec` in `reader` (of `file_bytes` when it is a regular file)
+/// into the output `open_output` opens.
+pub(super) fn filter(
+    job: &Job,
+    spec: RawSpec,
+    reader: impl BufRead,
+    file_bytes: Option<u64>,
+    open_output: impl FnOnce() -> anyhow::Result<Box<dyn Write + Send>>,
+) -> anyhow::Result<Report> {
+    let format = FrameFormat::new(spec.width, spec.height, spec.pix_fmt.layout())
+        .with_context(|| format!("--raw {spec}"))?;
+    let packing = match spec.pix_fmt {
+        PixFmt::Nv12 => Packing::Nv12 { luma: format.planes()[0].bytes() },
+        _ => Packing::Planar,
+    };
+    let video = Video {
+        format,
+        container: Container::Raw { packing },
+        pixels: spec.pix_fmt.name().into(),
+        warnings: Vec::new(),
+    };
+    video::filter(job, video, reader, file_bytes, open_output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_as_ffmpeg_writes_them_and_bad_ones_say_what_is_expected() {
+        assert_eq!(
+            parse_spec("1920x1080:yuv420p").unwrap(),
+            RawSpec { width: 1920, height: 1080, pix_fmt: PixFmt::Yuv420p }
+        );
+        assert_eq!(parse_spec("33x17:NV12").unwrap().pix_fmt, PixFmt::Nv12);
+        assert_eq!(parse_spec("2x2:rgb24").unwrap().to_string(), "2x2:rgb24");
+        for (bad, said) in [
+            ("1920x1080", "no pixel format"),
+            ("1920x1080:yuv422p", "unknown pixel format `yuv422p`"),
+            ("1920:gray", "no height"),
+            ("x1080:gray", "no width"),
+            ("+1x2:gray", "no width"),
+            ("1x2x3:gray", "is not a size"),
+            ("0x2:gray", "width 0"),
+            ("70000x2:gray", "width 70000"),
+        ] {
+            let error = parse_spec(bad).unwrap_err();
+            assert!(error.contains(said), "{bad}: {error}");
+        }
+        assert!(parse_spec("1920x1080").unwrap_err().contains(RAW_FORMATS));
+    }
+
+    #[test]
+    fn nv12_is_planar_4_2_0_interleaved_and_back() {
+        // 3x3: a 9-byte luma plane, 2x2 chroma: U and V of 4 bytes each.
+        let format = FrameFormat::new(3, 3, PixelLayout::Yuv420).unwrap();
+        let packing = Packing::Nv12 { luma: 9 };
+        assert_eq!(packing.scratch_bytes(&format), 8);
+        let stream: Vec<u8> = (0..17).map(|byte| byte * 7 + 3).collect();
+        let mut frame = vec![0; format.frame_bytes()];
+        let mut scratch = Vec::new();
+        assert_eq!(packing.read(&mut &stream[..], &mut frame, &mut scratch).unwrap(), 17);
+        assert_eq!(&frame[..9], &stream[..9]);
+        let (u, v): (Vec<u8>, Vec<u8>) = stream[9..].chunks(2).map(|pair| (pair[0], pair[1])).unzip();
+        assert_eq!((&frame[9..13], &frame[13..]), (&u[..], &v[..]));
+        let mut written = Vec::new();
+        packing.write(&mut written, &frame, &mut scratch).unwrap();
+        assert_eq!(written, stream);
+        // A stream that ends inside the chroma plane says how far it got.
+        assert_eq!(packing.read(&mut &stream[..12], &mut frame, &mut scratch).unwrap(), 12);
+        assert_eq!(packing.read(&mut &stream[..4], &mut frame, &mut scratch).unwrap(), 4);
+    }
+}
