@@ -2,8 +2,9 @@
 //! that futures wait on and wakes their tasks. It needs no particular async runtime.
 //!
 //! How the poller waits, so that it costs a core only while a completion is imminent:
-//! - With nothing watched it blocks in `poll(2)` on its own eventfd, which a new registration
-//!   writes: an idle process has no spinning thread, and a registration is seen at once.
+//! - With nothing watched (for [`HOT_SPIN`] after the last completion) it blocks in `poll(2)`
+//!   on its own eventfd, which a new registration writes: an idle process has no spinning
+//!   thread, and a registration is seen at once.
 //! - For [`HOT_SPIN`] after each registration or completion it sweeps the watched fences
 //!   continuously, yielding between sweeps: a short kernel's fence is noticed within a
 //!   microsecond or two of its end.
@@ -203,12 +204,18 @@ impl Poller {
             if self.take_incoming(&mut watched) {
                 last_progress = Instant::now();
             }
-            if watched.is_empty() {
-                self.sleep(&watched, None);
-                continue;
-            }
             let quiet = last_progress.elapsed();
             let backing_off = quiet >= HOT_SPIN;
+            if watched.is_empty() {
+                // Lingering a moment after the last completion catches the next registration
+                // of a steady stream of waits without a wake-up.
+                if backing_off {
+                    self.sleep(&watched, None);
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
             sweeps += 1;
             let check_errors = backing_off || sweeps.is_multiple_of(SWEEPS_PER_ERROR_CHECK);
             let before = watched.len();
