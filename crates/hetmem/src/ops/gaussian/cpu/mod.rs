@@ -2,13 +2,14 @@
 //! against.
 //!
 //! A plane is cut into bands of rows, blurred in parallel (rayon). Each band keeps a ring of
-//! 2r+1 rows of horizontal sums: each new input row is padded with its border pixels and
-//! summed horizontally into the ring, and as soon as the ring holds the 2r+1 rows an output
-//! row needs, the vertical pass writes that row. The sums stay in the L1/L2 cache instead of
-//! making a trip through memory in a frame-sized intermediate, borders cost a few pixel
-//! copies per row and a row index per output row, and the row kernels ([`rows`]) are loops
-//! the compiler vectorises. A band computes the 2r rows of sums above it again: bands are
-//! made tall enough that this costs little.
+//! 2r+1 rows of horizontal sums: each new input row is summed horizontally into the ring, and
+//! as soon as the ring holds the 2r+1 rows an output row needs, the vertical pass writes that
+//! row. The sums stay in the L1/L2 cache instead of making a trip through memory in a
+//! frame-sized intermediate, and the row kernels ([`rows`]) are loops the compiler
+//! vectorises. The horizontal pass reads the input row where it lies, but for the r pixels at
+//! each end, which are summed from small copies padded with their border pixels; borders cost
+//! that and a row index per output row. A band computes the 2r rows of sums above it again:
+//! bands are made tall enough that this costs little.
 
 #[cfg(test)]
 mod reference;
@@ -70,7 +71,7 @@ pub(crate) fn check(format: &FrameFormat, _kernel: &Gaussian, input: usize, outp
     Ok(())
 }
 
-/// The fixed-point arithmetic of one sample type: what a padded input row holds, what the
+/// The fixed-point arithmetic of one sample type: what an input row holds, what the
 /// horizontal pass sums into, and the row kernels.
 trait Arithmetic {
     /// One input sample, decoded.
@@ -79,9 +80,11 @@ trait Arithmetic {
     type Sum: Copy + Default + Send + Sync;
     /// One weight.
     type Weight: Sync;
+    /// The input bytes as samples where they lie, when they can be read so.
+    fn view(bytes: &[u8]) -> Option<&[Self::Sample]>;
     /// Decodes a row of input bytes into samples.
     fn decode(bytes: &[u8], samples: &mut [Self::Sample]);
-    /// Sums a padded row horizontally.
+    /// Sums a row horizontally: `sums[i]` from `padded[i + t * channels]` for each tap `t`.
     fn horizontal(
         isa: Isa,
         half: &[Self::Weight],
@@ -101,6 +104,9 @@ impl Arithmetic for EightBit {
     type Sample = u8;
     type Sum = u16;
     type Weight = u16;
+    fn view(bytes: &[u8]) -> Option<&[u8]> {
+        Some(bytes)
+    }
     fn decode(bytes: &[u8], samples: &mut [u8]) {
         samples.copy_from_slice(bytes);
     }
@@ -120,6 +126,10 @@ impl Arithmetic for SixteenBit {
     type Sample = u16;
     type Sum = u32;
     type Weight = u32;
+    fn view(bytes: &[u8]) -> Option<&[u16]> {
+        // Little-endian samples at an even address are u16s already.
+        if cfg!(target_endian = "little") { bytemuck::try_cast_slice(bytes).ok() } else { None }
+    }
     fn decode(bytes: &[u8], samples: &mut [u16]) {
         for (sample, pair) in samples.iter_mut().zip(bytes.chunks_exact(2)) {
             *sample = u16::from_le_bytes([pair[0], pair[1]]);
@@ -140,11 +150,13 @@ fn band_rows(height: usize, radius: usize) -> usize {
     height.div_ceil(2 * threads).max(16 * radius).max(8).min(height)
 }
 
-/// One band's working memory, reused from band to band on a thread: a padded input row and
-/// the ring of 2r+1 rows of horizontal sums.
+/// One band's working memory, reused from band to band on a thread: the ring of 2r+1 rows of
+/// horizontal sums, the padded copies of a row's ends (3r pixels each), and a whole padded row
+/// for rows that cannot be read where they lie or are not wider than 2r pixels.
 struct Scratch<A: Arithmetic> {
-    padded: Vec<A::Sample>,
     ring: Vec<A::Sum>,
+    ends: Vec<A::Sample>,
+    padded: Vec<A::Sample>,
 }
 
 /// What every band of a plane shares.
@@ -170,8 +182,9 @@ fn blur_plane<A: Arithmetic>(
     let job = PlaneJob::<A> { plane, half, border, isa, input };
     let band = band_rows(plane.height, radius);
     let scratch = || Scratch::<A> {
-        padded: vec![A::Sample::default(); (plane.width + 2 * radius) * plane.channels],
         ring: vec![A::Sum::default(); (2 * radius + 1) * plane.row_samples()],
+        ends: vec![A::Sample::default(); 3 * radius * plane.channels],
+        padded: vec![A::Sample::default(); (plane.width + 2 * radius) * plane.channels],
     };
     output
         .par_chunks_mut(band * plane.row_bytes())
@@ -188,11 +201,17 @@ impl<A: Arithmetic> PlaneJob<'_, A> {
         let (radius_i, taps_i) = (radius as i64, taps as i64);
         let slot = |row: i64| row.rem_euclid(taps_i) as usize * row_samples;
         for row in first - radius_i..first + radius_i {
-            self.sum_row(row, &mut scratch.padded, &mut scratch.ring[slot(row)..][..row_samples]);
+            self.sum_row(
+                row,
+                &mut scratch.ends,
+                &mut scratch.padded,
+                &mut scratch.ring[slot(row)..][..row_samples],
+            );
         }
         for (y, out_row) in (first..).zip(out.chunks_exact_mut(self.plane.row_bytes())) {
             let newest = y + radius_i;
-            self.sum_row(newest, &mut scratch.padded, &mut scratch.ring[slot(newest)..][..row_samples]);
+            let sums = &mut scratch.ring[slot(newest)..][..row_samples];
+            self.sum_row(newest, &mut scratch.ends, &mut scratch.padded, sums);
             let mut rows: [&[A::Sum]; 2 * MAX_RADIUS as usize + 1] = [&[]; 2 * MAX_RADIUS as usize + 1];
             for (tap, row) in rows[..taps].iter_mut().enumerate() {
                 *row = &scratch.ring[slot(y - radius_i + tap as i64)..][..row_samples];
@@ -202,21 +221,46 @@ impl<A: Arithmetic> PlaneJob<'_, A> {
     }
 
     /// The horizontal sums of row `row` of the plane extended by its border (any row index).
-    fn sum_row(&self, row: i64, padded: &mut [A::Sample], sums: &mut [A::Sum]) {
+    fn sum_row(&self, row: i64, ends: &mut [A::Sample], padded: &mut [A::Sample], sums: &mut [A::Sum]) {
         let Plane { width, height, channels, .. } = *self.plane;
         let radius = self.half.len() - 1;
         let source = self.border.resolve(row, height as i64) as usize;
         let row_bytes = self.plane.row_bytes();
-        A::decode(
-            &self.input[source * row_bytes..][..row_bytes],
-            &mut padded[radius * channels..][..width * channels],
-        );
-        // The border pixels, copied from the row itself (which the resolved index lies in).
-        for x in (0..radius).chain(width + radius..width + 2 * radius) {
-            let from = self.border.resolve(x as i64 - radius as i64, width as i64) as usize + radius;
-            padded.copy_within(from * channels..(from + 1) * channels, x * channels);
+        let bytes = &self.input[source * row_bytes..][..row_bytes];
+        // The index in `0..width` of pixel `x`, which may lie beyond either end.
+        let resolve = |x: i64| self.border.resolve(x, width as i64) as usize;
+        let (edge, n) = (radius * channels, width * channels);
+        match A::view(bytes) {
+            Some(samples) if width > 2 * radius => {
+                // The middle straight from the input: sum i reads samples i - r..=i + r pixels.
+                A::horizontal(self.isa, self.half, channels, samples, &mut sums[edge..n - edge]);
+                // Each end from a copy of its 2r pixels beside r border pixels (which lie
+                // among those 2r, the row being wider than 2r).
+                let pixel = |p: usize| &samples[p * channels..(p + 1) * channels];
+                ends[edge..].copy_from_slice(&samples[..2 * edge]);
+                for x in 0..radius {
+                    ends[x * channels..(x + 1) * channels]
+                        .copy_from_slice(pixel(resolve(x as i64 - radius as i64)));
+                }
+                A::horizontal(self.isa, self.half, channels, ends, &mut sums[..edge]);
+                ends[..2 * edge].copy_from_slice(&samples[n - 2 * edge..]);
+                for x in 0..radius {
+                    let at = 2 * edge + x * channels;
+                    ends[at..at + channels].copy_from_slice(pixel(resolve((width + x) as i64)));
+                }
+                A::horizontal(self.isa, self.half, channels, ends, &mut sums[n - edge..]);
+            }
+            _ => {
+                // The whole row, decoded and padded: its border pixels copied from the row
+                // itself (which the resolved index lies in).
+                A::decode(bytes, &mut padded[edge..edge + n]);
+                for x in (0..radius).chain(width + radius..width + 2 * radius) {
+                    let from = resolve(x as i64 - radius as i64) + radius;
+                    padded.copy_within(from * channels..(from + 1) * channels, x * channels);
+                }
+                A::horizontal(self.isa, self.half, channels, padded, sums);
+            }
         }
-        A::horizontal(self.isa, self.half, channels, padded, sums);
     }
 }
 

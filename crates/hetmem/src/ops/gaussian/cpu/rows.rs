@@ -297,26 +297,28 @@ fn narrow_u16(out: &mut [u8], acc: &[u64]) {
     }
 }
 
-// The tiles: four vectors of sums (eight for 16-bit horizontal sums, whose tap loop holds
-// fewer temporaries), within the 16 registers of AVX2 and SSE2 and the 32 of AVX-512.
+// The tiles: eight vectors of sums (sixteen of the 16-bit vertical pass's 64-bit sums, some of
+// which then stay in L1). Tiles of half the size were no faster, and with 32 samples the
+// 16-bit vertical pass came out as scalar code, three times slower: the compiler unrolled its
+// short loops completely and then failed to vectorise what remained.
 
 dispatched! {
     /// [`horizontal_u8_body`] for `isa`.
     pub(super) fn horizontal_u8(half: &[u16], channels: usize, padded: &[u8], sums: &mut [u16])
-        => horizontal_u8_body, tiles: avx512 128, avx2 64, portable 32
+        => horizontal_u8_body, tiles: avx512 256, avx2 128, portable 64
 }
 dispatched! {
     /// [`vertical_u8_body`] for `isa`.
     pub(super) fn vertical_u8(half: &[u16], rows: &[&[u16]], out: &mut [u8])
-        => vertical_u8_body, tiles: avx512 64, avx2 32, portable 16
+        => vertical_u8_body, tiles: avx512 128, avx2 64, portable 32
 }
 dispatched! {
     /// [`horizontal_u16_body`] for `isa`.
     pub(super) fn horizontal_u16(half: &[u32], channels: usize, padded: &[u16], sums: &mut [u32])
-        => horizontal_u16_body, tiles: avx512 64, avx2 32, portable 16
+        => horizontal_u16_body, tiles: avx512 128, avx2 64, portable 32
 }
 dispatched! {
     /// [`vertical_u16_body`] for `isa`.
     pub(super) fn vertical_u16(half: &[u32], rows: &[&[u32]], out: &mut [u8])
-        => vertical_u16_body, tiles: avx512 32, avx2 16, portable 8
+        => vertical_u16_body, tiles: avx512 128, avx2 64, portable 32
 }
