@@ -150,6 +150,88 @@ fn await_child() {
     dropping_a_lease_waits_for_the_gpu(&device);
 }
 
+/// A host-callback fence's eventfd is readable once, and only once, its work has finished, and
+/// with the `tokio` feature the fence is awaited on tokio's reactor without blocking it.
+#[test]
+fn a_host_callback_fence_is_polled_by_its_eventfd_and_awaited_on_tokio() {
+    const TEST: &str = "handoff::a_host_callback_fence_is_polled_by_its_eventfd_and_awaited_on_tokio";
+    if child_role().as_deref() == Some("eventfd") {
+        return eventfd_child();
+    }
+    if cuda_device_or_skip(TEST).is_none() {
+        return;
+    }
+    // In a process of its own, as the await test above: the gate holds the GPU.
+    assert_child_passes(TEST, "eventfd");
+}
+
+/// Whether `fd` becomes readable within `timeout`.
+fn readable_within(fd: &impl std::os::fd::AsFd, timeout: Duration) -> bool {
+    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    let timeout = rustix::time::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    rustix::event::poll(&mut fds, Some(&timeout)).unwrap() == 1
+}
+
+fn eventfd_child() {
+    let device = Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap());
+    let queue = Queue::with_fence_kind(&device, FenceKind::HostCallback).unwrap();
+    let gate = Arc::new(Gate::new(&queue).unwrap());
+    gate.launch().unwrap();
+    let fence = queue.signal().unwrap();
+    let fd = fence.eventfd().expect("a host-callback fence has an eventfd");
+    gate.wait_started();
+    assert!(!readable_within(&fd, Duration::from_millis(50)), "readable while the kernel waits");
+    assert!(!fence.is_complete().unwrap());
+    gate.open();
+    assert!(readable_within(&fd, Duration::from_secs(20)), "never readable after the kernel ended");
+    assert!(fence.is_complete().unwrap());
+    println!("the eventfd became readable when the kernel ended");
+    #[cfg(feature = "tokio")]
+    awaited_on_tokio(&queue, &gate);
+}
+
+/// The fence awaited by `Fence::wait_tokio` on a single-threaded runtime, whose other task
+/// opens the gate: an await that blocked the thread would leave the gate to a watchdog.
+#[cfg(feature = "tokio")]
+fn awaited_on_tokio(queue: &Queue, gate: &Arc<Gate>) {
+    gate.launch().unwrap();
+    let fence = queue.signal().unwrap();
+    let blocked = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (gate, blocked, finished) = (Arc::clone(gate), Arc::clone(&blocked), Arc::clone(&finished));
+        std::thread::spawn(move || {
+            for _ in 0..2000 {
+                if finished.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            blocked.store(true, Ordering::SeqCst);
+            gate.open();
+        })
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let opener = {
+            let gate = Arc::clone(gate);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                gate.open();
+            })
+        };
+        fence.wait_tokio().await.unwrap();
+        opener.await.unwrap();
+    });
+    finished.store(true, Ordering::SeqCst);
+    watchdog.join().unwrap();
+    assert!(!blocked.load(Ordering::SeqCst), "awaiting on tokio blocked the runtime");
+    println!("awaited on tokio's reactor without blocking it");
+}
+
 /// Dropping a lease whose kernel is still held by a gate must not return (and free the
 /// buffer) until the kernel has finished.
 fn dropping_a_lease_waits_for_the_gpu(device: &Device) {

@@ -2,17 +2,19 @@
 //!
 //! Slowest to fastest on the H200 machine (figures in `bench/results/`):
 //! - [`FenceKind::HostCallback`]: the driver runs a host function after the work, which writes
-//!   an eventfd the CPU blocks on. Fits `poll`-based event loops; the driver's callback thread
-//!   adds tens of microseconds.
+//!   an eventfd the CPU blocks on. Fits `poll`-based event loops ([`Fence::eventfd`]); the
+//!   driver's callback thread adds tens of microseconds.
 //! - [`FenceKind::Event`]: a CUDA event, waited on with `cuEventSynchronize`. The default.
 //! - [`FenceKind::Flag`]: the stream writes a sequence number into mapped host memory
 //!   (`cuStreamWriteValue32`, with a memory barrier) and the CPU spins on it: the fastest, at
 //!   the cost of a spinning core while waiting.
 //!
 //! Any fence can also be awaited: [`Fence::wait_async`] hands it to a poller thread that wakes
-//! the task when it completes, so async runtimes never block a worker.
+//! the task when it completes, so async runtimes never block a worker. With the `tokio`
+//! feature, `Fence::wait_tokio` awaits a host-callback fence on tokio's own reactor instead.
 
 use std::mem::ManuallyDrop;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -104,14 +106,7 @@ impl Fence {
                 FenceInner::Flag { page: Arc::clone(flags), target, stream: Arc::clone(stream) }
             }
             FenceKind::HostCallback => {
-                let state = Arc::new(CallbackState {
-                    done: AtomicBool::new(false),
-                    fd: rustix::event::eventfd(0, EventfdFlags::CLOEXEC).map_err(|errno| Error::Io {
-                        context: "creating an eventfd".into(),
-                        source: errno.into(),
-                    })?,
-                    stream: Arc::clone(stream),
-                });
+                let state = Arc::new(CallbackState::new(Some(Arc::clone(stream)))?);
                 let signalled = Arc::clone(&state);
                 stream.launch_host_fn(Box::new(move || signalled.signal()))?;
                 FenceInner::Callback(state)
@@ -183,7 +178,7 @@ impl Fence {
                 }
                 // After a failed kernel the driver never runs the callback: ask the stream.
                 if check_errors {
-                    state.stream.is_idle()?;
+                    state.check_stream()?;
                 }
                 Ok(false)
             }
@@ -191,9 +186,91 @@ impl Fence {
     }
 
     /// A future that completes when the fence does, without blocking the polling thread:
-    /// usable from tokio or any other executor.
+    /// usable from tokio or any other executor. The process's poller thread watches it: it
+    /// sweeps continuously for 50 us after each registration or completion (a short wait is
+    /// noticed within microseconds), then backs off, sleeping between sweeps, so that a long
+    /// wait costs no core: an event or flag fence completing after a long wait is noticed up
+    /// to an eighth of the wait (at most 1 ms) late, a host-callback fence at once (its
+    /// eventfd wakes the poller).
     pub fn wait_async(&self) -> super::poller::FenceFuture {
         super::poller::FenceFuture::new(self.clone())
+    }
+
+    /// The eventfd of a host-callback fence ([`FenceKind::HostCallback`]), for `poll`-,
+    /// `epoll`- or reactor-based loops (mio, tokio's `AsyncFd`, glib...); `None` for the other
+    /// kinds, which have none.
+    ///
+    /// The descriptor becomes readable when the fence completes and then stays readable. Wait
+    /// for readability only: do not read from it (that would hide the completion from other
+    /// waiters). After it is readable, or after a while without, call
+    /// [`Fence::is_complete`]: it confirms completion and reports a failed stream, whose
+    /// callback never runs.
+    ///
+    /// ```no_run
+    /// # use hetmem::{Device, FenceKind, Queue};
+    /// # use std::os::fd::AsFd;
+    /// let device = Device::open_best()?;
+    /// let queue = Queue::with_fence_kind(&device, FenceKind::HostCallback)?;
+    /// let fence = queue.signal()?;
+    /// let fd = fence.eventfd().expect("a host-callback fence");
+    /// let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+    /// while !fence.is_complete()? {
+    ///     // A timeout, so that a failed stream is noticed by is_complete.
+    ///     let timeout = rustix::time::Timespec { tv_sec: 0, tv_nsec: 10_000_000 };
+    ///     rustix::event::poll(&mut fds, Some(&timeout)).ok();
+    /// }
+    /// # Ok::<(), hetmem::Error>(())
+    /// ```
+    pub fn eventfd(&self) -> Option<FenceFd> {
+        match &*self.inner {
+            FenceInner::Callback(state) => Some(FenceFd { state: Arc::clone(state) }),
+            _ => None,
+        }
+    }
+
+    /// The eventfd of a host-callback fence, borrowed: what the poller thread sleeps on.
+    pub(crate) fn ready_fd(&self) -> Option<BorrowedFd<'_>> {
+        match &*self.inner {
+            FenceInner::Callback(state) => Some(state.fd.as_fd()),
+            _ => None,
+        }
+    }
+
+    /// A host-callback fence with no stream behind it, and the function that completes it:
+    /// the fence the poller's and the tokio tests signal by hand, without a GPU.
+    #[cfg(test)]
+    pub(crate) fn signalled_by_hand() -> (Fence, impl Fn() + Send + Sync + 'static) {
+        let state = Arc::new(CallbackState::new(None).expect("an eventfd for a test fence"));
+        let signal = {
+            let state = Arc::clone(&state);
+            move || state.signal()
+        };
+        (Fence { inner: Arc::new(FenceInner::Callback(state)) }, signal)
+    }
+}
+
+/// The eventfd of a host-callback fence ([`Fence::eventfd`]): readable once the fence has
+/// completed. It keeps the descriptor open while it lives, even after the fence is dropped.
+#[derive(Clone)]
+pub struct FenceFd {
+    state: Arc<CallbackState>,
+}
+
+impl std::fmt::Debug for FenceFd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FenceFd").field("fd", &self.state.fd.as_raw_fd()).finish()
+    }
+}
+
+impl AsFd for FenceFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.state.fd.as_fd()
+    }
+}
+
+impl AsRawFd for FenceFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.state.fd.as_raw_fd()
     }
 }
 
@@ -264,15 +341,31 @@ impl Drop for FlagPage {
 /// The shared state of a host-callback fence.
 struct CallbackState {
     done: AtomicBool,
+    /// Written once, after `done` is set: readable from then on.
     fd: OwnedFd,
-    /// Asked between waits: after a failed kernel the driver never runs the callback.
-    stream: Arc<Stream>,
+    /// Asked between waits: after a failed kernel the driver never runs the callback. `None`
+    /// only for the fences hetmem's own tests signal by hand.
+    stream: Option<Arc<Stream>>,
 }
 
 /// How long a host-callback wait blocks before asking the stream whether it failed.
 const CALLBACK_ERROR_CHECK: rustix::time::Timespec = rustix::time::Timespec { tv_sec: 0, tv_nsec: 5_000_000 };
 
 impl CallbackState {
+    fn new(stream: Option<Arc<Stream>>) -> Result<CallbackState> {
+        let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC)
+            .map_err(|errno| Error::Io { context: "creating an eventfd".into(), source: errno.into() })?;
+        Ok(CallbackState { done: AtomicBool::new(false), fd, stream })
+    }
+
+    /// Whether a wait should go on: an error once the stream has failed.
+    fn check_stream(&self) -> Result<()> {
+        match &self.stream {
+            Some(stream) => stream.is_idle().map(|_| ()).map_err(Error::from),
+            None => Ok(()),
+        }
+    }
+
     /// Runs on the driver's callback thread.
     fn signal(&self) {
         self.done.store(true, Ordering::Release);
@@ -281,19 +374,14 @@ impl CallbackState {
         }
     }
 
+    /// Blocks until the callback has run. The eventfd is never read, so it stays readable for
+    /// every other waiter (clones of the fence, `poll` loops, the poller, tokio).
     fn wait(&self) -> Result<()> {
-        if self.done.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let mut count = [0u8; 8];
-        loop {
+        while !self.done.load(Ordering::Acquire) {
             let mut fds = [rustix::event::PollFd::new(&self.fd, rustix::event::PollFlags::IN)];
             match rustix::event::poll(&mut fds, Some(&CALLBACK_ERROR_CHECK)) {
-                Ok(0) => {
-                    // Nothing yet: a failed stream will never call back, so surface its error.
-                    self.stream.is_idle()?;
-                    continue;
-                }
+                // Nothing yet: a failed stream will never call back, so surface its error.
+                Ok(0) => self.check_stream()?,
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(errno) => {
                     return Err(Error::Io {
@@ -302,28 +390,41 @@ impl CallbackState {
                     });
                 }
             }
-            match rustix::io::read(&self.fd, &mut count) {
-                Ok(_) => {
-                    // Reading empties the counter: put it back so other waiters of this fence
-                    // (clones) wake too.
-                    let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
-                    return Ok(());
-                }
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(errno) => {
-                    return Err(Error::Io {
-                        context: "reading a fence's eventfd".into(),
-                        source: errno.into(),
-                    });
-                }
-            }
         }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `fd` is readable now.
+    fn readable(fd: &impl AsFd) -> bool {
+        let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        rustix::event::poll(&mut fds, Some(&zero)).unwrap() == 1
+    }
+
+    #[test]
+    fn a_host_callback_fences_eventfd_becomes_and_stays_readable() {
+        let (fence, signal) = Fence::signalled_by_hand();
+        let fd = fence.eventfd().expect("a host-callback fence has an eventfd");
+        assert!(!readable(&fd) && !fence.is_complete().unwrap());
+        let waiter = {
+            let fence = fence.clone();
+            std::thread::spawn(move || fence.wait())
+        };
+        signal();
+        waiter.join().unwrap().unwrap();
+        // Waiting did not consume it: every other waiter still sees it.
+        assert!(readable(&fd) && readable(&fd.clone()) && fence.is_complete().unwrap());
+        fence.wait().unwrap();
+        // The descriptor outlives the fence.
+        drop(fence);
+        assert!(readable(&fd), "{fd:?}");
+        assert!(Fence::done().eventfd().is_none());
+    }
 
     /// A flag the stream was never asked to write, as on a platform that loses the stream's
     /// writes to mapped memory: once the stream is idle the wait ends, by its own variant,

@@ -28,9 +28,11 @@ mod launch;
 mod lease;
 mod poller;
 mod queue;
+#[cfg(feature = "tokio")]
+mod reactor;
 
 pub use self::cudarc::{CudarcView, CudarcViewMut};
-pub use fence::{Fence, FenceKind};
+pub use fence::{Fence, FenceFd, FenceKind};
 pub use launch::KernelArgs;
 pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};
 pub use lease::{Lease, Lent, Shared};

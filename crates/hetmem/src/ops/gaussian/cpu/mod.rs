@@ -1,11 +1,25 @@
 //! The CPU path of the Gaussian blur: the CPU backend, and the reference the GPU is tested
-//! against. Rows run in parallel (rayon); the inner loops run over contiguous samples with the
-//! taps outermost, so the compiler vectorises them.
+//! against.
+//!
+//! A plane is cut into bands of rows, blurred in parallel (rayon). Each band keeps a ring of
+//! 2r+1 rows of horizontal sums: each new input row is summed horizontally into the ring, and
+//! as soon as the ring holds the 2r+1 rows an output row needs, the vertical pass writes that
+//! row. The sums stay in the L1/L2 cache instead of making a trip through memory in a
+//! frame-sized intermediate, and the row kernels ([`rows`]) are loops the compiler
+//! vectorises. The horizontal pass reads the input row where it lies, but for the r pixels at
+//! each end, which are summed from small copies padded with their border pixels; borders cost
+//! that and a row index per output row. A band computes the 2r rows of sums above it again:
+//! bands are made tall enough that this costs little.
+
+#[cfg(test)]
+mod reference;
+mod rows;
 
 use rayon::prelude::*;
 
-use super::{FrameFormat, Gaussian, Plane, SampleType};
+use super::{Border, FrameFormat, Gaussian, MAX_RADIUS, Plane, SampleType};
 use crate::error::{Error, Result};
+use rows::Isa;
 
 /// Blurs every plane of one frame from `input` into `output`.
 ///
@@ -17,15 +31,29 @@ use crate::error::{Error, Result};
 /// Buffers that are not one frame long.
 pub fn gaussian_cpu(format: &FrameFormat, kernel: &Gaussian, input: &[u8], output: &mut [u8]) -> Result<()> {
     check(format, kernel, input.len(), output.len())?;
+    blur_frame(format, kernel, Isa::detect(), input, output);
+    Ok(())
+}
+
+/// [`gaussian_cpu`] with the row kernels compiled for `isa`, on buffers already checked.
+fn blur_frame(format: &FrameFormat, kernel: &Gaussian, isa: Isa, input: &[u8], output: &mut [u8]) {
+    // The weights are symmetric: the row kernels take the centre's and one side's.
+    let radius = kernel.radius() as usize;
     for plane in format.planes() {
         let range = plane.offset..plane.offset + plane.bytes();
         let (input, output) = (&input[range.clone()], &mut output[range]);
         match plane.sample {
-            SampleType::U8 => blur_plane_u8(&plane, kernel, input, output),
-            SampleType::U16 => blur_plane_u16(&plane, kernel, input, output),
+            SampleType::U8 => {
+                // The Q16 weights of 8-bit samples are OpenCV's Q8 ones times 256.
+                let half: Vec<u16> = kernel.weights()[radius..].iter().map(|&w| (w >> 8) as u16).collect();
+                blur_plane::<EightBit>(&plane, &half, kernel.border(), isa, input, output);
+            }
+            SampleType::U16 => {
+                let half = &kernel.weights_u16()[radius..];
+                blur_plane::<SixteenBit>(&plane, half, kernel.border(), isa, input, output)
+            }
         }
     }
-    Ok(())
 }
 
 /// The checks both paths make before touching a frame: buffers one frame long. The kernel
@@ -43,93 +71,197 @@ pub(crate) fn check(format: &FrameFormat, _kernel: &Gaussian, input: usize, outp
     Ok(())
 }
 
-/// An 8-bit plane: horizontal sums rounded to Q8 (16 bits), vertical sums rounded to 8 bits.
-fn blur_plane_u8(plane: &Plane, kernel: &Gaussian, input: &[u8], output: &mut [u8]) {
-    let (width, height, channels) = (plane.width, plane.height, plane.channels);
-    let row_bytes = plane.row_bytes();
-    let radius = kernel.radius() as usize;
-    let weights = kernel.weights();
-    let border = kernel.border();
-
-    // Horizontal pass: each row, padded with its border pixels, into Q8 sums.
-    let mut middle = vec![0u16; row_bytes * height];
-    middle.par_chunks_mut(row_bytes).zip(input.par_chunks(row_bytes)).for_each(|(mid, row)| {
-        let padded_width = width + 2 * radius;
-        let mut padded = vec![0u8; padded_width * channels];
-        for (x, pixel) in padded.chunks_exact_mut(channels).enumerate() {
-            let source = border.resolve(x as i64 - radius as i64, width as i64) as usize;
-            pixel.copy_from_slice(&row[source * channels..(source + 1) * channels]);
-        }
-        let mut sums = vec![0u32; row_bytes];
-        for (tap, &weight) in weights.iter().enumerate() {
-            let shifted = &padded[tap * channels..tap * channels + row_bytes];
-            for (sum, &byte) in sums.iter_mut().zip(shifted) {
-                *sum += weight * u32::from(byte);
-            }
-        }
-        for (out, sum) in mid.iter_mut().zip(sums) {
-            *out = ((sum + (1 << 7)) >> 8) as u16;
-        }
-    });
-
-    // Vertical pass: each output row from 2r+1 rows of the middle.
-    output.par_chunks_mut(row_bytes).enumerate().for_each(|(y, out)| {
-        let mut sums = vec![1u32 << 23; row_bytes];
-        for (tap, &weight) in weights.iter().enumerate() {
-            let source = border.resolve(y as i64 + tap as i64 - radius as i64, height as i64) as usize;
-            let mid = &middle[source * row_bytes..(source + 1) * row_bytes];
-            for (sum, &value) in sums.iter_mut().zip(mid) {
-                *sum += weight * u32::from(value);
-            }
-        }
-        for (byte, sum) in out.iter_mut().zip(sums) {
-            *byte = (sum >> 24) as u8;
-        }
-    });
+/// The fixed-point arithmetic of one sample type: what an input row holds, what the
+/// horizontal pass sums into, and the row kernels.
+trait Arithmetic {
+    /// One input sample, decoded.
+    type Sample: Copy + Default + Send;
+    /// One horizontal sum.
+    type Sum: Copy + Default + Send + Sync;
+    /// One weight.
+    type Weight: Sync;
+    /// The input bytes as samples where they lie, when they can be read so.
+    fn view(bytes: &[u8]) -> Option<&[Self::Sample]>;
+    /// Decodes a row of input bytes into samples.
+    fn decode(bytes: &[u8], samples: &mut [Self::Sample]);
+    /// Sums a row horizontally: `sums[i]` from `padded[i + t * channels]` for each tap `t`.
+    fn horizontal(
+        isa: Isa,
+        half: &[Self::Weight],
+        channels: usize,
+        padded: &[Self::Sample],
+        sums: &mut [Self::Sum],
+    );
+    /// Sums 2r+1 rows of horizontal sums vertically into a row of output bytes.
+    fn vertical(isa: Isa, half: &[Self::Weight], rows: &[&[Self::Sum]], out: &mut [u8]);
 }
 
-/// A 16-bit little-endian plane, as OpenCV's CV_16U path: horizontal sums kept exact in Q16
-/// (a weight of at most 65536 times a sample of at most 65535, and the weights sum to 65536:
-/// below 2^32), vertical sums of Q16 x Q16 products exact in 64 bits, rounded once, half up.
-fn blur_plane_u16(plane: &Plane, kernel: &Gaussian, input: &[u8], output: &mut [u8]) {
-    let (width, height, channels) = (plane.width, plane.height, plane.channels);
-    let (row_samples, row_bytes) = (plane.row_samples(), plane.row_bytes());
-    let radius = kernel.radius() as usize;
-    let weights = kernel.weights_u16();
-    let border = kernel.border();
+/// 8-bit samples: Q8 weights, 16-bit horizontal sums, 32-bit vertical ones (OpenCV's 8-bit
+/// fixed-point path).
+enum EightBit {}
 
-    let mut middle = vec![0u32; row_samples * height];
-    middle.par_chunks_mut(row_samples).zip(input.par_chunks(row_bytes)).for_each(|(mid, row)| {
-        let padded_width = width + 2 * radius;
-        let mut padded = vec![0u32; padded_width * channels];
-        for (x, pixel) in padded.chunks_exact_mut(channels).enumerate() {
-            let source = border.resolve(x as i64 - radius as i64, width as i64) as usize;
-            let bytes = &row[source * channels * 2..(source + 1) * channels * 2];
-            for (sample, pair) in pixel.iter_mut().zip(bytes.chunks_exact(2)) {
-                *sample = u32::from(u16::from_le_bytes([pair[0], pair[1]]));
-            }
-        }
-        for (tap, &weight) in weights.iter().enumerate() {
-            let shifted = &padded[tap * channels..tap * channels + row_samples];
-            for (sum, &sample) in mid.iter_mut().zip(shifted) {
-                *sum += weight * sample;
-            }
-        }
-    });
+impl Arithmetic for EightBit {
+    type Sample = u8;
+    type Sum = u16;
+    type Weight = u16;
+    fn view(bytes: &[u8]) -> Option<&[u8]> {
+        Some(bytes)
+    }
+    fn decode(bytes: &[u8], samples: &mut [u8]) {
+        samples.copy_from_slice(bytes);
+    }
+    fn horizontal(isa: Isa, half: &[u16], channels: usize, padded: &[u8], sums: &mut [u16]) {
+        rows::horizontal_u8(isa, half, channels, padded, sums);
+    }
+    fn vertical(isa: Isa, half: &[u16], rows: &[&[u16]], out: &mut [u8]) {
+        rows::vertical_u8(isa, half, rows, out);
+    }
+}
 
-    output.par_chunks_mut(row_bytes).enumerate().for_each(|(y, out)| {
-        let mut sums = vec![1u64 << 31; row_samples];
-        for (tap, &weight) in weights.iter().enumerate() {
-            let source = border.resolve(y as i64 + tap as i64 - radius as i64, height as i64) as usize;
-            let mid = &middle[source * row_samples..(source + 1) * row_samples];
-            for (sum, &value) in sums.iter_mut().zip(mid) {
-                *sum += u64::from(weight) * u64::from(value);
+/// 16-bit little-endian samples: Q16 weights, 32-bit horizontal sums, 64-bit vertical ones
+/// (OpenCV's CV_16U path).
+enum SixteenBit {}
+
+impl Arithmetic for SixteenBit {
+    type Sample = u16;
+    type Sum = u32;
+    type Weight = u32;
+    fn view(bytes: &[u8]) -> Option<&[u16]> {
+        // Little-endian samples at an even address are u16s already.
+        if cfg!(target_endian = "little") { bytemuck::try_cast_slice(bytes).ok() } else { None }
+    }
+    fn decode(bytes: &[u8], samples: &mut [u16]) {
+        for (sample, pair) in samples.iter_mut().zip(bytes.chunks_exact(2)) {
+            *sample = u16::from_le_bytes([pair[0], pair[1]]);
+        }
+    }
+    fn horizontal(isa: Isa, half: &[u32], channels: usize, padded: &[u16], sums: &mut [u32]) {
+        rows::horizontal_u16(isa, half, channels, padded, sums);
+    }
+    fn vertical(isa: Isa, half: &[u32], rows: &[&[u32]], out: &mut [u8]) {
+        rows::vertical_u16(isa, half, rows, out);
+    }
+}
+
+/// Rows per band: about two bands per rayon thread, so that a thread held up elsewhere
+/// delays little, and at least 8 times the 2r rows of sums a band computes again above it.
+fn band_rows(height: usize, radius: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    height.div_ceil(2 * threads).max(16 * radius).max(8).min(height)
+}
+
+/// One band's working memory, reused from band to band on a thread: the ring of 2r+1 rows of
+/// horizontal sums, the padded copies of a row's ends (3r pixels each), and a whole padded row
+/// for rows that cannot be read where they lie or are not wider than 2r pixels.
+struct Scratch<A: Arithmetic> {
+    ring: Vec<A::Sum>,
+    ends: Vec<A::Sample>,
+    padded: Vec<A::Sample>,
+}
+
+/// What every band of a plane shares.
+struct PlaneJob<'a, A: Arithmetic> {
+    plane: &'a Plane,
+    /// The kernel's half weights: the centre's, then each side's outwards.
+    half: &'a [A::Weight],
+    border: Border,
+    isa: Isa,
+    input: &'a [u8],
+}
+
+/// Blurs one plane, its bands in parallel.
+fn blur_plane<A: Arithmetic>(
+    plane: &Plane,
+    half: &[A::Weight],
+    border: Border,
+    isa: Isa,
+    input: &[u8],
+    output: &mut [u8],
+) {
+    let radius = half.len() - 1;
+    let job = PlaneJob::<A> { plane, half, border, isa, input };
+    let band = band_rows(plane.height, radius);
+    let scratch = || Scratch::<A> {
+        ring: vec![A::Sum::default(); (2 * radius + 1) * plane.row_samples()],
+        ends: vec![A::Sample::default(); 3 * radius * plane.channels],
+        padded: vec![A::Sample::default(); (plane.width + 2 * radius) * plane.channels],
+    };
+    output
+        .par_chunks_mut(band * plane.row_bytes())
+        .enumerate()
+        .for_each_init(scratch, |scratch, (index, out)| job.blur_band(index * band, out, scratch));
+}
+
+impl<A: Arithmetic> PlaneJob<'_, A> {
+    /// Blurs the rows from `first` into `out` (whole rows).
+    fn blur_band(&self, first: usize, out: &mut [u8], scratch: &mut Scratch<A>) {
+        let (radius, row_samples) = (self.half.len() - 1, self.plane.row_samples());
+        let taps = 2 * radius + 1;
+        let first = first as i64;
+        let (radius_i, taps_i) = (radius as i64, taps as i64);
+        let slot = |row: i64| row.rem_euclid(taps_i) as usize * row_samples;
+        for row in first - radius_i..first + radius_i {
+            self.sum_row(
+                row,
+                &mut scratch.ends,
+                &mut scratch.padded,
+                &mut scratch.ring[slot(row)..][..row_samples],
+            );
+        }
+        for (y, out_row) in (first..).zip(out.chunks_exact_mut(self.plane.row_bytes())) {
+            let newest = y + radius_i;
+            let sums = &mut scratch.ring[slot(newest)..][..row_samples];
+            self.sum_row(newest, &mut scratch.ends, &mut scratch.padded, sums);
+            let mut rows: [&[A::Sum]; 2 * MAX_RADIUS as usize + 1] = [&[]; 2 * MAX_RADIUS as usize + 1];
+            for (tap, row) in rows[..taps].iter_mut().enumerate() {
+                *row = &scratch.ring[slot(y - radius_i + tap as i64)..][..row_samples];
+            }
+            A::vertical(self.isa, self.half, &rows[..taps], out_row);
+        }
+    }
+
+    /// The horizontal sums of row `row` of the plane extended by its border (any row index).
+    fn sum_row(&self, row: i64, ends: &mut [A::Sample], padded: &mut [A::Sample], sums: &mut [A::Sum]) {
+        let Plane { width, height, channels, .. } = *self.plane;
+        let radius = self.half.len() - 1;
+        let source = self.border.resolve(row, height as i64) as usize;
+        let row_bytes = self.plane.row_bytes();
+        let bytes = &self.input[source * row_bytes..][..row_bytes];
+        // The index in `0..width` of pixel `x`, which may lie beyond either end.
+        let resolve = |x: i64| self.border.resolve(x, width as i64) as usize;
+        let (edge, n) = (radius * channels, width * channels);
+        match A::view(bytes) {
+            Some(samples) if width > 2 * radius => {
+                // The middle straight from the input: sum i reads samples i - r..=i + r pixels.
+                A::horizontal(self.isa, self.half, channels, samples, &mut sums[edge..n - edge]);
+                // Each end from a copy of its 2r pixels beside r border pixels (which lie
+                // among those 2r, the row being wider than 2r).
+                let pixel = |p: usize| &samples[p * channels..(p + 1) * channels];
+                ends[edge..].copy_from_slice(&samples[..2 * edge]);
+                for x in 0..radius {
+                    ends[x * channels..(x + 1) * channels]
+                        .copy_from_slice(pixel(resolve(x as i64 - radius as i64)));
+                }
+                A::horizontal(self.isa, self.half, channels, ends, &mut sums[..edge]);
+                ends[..2 * edge].copy_from_slice(&samples[n - 2 * edge..]);
+                for x in 0..radius {
+                    let at = 2 * edge + x * channels;
+                    ends[at..at + channels].copy_from_slice(pixel(resolve((width + x) as i64)));
+                }
+                A::horizontal(self.isa, self.half, channels, ends, &mut sums[n - edge..]);
+            }
+            _ => {
+                // The whole row, decoded and padded: its border pixels copied from the row
+                // itself (which the resolved index lies in).
+                A::decode(bytes, &mut padded[edge..edge + n]);
+                for x in (0..radius).chain(width + radius..width + 2 * radius) {
+                    let from = resolve(x as i64 - radius as i64) + radius;
+                    padded.copy_within(from * channels..(from + 1) * channels, x * channels);
+                }
+                A::horizontal(self.isa, self.half, channels, padded, sums);
             }
         }
-        for (pair, sum) in out.chunks_exact_mut(2).zip(sums) {
-            pair.copy_from_slice(&((sum >> 32) as u16).to_le_bytes());
-        }
-    });
+    }
 }
 
 #[cfg(test)]
