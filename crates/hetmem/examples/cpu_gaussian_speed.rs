@@ -14,7 +14,8 @@
 //! RAYON_NUM_THREADS=2 cargo run --release -p hetmem --example cpu_gaussian_speed -- --runs 200
 //! python3 bench/peers/opencv_cpu.py --threads 2 --runs 200
 //! ```
-//! `--sixteen-bit` adds 16-bit cases (OpenCV's CV_16U path).
+//! `--sixteen-bit` adds 16-bit cases (OpenCV's CV_16U path). `scripts/bench-cpu` runs both in
+//! turn for several rounds and tabulates them.
 
 use std::time::Instant;
 
