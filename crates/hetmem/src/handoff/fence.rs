@@ -187,7 +187,7 @@ impl Fence {
 
     /// A future that completes when the fence does, without blocking the polling thread:
     /// usable from tokio or any other executor. The process's poller thread watches it: it
-    /// sweeps continuously for 50 us after each registration or completion (a short wait is
+    /// sweeps continuously for 250 us after each registration or completion (a short wait is
     /// noticed within microseconds), then backs off, sleeping between sweeps, so that a long
     /// wait costs no core: an event or flag fence completing after a long wait is noticed up
     /// to an eighth of the wait (at most 1 ms) late, a host-callback fence at once (its
