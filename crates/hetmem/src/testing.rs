@@ -60,6 +60,55 @@ pub fn nvrtc_or_skip(test: &str) -> Option<()> {
     None
 }
 
+/// Checks that NVRTC compiles every source of `sources` to machine code for
+/// [`DEFAULT_CHECK_ARCH`](crate::kernels::DEFAULT_CHECK_ARCH) holding each of its entry points
+/// (a crate's kernel compile check), or skips as [`nvrtc_or_skip`] does.
+///
+/// # Panics
+/// A source that does not compile (with NVRTC's log) or lacks an entry point.
+pub fn check_kernels_compile(test: &str, sources: &[&crate::kernels::KernelSource]) {
+    if nvrtc_or_skip(test).is_none() {
+        return;
+    }
+    for source in sources {
+        let cubin = nvrtc::compile_cubin(
+            source.name,
+            source.source,
+            crate::kernels::DEFAULT_CHECK_ARCH,
+            source.options,
+        )
+        .unwrap_or_else(|error| panic!("{error}"));
+        assert!(cubin.starts_with(b"\x7fELF"), "{}: not an ELF image", source.name);
+        for entry in source.entry_points {
+            let found = cubin.windows(entry.len()).any(|window| window == entry.as_bytes());
+            assert!(found, "{}: entry point {entry} missing", source.name);
+        }
+    }
+}
+
+/// Checks that every source of `sources` ships the PTX `scripts/gen-ptx` makes (CI checks it
+/// is fresh), which drivers from CUDA 12.0 on compile: NVRTC 12.0.76's, ISA 8.0 for
+/// `compute_70`, with every entry point of its source, compiled without options.
+///
+/// # Panics
+/// A source without PTX, or PTX of another kind.
+pub fn check_shipped_ptx(sources: &[&crate::kernels::KernelSource]) {
+    for source in sources {
+        let ptx = source.ptx.unwrap_or_else(|| panic!("{} ships no PTX", source.name));
+        assert!(ptx.contains("\n.version 8.0\n"), "{}: not PTX ISA 8.0", source.name);
+        assert!(ptx.contains("\n.target sm_70\n"), "{}: not compute_70", source.name);
+        assert!(ptx.contains("release 12.0, V12.0.76"), "{}: not made by NVRTC 12.0.76", source.name);
+        for entry in source.entry_points {
+            assert!(
+                ptx.contains(&format!(".entry {entry}(")),
+                "{}: entry point {entry} missing",
+                source.name
+            );
+        }
+        assert!(source.options.is_empty(), "{}: the PTX is compiled without options", source.name);
+    }
+}
+
 /// Fault injection: make the Nth allocation, registration, launch, copy or fence wait fail.
 ///
 /// Rules are process-wide: arm them only in a process of their own (a test that re-runs its

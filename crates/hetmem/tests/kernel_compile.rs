@@ -5,43 +5,17 @@ use hetmem::kernels::{self, CacheOutcome, DEFAULT_CHECK_ARCH, KernelCache, Kerne
 use hetmem::testing::nvrtc_or_skip;
 use hetmem::{Error, NvrtcError};
 
-fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack.windows(needle.len()).any(|window| window == needle.as_bytes())
-}
-
 #[test]
 fn every_kernel_compiles_to_machine_code_with_its_entry_points() {
-    if nvrtc_or_skip("every_kernel_compiles_to_machine_code_with_its_entry_points").is_none() {
-        return;
-    }
-    for source in kernels::ALL {
-        let cubin = nvrtc::compile_cubin(source.name, source.source, DEFAULT_CHECK_ARCH, source.options)
-            .unwrap_or_else(|error| panic!("{error}"));
-        assert!(cubin.starts_with(b"\x7fELF"), "{}: not an ELF image", source.name);
-        for entry in source.entry_points {
-            assert!(contains(&cubin, entry), "{}: entry point {entry} missing", source.name);
-        }
-    }
+    hetmem::testing::check_kernels_compile(
+        "every_kernel_compiles_to_machine_code_with_its_entry_points",
+        kernels::ALL,
+    );
 }
 
-/// The shipped PTX (scripts/gen-ptx; CI checks it is fresh) is what drivers from CUDA 12.0 on
-/// compile: ISA 8.0 for `compute_70`, with every entry point of its source.
 #[test]
 fn every_kernel_ships_ptx_that_cuda_12_drivers_load() {
-    for source in kernels::ALL {
-        let ptx = source.ptx.unwrap_or_else(|| panic!("{} ships no PTX", source.name));
-        assert!(ptx.contains("\n.version 8.0\n"), "{}: not PTX ISA 8.0", source.name);
-        assert!(ptx.contains("\n.target sm_70\n"), "{}: not compute_70", source.name);
-        assert!(ptx.contains("release 12.0, V12.0.76"), "{}: not made by NVRTC 12.0.76", source.name);
-        for entry in source.entry_points {
-            assert!(
-                ptx.contains(&format!(".entry {entry}(")),
-                "{}: entry point {entry} missing",
-                source.name
-            );
-        }
-        assert!(source.options.is_empty(), "{}: the PTX is compiled without options", source.name);
-    }
+    hetmem::testing::check_shipped_ptx(kernels::ALL);
 }
 
 #[test]
