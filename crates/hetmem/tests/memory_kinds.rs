@@ -164,6 +164,30 @@ fn managed_memory_with_prefetch() {
     });
 }
 
+/// A prefetch of part of a managed allocation moves that part (the contents unchanged), and a
+/// range past the end or of no bytes is refused by name, before the driver sees it.
+#[test]
+fn managed_prefetch_of_a_range_is_checked() {
+    let Some(gpu) = hetmem::testing::cuda_device_or_skip("managed_prefetch_of_a_range_is_checked") else {
+        return;
+    };
+    let device = Device::Cuda(gpu.clone());
+    let data = random_words(LEN);
+    let mut buffer = ManagedBuf::<u32>::new(&device, LEN).unwrap();
+    buffer.as_mut_slice().copy_from_slice(&data);
+    let stream = hetmem::backend::cuda::Stream::new(&gpu).unwrap();
+    let alloc = buffer.managed_alloc().expect("a CUDA managed allocation");
+    let bytes = alloc.len_bytes();
+    alloc.prefetch_range(&stream, MemLocation::Device(gpu.ordinal()), bytes / 4, bytes / 2).unwrap();
+    alloc.prefetch_range(&stream, MemLocation::Host, bytes / 4, bytes / 2).unwrap();
+    stream.synchronize().unwrap();
+    for (offset, len) in [(0, bytes + 1), (bytes / 2, bytes / 2 + 4), (4, 0), (usize::MAX, 8)] {
+        let error = alloc.prefetch_range(&stream, MemLocation::Host, offset, len).unwrap_err().to_string();
+        assert!(error.contains("managed prefetch range"), "{offset}+{len}: {error}");
+    }
+    assert_eq!(first_mismatch(buffer.as_slice(), &data), None, "a prefetch changed the contents");
+}
+
 #[test]
 fn device_memory_through_copies() {
     on_every_backend("device_memory_through_copies", |device| {

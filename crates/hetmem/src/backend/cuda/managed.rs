@@ -87,11 +87,32 @@ impl ManagedAlloc {
     /// # Errors
     /// The driver's error (a device without concurrent managed access rejects prefetches).
     pub fn prefetch(&self, stream: &Stream, location: MemLocation) -> Result<()> {
+        self.prefetch_range(stream, location, 0, self.bytes)
+    }
+
+    /// Queues a migration of `len` bytes from byte `offset` to `location` on `stream`: only
+    /// the part a kernel is about to read, where the allocation is larger.
+    ///
+    /// # Errors
+    /// A range that is empty or runs past the allocation, or the driver's error.
+    pub fn prefetch_range(
+        &self,
+        stream: &Stream,
+        location: MemLocation,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 || offset.checked_add(len).is_none_or(|end| end > self.bytes) {
+            return Err(Error::invalid(
+                "managed prefetch range",
+                format!("{len} bytes at offset {offset} of a {}-byte allocation", self.bytes),
+            ));
+        }
         stream.bind()?;
-        // SAFETY: the range is this live allocation; prefetching moves pages without changing
-        // their contents, so it cannot race any access.
-        // The stream is a live stream of this context, bound above.
-        unsafe { entry::mem_prefetch_async(self.ptr, self.bytes, location.raw(), stream.raw()) }?;
+        // SAFETY: the range lies inside this live allocation (checked above); prefetching moves
+        // pages without changing their contents, so it cannot race any access. The stream is a
+        // live stream of this context, bound above.
+        unsafe { entry::mem_prefetch_async(self.ptr + offset as u64, len, location.raw(), stream.raw()) }?;
         Ok(())
     }
 
