@@ -62,10 +62,11 @@ pub struct StreamingRun {
     pub wall_s: f64,
     /// Frames per second through the ring.
     pub frames_per_s: f64,
-    /// Seconds the GPU spent in the frames' kernels (CUDA events around each; kernels of
-    /// different slots may overlap). 0 on the CPU.
+    /// Seconds during which a device was working on at least one frame (CUDA events around
+    /// each frame's work, overlapping frames counted once: [`hetmem::FrameRing::gpu_busy_seconds`]),
+    /// summed over the devices. 0 on the CPU.
     pub kernel_busy_s: f64,
-    /// `kernel_busy_s / wall_s`.
+    /// `kernel_busy_s / wall_s` per device, averaged over the devices: at most 1.
     pub kernel_busy_fraction: f64,
     /// Bytes crossing the host-GPU link per frame (see [`hetmem::FrameRing::link_bytes_per_frame`]).
     pub link_bytes_per_frame: u64,
@@ -92,7 +93,7 @@ pub struct DeviceShare {
     /// Link bytes per second to and from it (counted: its frames' link bytes over the run's
     /// wall time, not read from NVML).
     pub link_bytes_per_s: f64,
-    /// Seconds its kernels ran (CUDA events; 0 on the CPU).
+    /// Seconds during which it worked on at least one frame (CUDA events; 0 on the CPU).
     pub kernel_busy_s: f64,
     /// NVML's PCIe counters during the run, mean MB/s (GPU to host, host to GPU): the
     /// measured counterpart of `link_bytes_per_s`. Filled by callers that sample NVML
@@ -247,7 +248,7 @@ pub fn measure_stage<S: Stage + Clone>(
         wall_s,
         frames_per_s: frames as f64 / wall_s,
         kernel_busy_s,
-        kernel_busy_fraction: kernel_busy_s / wall_s,
+        kernel_busy_fraction: kernel_busy_s / (wall_s * devices.len() as f64),
         link_bytes_per_frame,
         link_bytes_per_s: devices.iter().map(|share| share.link_bytes_per_s).sum(),
         host_bytes: ring.rings().iter().map(|one| one.host_bytes()).sum(),

@@ -12,6 +12,8 @@
 //! | `Managed` | managed | (migrates) | prefetched to the GPU, the stage, outputs prefetched back |
 //! | `Hybrid` | pinned, mapped | the stage's constant data | as `ZeroCopy`, constant data read from device memory |
 
+use std::sync::Arc;
+
 use crate::backend::Device;
 use crate::backend::cuda::{Event, MemLocation};
 use crate::error::{Error, FrameMemoryHolder, Result};
@@ -104,8 +106,11 @@ pub(crate) struct Slot<S: Stage> {
     /// copies is not timed: its kernel spans them).
     timed: bool,
     holder: FrameMemoryHolder,
-    /// Milliseconds of GPU work of the last frame finished, when timed.
-    last_busy_ms: Option<f32>,
+    /// The ring's reference event, recorded before any frame: frames' start and end times are
+    /// taken against it, so the ring can merge them into the time the GPU was busy.
+    origin: Option<Arc<Event>>,
+    /// When the GPU worked on the last frame finished (milliseconds after `origin`), when timed.
+    last_busy_ms: Option<(f64, f64)>,
     host_bytes: usize,
     device_bytes: usize,
 }
@@ -271,6 +276,7 @@ impl<S: Stage> Slot<S> {
             timing,
             timed: false,
             holder: options.holder,
+            origin: None,
             last_busy_ms: None,
             host_bytes,
             device_bytes,
@@ -514,11 +520,20 @@ impl<S: Stage> Slot<S> {
                 self.memory = Some(memory);
                 self.failure = finished.err();
                 self.last_busy_ms = None;
-                if let Some((start, end)) = self.timing.as_ref().filter(|_| self.timed) {
+                if let (Some((start, end)), Some(origin)) =
+                    (self.timing.as_ref().filter(|_| self.timed), &self.origin)
+                {
                     // The end event is recorded after the launch's fence (the leases' last one
-                    // for mapped memory), so it may complete just after the reclaim: wait.
-                    match end.synchronize().and_then(|()| end.elapsed_ms_since(start)) {
-                        Ok(ms) => self.last_busy_ms = Some(ms),
+                    // for mapped memory), so it may complete just after the reclaim: wait. The
+                    // frame's length comes from its own two events, not from two offsets to the
+                    // origin: f32 milliseconds lose microseconds a few minutes after the origin.
+                    let times = end
+                        .synchronize()
+                        .and_then(|()| Ok((start.elapsed_ms_since(origin)?, end.elapsed_ms_since(start)?)));
+                    match times {
+                        Ok((from, length)) => {
+                            self.last_busy_ms = Some((f64::from(from), f64::from(from) + f64::from(length)))
+                        }
                         Err(error) => tracing::warn!("timing frame {index}'s work failed: {error}"),
                     }
                 }
@@ -536,9 +551,25 @@ impl<S: Stage> Slot<S> {
         self.failure.take()
     }
 
-    /// Milliseconds of GPU work of the last frame finished, when timed.
-    pub(crate) fn take_busy_ms(&mut self) -> Option<f32> {
+    /// When the GPU worked on the last frame finished: (start, end) in milliseconds after the
+    /// origin given to [`Slot::time_against`], when timed.
+    pub(crate) fn take_busy_ms(&mut self) -> Option<(f64, f64)> {
         self.last_busy_ms.take()
+    }
+
+    /// Times this slot's frames against `origin`, an event recorded (and complete) before the
+    /// slot's first frame. Returns false, dropping `origin`, when the slot does not time.
+    pub(crate) fn time_against(&mut self, origin: &Arc<Event>) -> bool {
+        if self.timing.is_none() {
+            return false;
+        }
+        self.origin = Some(Arc::clone(origin));
+        true
+    }
+
+    /// The slot's queue, if it has one (GPU strategies).
+    pub(crate) fn queue(&self) -> Option<&Queue> {
+        self.queue.as_ref()
     }
 }
 

@@ -4,14 +4,15 @@
 //! is a [`Slot`] (the strategies' one implementation, `pipeline/slot.rs`); the producer's and
 //! consumer's holds on a slot are in `frames.rs`, the async output in `future.rs`.
 
+mod busy;
 mod frames;
 mod future;
 mod state;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 
+use busy::BusyTime;
 use state::{RingState, Stall};
 
 pub use frames::{InputSlot, OutputFrame};
@@ -20,6 +21,7 @@ pub use future::NextOutput;
 use super::Strategy;
 use super::slot::{self, Slot, SlotOptions};
 use crate::backend::Device;
+use crate::backend::cuda::Event;
 use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
 use crate::retry::RetryPolicy;
@@ -125,7 +127,8 @@ pub struct FrameRing<S: Stage> {
     link_bytes_per_frame: u64,
     host_bytes: usize,
     device_bytes: usize,
-    busy_nanos: AtomicU64,
+    /// When the GPU worked on the frames drained so far, when timed.
+    busy: Mutex<BusyTime>,
     /// Tasks awaiting [`FrameRing::next_output_async`] on an empty ring, woken with `changed`.
     wakers: Mutex<Vec<Waker>>,
 }
@@ -147,6 +150,24 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 fn check_slots(slots: usize) -> Result<()> {
     if slots == 0 {
         return Err(Error::invalid("ring slots", "0: a ring needs at least one slot"));
+    }
+    Ok(())
+}
+
+/// Gives every timed slot one reference event, recorded before any frame, so the frames'
+/// intervals on the GPU can be merged (events of one context compare across streams).
+fn time_against_one_origin<S: Stage>(device: &Device, slots: &[Mutex<Slot<S>>]) -> Result<()> {
+    let Some(gpu) = device.as_cuda() else { return Ok(()) };
+    let first = lock(&slots[0]);
+    let Some(stream) = first.queue().and_then(|queue| queue.stream()) else { return Ok(()) };
+    let origin = Arc::new(Event::new(gpu, true)?);
+    origin.record(stream)?;
+    origin.synchronize()?;
+    drop(first);
+    for slot in slots {
+        if !lock(slot).time_against(&origin) {
+            break;
+        }
     }
     Ok(())
 }
@@ -208,6 +229,9 @@ impl<S: Stage> FrameRing<S> {
                 Err(error) => return Err(error),
             }
         }
+        if options.timing {
+            time_against_one_origin(device, &slots)?;
+        }
         let (host_bytes, device_bytes) = slots.iter().fold((0, 0), |(host, device), slot| {
             let (h, d) = lock(slot).footprint();
             (host + h, device + d)
@@ -225,7 +249,7 @@ impl<S: Stage> FrameRing<S> {
             link_bytes_per_frame,
             host_bytes,
             device_bytes,
-            busy_nanos: AtomicU64::new(0),
+            busy: Mutex::new(BusyTime::default()),
             wakers: Mutex::new(Vec::new()),
         })
     }
@@ -277,11 +301,12 @@ impl<S: Stage> FrameRing<S> {
         lock(&self.state).drained()
     }
 
-    /// Seconds the GPU spent in the work of the frames drained so far, from CUDA events around
-    /// each frame's work ([`RingOptions::timing`]; 0 without it, or on the CPU). Work of
-    /// different slots may overlap, so this can exceed the wall time.
+    /// Seconds during which the GPU was working on at least one of the frames drained so far,
+    /// from CUDA events around each frame's work ([`RingOptions::timing`]; 0 without it, or on
+    /// the CPU). Frames of different slots overlap on the GPU; overlapping time counts once, so
+    /// this never exceeds the wall time since the ring was made.
     pub fn gpu_busy_seconds(&self) -> f64 {
-        self.busy_nanos.load(Ordering::Relaxed) as f64 * 1e-9
+        lock(&self.busy).seconds()
     }
 
     /// Overwrites every slot's output buffers with `value`: tests poison outputs so that an
@@ -460,8 +485,8 @@ impl<S: Stage> FrameRing<S> {
     fn finish_work(&self, slot: usize, index: u64, block: bool) -> bool {
         let mut guard = lock(&self.slots[slot]);
         let finished = guard.finish(index, block);
-        if let Some(ms) = guard.take_busy_ms() {
-            self.busy_nanos.fetch_add((f64::from(ms) * 1e6) as u64, Ordering::Relaxed);
+        if let Some((start, end)) = guard.take_busy_ms() {
+            lock(&self.busy).add(start, end);
         }
         finished
     }
