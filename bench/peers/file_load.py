@@ -9,12 +9,13 @@ read the file once beforehand.
 
 Peers (each skipped with a reason when its package is missing):
   numpy_pinned     numpy memmap -> two 256 MiB pinned torch buffers, alternating, -> cuda
-                   (non_blocking copies on one stream), one tensor per byte range
+                   (non_blocking copies on one stream), one tensor per byte range; one thread
   safetensors      safetensors.safe_open(path, "pt", device="cuda"), every tensor
   kvikio           kvikio.CuFile.pread into one cupy device allocation (compatibility mode
-                   when GPUDirect Storage is absent; KVIKIO_NTHREADS threads, default 16)
-  fastsafetensors  SafeTensorsFileLoader(nogds=True) -> copy_files_to_device, every tensor
-  runai            runai_model_streamer.SafetensorsStreamer -> each tensor .to("cuda")
+                   when GPUDirect Storage is absent), --threads threads
+  fastsafetensors  SafeTensorsFileLoader(nogds=True, max_threads) -> copy_files_to_device
+  runai            runai_model_streamer.SafetensorsStreamer (RUNAI_STREAMER_CONCURRENCY set to
+                   --threads) -> each tensor .to("cuda")
 
 Every peer's result is checked: a sample of tensors (first, middle, last) is compared byte for
 byte with the file read through numpy; a mismatch exits with an error.
@@ -34,6 +35,8 @@ import time
 import numpy as np
 
 GIB, MIB = 1 << 30, 1 << 20
+# Reader threads for the peers that take a number (KvikIO, fastsafetensors, Run:ai): --threads.
+THREADS = 16
 
 # Llama-3-8B's tensor shapes (bf16); repeated layers until the target size.
 EMBED = ("model.embed_tokens.weight", (128256, 4096))
@@ -169,6 +172,9 @@ def peer_kvikio(path, base, header):
     import kvikio
     import torch
 
+    import kvikio.defaults
+
+    kvikio.defaults.set("num_threads", THREADS)
     total = os.path.getsize(path) - base
     device = cp.empty(total, dtype=cp.uint8)
     with kvikio.CuFile(path, "r") as f:
@@ -181,7 +187,7 @@ def peer_kvikio(path, base, header):
 def peer_fastsafetensors(path, base, header):
     from fastsafetensors import SafeTensorsFileLoader
 
-    loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True)
+    loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True, max_threads=THREADS)
     loader.add_filenames({0: [path]})
     buffers = loader.copy_files_to_device()
     tensors = {name: buffers.get_tensor(name) for name in header}
@@ -191,6 +197,7 @@ def peer_fastsafetensors(path, base, header):
 def peer_runai(path, base, header):
     from runai_model_streamer import SafetensorsStreamer
 
+    os.environ["RUNAI_STREAMER_CONCURRENCY"] = str(THREADS)
     out = {}
     with SafetensorsStreamer() as streamer:
         streamer.stream_file(path)
@@ -216,8 +223,11 @@ def main():
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--cold", type=int, default=1, help="cold runs per peer")
     parser.add_argument("--warm", type=int, default=2, help="warm runs per peer")
+    parser.add_argument("--threads", type=int, default=THREADS, help="reader threads where a peer takes a number")
     parser.add_argument("--json")
     args = parser.parse_args()
+    global THREADS
+    THREADS = args.threads
     if args.make:
         make_file(args.make, args.gib)
         return
@@ -255,7 +265,8 @@ def main():
             if name in skipped:
                 print(f"{name:16} skipped: {skipped[name]}", file=sys.stderr)
                 break
-    report = {"file": args.file, "bytes": size, "tensors": len(header), "rows": rows, "skipped": skipped}
+    report = {"file": args.file, "bytes": size, "tensors": len(header), "threads": THREADS, "rows": rows,
+              "skipped": skipped}
     text = json.dumps(report, indent=2)
     if args.json:
         with open(args.json, "w") as f:
