@@ -12,7 +12,7 @@ Cells (names and sizes as in hetmem's JSON):
              zero_copy_read_write  reading one mapped buffer and writing another
   latency    pinned_async_h2d (+ stream synchronize), zero_copy_kernel_read (launch + synchronize)
 
-The kernels are hetmem's own (crates/hetmem/kernels/bench.cu, read from this checkout), with the
+The kernels are hetmem's own (crates/hetmem-bench/kernels/bench.cu, read from this checkout), with the
 same grid (SMs x 8 blocks of 512 threads, grid-stride), so the comparison is of the memory
 path, not of kernel code. Reads fold every word into an XOR checksum checked against NumPy;
 writes and copies are compared word for word: a wrong result exits with an error.
@@ -34,7 +34,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the machine
     sys.exit(f"cupy_link.py: CuPy is not installed ({error}); this peer needs CuPy and an NVIDIA GPU")
 
-KERNELS = pathlib.Path(__file__).resolve().parents[2] / "crates" / "hetmem" / "kernels" / "bench.cu"
+KERNELS = pathlib.Path(__file__).resolve().parents[2] / "crates" / "hetmem-bench" / "kernels" / "bench.cu"
 HOST_ALLOC_MAPPED = 2  # cudaHostAllocMapped
 
 
