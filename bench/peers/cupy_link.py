@@ -13,9 +13,10 @@ Cells (names and sizes as in hetmem's JSON):
   latency    pinned_async_h2d (+ stream synchronize), zero_copy_kernel_read (launch + synchronize)
 
 The kernels are hetmem's own (crates/hetmem-bench/kernels/bench.cu, read from this checkout), with the
-same grid (SMs x 8 blocks of 512 threads, grid-stride), so the comparison is of the memory
-path, not of kernel code. Reads fold every word into an XOR checksum checked against NumPy;
-writes and copies are compared word for word: a wrong result exits with an error.
+same grid (SMs x 8 blocks of 512 threads, grid-stride; SMs / 4 for read+write, as hetmem's
+copy_blocks explains), so the comparison is of the memory path, not of kernel code. Reads fold
+every word into an XOR checksum checked against NumPy; writes and copies are compared word for
+word: a wrong result exits with an error.
 Output: the same JSON shape as torch_link.py.
 """
 
@@ -104,8 +105,8 @@ def main():
     def reps_at(n):
         return max(min(repeats, 3), min(repeats, repeats * 64 * MIB // max(n, 64 * MIB)))
 
-    def grid(items):
-        return (max(1, min(sms * 8, (items + 511) // 512)),)
+    def grid(items, max_blocks=sms * 8):
+        return (max(1, min(max_blocks, (items + 511) // 512)),)
 
     def timed(n, work):
         rates = []
@@ -157,7 +158,7 @@ def main():
 
         dst.host[:w] = 0xA5A5A5A5
         key = np.uint32(rng.integers(1, 1 << 32))
-        gb_s, _ = timed(n, lambda rep: copy(grid(n // 16), (512,), (src.device, dst.device, n16, key)))
+        gb_s, _ = timed(n, lambda rep: copy(grid(n // 16, max(1, sms // 4)), (512,), (src.device, dst.device, n16, key)))
         stream.synchronize()
         if not np.array_equal(dst.host[:w], src.host[:w] ^ key):
             fail("zero_copy_read_write", n, "the output differs from input ^ key")

@@ -1,8 +1,9 @@
 // Kernels of `hetmem bench link`: moving bytes across the link with the kernel's own loads and
 // stores (zero-copy), and checking that every byte really moved.
 //
-// Each kernel is grid-stride (launched with about SMs x 8 blocks of 512 threads) so any size
-// runs with one launch. Reads fold every 32-bit word into an XOR checksum that is written to
+// Each kernel is grid-stride (launched with about SMs x 8 blocks of 512 threads; read+write
+// with SMs / 4, so its reads and writes overlap: link/gpu.rs, copy_blocks) so any size runs
+// with one launch. Reads fold every 32-bit word into an XOR checksum that is written to
 // device memory and compared with the CPU's: the loads cannot be elided, and a missed or
 // repeated word changes the result. Writes store a value computed from the index, which the
 // CPU recomputes.

@@ -61,10 +61,24 @@ struct Rig {
     strided: Kernel,
     /// Blocks per launch at most: SMs x 8.
     blocks: u32,
+    /// Blocks per read+write launch at most: SMs / 4 (see [`copy_blocks`]).
+    copy_blocks: u32,
     ordinal: usize,
     device: CudaDevice,
     /// One word per repetition, that the read kernels fold their checksums into.
     slots: InFlight<DeviceAlloc>,
+}
+
+/// The most blocks of a read+write launch: a quarter of the SMs' worth (33 on the H200), so one
+/// pass of the grid moves about 256 KiB each way. A grid that covers the buffer in one pass
+/// (SMs x 8 blocks cover 4 MiB) issues every read before any write, so the two directions take
+/// turns instead of overlapping; a small grid loops, and each wave's reads overlap the last
+/// wave's writes, while 256 KiB in flight still covers the link's latency. On the H200 machine
+/// (scripts/probes/zero_copy_shape.py, 2026-11-30) this took 4 MiB from 25.9 to 37.4 GB/s each
+/// way and 8 MiB from 32.0 to 38.5, with 64 MiB unchanged at 41; more loads in flight per
+/// thread did not help.
+fn copy_blocks(multiprocessors: u32) -> u32 {
+    (multiprocessors / 4).max(1)
 }
 
 /// Every buffer the cells use, each at the largest size.
@@ -268,6 +282,7 @@ impl Rig {
             copy: kernel("bench_copy_u4")?,
             strided: kernel("bench_read_strided")?,
             blocks: cuda.attributes().multiprocessor_count.max(1) * 8,
+            copy_blocks: copy_blocks(cuda.attributes().multiprocessor_count),
             ordinal: cuda.ordinal(),
             device: cuda.clone(),
             slots,
@@ -290,7 +305,8 @@ impl Rig {
     /// path frees it before the stream is idle), and not accessed by the CPU until the stream
     /// is synchronised.
     unsafe fn launch(&self, kernel: &Kernel, items: usize, words: &mut [u64]) -> Result<()> {
-        let config = LaunchConfig::linear(items, BLOCK, self.blocks);
+        let max_blocks = if std::ptr::eq(kernel, &self.copy) { self.copy_blocks } else { self.blocks };
+        let config = LaunchConfig::linear(items, BLOCK, max_blocks);
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
         // SAFETY: the caller's contract; each pointer points to a live u64 for this call.
         unsafe { kernel.launch(&self.stream, config, &mut pointers) }
