@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::protocol::{
-    CONTROL_WORDS, EXITED, LEN_MASK, LEN_SHIFT, MAX_SAMPLES, MAX_TAPS, OP_FIR, OP_GAIN, OP_SHIFT, OP_STALL,
-    OP_WEDGE, REPLY_SAMPLES, REPLY_SEQ, REPLY_STATUS, REQ_GAIN, REQ_SEQ, REQ_TAPS, SAMPLES, SEQ_MASK,
-    SLOT_WORDS, STARTED, STATUS_DONE, STATUS_STOPPED, STATUS_UNKNOWN, STOP, TAPS, fir_of, gain_of,
+    CONTROL_WORDS, EXITED, LINE_WORDS, OP_FIR, OP_GAIN, OP_SHIFT, OP_STALL, OP_WEDGE, REQ_GAIN, REQ_LINE,
+    SEQ_MASK, SLOT_WORDS, STARTED, STATUS_DONE, STATUS_STOPPED, STATUS_UNKNOWN, STOP, fir_of, gain_of,
+    line_sequence, read_request, write_reply,
 };
 
 /// Polls before the idle server starts yielding, then sleeping: it shares the machine.
@@ -22,12 +22,11 @@ pub(super) fn serve(words: &[AtomicU32], depth: usize) {
     let mut idle = 0u32;
     loop {
         let base = CONTROL_WORDS + (expected.wrapping_sub(1) as usize % depth) * SLOT_WORDS;
-        let bell = words[base + REQ_SEQ].load(Ordering::Acquire);
-        if bell & SEQ_MASK == expected & SEQ_MASK {
+        let line = &words[base + REQ_LINE..base + REQ_LINE + LINE_WORDS];
+        if let Some(bell) = line_sequence(line).filter(|bell| bell & SEQ_MASK == expected & SEQ_MASK) {
             idle = 0;
-            let status = execute(words, base, bell);
-            words[base + REPLY_STATUS].store(status, Ordering::Relaxed);
-            words[base + REPLY_SEQ].store(expected, Ordering::Release);
+            let (status, reply) = execute(words, base, bell);
+            write_reply(words, base, expected, status, &reply);
             expected = expected.wrapping_add(1);
             continue;
         }
@@ -46,35 +45,25 @@ pub(super) fn serve(words: &[AtomicU32], depth: usize) {
     words[EXITED].store(1, Ordering::Release);
 }
 
-fn floats(words: &[AtomicU32]) -> Vec<f32> {
-    words.iter().map(|word| f32::from_bits(word.load(Ordering::Relaxed))).collect()
-}
-
-/// Runs the request in the slot at `base`, announced by the doorbell word `bell`, writes the
-/// reply samples, returns the status.
-fn execute(words: &[AtomicU32], base: usize, bell: u32) -> u32 {
+/// Runs the request in the slot at `base`, announced by the doorbell word `bell`: the status
+/// and the reply samples.
+fn execute(words: &[AtomicU32], base: usize, bell: u32) -> (u32, Vec<f32>) {
     let opcode = bell >> OP_SHIFT;
-    let len = (((bell >> LEN_SHIFT) & LEN_MASK) as usize).min(MAX_SAMPLES);
-    let tap_count = (words[base + REQ_TAPS].load(Ordering::Relaxed) as usize).min(MAX_TAPS);
-    let samples = floats(&words[base + SAMPLES..base + SAMPLES + len]);
-    let reply = match opcode {
-        OP_GAIN => gain_of(f32::from_bits(words[base + REQ_GAIN].load(Ordering::Relaxed)), &samples),
-        OP_FIR => fir_of(&floats(&words[base + TAPS..base + TAPS + tap_count]), &samples),
+    let (taps, samples) = read_request(words, base, bell);
+    let gain = words[base + REQ_LINE + REQ_GAIN].load(Ordering::Relaxed);
+    match opcode {
+        OP_GAIN => (STATUS_DONE, gain_of(f32::from_bits(gain), &samples)),
+        OP_FIR => (STATUS_DONE, fir_of(&taps, &samples)),
         OP_STALL => {
             while words[STOP].load(Ordering::Acquire) == 0 {
                 std::thread::sleep(IDLE_SLEEP);
             }
-            return STATUS_STOPPED;
+            (STATUS_STOPPED, Vec::new())
         }
         OP_WEDGE => {
-            let millis = words[base + REQ_GAIN].load(Ordering::Relaxed);
-            std::thread::sleep(Duration::from_millis(millis.into()));
-            return STATUS_STOPPED;
+            std::thread::sleep(Duration::from_millis(gain.into()));
+            (STATUS_STOPPED, Vec::new())
         }
-        _ => return STATUS_UNKNOWN,
-    };
-    for (word, value) in words[base + REPLY_SAMPLES..].iter().zip(reply) {
-        word.store(value.to_bits(), Ordering::Relaxed);
+        _ => (STATUS_UNKNOWN, Vec::new()),
     }
-    STATUS_DONE
 }

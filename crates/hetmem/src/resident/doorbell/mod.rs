@@ -4,8 +4,12 @@
 //! launches one kernel (one block) that stays resident and polls a ring of request slots in
 //! mapped host memory; the CPU writes a request (a gain or FIR over at most 4 KiB of f32
 //! samples), then its sequence number last, and the kernel writes the reply into the same
-//! slot, then the reply's sequence number last, after a system-scope fence. Neither side makes
-//! a driver call per request.
+//! slot, then the reply's sequence number last. A small request (taps and samples in at most
+//! 26 words) travels whole in the 128-byte line the kernel polls, and a small reply (at most
+//! 27 samples) in one line back, each 32-byte sector carrying the sequence number so that a
+//! line is taken only when it is whole: one read over the link each way, and no fence. Larger
+//! ones go through the slot's body, fenced at system scope. Neither side makes a driver call
+//! per request.
 //!
 //! - [`Doorbell::submit`] queues a request and returns a [`Ticket`]; the queue holds `depth`
 //!   requests, and a full queue blocks (up to the watchdog timeout) or, with

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::cpu;
-use super::protocol::{self, EXITED, MAX_DEPTH, REPLY_SEQ, Request, STARTED, STOP};
+use super::protocol::{self, EXITED, MAX_DEPTH, Request, STARTED, STOP};
 use super::ticket::Ticket;
 use crate::backend::Device;
 use crate::backend::cuda::{CudaDevice, HostAllocFlags, LaunchConfig, PinnedAlloc, ResidentKernel};
@@ -262,7 +262,7 @@ impl Doorbell {
             let held = self.outstanding[slot].load(Ordering::Acquire);
             // The server must be done reading the slot's previous request before it is rewritten.
             let served = seq <= self.depth as u64
-                || words[base + REPLY_SEQ].load(Ordering::Acquire) == (seq - self.depth as u64) as u32;
+                || protocol::reply_sequence(words, base) == Some((seq - self.depth as u64) as u32);
             if !held && served {
                 break;
             }
@@ -435,7 +435,7 @@ impl Drop for Doorbell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resident::doorbell::protocol::{CONTROL_WORDS, REPLY_STATUS, REQ_SEQ, STATUS_UNKNOWN};
+    use crate::resident::doorbell::protocol::{CONTROL_WORDS, REQ_LINE, STATUS_UNKNOWN, write_reply};
 
     const SAMPLES: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
 
@@ -492,7 +492,7 @@ mod tests {
     /// Marks itself started, then panics at the first request, as a buggy server would.
     fn panics(words: &[AtomicU32], _depth: usize) {
         words[STARTED].store(1, Ordering::Release);
-        while words[CONTROL_WORDS + REQ_SEQ].load(Ordering::Acquire) == 0 {
+        while words[CONTROL_WORDS + REQ_LINE].load(Ordering::Acquire) == 0 {
             std::thread::sleep(Duration::from_micros(50));
         }
         panic!("a doorbell server that panics on purpose (a test)");
@@ -512,11 +512,10 @@ mod tests {
     /// Replies to the first request with `status` and no samples, then waits to be stopped.
     fn reply_once(words: &[AtomicU32], status: u32) {
         words[STARTED].store(1, Ordering::Release);
-        while words[CONTROL_WORDS + REQ_SEQ].load(Ordering::Acquire) == 0 {
+        while words[CONTROL_WORDS + REQ_LINE].load(Ordering::Acquire) == 0 {
             std::thread::sleep(Duration::from_micros(50));
         }
-        words[CONTROL_WORDS + REPLY_STATUS].store(status, Ordering::Relaxed);
-        words[CONTROL_WORDS + REPLY_SEQ].store(1, Ordering::Release);
+        write_reply(words, CONTROL_WORDS, 1, status, &[]);
         while words[STOP].load(Ordering::Acquire) == 0 {
             std::thread::sleep(Duration::from_micros(50));
         }
