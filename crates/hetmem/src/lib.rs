@@ -54,10 +54,13 @@ pub mod testing;
 
 pub use backend::cuda::{Advice, MemLocation};
 pub use backend::{BackendChoice, BackendKind, Device};
-pub use error::{CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable};
+pub use error::{
+    BudgetKind, CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable,
+};
 pub use handoff::{CudarcView, CudarcViewMut, Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
 pub use memory::{
-    Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,
-    PinOptions, PinnedPool, RegisterOptions, WritableBuffer,
+    Buffer, CachedWindow, Chunk, Chunked, DeviceBudget, DeviceBuf, Element, FileWindow, FileWindowMut,
+    HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, PinnedBudget,
+    PinnedPool, ReadChunk, RegisterOptions, WindowCache, WindowedFile, WritableBuffer,
 };
 pub use pipeline::{FrameFilter, FrameRing, RingOptions, Strategy};
