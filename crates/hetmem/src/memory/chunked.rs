@@ -49,11 +49,10 @@ pub struct Chunked<B: Buffer> {
     whole: Arc<Whole<B>>,
 }
 
-/// The buffer, where its bytes are, and the ranges held of it.
+/// The buffer and the ranges held of it.
 #[derive(Debug)]
 struct Whole<B> {
     buf: B,
-    region: Region,
     claims: Arc<Claims>,
 }
 
@@ -81,8 +80,7 @@ impl<B: Buffer + std::fmt::Debug> std::error::Error for ChunksAlive<B> {
 impl<B: Buffer> Chunked<B> {
     /// Takes `buf` to hand out its ranges.
     pub fn new(buf: B) -> Chunked<B> {
-        let region = buf.region();
-        Chunked { whole: Arc::new(Whole { buf, region, claims: Claims::new("buffer range") }) }
+        Chunked { whole: Arc::new(Whole { buf, claims: Claims::new("buffer range") }) }
     }
 
     /// The number of elements of the whole buffer.
@@ -200,7 +198,7 @@ impl<B: Buffer> Part<B> {
     }
 
     fn region(&self) -> Region {
-        let whole = &self.whole.region;
+        let whole = self.whole.buf.region();
         let size = size_of::<B::Elem>();
         let (offset, bytes) = (self.range.start * size, self.len() * size);
         let host = whole.host.map(|host| {
@@ -426,7 +424,7 @@ mod tests {
     fn chunk_regions_are_offsets_and_own_pages_only_when_whole() {
         let words = page_size() / 4;
         let chunked = Chunked::new(host(&random_words(3 * words + 5)));
-        let whole = chunked.whole.region;
+        let whole = chunked.whole.buf.region();
         let chunks = chunked.chunk_all(words).unwrap();
         assert_eq!(chunks.len(), 4);
         for chunk in &chunks {
