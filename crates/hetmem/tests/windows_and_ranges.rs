@@ -101,6 +101,44 @@ fn what_a_kernel_and_a_copy_write_into_a_read_write_window_reaches_the_file() {
     });
 }
 
+/// The seed's pattern on a file: one read-write window, its chunks lent to kernels at
+/// `device_ptr + offset` all at once, the window taken back whole and flushed.
+#[test]
+fn a_read_write_window_written_chunk_by_chunk_reaches_the_file() {
+    on_every_backend("a_read_write_window_written_chunk_by_chunk_reaches_the_file", |device| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.bin");
+        let queue = Queue::new(device).unwrap();
+        // SAFETY: the test owns the file; it reads it through std::fs only after the flush.
+        let file = unsafe { WindowedFile::create(device, &path, (LEN as u64 + 3) * 4) }.unwrap();
+        let data = random_words(LEN);
+        let (a, b) = coefficients();
+        let input = Chunked::new(host(device, &data));
+        let mut window = file.window_mut::<u32>(byte_range(3..LEN + 3)).unwrap();
+        window.as_mut_slice().fill(POISON);
+        let output = Chunked::new(window);
+        let chunk = LEN / 5;
+        let mut leases: Vec<_> =
+            output.chunk_all(chunk).unwrap().into_iter().map(|c| queue.lend(c)).collect();
+        let reads: Vec<_> = input.read_all(chunk).unwrap().into_iter().map(|c| queue.share(c)).collect();
+        for (read, lease) in reads.iter().zip(&mut leases) {
+            affine_u32(&queue, read, lease, a, b).unwrap();
+        }
+        // Dropping the leases waits for their kernels, then releases the chunks.
+        drop((leases, reads));
+        let mut window = output.into_inner().unwrap();
+        window.flush().unwrap();
+        drop(window);
+        let after: Vec<u32> = std::fs::read(&path)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|word| u32::from_ne_bytes(word.try_into().unwrap()))
+            .collect();
+        assert_eq!(&after[..3], &[0, 0, 0], "before the window");
+        assert_eq!(first_mismatch(&after[3..], &expected(&data, a, b)), None);
+    });
+}
+
 #[test]
 fn cached_windows_are_read_by_kernels_within_the_pinned_budget() {
     on_every_backend("cached_windows_are_read_by_kernels_within_the_pinned_budget", |device| {
