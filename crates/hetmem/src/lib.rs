@@ -11,7 +11,9 @@
 //! the hand-off, memory and the backend directly):
 //! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
 //!   cudarc, loaded at run time), and [`backend::cpu`].
-//! - [`memory`]: typed buffers in every kind of shareable memory, and a pinned pool.
+//! - [`memory`]: typed buffers in every kind of shareable memory, a pinned pool, file windows
+//!   mapped on demand (within a pinned budget), buffers cut into ranges lent on their own,
+//!   and a device-memory budget.
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
 //!   GPU never write one buffer at once.
 //! - [`resident`]: kernels that stay on the GPU and poll mapped memory (the doorbell), beside

@@ -21,7 +21,9 @@ use crate::error::Result;
 /// which names the locked-memory limit and the remedies.
 ///
 /// The lock that orders the cache is held while a window is mapped and registered, so
-/// threads asking at once for windows not cached take turns.
+/// threads asking at once for windows not cached take turns. A cached window holds its range
+/// of the file for reading, in use or not: [`WindowCache::trim`] before asking the file for a
+/// read-write window over it ([`WindowedFile::window_mut`]).
 ///
 /// # Examples
 /// ```
