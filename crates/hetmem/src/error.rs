@@ -217,6 +217,40 @@ pub enum Error {
         /// As what kind of failure.
         kind: crate::faults::FaultKind,
     },
+    /// A range of a buffer or file was asked for while an overlapping range is held: two
+    /// ranges may overlap only when both are only read.
+    #[error(
+        "{what} {asked:?} overlaps {held:?}, which is {how}; remedy: drop or reclaim that range \
+         first, or ask for a disjoint one",
+        how = if *held_exclusively { "held for writing" } else { "held for reading" }
+    )]
+    RangeInUse {
+        /// What the range is of (`buffer range` in elements, `file window` in bytes).
+        what: &'static str,
+        /// The range asked for.
+        asked: std::ops::Range<u64>,
+        /// The range held that overlaps it.
+        held: std::ops::Range<u64>,
+        /// Whether the held range is held for writing (else both would be written).
+        held_exclusively: bool,
+    },
+    /// A byte budget ([`crate::memory::PinnedBudget`], [`crate::memory::DeviceBudget`]) cannot
+    /// take an allocation: what is in use plus what is asked exceeds it.
+    #[error(
+        "the {budget} budget cannot take {asked} more bytes: {in_use} of its {limit} bytes are in \
+         use; remedy: {remedy}",
+        remedy = budget.remedy()
+    )]
+    BudgetExceeded {
+        /// Which budget.
+        budget: BudgetKind,
+        /// Bytes asked for.
+        asked: u64,
+        /// Bytes taken by allocations still alive.
+        in_use: u64,
+        /// The budget.
+        limit: u64,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {
@@ -240,7 +274,10 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Cuda(error) => error.is_transient(),
-            Error::PoolExhausted { .. } | Error::WouldBlock(_) => true,
+            Error::PoolExhausted { .. }
+            | Error::WouldBlock(_)
+            | Error::RangeInUse { .. }
+            | Error::BudgetExceeded { .. } => true,
             Error::Io { source, .. } => matches!(
                 source.raw_os_error(),
                 Some(code) if code == rustix::io::Errno::NOMEM.raw_os_error()
@@ -265,6 +302,43 @@ impl Error {
             Error::InjectedFault { kind, .. } => *kind != crate::faults::FaultKind::Transient,
             _ => false,
         }
+    }
+}
+
+/// Which byte budget refused an allocation ([`Error::BudgetExceeded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BudgetKind {
+    /// Pinned (page-locked) host memory, bounded by the locked-memory limit
+    /// ([`crate::memory::PinnedBudget`]).
+    PinnedMemory,
+    /// Device memory ([`crate::memory::DeviceBudget`]).
+    DeviceMemory,
+}
+
+impl BudgetKind {
+    /// What a user can do when the budget is full.
+    pub fn remedy(self) -> &'static str {
+        match self {
+            BudgetKind::PinnedMemory => {
+                "raise the locked-memory limit (`ulimit -l`, or `memlock` in \
+                 /etc/security/limits.conf) and the budget with it, map smaller windows, or drop \
+                 windows still in use sooner"
+            }
+            BudgetKind::DeviceMemory => {
+                "raise the device budget, process the data in smaller chunks, or drop device \
+                 buffers sooner"
+            }
+        }
+    }
+}
+
+impl fmt::Display for BudgetKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BudgetKind::PinnedMemory => "pinned-memory (memlock)",
+            BudgetKind::DeviceMemory => "device-memory",
+        })
     }
 }
 

@@ -11,7 +11,9 @@
 //! the hand-off, memory and the backend directly):
 //! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
 //!   cudarc, loaded at run time), and [`backend::cpu`].
-//! - [`memory`]: typed buffers in every kind of shareable memory, and a pinned pool.
+//! - [`memory`]: typed buffers in every kind of shareable memory, a pinned pool, file windows
+//!   mapped on demand (within a pinned budget), buffers cut into ranges lent on their own,
+//!   and a device-memory budget.
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
 //!   GPU never write one buffer at once.
 //! - [`resident`]: kernels that stay on the GPU and poll mapped memory (the doorbell), beside
@@ -54,10 +56,13 @@ pub mod testing;
 
 pub use backend::cuda::{Advice, MemLocation};
 pub use backend::{BackendChoice, BackendKind, Device};
-pub use error::{CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable};
+pub use error::{
+    BudgetKind, CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable,
+};
 pub use handoff::{CudarcView, CudarcViewMut, Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
 pub use memory::{
-    Buffer, DeviceBuf, Element, HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod,
-    PinOptions, PinnedPool, RegisterOptions, WritableBuffer,
+    Buffer, CachedWindow, Chunk, Chunked, DeviceBudget, DeviceBuf, Element, FileWindow, FileWindowMut,
+    HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, PinnedBudget,
+    PinnedPool, ReadChunk, RegisterOptions, WindowCache, WindowedFile, WritableBuffer,
 };
 pub use pipeline::{FrameFilter, FrameRing, RingOptions, Strategy};

@@ -17,3 +17,4 @@ mod ring;
 mod source_rules;
 mod stages;
 mod support;
+mod windows_and_ranges;

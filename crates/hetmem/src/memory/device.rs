@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::Element;
+use super::budget::{Charge, DeviceBudget};
 use super::in_flight::{InFlight, Waiter};
 use super::page::{PageBox, byte_len};
 use super::{Buffer, Region, Sealed, WritableBuffer};
@@ -28,6 +29,8 @@ enum DeviceStorage {
 pub struct DeviceBuf<T> {
     storage: DeviceStorage,
     len: usize,
+    /// The bytes taken from a [`DeviceBudget`], given back when the buffer is freed.
+    _charge: Option<Charge>,
     _elems: PhantomData<T>,
 }
 
@@ -37,6 +40,32 @@ impl<T: Element> DeviceBuf<T> {
     /// # Errors
     /// Zero length, size overflow, or the driver's out-of-memory error.
     pub fn new(device: &Device, len: usize) -> Result<DeviceBuf<T>> {
+        DeviceBuf::allocate(device, len, None)
+    }
+
+    /// `len` elements on `device`, zeroed, charged to `budget` until the buffer is dropped.
+    ///
+    /// # Errors
+    /// [`Error::BudgetExceeded`] when the buffer does not fit in what is left of the budget
+    /// (checked before allocating); otherwise as for [`DeviceBuf::new`].
+    ///
+    /// # Examples
+    /// ```
+    /// use hetmem::{Device, DeviceBuf, memory::DeviceBudget};
+    /// let device = Device::open_best()?;
+    /// let budget = DeviceBudget::new(1 << 20);
+    /// let chunk = DeviceBuf::<u32>::with_budget(&device, 1 << 18, &budget)?; // 1 MiB
+    /// assert!(DeviceBuf::<u32>::with_budget(&device, 1, &budget).is_err());
+    /// drop(chunk);
+    /// assert_eq!(budget.in_use(), 0);
+    /// # Ok::<(), hetmem::Error>(())
+    /// ```
+    pub fn with_budget(device: &Device, len: usize, budget: &DeviceBudget) -> Result<DeviceBuf<T>> {
+        let bytes = byte_len::<T>("device buffer length", len)?;
+        DeviceBuf::allocate(device, len, Some(budget.charge(bytes as u64)?))
+    }
+
+    fn allocate(device: &Device, len: usize, charge: Option<Charge>) -> Result<DeviceBuf<T>> {
         let bytes = byte_len::<T>("device buffer length", len)?;
         let storage = match device {
             Device::Cpu(_) => DeviceStorage::Plain(PageBox::zeroed(bytes)?),
@@ -48,7 +77,7 @@ impl<T: Element> DeviceBuf<T> {
                 DeviceStorage::Cuda { alloc, device: cuda.clone() }
             }
         };
-        Ok(DeviceBuf { storage, len, _elems: PhantomData })
+        Ok(DeviceBuf { storage, len, _charge: charge, _elems: PhantomData })
     }
 
     /// The number of elements.

@@ -4,8 +4,14 @@
 //! |---|---|---|---|
 //! | [`HostBuf`] | pinned by the driver, or registered (a [`PageBox`], a page-aligned `Vec`) | yes | mapped: zero-copy; else copies |
 //! | [`MappedFile`] | a read-only file mapping, registered read-only | read | read (zero-copy) |
+//! | [`FileWindow`], [`FileWindowMut`] | a byte range of a [`WindowedFile`], mapped and registered while it lives (read-only, or read-write `MAP_SHARED`) | read / read-write | read / read-write (zero-copy) |
+//! | [`CachedWindow`] | a read-only window kept by a [`WindowCache`] within a [`PinnedBudget`] | read | read (zero-copy) |
 //! | [`ManagedBuf`] | managed memory, migrated on demand or by prefetch | yes | yes |
 //! | [`DeviceBuf`] | device memory | through copies | yes |
+//!
+//! A [`Chunk`] or [`ReadChunk`] of a [`Chunked`] buffer of any kind is a buffer too: a range
+//! of it, lent or shared on its own. A [`DeviceBudget`] caps the device memory
+//! [`DeviceBuf::with_budget`] allocates.
 //!
 //! Every kind also exists on the CPU backend, as plain page-aligned memory, so code written
 //! against hetmem runs unchanged without a GPU.
@@ -19,6 +25,9 @@
 //! gives the buffer back; dropping it waits too, so memory is never freed under the GPU.
 //! Host memory is page-aligned; device addresses are at least 256-byte aligned.
 
+mod budget;
+mod chunked;
+mod claims;
 mod device;
 mod file;
 mod host;
@@ -26,7 +35,11 @@ mod in_flight;
 mod managed;
 mod page;
 mod pool;
+mod window;
+mod window_cache;
 
+pub use budget::{DeviceBudget, PinnedBudget};
+pub use chunked::{Chunk, Chunked, ChunksAlive, ReadChunk};
 pub use device::DeviceBuf;
 pub use file::MappedFile;
 pub use host::{HostBuf, HostKind, PinMethod, PinOptions, RegisterError, RegisterOptions};
@@ -34,6 +47,8 @@ pub use in_flight::{InFlight, Wait, Waiter};
 pub use managed::ManagedBuf;
 pub use page::{HUGE_PAGE_BYTES, PageBox, page_size};
 pub use pool::{PinnedPool, PoolStats};
+pub use window::{FileWindow, FileWindowMut, WindowedFile};
+pub use window_cache::{CachedWindow, WindowCache, WindowCacheStats};
 
 use bytemuck::Pod;
 
