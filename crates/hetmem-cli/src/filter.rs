@@ -22,6 +22,7 @@
 
 mod budget;
 mod endpoint;
+mod frame_io;
 mod image;
 mod interrupt;
 mod raw;
@@ -42,6 +43,7 @@ use hetmem::{Device, Strategy};
 
 use self::budget::{Budget, DEFAULT_MAX_PIXELS};
 use self::endpoint::{Endpoint, Input, Named};
+use self::frame_io::FrameSink;
 use self::raw::RawSpec;
 use crate::choices::{self, StrategyName};
 use crate::outputs::Outputs;
@@ -252,15 +254,15 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
     let report = match (input_kind, output_kind) {
         (Kind::Video, Kind::Video) => {
             let file_len = source.file_len();
-            let open_output = || -> anyhow::Result<Box<dyn std::io::Write + Send>> {
+            let open_output = || -> anyhow::Result<FrameSink> {
                 Ok(match &output {
-                    Endpoint::Std => endpoint::stdout().context("cannot write to stdout")?,
-                    Endpoint::File(path) => Box::new(outputs.create(path)?),
+                    Endpoint::Std => FrameSink::stream(endpoint::stdout().context("cannot write to stdout")?),
+                    Endpoint::File(path) => FrameSink::file(outputs.create(path)?),
                 })
             };
             match args.raw {
-                None => y4m::filter(&job, source.into_reader(), file_len, open_output)?,
-                Some(spec) => raw::filter(&job, spec, source.into_reader(), file_len, open_output)?,
+                None => y4m::filter(&job, source.into_frames(), file_len, open_output)?,
+                Some(spec) => raw::filter(&job, spec, source.into_frames(), file_len, open_output)?,
             }
         }
         (Kind::Image(from_kind), Kind::Image(to_kind)) => {
