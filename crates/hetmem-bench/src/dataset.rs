@@ -1,5 +1,5 @@
-//! The seed's 8K data set (issue 13, item 5): frames of interleaved 8-bit RGB held whole in
-//! one buffer, larger than a GPU's memory if need be, filtered frame by frame, against a run
+//! An 8K data set larger than a GPU's memory (issue 13, item 5): frames of interleaved 8-bit
+//! RGB held whole in one buffer, filtered frame by frame, against a run
 //! that copies each frame to the device and back.
 //!
 //! The data set lives in one portable, mapped, pinned host allocation ([`Backing::Host`]) or in
@@ -44,10 +44,10 @@ pub static DATASET: KernelSource = KernelSource {
     options: &[],
 };
 
-/// The seed's data set: 500 frames of 7680 x 4320 RGB, 49.8 GB.
-pub const SEED_FRAMES: usize = 500;
-/// The seed's frame size.
-pub const SEED_SIZE: (usize, usize) = (7680, 4320);
+/// The default data set: 500 frames of 7680 x 4320 RGB, 49.8 GB.
+pub const DEFAULT_FRAMES: usize = 500;
+/// The default frame size: 8K.
+pub const DEFAULT_SIZE: (usize, usize) = (7680, 4320);
 /// Bytes per pixel: interleaved 8-bit R, G, B.
 const PIXEL_BYTES: usize = 3;
 /// The kernel's block: 32 x 8 pixels (`TILE_W`, `TILE_H` in the source).
@@ -115,12 +115,12 @@ pub struct DatasetOptions {
 }
 
 impl DatasetOptions {
-    /// The seed's data set in host memory: 500 frames of 8K.
-    pub fn seed() -> DatasetOptions {
+    /// The default data set in host memory: 500 frames of 8K.
+    pub fn eight_k() -> DatasetOptions {
         DatasetOptions {
-            frames: SEED_FRAMES,
-            width: SEED_SIZE.0,
-            height: SEED_SIZE.1,
+            frames: DEFAULT_FRAMES,
+            width: DEFAULT_SIZE.0,
+            height: DEFAULT_SIZE.1,
             backing: Backing::Host,
             dir: None,
             verify: 3,
@@ -647,16 +647,16 @@ mod tests {
 
     #[test]
     fn options_that_cannot_be_measured_are_refused_by_name() {
-        let options = DatasetOptions { frames: 0, ..DatasetOptions::seed() };
+        let options = DatasetOptions { frames: 0, ..DatasetOptions::eight_k() };
         assert!(options.validate().unwrap_err().to_string().contains("frames"));
-        let options = DatasetOptions { width: 0, ..DatasetOptions::seed() };
+        let options = DatasetOptions { width: 0, ..DatasetOptions::eight_k() };
         assert!(options.validate().unwrap_err().to_string().contains("0x4320"));
         let options = DatasetOptions {
             dir: Some("/no/such/dir".into()),
             backing: Backing::File,
-            ..DatasetOptions::seed()
+            ..DatasetOptions::eight_k()
         };
         assert!(options.validate().unwrap_err().to_string().contains("/no/such/dir"));
-        assert_eq!(DatasetOptions::seed().dataset_bytes(), 500 * 7680 * 4320 * 3);
+        assert_eq!(DatasetOptions::eight_k().dataset_bytes(), 500 * 7680 * 4320 * 3);
     }
 }

@@ -1,7 +1,7 @@
-//! `hetmem bench dataset`: the seed's 8K data set filtered in place, frame by frame, against
+//! `hetmem bench dataset`: an 8K data set larger than device memory, filtered in place, frame by frame, against
 //! copying each frame to the device and back (`hetmem_bench::dataset`).
 
-use hetmem_bench::dataset::{DatasetReport, SEED_FRAMES, SEED_SIZE};
+use hetmem_bench::dataset::{self, DatasetReport};
 
 use crate::table::Table;
 
@@ -11,7 +11,7 @@ pub const TABLE: &str = "dataset";
 /// The frame sizes `--resolution` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Resolution {
-    /// 7680 x 4320 (the seed's)
+    /// 7680 x 4320
     #[value(name = "8k")]
     Uhd8k,
     /// 3840 x 2160
@@ -25,15 +25,15 @@ pub enum Resolution {
 impl Resolution {
     pub fn size(self) -> (usize, usize) {
         match self {
-            Resolution::Uhd8k => SEED_SIZE,
+            Resolution::Uhd8k => dataset::DEFAULT_SIZE,
             Resolution::Uhd4k => (3840, 2160),
             Resolution::Hd1080 => (1920, 1080),
         }
     }
 }
 
-/// The default frame count: the seed's.
-pub const DEFAULT_FRAMES: usize = SEED_FRAMES;
+/// The default frame count.
+pub const DEFAULT_FRAMES: usize = dataset::DEFAULT_FRAMES;
 
 /// Bytes in GiB, or MiB below one GiB (a frame or two of a small run).
 fn gib(bytes: u64) -> String {

@@ -124,7 +124,7 @@ enum What {
         #[arg(long)]
         quick: bool,
     },
-    /// The seed's data set: frames of RGB held whole in one portable mapped pinned allocation
+    /// A data set larger than device memory: frames of RGB held whole in one portable mapped pinned allocation
     /// (or a file, mapped and registered), each filtered where it lies (the kernel reads the
     /// data set's device pointer + the frame's offset, no device memory), against copying each
     /// frame to the device and back. Frames/s and device memory used; a sample of frames of

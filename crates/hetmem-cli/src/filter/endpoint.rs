@@ -66,21 +66,22 @@ impl fmt::Debug for Input {
 }
 
 impl Input {
-    /// Opens `endpoint` (named `name` in messages) and reads its first bytes. A FIFO waits
+    /// Opens `endpoint` (named `name` in messages) and reads its first bytes; a regular file's
+    /// frames are read by up to `io_threads` threads. A FIFO waits
     /// here for its writer, as any reader of it does.
     ///
     /// # Errors
     /// It cannot be opened or read, or it is a directory.
-    pub(super) fn open(endpoint: &Endpoint, name: &str) -> anyhow::Result<Input> {
+    pub(super) fn open(endpoint: &Endpoint, name: &str, io_threads: usize) -> anyhow::Result<Input> {
         let (reader, metadata) = match endpoint {
-            Endpoint::Std => stdin().context("cannot read stdin")?,
+            Endpoint::Std => stdin(io_threads).context("cannot read stdin")?,
             Endpoint::File(path) => {
                 let file = File::open(path).with_context(|| format!("cannot open {name}"))?;
                 let metadata = file.metadata().with_context(|| format!("cannot read {name}"))?;
                 if metadata.is_dir() {
                     bail!("{name} is a directory: give an image or video file");
                 }
-                (Source::File(PositionedFile::new(file, 0)), Some(metadata))
+                (Source::File(PositionedFile::new(file, 0, io_threads)), Some(metadata))
             }
         };
         let mut rest = BufReader::with_capacity(BUFFER_BYTES, reader);
@@ -193,13 +194,13 @@ fn duplicate(fd: impl std::os::fd::AsFd) -> io::Result<File> {
 /// stdin: by position from where it stands when it is a regular file (`< in.y4m`), front to
 /// back otherwise.
 #[cfg(unix)]
-fn stdin() -> io::Result<(Source, Option<Metadata>)> {
+fn stdin(io_threads: usize) -> io::Result<(Source, Option<Metadata>)> {
     use std::io::Seek as _;
     let mut file = duplicate(io::stdin())?;
     let metadata = file.metadata()?;
     let source = if metadata.is_file() {
         let position = file.stream_position()?;
-        Source::File(PositionedFile::new(file, position))
+        Source::File(PositionedFile::new(file, position, io_threads))
     } else {
         Source::Stream(Box::new(file))
     };
@@ -224,7 +225,7 @@ fn same_file(_: &Metadata, _: &Metadata) -> bool {
 }
 
 #[cfg(not(unix))]
-fn stdin() -> io::Result<(Source, Option<Metadata>)> {
+fn stdin(_io_threads: usize) -> io::Result<(Source, Option<Metadata>)> {
     Ok((Source::Stream(Box::new(io::stdin())), None))
 }
 

@@ -20,8 +20,9 @@ use std::io::{self, BufRead, BufWriter, Read, Write};
 /// Each thread moves at least this many bytes of a frame: smaller frames take fewer threads
 /// (a 1080p frame one or two), for which a thread would cost more than it saves.
 const BYTES_PER_THREAD: usize = 4 << 20;
-/// The most threads one frame is split over: enough for the page cache's copy rate to reach
-/// several times a single thread's (the H200 machine: 7 GB/s for one `dd` thread).
+/// The most threads one frame is split over unless `--io-threads` says otherwise: enough for
+/// the page cache's copy rate to reach several times a single thread's (the H200 machine:
+/// 7 GB/s for one `dd` thread), and no more than the machine has cores.
 const MAX_THREADS: usize = 8;
 /// Writes to a pipe go through a buffer this large; frames bypass it (a request larger than
 /// the buffer goes straight to the pipe).
@@ -71,10 +72,15 @@ pub(super) fn read_full(reader: &mut (impl Read + ?Sized), buf: &mut [u8]) -> io
     Ok(filled)
 }
 
-/// How many threads move `bytes` of one frame.
-fn threads_for(bytes: usize) -> usize {
+/// The threads a frame may be split over by default: [`MAX_THREADS`], or the cores if fewer.
+pub(super) fn default_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    bytes.div_ceil(BYTES_PER_THREAD).min(cores).clamp(1, MAX_THREADS)
+    cores.clamp(1, MAX_THREADS)
+}
+
+/// How many threads move `bytes` of one frame, at most `max`.
+fn threads_for(bytes: usize, max: usize) -> usize {
+    bytes.div_ceil(BYTES_PER_THREAD).min(max).max(1)
 }
 
 /// A regular file read or written at a position of its own (`pread`/`pwrite`), never its
@@ -84,18 +90,20 @@ pub(super) struct PositionedFile {
     file: File,
     /// Where the next byte is read or written.
     position: u64,
+    /// The most threads a frame is split over.
+    threads: usize,
 }
 
 impl PositionedFile {
-    /// `file`, read or written from `position` on.
-    pub(super) fn new(file: File, position: u64) -> PositionedFile {
-        PositionedFile { file, position }
+    /// `file`, read or written from `position` on, each frame by up to `threads` threads.
+    pub(super) fn new(file: File, position: u64, threads: usize) -> PositionedFile {
+        PositionedFile { file, position, threads }
     }
 
     /// Fills `frame` from the file at the position, split over threads, unless the file ends
     /// first; returns the bytes read and moves the position past them.
     fn read_frame(&mut self, frame: &mut [u8]) -> io::Result<usize> {
-        let chunk = frame.len().div_ceil(threads_for(frame.len())).max(1);
+        let chunk = frame.len().div_ceil(threads_for(frame.len(), self.threads)).max(1);
         let position = self.position;
         let file = &self.file;
         let counts: Vec<io::Result<usize>> = std::thread::scope(|scope| {
@@ -129,7 +137,7 @@ impl PositionedFile {
 
     /// Writes all of `frame` at the position, split over threads; moves the position past it.
     fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
-        let chunk = frame.len().div_ceil(threads_for(frame.len())).max(1);
+        let chunk = frame.len().div_ceil(threads_for(frame.len(), self.threads)).max(1);
         let position = self.position;
         let file = &self.file;
         std::thread::scope(|scope| {
@@ -299,9 +307,10 @@ pub(super) enum FrameSink {
 }
 
 impl FrameSink {
-    /// A regular file, new or emptied, written from its start.
-    pub(super) fn file(file: File) -> FrameSink {
-        FrameSink::File(PositionedFile::new(file, 0))
+    /// A regular file, new or emptied, written from its start, each frame by up to `threads`
+    /// threads.
+    pub(super) fn file(file: File, threads: usize) -> FrameSink {
+        FrameSink::File(PositionedFile::new(file, 0, threads))
     }
 
     /// A stream written front to back.
@@ -362,11 +371,11 @@ mod tests {
             content[..4].to_vec(),
             io::BufReader::with_capacity(
                 64,
-                Source::File(PositionedFile::new(File::open(&input).unwrap(), 4)),
+                Source::File(PositionedFile::new(File::open(&input).unwrap(), 4, 3)),
             ),
         );
         let output = dir.path().join("out");
-        let mut sink = FrameSink::file(File::create(&output).unwrap());
+        let mut sink = FrameSink::file(File::create(&output).unwrap(), 3);
         let mut line = [0; 7];
         source.read_exact(&mut line).unwrap();
         sink.write_all(&line).unwrap();
@@ -385,7 +394,7 @@ mod tests {
         std::fs::write(&input, &content[..cut]).unwrap();
         let mut source = FrameSource::new(
             Vec::new(),
-            io::BufReader::new(Source::File(PositionedFile::new(File::open(&input).unwrap(), 7))),
+            io::BufReader::new(Source::File(PositionedFile::new(File::open(&input).unwrap(), 7, 2))),
         );
         assert_eq!(source.read_frame(&mut frame).unwrap(), frame_bytes);
         assert_eq!(source.read_frame(&mut frame).unwrap(), cut - 7 - frame_bytes);
@@ -394,9 +403,13 @@ mod tests {
 
     #[test]
     fn small_frames_take_one_thread_and_large_ones_several() {
-        assert_eq!(threads_for(0), 1);
-        assert_eq!(threads_for(BYTES_PER_THREAD), 1);
+        assert_eq!(threads_for(0, 8), 1);
+        assert_eq!(threads_for(BYTES_PER_THREAD, 8), 1);
+        assert_eq!(threads_for(BYTES_PER_THREAD + 1, 8), 2);
+        assert_eq!(threads_for(50_000_000, 8), 8);
+        assert_eq!(threads_for(50_000_000, 16), 12);
+        assert_eq!(threads_for(50_000_000, 1), 1);
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        assert_eq!(threads_for(50_000_000), 12.min(cores).min(MAX_THREADS));
+        assert_eq!(default_threads(), cores.min(MAX_THREADS));
     }
 }

@@ -4,7 +4,8 @@
 //! else is here, once.
 //!
 //! Each frame is read straight into the ring's next input slot while earlier frames are
-//! filtered and written, in order, by a writer thread, and flushed: when the input turns out
+//! filtered and written, in order, by a writer thread, and flushed (a regular file's frames by
+//! several threads at once, by position: [`super::frame_io`]): when the input turns out
 //! truncated or corrupt, every frame before the bad one is still filtered and written before
 //! the error. The size of a frame is checked against the budget before the ring's slots are
 //! allocated. Ctrl-C stops the reading; every whole frame read is still filtered and written.
