@@ -81,7 +81,14 @@ impl Input {
                 if metadata.is_dir() {
                     bail!("{name} is a directory: give an image or video file");
                 }
-                (Source::File(PositionedFile::new(file, 0, io_threads)), Some(metadata))
+                // A FIFO, /dev/stdin on a pipe or a character device is read as the stream it
+                // is: only a regular file can be read by position.
+                let source = if metadata.is_file() {
+                    Source::File(PositionedFile::new(file, 0, io_threads))
+                } else {
+                    Source::Stream(Box::new(file))
+                };
+                (source, Some(metadata))
             }
         };
         let mut rest = BufReader::with_capacity(BUFFER_BYTES, reader);

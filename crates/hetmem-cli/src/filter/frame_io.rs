@@ -307,10 +307,15 @@ pub(super) enum FrameSink {
 }
 
 impl FrameSink {
-    /// A regular file, new or emptied, written from its start, each frame by up to `threads`
-    /// threads.
+    /// A file the run opened, new or emptied: a regular file is written from its start, each
+    /// frame by up to `threads` threads; anything else (a FIFO, `/dev/null`, a terminal given
+    /// by path) as the stream it is.
     pub(super) fn file(file: File, threads: usize) -> FrameSink {
-        FrameSink::File(PositionedFile::new(file, 0, threads))
+        if file.metadata().is_ok_and(|metadata| metadata.is_file()) {
+            FrameSink::File(PositionedFile::new(file, 0, threads))
+        } else {
+            FrameSink::stream(Box::new(file))
+        }
     }
 
     /// A stream written front to back.

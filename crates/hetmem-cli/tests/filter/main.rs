@@ -401,6 +401,17 @@ fn large_frames_read_and_written_by_several_threads_match_the_cpu_path() {
     assert!(run.status.success(), "{}", stderr(&run));
     assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames);
 
+    // An output that is a FIFO (a path, but no regular file) is written front to back.
+    let fifo = dir.path("fifo.y4m");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let run = hetmem(&["filter", text(&input), text(&fifo), "-y"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_y4m_result(&reader.join().unwrap(), header, format, &default_kernel(), &frames);
+
     // Cut inside the last frame, past the first thread's share of it.
     let cut = dir.path("cut.y4m");
     std::fs::write(&cut, &stream[..stream.len() - format.frame_bytes() / 3]).unwrap();
