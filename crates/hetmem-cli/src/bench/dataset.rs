@@ -1,7 +1,7 @@
 //! `hetmem bench dataset`: an 8K data set larger than device memory, filtered in place, frame by frame, against
 //! copying each frame to the device and back (`hetmem_bench::dataset`).
 
-use hetmem_bench::dataset::{self, DatasetReport};
+use hetmem_bench::dataset::{self, Backing, DatasetReport};
 
 use crate::table::Table;
 
@@ -52,12 +52,15 @@ pub fn table(report: &DatasetReport) -> Table {
     let mut table = Table::new(
         TABLE,
         format!(
-            "{} frames of {}x{} RGB ({}{against}) in {} memory, 3x3 blur of every frame on {}",
+            "{} frames of {}x{} RGB ({}{against}) in {}, 3x3 blur of every frame on {}",
             report.frames,
             report.width,
             report.height,
             gib(report.dataset_bytes),
-            report.backing.name(),
+            match report.backing {
+                Backing::Host => "pinned host memory",
+                Backing::File => "a registered file",
+            },
             report.device
         ),
         &[
@@ -86,7 +89,10 @@ pub fn table(report: &DatasetReport) -> Table {
          host frame; copy-each: each frame copied to a device frame, filtered into another, copied back. \
          Set up (fill with random bytes{}): {:.1} s. Checked frames match the CPU's blur byte for byte.",
         report.frame_bytes,
-        if report.backing.name() == "file" { ", write the file, map and register it" } else { ", pin" },
+        match report.backing {
+            Backing::Host => ", pin",
+            Backing::File => ", write the file, map and register it",
+        },
         report.setup_seconds
     ));
     table

@@ -350,7 +350,7 @@ fn bench_dataset_runs_small_on_the_cpu_in_memory_and_in_a_file() {
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     let table = String::from_utf8_lossy(&output.stdout);
-    assert!(table.contains("3 frames of 1920x1080 RGB") && table.contains("file memory"), "{table}");
+    assert!(table.contains("3 frames of 1920x1080 RGB") && table.contains("in a registered file"), "{table}");
     assert!(table.contains("copy-each") && table.contains("11.9 MiB"), "{table}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the data set's file is removed");
 
