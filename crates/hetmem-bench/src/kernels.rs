@@ -14,4 +14,4 @@ pub static BENCH: KernelSource = KernelSource {
 };
 
 /// Every kernel source in this crate; the compile check builds each of them.
-pub static ALL: &[&KernelSource] = &[&BENCH];
+pub static ALL: &[&KernelSource] = &[&BENCH, &crate::dataset::DATASET];

@@ -47,6 +47,7 @@
 
 pub mod compare;
 pub mod completion;
+pub mod dataset;
 pub mod doctor;
 pub mod kernels;
 pub mod link;

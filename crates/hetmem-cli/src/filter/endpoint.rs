@@ -8,12 +8,13 @@
 
 use std::fmt;
 use std::fs::{File, Metadata};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 
 use super::budget::{self, Budget};
+use super::frame_io::{FrameSource, PositionedFile, Source};
 
 /// An input or output: a file, or `-` (stdin for the input, stdout for the output).
 #[derive(Debug, Clone)]
@@ -53,7 +54,7 @@ const BUFFER_BYTES: usize = 1 << 16;
 pub(super) struct Input {
     /// The first [`HEAD_BYTES`] bytes, fewer only when the input is shorter.
     pub head: Vec<u8>,
-    rest: BufReader<Box<dyn Read + Send>>,
+    rest: BufReader<Source>,
     /// What was opened, as `fstat` sees it; `None` where that cannot be asked.
     metadata: Option<Metadata>,
 }
@@ -65,21 +66,29 @@ impl fmt::Debug for Input {
 }
 
 impl Input {
-    /// Opens `endpoint` (named `name` in messages) and reads its first bytes. A FIFO waits
+    /// Opens `endpoint` (named `name` in messages) and reads its first bytes; a regular file's
+    /// frames are read by up to `io_threads` threads. A FIFO waits
     /// here for its writer, as any reader of it does.
     ///
     /// # Errors
     /// It cannot be opened or read, or it is a directory.
-    pub(super) fn open(endpoint: &Endpoint, name: &str) -> anyhow::Result<Input> {
+    pub(super) fn open(endpoint: &Endpoint, name: &str, io_threads: usize) -> anyhow::Result<Input> {
         let (reader, metadata) = match endpoint {
-            Endpoint::Std => stdin().context("cannot read stdin")?,
+            Endpoint::Std => stdin(io_threads).context("cannot read stdin")?,
             Endpoint::File(path) => {
                 let file = File::open(path).with_context(|| format!("cannot open {name}"))?;
                 let metadata = file.metadata().with_context(|| format!("cannot read {name}"))?;
                 if metadata.is_dir() {
                     bail!("{name} is a directory: give an image or video file");
                 }
-                (Box::new(file) as Box<dyn Read + Send>, Some(metadata))
+                // A FIFO, /dev/stdin on a pipe or a character device is read as the stream it
+                // is: only a regular file can be read by position.
+                let source = if metadata.is_file() {
+                    Source::File(PositionedFile::new(file, 0, io_threads))
+                } else {
+                    Source::Stream(Box::new(file))
+                };
+                (source, Some(metadata))
             }
         };
         let mut rest = BufReader::with_capacity(BUFFER_BYTES, reader);
@@ -94,9 +103,9 @@ impl Input {
         self.metadata.as_ref().filter(|metadata| metadata.is_file()).map(Metadata::len)
     }
 
-    /// The whole input as one stream: the first bytes, then the rest.
-    pub(super) fn into_reader(self) -> impl BufRead {
-        io::Cursor::new(self.head).chain(self.rest)
+    /// The whole input as one stream of frames: the first bytes, then the rest.
+    pub(super) fn into_frames(self) -> FrameSource {
+        FrameSource::new(self.head, self.rest)
     }
 
     /// Reads the whole input into memory, where images are decoded from: at most what an
@@ -189,11 +198,20 @@ fn duplicate(fd: impl std::os::fd::AsFd) -> io::Result<File> {
     Ok(File::from(fd.as_fd().try_clone_to_owned()?))
 }
 
+/// stdin: by position from where it stands when it is a regular file (`< in.y4m`), front to
+/// back otherwise.
 #[cfg(unix)]
-fn stdin() -> io::Result<(Box<dyn Read + Send>, Option<Metadata>)> {
-    let file = duplicate(io::stdin())?;
+fn stdin(io_threads: usize) -> io::Result<(Source, Option<Metadata>)> {
+    use std::io::Seek as _;
+    let mut file = duplicate(io::stdin())?;
     let metadata = file.metadata()?;
-    Ok((Box::new(file), Some(metadata)))
+    let source = if metadata.is_file() {
+        let position = file.stream_position()?;
+        Source::File(PositionedFile::new(file, position, io_threads))
+    } else {
+        Source::Stream(Box::new(file))
+    };
+    Ok((source, Some(metadata)))
 }
 
 #[cfg(unix)]
@@ -214,8 +232,8 @@ fn same_file(_: &Metadata, _: &Metadata) -> bool {
 }
 
 #[cfg(not(unix))]
-fn stdin() -> io::Result<(Box<dyn Read + Send>, Option<Metadata>)> {
-    Ok((Box::new(io::stdin()), None))
+fn stdin(_io_threads: usize) -> io::Result<(Source, Option<Metadata>)> {
+    Ok((Source::Stream(Box::new(io::stdin())), None))
 }
 
 #[cfg(not(unix))]

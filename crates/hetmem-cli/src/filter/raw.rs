@@ -13,14 +13,15 @@
 //! yuv420p's) and interleaved again as it is written.
 
 use std::fmt;
-use std::io::{self, BufRead, Read, Write};
+use std::io;
 
 use anyhow::Context as _;
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
 
 use super::Job;
+use super::frame_io::{FrameRead, FrameSink, FrameWrite};
 use super::stats::Report;
-use super::video::{self, Container, Video, read_full};
+use super::video::{self, Container, Video};
 
 /// The pixel formats `--raw` takes, by ffmpeg's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,20 +125,20 @@ impl Packing {
     /// bytes read: fewer than the frame's only where the stream ends inside it.
     pub(super) fn read(
         self,
-        reader: &mut impl Read,
+        reader: &mut impl FrameRead,
         frame: &mut [u8],
         scratch: &mut Vec<u8>,
     ) -> io::Result<usize> {
         match self {
-            Packing::Planar => read_full(reader, frame),
+            Packing::Planar => reader.read_frame(frame),
             Packing::Nv12 { luma } => {
                 let (luma, chroma) = frame.split_at_mut(luma);
-                let read = read_full(reader, luma)?;
+                let read = reader.read_frame(luma)?;
                 if read < luma.len() {
                     return Ok(read);
                 }
                 scratch.resize(chroma.len(), 0);
-                let read_chroma = read_full(reader, scratch)?;
+                let read_chroma = reader.read_frame(scratch)?;
                 let (u, v) = chroma.split_at_mut(chroma.len() / 2);
                 for ((pair, u), v) in scratch.chunks_exact(2).zip(u).zip(v) {
                     (*u, *v) = (pair[0], pair[1]);
@@ -148,16 +149,21 @@ impl Packing {
     }
 
     /// Writes one frame of the ring's layout to `out` as the stream holds it.
-    pub(super) fn write(self, out: &mut impl Write, frame: &[u8], scratch: &mut Vec<u8>) -> io::Result<()> {
+    pub(super) fn write(
+        self,
+        out: &mut impl FrameWrite,
+        frame: &[u8],
+        scratch: &mut Vec<u8>,
+    ) -> io::Result<()> {
         match self {
-            Packing::Planar => out.write_all(frame),
+            Packing::Planar => out.write_frame(frame),
             Packing::Nv12 { luma } => {
                 let (luma, chroma) = frame.split_at(luma);
                 let (u, v) = chroma.split_at(chroma.len() / 2);
                 scratch.clear();
                 scratch.extend(u.iter().zip(v).flat_map(|(&u, &v)| [u, v]));
-                out.write_all(luma)?;
-                out.write_all(scratch)
+                out.write_frame(luma)?;
+                out.write_frame(scratch)
             }
         }
     }
@@ -168,9 +174,9 @@ impl Packing {
 pub(super) fn filter(
     job: &Job,
     spec: RawSpec,
-    reader: impl BufRead,
+    reader: impl FrameRead,
     file_bytes: Option<u64>,
-    open_output: impl FnOnce() -> anyhow::Result<Box<dyn Write + Send>>,
+    open_output: impl FnOnce() -> anyhow::Result<FrameSink>,
 ) -> anyhow::Result<Report> {
     let format = FrameFormat::new(spec.width, spec.height, spec.pix_fmt.layout())
         .with_context(|| format!("--raw {spec}"))?;

@@ -21,6 +21,7 @@ use proptest::prelude::*;
 
 use super::budget::Budget;
 use super::endpoint::{Endpoint, Named};
+use super::frame_io::FrameSink;
 use super::image::Opened;
 use super::{ImageKind, Job, Kind, kind_of_content, y4m};
 
@@ -145,7 +146,7 @@ fn y4m_reads(bytes: &[u8], budget: Budget) -> (anyhow::Result<()>, usize) {
         outputs: crate::outputs::Outputs { overwrite: false },
     };
     largest_allocation(|| {
-        let sink = || -> anyhow::Result<Box<dyn io::Write + Send>> { Ok(Box::new(io::sink())) };
+        let sink = || -> anyhow::Result<FrameSink> { Ok(FrameSink::stream(Box::new(io::sink()))) };
         y4m::filter(&job, bytes, Some(bytes.len() as u64), sink).map(drop)
     })
 }

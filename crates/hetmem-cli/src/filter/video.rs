@@ -4,13 +4,14 @@
 //! else is here, once.
 //!
 //! Each frame is read straight into the ring's next input slot while earlier frames are
-//! filtered and written, in order, by a writer thread, and flushed: when the input turns out
+//! filtered and written, in order, by a writer thread, and flushed (a regular file's frames by
+//! several threads at once, by position: [`super::frame_io`]): when the input turns out
 //! truncated or corrupt, every frame before the bad one is still filtered and written before
 //! the error. The size of a frame is checked against the budget before the ring's slots are
 //! allocated. Ctrl-C stops the reading; every whole frame read is still filtered and written.
 
 use std::collections::VecDeque;
-use std::io::{self, BufRead, BufWriter, Read, Write};
+use std::io::{BufRead, Write};
 use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
@@ -20,6 +21,7 @@ use hetmem::{Device, FrameRing, RingOptions, Strategy};
 use indicatif::ProgressBar;
 
 use super::Job;
+use super::frame_io::{FrameRead, FrameSink};
 use super::interrupt::{catch_ctrl_c, interrupted};
 use super::raw::Packing;
 use super::recovery::{self, Recovery, Retry};
@@ -121,9 +123,9 @@ impl Container {
 pub(super) fn filter(
     job: &Job,
     video: Video,
-    mut reader: impl BufRead,
+    mut reader: impl FrameRead,
     file_bytes: Option<u64>,
-    open_output: impl FnOnce() -> anyhow::Result<Box<dyn Write + Send>>,
+    open_output: impl FnOnce() -> anyhow::Result<FrameSink>,
 ) -> anyhow::Result<Report> {
     let (input, output) = (job.input.to_string(), job.output.to_string());
     let Video { format, container, pixels, mut warnings } = video;
@@ -154,7 +156,7 @@ pub(super) fn filter(
     let mut ring = ring_for((device, strategy), &mut warnings)?;
     let frames = file_bytes.map(|bytes| container.frames_in(bytes, format.frame_bytes()));
 
-    let mut out = BufWriter::with_capacity(1 << 16, open_output()?);
+    let mut out = open_output()?;
     out.write_all(container.header())
         .and_then(|()| out.flush())
         .with_context(|| format!("writing the {} header to {output}", container.name()))?;
@@ -321,20 +323,6 @@ fn memory(format: &FrameFormat, slots: usize) -> u64 {
     2 * frame * slots as u64 + 2 * frame
 }
 
-/// Fills `buf` unless the stream ends first; returns the bytes read.
-pub(super) fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(read) => filled += read,
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(filled)
-}
-
 /// How the reading ended, when not by an error.
 #[derive(Debug)]
 enum End {
@@ -386,9 +374,9 @@ impl Stream<'_> {
     /// output error), every frame filtered before it is written first.
     fn pump(
         &self,
-        reader: &mut impl BufRead,
+        reader: &mut impl FrameRead,
         replay: VecDeque<KeptFrame>,
-        out: &mut (impl Write + Send),
+        out: &mut FrameSink,
         clock: &mut Clock,
         bar: &ProgressBar,
     ) -> anyhow::Result<End> {
@@ -421,7 +409,7 @@ impl Stream<'_> {
                     let latency = submitted.elapsed();
                     let written = out
                         .write_all(&line)
-                        .and_then(|()| packing.write(out, &frame, &mut scratch))
+                        .and_then(|()| packing.write(&mut *out, &frame, &mut scratch))
                         .and_then(|()| out.flush());
                     drop(frame);
                     if let Err(error) = written {
@@ -487,7 +475,7 @@ impl Stream<'_> {
     /// process that writes it (in a terminal, SIGINT goes to the whole pipeline): not an error.
     fn read_frames(
         &self,
-        reader: &mut impl BufRead,
+        reader: &mut impl FrameRead,
         next: Option<u64>,
         lines: &mpsc::Sender<(Vec<u8>, Instant)>,
     ) -> anyhow::Result<End> {

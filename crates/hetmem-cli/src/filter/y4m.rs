@@ -13,12 +13,13 @@
 //! The `y4m` crate is not used for this: its decoder reads frames into its own buffer (a copy
 //! more per frame) and its encoder cannot write interlacing or pass parameters through.
 
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, Read};
 
 use anyhow::{Context as _, anyhow, bail};
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout, SampleType};
 
 use super::Job;
+use super::frame_io::{FrameRead, FrameSink};
 use super::stats::Report;
 use super::video::{self, Container, Start, Video};
 
@@ -158,9 +159,9 @@ fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>, limit: u64) -> io::R
 /// output `open_output` opens once the stream header has been read and checked.
 pub(super) fn filter(
     job: &Job,
-    mut reader: impl BufRead,
+    mut reader: impl FrameRead,
     file_bytes: Option<u64>,
-    open_output: impl FnOnce() -> anyhow::Result<Box<dyn Write + Send>>,
+    open_output: impl FnOnce() -> anyhow::Result<FrameSink>,
 ) -> anyhow::Result<Report> {
     let input = job.input.to_string();
     let mut line = Vec::with_capacity(256);

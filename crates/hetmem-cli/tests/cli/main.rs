@@ -314,6 +314,51 @@ fn bench_link_writes_markdown_json_and_svg_plots() {
     }
 }
 
+/// `bench dataset` run small on the CPU backend: both methods over every frame, a sample of
+/// each checked against the CPU's blur, in pinned memory and in a file (removed at the end);
+/// the table says what each method allocated.
+#[test]
+fn bench_dataset_runs_small_on_the_cpu_in_memory_and_in_a_file() {
+    let output = bench_on_cpu(&["dataset", "--frames", "5", "--width", "48", "--height", "20", "--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["schema"], "hetmem.bench.dataset/1");
+    assert_eq!((report["frames"].as_u64(), report["frame_bytes"].as_u64()), (Some(5), Some(48 * 20 * 3)));
+    assert_eq!(report["backing"], "host");
+    let runs = report["runs"].as_array().unwrap();
+    let methods: Vec<&str> = runs.iter().map(|run| run["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["mapped", "copy-each"]);
+    for run in runs {
+        assert!(positive(&run["frames_s"]) && positive(&run["gb_s"]), "{run}");
+        assert_eq!(run["verified_frames"], serde_json::json!([0, 2, 4]), "{run}");
+    }
+    assert_eq!(runs[0]["device_bytes"], 0);
+    assert_eq!(runs[1]["device_bytes"], 2 * 48 * 20 * 3);
+
+    let dir = tempfile::tempdir().unwrap();
+    let dir_text = dir.path().to_str().unwrap();
+    let output = bench_on_cpu(&[
+        "dataset",
+        "--frames",
+        "3",
+        "--resolution",
+        "1080p",
+        "--backing",
+        "file",
+        "--dir",
+        dir_text,
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(table.contains("3 frames of 1920x1080 RGB") && table.contains("in a registered file"), "{table}");
+    assert!(table.contains("copy-each") && table.contains("11.9 MiB"), "{table}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the data set's file is removed");
+
+    let refused = bench_on_cpu(&["dataset", "--backing", "file", "--dir", "/no/such/dir"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("/no/such/dir"), "{}", stderr(&refused));
+}
+
 /// User-facing help speaks of what a command does, not of the plan it came from.
 #[test]
 fn bench_help_says_what_compare_measures() {

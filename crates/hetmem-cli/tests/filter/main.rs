@@ -372,6 +372,61 @@ fn a_truncated_y4m_fails_naming_the_frame_after_writing_the_ones_before() {
     assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames[..1]);
 }
 
+/// Issue 13, item 7: frames larger than one I/O thread's share (4 MiB) are read and written
+/// by several threads at once, by position, where input and output are regular files. Four
+/// such frames come out as the CPU path makes them, byte for byte and in order, from a file
+/// and from stdin redirected from a file; and a file cut inside its last frame still gets
+/// every frame before it written, whole, before the error.
+#[test]
+fn large_frames_read_and_written_by_several_threads_match_the_cpu_path() {
+    let dir = TempDir::new("threaded-io");
+    let format = FrameFormat::new(2400, 2400, PixelLayout::Yuv420).unwrap();
+    assert!(format.frame_bytes() > 2 * (4 << 20), "frames large enough to be split");
+    let frames: Vec<Vec<u8>> = (0..4).map(|_| random_bytes(format.frame_bytes())).collect();
+    let header = "YUV4MPEG2 W2400 H2400 F60:1 Ip A1:1 C420jpeg\n";
+    let stream = y4m(header, &frames);
+    let (input, output) = (dir.path("in.y4m"), dir.path("out.y4m"));
+    std::fs::write(&input, &stream).unwrap();
+    let run = hetmem(&["filter", text(&input), text(&output)]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(stderr(&run).contains("4 frames"), "{}", stderr(&run));
+    assert_y4m_result(&std::fs::read(&output).unwrap(), header, format, &default_kernel(), &frames);
+
+    // stdin redirected from the file is read by position too; stdout, a pipe, front to back.
+    let run = command(&["filter", "-", "-"])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames);
+
+    // An output that is a FIFO (a path, but no regular file) is written front to back.
+    let fifo = dir.path("fifo.y4m");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let run = hetmem(&["filter", text(&input), text(&fifo), "-y"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert_y4m_result(&reader.join().unwrap(), header, format, &default_kernel(), &frames);
+
+    // Cut inside the last frame, past the first thread's share of it.
+    let cut = dir.path("cut.y4m");
+    std::fs::write(&cut, &stream[..stream.len() - format.frame_bytes() / 3]).unwrap();
+    let output = dir.path("cut-out.y4m");
+    let run = hetmem(&["filter", text(&cut), text(&output)]);
+    assert_eq!(run.status.code(), Some(1));
+    let error = stderr(&run);
+    assert!(error.contains("frame 3") && error.contains("truncated"), "{error}");
+    assert!(
+        error.contains(&format!("after {} of its", format.frame_bytes() - format.frame_bytes() / 3)),
+        "{error}"
+    );
+    assert_y4m_result(&std::fs::read(&output).unwrap(), header, format, &default_kernel(), &frames[..3]);
+}
+
 #[test]
 fn corrupt_and_truncated_pngs_are_refused() {
     let dir = TempDir::new("bad-png");

@@ -1,0 +1,51 @@
+//! `hetmem_bench::dataset` run small on every backend: each method filters every frame, and
+//! its sample matches the CPU's blur (the check inside `measure` fails the run otherwise).
+
+use hetmem::Device;
+use hetmem_bench::dataset::{self, Backing, DatasetOptions, Method};
+
+use crate::support::on_every_backend;
+
+fn small(backing: Backing) -> DatasetOptions {
+    // 37 x 19: rows and columns that fill no kernel block evenly.
+    DatasetOptions { frames: 6, width: 37, height: 19, backing, dir: None, verify: 3 }
+}
+
+fn check(device: &Device, options: &DatasetOptions) {
+    let report = dataset::measure(device, options).unwrap();
+    assert_eq!((report.frames, report.width, report.height), (6, 37, 19));
+    assert_eq!(report.frame_bytes, 37 * 19 * 3);
+    assert_eq!(report.dataset_bytes, 6 * 37 * 19 * 3);
+    assert_eq!(report.backing, options.backing);
+    let methods: Vec<Method> = report.runs.iter().map(|run| run.method).collect();
+    assert_eq!(methods, [Method::Mapped, Method::CopyEach]);
+    for run in &report.runs {
+        assert_eq!(run.verified_frames, [0, 2, 5], "{:?}", run.method);
+        assert!(run.frames_s > 0.0 && run.seconds > 0.0, "{run:?}");
+        let device_frames = if run.method == Method::Mapped { 0 } else { 2 };
+        assert_eq!(run.device_bytes, device_frames * report.frame_bytes, "{run:?}");
+    }
+}
+
+#[test]
+fn a_small_data_set_in_pinned_memory_is_filtered_frame_by_frame_like_the_cpu() {
+    on_every_backend("a_small_data_set_in_pinned_memory_is_filtered_frame_by_frame_like_the_cpu", |device| {
+        check(device, &small(Backing::Host));
+    });
+}
+
+#[test]
+fn a_small_data_set_in_a_file_is_filtered_and_the_file_removed() {
+    on_every_backend("a_small_data_set_in_a_file_is_filtered_and_the_file_removed", |device| {
+        let dir = std::env::temp_dir().join(format!(
+            "hetmem-dataset-test-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        check(device, &DatasetOptions { dir: Some(dir.clone()), ..small(Backing::File) });
+        let left = std::fs::read_dir(&dir).unwrap().count();
+        std::fs::remove_dir(&dir).unwrap();
+        assert_eq!(left, 0, "the data set's file is removed");
+    });
+}

@@ -1,0 +1,420 @@
+//! How a video's frames leave the input and reach the output: straight between the file and
+//! the ring's frame memory, split over several threads where the endpoint is a regular file.
+//!
+//! An 8K 4:2:0 frame is 50 MB; at 60 frames/s that is 3 GB/s in and 3 GB/s out, more than one
+//! thread copies between the page cache and memory (issue 13, item 7: the single-threaded
+//! reader and writer held 8K file to file at 42 frames/s while the GPU filtered 363). So a
+//! regular file is read and written by position (`pread`/`pwrite`): each frame's bytes are
+//! split into chunks that threads move at once, straight into (or out of) the ring's slot,
+//! with no intermediate buffer. Frames still go one after another, in order: a frame is whole
+//! in the output before the next one starts, so an error loses no frame written before it.
+//!
+//! Pipes, and anything else that cannot be read or written by position, go through a plain
+//! sequential reader or writer, whose large requests bypass its buffer too. stdout stays
+//! sequential even when it is a regular file: it may be opened for appending (`>>`), where a
+//! positional write lands at the end whatever position it names.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufWriter, Read, Write};
+
+/// Each thread moves at least this many bytes of a frame: smaller frames take fewer threads
+/// (a 1080p frame one or two), for which a thread would cost more than it saves.
+const BYTES_PER_THREAD: usize = 4 << 20;
+/// The most threads one frame is split over unless `--io-threads` says otherwise: enough for
+/// the page cache's copy rate to reach several times a single thread's (the H200 machine:
+/// 7 GB/s for one `dd` thread), and no more than the machine has cores.
+const MAX_THREADS: usize = 8;
+/// Writes to a pipe go through a buffer this large; frames bypass it (a request larger than
+/// the buffer goes straight to the pipe).
+const WRITE_BUFFER_BYTES: usize = 1 << 16;
+
+/// A source of frames: what comes between them is read line by line ([`BufRead`]), a frame's
+/// samples by [`FrameRead::read_frame`].
+pub(super) trait FrameRead: BufRead {
+    /// Fills `frame` unless the stream ends first; returns the bytes read.
+    ///
+    /// # Errors
+    /// A read failing.
+    fn read_frame(&mut self, frame: &mut [u8]) -> io::Result<usize> {
+        read_full(self, frame)
+    }
+}
+
+/// A stream in memory (the readers' tests) reads frames as any stream does.
+impl FrameRead for &[u8] {}
+
+/// Where frames go: what comes between them is written as any stream is ([`Write`]), a
+/// frame's samples by [`FrameWrite::write_frame`].
+pub(super) trait FrameWrite: Write {
+    /// Writes all of `frame`.
+    ///
+    /// # Errors
+    /// A write failing.
+    fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.write_all(frame)
+    }
+}
+
+/// A stream in memory (the writers' tests) writes frames as any stream does.
+impl FrameWrite for Vec<u8> {}
+
+/// Fills `buf` unless the stream ends first; returns the bytes read.
+pub(super) fn read_full(reader: &mut (impl Read + ?Sized), buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
+}
+
+/// The threads a frame may be split over by default: [`MAX_THREADS`], or the cores if fewer.
+pub(super) fn default_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    cores.clamp(1, MAX_THREADS)
+}
+
+/// How many threads move `bytes` of one frame, at most `max`.
+fn threads_for(bytes: usize, max: usize) -> usize {
+    bytes.div_ceil(BYTES_PER_THREAD).min(max).max(1)
+}
+
+/// A regular file read or written at a position of its own (`pread`/`pwrite`), never its
+/// descriptor's offset, so that several threads can move parts of one frame at once.
+#[derive(Debug)]
+pub(super) struct PositionedFile {
+    file: File,
+    /// Where the next byte is read or written.
+    position: u64,
+    /// The most threads a frame is split over.
+    threads: usize,
+}
+
+impl PositionedFile {
+    /// `file`, read or written from `position` on, each frame by up to `threads` threads.
+    pub(super) fn new(file: File, position: u64, threads: usize) -> PositionedFile {
+        PositionedFile { file, position, threads }
+    }
+
+    /// Fills `frame` from the file at the position, split over threads, unless the file ends
+    /// first; returns the bytes read and moves the position past them.
+    fn read_frame(&mut self, frame: &mut [u8]) -> io::Result<usize> {
+        let chunk = frame.len().div_ceil(threads_for(frame.len(), self.threads)).max(1);
+        let position = self.position;
+        let file = &self.file;
+        let counts: Vec<io::Result<usize>> = std::thread::scope(|scope| {
+            let mut chunks = frame.chunks_mut(chunk).enumerate();
+            // The first chunk on this thread, the others each on one of their own.
+            let first = chunks.next();
+            let others: Vec<_> = chunks
+                .map(|(index, part)| {
+                    let at = position + (index * chunk) as u64;
+                    scope.spawn(move || read_at_full(file, part, at))
+                })
+                .collect();
+            let mut counts = vec![first.map_or(Ok(0), |(_, part)| read_at_full(file, part, position))];
+            counts.extend(
+                others.into_iter().map(|thread| thread.join().expect("a read thread does not panic")),
+            );
+            counts
+        });
+        // Bytes up to the first short chunk: where the file ends.
+        let mut read = 0;
+        for (count, part_len) in counts.into_iter().zip(frame.chunks(chunk).map(<[u8]>::len)) {
+            let count = count?;
+            read += count;
+            if count < part_len {
+                break;
+            }
+        }
+        self.position += read as u64;
+        Ok(read)
+    }
+
+    /// Writes all of `frame` at the position, split over threads; moves the position past it.
+    fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        let chunk = frame.len().div_ceil(threads_for(frame.len(), self.threads)).max(1);
+        let position = self.position;
+        let file = &self.file;
+        std::thread::scope(|scope| {
+            let mut chunks = frame.chunks(chunk).enumerate();
+            let first = chunks.next();
+            let others: Vec<_> = chunks
+                .map(|(index, part)| {
+                    let at = position + (index * chunk) as u64;
+                    scope.spawn(move || write_at_all(file, part, at))
+                })
+                .collect();
+            let mut written = first.map_or(Ok(()), |(_, part)| write_at_all(file, part, position));
+            for thread in others {
+                let result = thread.join().expect("a write thread does not panic");
+                written = written.and(result);
+            }
+            written
+        })?;
+        self.position += frame.len() as u64;
+        Ok(())
+    }
+}
+
+impl Read for PositionedFile {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let read = read_at(&self.file, buf, self.position)?;
+        self.position += read as u64;
+        Ok(read)
+    }
+}
+
+impl Write for PositionedFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = write_at(&self.file, buf, self.position)?;
+        self.position += written as u64;
+        Ok(written)
+    }
+
+    /// Nothing is buffered: every write went to the file.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, at)
+}
+
+#[cfg(unix)]
+fn write_at(file: &File, buf: &[u8], at: u64) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::write_at(file, buf, at)
+}
+
+#[cfg(windows)]
+fn read_at(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, at)
+}
+
+#[cfg(windows)]
+fn write_at(file: &File, buf: &[u8], at: u64) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_write(file, buf, at)
+}
+
+/// Fills `buf` from `file` at `at` unless the file ends first; returns the bytes read.
+fn read_at_full(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match read_at(file, &mut buf[filled..], at + filled as u64) {
+            Ok(0) => break,
+            Ok(read) => filled += read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(filled)
+}
+
+/// Writes all of `buf` to `file` at `at`.
+fn write_at_all(file: &File, buf: &[u8], at: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match write_at(file, &buf[done..], at + done as u64) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => done += written,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Where an input's bytes come from after its first ones.
+pub(super) enum Source {
+    /// A regular file, read by position: frames by several threads.
+    File(PositionedFile),
+    /// A pipe, a terminal, anything read front to back.
+    Stream(Box<dyn Read + Send>),
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Source::File(file) => file.read(buf),
+            Source::Stream(stream) => stream.read(buf),
+        }
+    }
+}
+
+/// An input read as video: its first bytes (read already, to tell its format), then the rest
+/// through a buffer for the lines between frames; frames skip that buffer.
+pub(super) struct FrameSource {
+    stream: io::Chain<io::Cursor<Vec<u8>>, io::BufReader<Source>>,
+}
+
+impl FrameSource {
+    /// `head`, then what `rest` holds.
+    pub(super) fn new(head: Vec<u8>, rest: io::BufReader<Source>) -> FrameSource {
+        FrameSource { stream: io::Cursor::new(head).chain(rest) }
+    }
+}
+
+impl Read for FrameSource {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.stream.read(buf)
+    }
+}
+
+impl BufRead for FrameSource {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.stream.fill_buf()
+    }
+
+    fn consume(&mut self, amount: usize) {
+        self.stream.consume(amount);
+    }
+}
+
+impl FrameRead for FrameSource {
+    /// What the first bytes and the buffer hold already, then the rest straight from the
+    /// source into `frame`: by several threads from a regular file.
+    fn read_frame(&mut self, frame: &mut [u8]) -> io::Result<usize> {
+        let (head, rest) = self.stream.get_mut();
+        let mut filled = read_full(head, frame)?;
+        let buffered = rest.buffer();
+        let from_buffer = buffered.len().min(frame.len() - filled);
+        frame[filled..filled + from_buffer].copy_from_slice(&buffered[..from_buffer]);
+        rest.consume(from_buffer);
+        filled += from_buffer;
+        if filled == frame.len() {
+            return Ok(filled);
+        }
+        // The buffer is empty now: the source's position is the stream's.
+        Ok(filled
+            + match rest.get_mut() {
+                Source::File(file) => file.read_frame(&mut frame[filled..])?,
+                Source::Stream(stream) => read_full(stream, &mut frame[filled..])?,
+            })
+    }
+}
+
+/// Where a video's frames go: a regular file the run created, written by position (frames by
+/// several threads), or a stream written front to back (stdout, a pipe).
+pub(super) enum FrameSink {
+    File(PositionedFile),
+    Stream(BufWriter<Box<dyn Write + Send>>),
+}
+
+impl FrameSink {
+    /// A file the run opened, new or emptied: a regular file is written from its start, each
+    /// frame by up to `threads` threads; anything else (a FIFO, `/dev/null`, a terminal given
+    /// by path) as the stream it is.
+    pub(super) fn file(file: File, threads: usize) -> FrameSink {
+        if file.metadata().is_ok_and(|metadata| metadata.is_file()) {
+            FrameSink::File(PositionedFile::new(file, 0, threads))
+        } else {
+            FrameSink::stream(Box::new(file))
+        }
+    }
+
+    /// A stream written front to back.
+    pub(super) fn stream(stream: Box<dyn Write + Send>) -> FrameSink {
+        FrameSink::Stream(BufWriter::with_capacity(WRITE_BUFFER_BYTES, stream))
+    }
+}
+
+impl FrameWrite for FrameSink {
+    /// By several threads to a file.
+    fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        match self {
+            FrameSink::File(file) => file.write_frame(frame),
+            FrameSink::Stream(stream) => stream.write_all(frame),
+        }
+    }
+}
+
+impl Write for FrameSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            FrameSink::File(file) => file.write(buf),
+            FrameSink::Stream(stream) => stream.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            FrameSink::File(file) => file.flush(),
+            FrameSink::Stream(stream) => stream.flush(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes that differ from run to run (never a constant frame).
+    fn random_bytes(len: usize) -> Vec<u8> {
+        let mut rng = fastrand::Rng::new();
+        let bytes: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+        assert!(bytes.iter().any(|&byte| byte != bytes[0]), "random bytes came out constant");
+        bytes
+    }
+
+    /// Frames larger than one thread's share go through several threads, byte for byte, in
+    /// order, and a file that ends inside a frame says how far it got.
+    #[test]
+    fn frames_split_over_threads_read_and_write_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let frame_bytes = 2 * BYTES_PER_THREAD + 12_345;
+        let content = random_bytes(7 + 3 * frame_bytes);
+        let input = dir.path().join("in");
+        std::fs::write(&input, &content).unwrap();
+
+        let mut source = FrameSource::new(
+            content[..4].to_vec(),
+            io::BufReader::with_capacity(
+                64,
+                Source::File(PositionedFile::new(File::open(&input).unwrap(), 4, 3)),
+            ),
+        );
+        let output = dir.path().join("out");
+        let mut sink = FrameSink::file(File::create(&output).unwrap(), 3);
+        let mut line = [0; 7];
+        source.read_exact(&mut line).unwrap();
+        sink.write_all(&line).unwrap();
+        let mut frame = vec![0; frame_bytes];
+        for _ in 0..3 {
+            frame.fill(0xA5);
+            assert_eq!(source.read_frame(&mut frame).unwrap(), frame_bytes);
+            sink.write_frame(&frame).unwrap();
+        }
+        assert_eq!(source.read_frame(&mut frame).unwrap(), 0, "the file has ended");
+        drop(sink);
+        assert!(std::fs::read(&output).unwrap() == content, "the copy differs from the original");
+
+        // Cut inside the second frame: the first whole, then the bytes there are.
+        let cut = 7 + frame_bytes + BYTES_PER_THREAD + 99;
+        std::fs::write(&input, &content[..cut]).unwrap();
+        let mut source = FrameSource::new(
+            Vec::new(),
+            io::BufReader::new(Source::File(PositionedFile::new(File::open(&input).unwrap(), 7, 2))),
+        );
+        assert_eq!(source.read_frame(&mut frame).unwrap(), frame_bytes);
+        assert_eq!(source.read_frame(&mut frame).unwrap(), cut - 7 - frame_bytes);
+        assert!(frame[..cut - 7 - frame_bytes] == content[7 + frame_bytes..cut]);
+    }
+
+    #[test]
+    fn small_frames_take_one_thread_and_large_ones_several() {
+        assert_eq!(threads_for(0, 8), 1);
+        assert_eq!(threads_for(BYTES_PER_THREAD, 8), 1);
+        assert_eq!(threads_for(BYTES_PER_THREAD + 1, 8), 2);
+        assert_eq!(threads_for(50_000_000, 8), 8);
+        assert_eq!(threads_for(50_000_000, 16), 12);
+        assert_eq!(threads_for(50_000_000, 1), 1);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        assert_eq!(default_threads(), cores.min(MAX_THREADS));
+    }
+}
