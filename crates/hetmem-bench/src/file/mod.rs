@@ -8,6 +8,7 @@
 
 pub mod generate;
 pub mod storage;
+pub mod verify;
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use hetmem::error::{Error, Result};
 use hetmem::memory::{DeviceBuf, HostBuf, PinOptions};
 use hetmem::{Device, Queue};
 pub use storage::{CacheDrop, StorageRead, StorageRow};
+pub use verify::Extent;
 
 /// What `bench file` measures.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -86,6 +88,8 @@ pub struct FileRow {
     pub ran: LoadMethod,
     /// How the bytes came off storage.
     pub read_mode: ReadMode,
+    /// The size asked for (the file is the largest model that fits in it).
+    pub size: usize,
     /// The file's size in bytes.
     pub file_bytes: u64,
     /// The tensor bytes loaded.
@@ -213,7 +217,13 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
                             CacheState::Warm => warm(&path)?,
                         }
                         let loaded = stream.load_safetensors(&[&path], &|_| {})?;
-                        check_samples(device, &queue, loaded.buffer, &header)?;
+                        verify::compare_with_files(
+                            device,
+                            &queue,
+                            loaded.buffer,
+                            &[(header.data.clone(), 0)],
+                            Extent::Samples,
+                        )?;
                         seconds_all.push(loaded.report.seconds);
                         last = Some(loaded.report);
                     }
@@ -224,6 +234,7 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
                         method: *method,
                         ran: last.method,
                         read_mode: last.read_mode,
+                        size,
                         file_bytes,
                         bytes: last.bytes,
                         cache,
@@ -306,45 +317,6 @@ fn warm(path: &Path) -> Result<()> {
         readers.into_iter().try_for_each(|reader| reader.join().expect("a reader panicked"))
     })
     .map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })
-}
-
-/// Reads 1 MiB at the start, middle and end of the loaded tensors back from the device and
-/// compares it with the file.
-fn check_samples(
-    device: &Device,
-    queue: &Queue,
-    loaded: DeviceBuf<u8>,
-    header: &SafetensorsHeader,
-) -> Result<()> {
-    let len = loaded.len();
-    let sample = len.min(1 << 20);
-    let mut host = queue.lend(HostBuf::<u8>::pinned(device, sample, PinOptions::default())?);
-    let loaded = queue.share(loaded);
-    let file = std::fs::File::open(&header.path)
-        .map_err(|source| Error::Io { context: format!("opening {}", header.path.display()), source })?;
-    for at in [0, (len - sample) / 2, len - sample] {
-        queue.copy_range(&loaded, at, &mut host, 0, sample)?;
-        queue.synchronize()?;
-        let got = host.reclaim()?;
-        let mut expected = vec![0u8; sample];
-        file.read_exact_at(&mut expected, header.data.offset + at as u64)
-            .map_err(|source| Error::Io { context: format!("reading {}", header.path.display()), source })?;
-        if let Some(index) = got.as_slice().iter().zip(&expected).position(|(a, b)| a != b) {
-            return Err(Error::ResultMismatch {
-                what: "a loaded file",
-                detail: format!(
-                    "byte {} of the tensors: {} on the device, {} in the file",
-                    at + index,
-                    got.as_slice()[index],
-                    expected[index]
-                ),
-            });
-        }
-        host = queue.lend(got);
-    }
-    host.reclaim()?;
-    loaded.reclaim()?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub(crate) const DIRECT_ALIGN: u64 = 4096;
 
 /// A byte range of a file, read as one part of a stream.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FileRange {
     /// The file.
     pub path: PathBuf,

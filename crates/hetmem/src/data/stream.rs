@@ -64,6 +64,19 @@ impl std::fmt::Display for LoadMethod {
     }
 }
 
+impl std::str::FromStr for LoadMethod {
+    type Err = Error;
+
+    /// A method by its [`LoadMethod::name`], in any case, `_` for `-`.
+    fn from_str(text: &str) -> Result<LoadMethod> {
+        let wanted = text.trim().to_ascii_lowercase().replace('_', "-");
+        LoadMethod::ALL.into_iter().find(|method| method.name() == wanted).ok_or_else(|| {
+            let names: Vec<&str> = LoadMethod::ALL.iter().map(|method| method.name()).collect();
+            Error::invalid("load method", format!("{text:?}: expected one of {}", names.join(", ")))
+        })
+    }
+}
+
 /// The tunables of a [`FileStream`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -553,6 +566,16 @@ fn auto_route(resident: Option<f64>, windows_allowed: bool) -> (Route, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn method_names_round_trip() {
+        for method in LoadMethod::ALL {
+            assert_eq!(method.name().parse::<LoadMethod>().unwrap(), method);
+        }
+        assert_eq!("Staged_Direct".parse::<LoadMethod>().unwrap(), LoadMethod::StagedDirect);
+        let error = "teleport".parse::<LoadMethod>().unwrap_err().to_string();
+        assert!(error.contains("\"teleport\"") && error.contains("staged-direct"), "{error}");
+    }
 
     #[test]
     fn auto_maps_cached_files_and_reads_the_others_past_the_cache() {
