@@ -129,10 +129,12 @@ impl ValueEnum for LoadMethodName {
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
         let help = match self.0 {
-            LoadMethod::Auto => "windows where the page cache holds the files, else staged-direct",
+            LoadMethod::Auto => "staged where the page cache holds the files, else staged-direct",
             LoadMethod::Staged => "read through the page cache into pinned staging, copied",
             LoadMethod::StagedDirect => "read with O_DIRECT into pinned staging, copied",
-            LoadMethod::Windows => "the page cache's pages registered in place, copied",
+            LoadMethod::Windows => {
+                "the page cache's pages registered in place (the driver pins each page), copied"
+            }
         };
         Some(PossibleValue::new(self.0.name()).help(help))
     }

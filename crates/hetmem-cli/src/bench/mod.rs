@@ -149,7 +149,7 @@ enum What {
         /// without it, or where not allowed, the file's own pages (posix_fadvise DONTNEED).
         #[arg(long)]
         drop_caches: bool,
-        /// Reader threads of each load. Default: the CPUs, at most 8.
+        /// Reader threads of each load. Default: the CPUs, at most 16.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
         threads: Option<u32>,
         /// Bytes per read and copy (a multiple of 4 KiB).

@@ -4,8 +4,8 @@
 //! | method | bytes come | CPU copies | best where |
 //! |---|---|---|---|
 //! | [`LoadMethod::StagedDirect`] | from storage by `O_DIRECT` into pinned staging | none | the file is not cached |
-//! | [`LoadMethod::Staged`] | from the page cache (or storage) by `pread` into pinned staging | one | `O_DIRECT` is refused, or the file is cached |
-//! | [`LoadMethod::Windows`] | the page cache's pages, registered in place | none | the file is cached |
+//! | [`LoadMethod::Staged`] | from the page cache (or storage) by `pread` into pinned staging | one | the file is cached |
+//! | [`LoadMethod::Windows`] | the page cache's pages, registered in place | none | a cached file read many times per registration |
 //! | [`LoadMethod::Auto`] | chosen by sampling what the page cache holds ([`resident_fraction`]) | | |
 //!
 //! Every method reads with several threads into a ring of buffers, and the copies to the GPU
