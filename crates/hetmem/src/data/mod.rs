@@ -12,13 +12,15 @@
 //! (or a stage's kernels) run while the next pieces are read. `hetmem bench file` measures each
 //! on a machine, against the storage's own rate.
 
+mod method;
 mod residency;
 mod safetensors;
 mod source;
 mod stream;
 mod windows;
 
+pub use method::{LoadMethod, LoadReport, StreamOptions};
 pub use residency::resident_fraction;
 pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry};
 pub use source::{FileRange, ReadMode};
-pub use stream::{Chunk, ChunkData, FileStream, LoadMethod, LoadReport, StreamOptions};
+pub use stream::{Chunk, ChunkData, FileStream};

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::method::LoadReport;
 use super::source::FileRange;
-use super::stream::{FileStream, LoadReport};
+use super::stream::FileStream;
 use crate::error::{Error, Result};
 use crate::memory::DeviceBuf;
 
