@@ -39,8 +39,9 @@ pub struct FileOptions {
     /// Try `/proc/sys/vm/drop_caches` (root) before a cold run; else, and where it fails,
     /// `posix_fadvise(DONTNEED)` on the file.
     pub drop_caches: bool,
-    /// The stream's tunables (its method is replaced by each measured one).
-    pub stream: StreamOptions,
+    /// The stream's tunables to measure, each with every method (whose own method field is
+    /// replaced by the measured one): several to find the best threads, chunk and depth.
+    pub tunings: Vec<StreamOptions>,
     /// Threads of the storage ceiling's many-stream reads.
     pub storage_streams: usize,
     /// Bytes of the file the storage ceiling reads (each of its four reads).
@@ -57,7 +58,7 @@ impl FileOptions {
             repeats: 1,
             keep: false,
             drop_caches: true,
-            stream: StreamOptions::default(),
+            tunings: vec![StreamOptions::default()],
             storage_streams: 8,
             ceiling_bytes: 8 << 30,
         }
@@ -86,6 +87,12 @@ pub struct FileRow {
     pub method: LoadMethod,
     /// The method that ran (what `auto` chose).
     pub ran: LoadMethod,
+    /// Reader threads.
+    pub threads: usize,
+    /// Bytes per read and copy.
+    pub chunk_bytes: usize,
+    /// Staging buffers (or windows) in flight.
+    pub ring_depth: usize,
     /// How the bytes came off storage.
     pub read_mode: ReadMode,
     /// The size asked for (the file is the largest model that fits in it).
@@ -150,8 +157,12 @@ pub struct FileReport {
 /// No sizes or methods; a file that cannot be written or read; a load failing or landing wrong
 /// bytes ([`Error::ResultMismatch`]).
 pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) -> Result<FileReport> {
-    if options.sizes.is_empty() || options.methods.is_empty() || options.repeats == 0 {
-        return Err(Error::invalid("bench file", "give at least one size, one method and one repeat"));
+    if options.sizes.is_empty()
+        || options.methods.is_empty()
+        || options.tunings.is_empty()
+        || options.repeats == 0
+    {
+        return Err(Error::invalid("bench file", "give at least one size, method, tuning and repeat"));
     }
     std::fs::create_dir_all(&options.dir)
         .map_err(|source| Error::Io { context: format!("creating {}", options.dir.display()), source })?;
@@ -165,15 +176,14 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
         .find(|&size| size as u64 >= options.ceiling_bytes)
         .or(options.sizes.iter().copied().max())
         .expect("sizes is not empty");
-    let mut streams = options
-        .methods
-        .iter()
-        .map(|&method| {
-            let stream = FileStream::new(device, &queue, StreamOptions { method, ..options.stream })?;
+    let mut streams = Vec::new();
+    for tuning in &options.tunings {
+        for &method in &options.methods {
+            let stream = FileStream::new(device, &queue, StreamOptions { method, ..*tuning })?;
             // SAFETY: the benchmark's own files, which nothing modifies while they are read.
-            Ok((method, unsafe { stream.allow_windows() }))
-        })
-        .collect::<Result<Vec<_>>>()?;
+            streams.push((method, unsafe { stream.allow_windows() }));
+        }
+    }
     let mut report = FileReport {
         device: device.name(),
         options: options.clone(),
@@ -208,7 +218,14 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
             }
             for cache in [CacheState::Cold, CacheState::Warm] {
                 for (method, stream) in &mut streams {
-                    status(&format!("{} {method}, {:?} cache", generate::file_name(size), cache));
+                    let tuning = stream.options();
+                    status(&format!(
+                        "{} {method}, {} threads, {} chunks, {:?} cache",
+                        generate::file_name(size),
+                        tuning.threads,
+                        crate::sizes::format(tuning.chunk_bytes),
+                        cache
+                    ));
                     let mut seconds_all = Vec::new();
                     let mut last = None;
                     for _ in 0..options.repeats {
@@ -233,6 +250,9 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
                     report.rows.push(FileRow {
                         method: *method,
                         ran: last.method,
+                        threads: tuning.threads,
+                        chunk_bytes: tuning.chunk_bytes,
+                        ring_depth: tuning.ring_depth,
                         read_mode: last.read_mode,
                         size,
                         file_bytes,
@@ -332,17 +352,24 @@ mod tests {
             sizes: vec![1 << 20, 3 << 20],
             ceiling_bytes: 2 << 20,
             storage_streams: 2,
-            stream: StreamOptions {
-                threads: 2,
-                chunk_bytes: 256 << 10,
-                ring_depth: 3,
-                ..StreamOptions::default()
-            },
+            tunings: [(2, 256 << 10), (3, 64 << 10)]
+                .map(|(threads, chunk_bytes)| StreamOptions {
+                    threads,
+                    chunk_bytes,
+                    ring_depth: 3,
+                    ..StreamOptions::default()
+                })
+                .to_vec(),
             drop_caches: false,
             ..FileOptions::quick(dir.path())
         };
         let report = measure(&device, &options, &|_| {}).unwrap();
-        assert_eq!(report.rows.len(), 2 * LoadMethod::ALL.len() * 2);
+        assert_eq!(
+            report.rows.len(),
+            2 * 2 * LoadMethod::ALL.len() * 2,
+            "sizes x tunings x methods x caches"
+        );
+        assert!(report.rows.iter().any(|row| row.threads == 3 && row.chunk_bytes == 64 << 10));
         assert!(
             report.rows.iter().all(|row| row.gb_per_s > 0.0 && row.ran != LoadMethod::Auto),
             "{:?}",

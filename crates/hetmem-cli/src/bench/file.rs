@@ -17,7 +17,19 @@ pub fn tables(report: &FileReport) -> Vec<Table> {
     let mut loads = Table::new(
         LOADS_TABLE,
         format!("a safetensors file into {} (best of {}), GB/s", report.device, report.options.repeats),
-        &["method", "ran", "size", "cache", "GB/s", "seconds", "x storage", "x link", "read"],
+        &[
+            "method",
+            "ran",
+            "size",
+            "threads",
+            "chunk",
+            "cache",
+            "GB/s",
+            "seconds",
+            "x storage",
+            "x link",
+            "read",
+        ],
     );
     let ratio = |value: Option<f64>| value.map_or("-".to_string(), |value| format!("{value:.2}"));
     for row in &report.rows {
@@ -25,6 +37,8 @@ pub fn tables(report: &FileReport) -> Vec<Table> {
             row.method.to_string(),
             row.ran.to_string(),
             sizes::format(row.size).replace(' ', ""),
+            row.threads.to_string(),
+            sizes::format(row.chunk_bytes).replace(' ', ""),
             snake_name(&row.cache).unwrap_or_default(),
             format!("{:.2}", row.gb_per_s),
             format!("{:.3}", row.seconds),
@@ -44,12 +58,11 @@ pub fn tables(report: &FileReport) -> Vec<Table> {
         Some(link) => format!("link: {link:.1} GB/s (pinned host to device copies, best of 5 x 256 MiB)"),
         None => "link: none (CPU backend)".to_string(),
     });
-    loads.note(format!(
-        "stream: {} threads, {} chunks, {} in flight",
-        report.options.stream.threads,
-        sizes::format(report.options.stream.chunk_bytes),
-        report.options.stream.ring_depth
-    ));
+    if let Some(depth) = report.rows.first().map(|row| row.ring_depth) {
+        loads.note(format!(
+            "staging buffers (or windows) in flight: {depth} (twice the threads unless --depth)"
+        ));
+    }
     for file in report.files.iter().filter(|file| file.kept) {
         loads.note(format!("kept {}", file.path.display()));
     }

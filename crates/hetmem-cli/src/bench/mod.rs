@@ -149,12 +149,14 @@ enum What {
         /// without it, or where not allowed, the file's own pages (posix_fadvise DONTNEED).
         #[arg(long)]
         drop_caches: bool,
-        /// Reader threads of each load. Default: the CPUs, at most 16.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
-        threads: Option<u32>,
-        /// Bytes per read and copy (a multiple of 4 KiB).
-        #[arg(long, value_name = "SIZE", default_value = "8MiB")]
-        chunk: String,
+        /// Reader threads of each load, comma-separated to compare several (e.g. 8,16).
+        /// Default: the CPUs, at most 16.
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
+        threads: Vec<u32>,
+        /// Bytes per read and copy (multiples of 4 KiB), comma-separated to compare several
+        /// (e.g. 4MiB,16MiB,64MiB). Every threads and chunk pair is measured.
+        #[arg(long, value_name = "SIZE", value_delimiter = ',', default_value = "8MiB")]
+        chunk: Vec<String>,
         /// Staging buffers (or windows) in flight. Default: twice the threads.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
         depth: Option<u32>,
@@ -374,13 +376,26 @@ fn file_options(what: &What) -> anyhow::Result<FileOptions> {
     options.keep = *keep;
     options.drop_caches = *drop_caches;
     options.storage_streams = *storage_streams as usize;
-    let threads = threads.map_or(options.stream.threads, |threads| threads as usize);
-    options.stream = StreamOptions {
-        threads,
-        chunk_bytes: sizes::parse(chunk).context("--chunk")?,
-        ring_depth: depth.map_or(2 * threads, |depth| depth as usize),
-        ..options.stream
+    no_empty_items("--chunk", chunk, "4MiB,16MiB")?;
+    let default = StreamOptions::default();
+    let threads: Vec<usize> = if threads.is_empty() {
+        vec![default.threads]
+    } else {
+        threads.iter().map(|&n| n as usize).collect()
     };
+    let chunks =
+        chunk.iter().map(|text| sizes::parse(text).context("--chunk")).collect::<anyhow::Result<Vec<_>>>()?;
+    options.tunings = threads
+        .iter()
+        .flat_map(|&threads| {
+            chunks.iter().map(move |&chunk_bytes| StreamOptions {
+                threads,
+                chunk_bytes,
+                ring_depth: depth.map_or(2 * threads, |depth| depth as usize),
+                ..default
+            })
+        })
+        .collect();
     Ok(options)
 }
 

@@ -184,6 +184,19 @@ fn bench_file_measures_every_method_cold_and_warm_and_keeps_on_request() {
     assert_eq!(report["schema"], "hetmem.bench.file/1");
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2 * 4 * 2, "2 sizes x 4 methods x cold and warm");
+    assert!(rows.iter().all(|row| row["chunk_bytes"] == 256 << 10), "{rows:?}");
+    let sweep =
+        ["bench", "file", "--dir", files_arg, "--sizes", "1MiB", "--methods", "staged", "--threads", "1,2"];
+    let sweep =
+        json_of(&load_in(dir.path(), &[&sweep[..], &["--chunk", "128KiB,512KiB", "--json"]].concat()));
+    let tunings: Vec<(u64, u64)> = sweep["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["cache"] == "warm")
+        .map(|row| (row["threads"].as_u64().unwrap(), row["chunk_bytes"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(tunings, [(1, 128 << 10), (1, 512 << 10), (2, 128 << 10), (2, 512 << 10)], "every pair");
     for row in rows {
         assert!(row["gb_per_s"].as_f64().unwrap() > 0.0, "{row}");
         assert!(["cold", "warm"].contains(&row["cache"].as_str().unwrap()), "{row}");
