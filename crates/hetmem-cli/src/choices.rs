@@ -133,7 +133,7 @@ impl ValueEnum for LoadMethodName {
             LoadMethod::Staged => "read through the page cache into pinned staging, copied",
             LoadMethod::StagedDirect => "read with O_DIRECT into pinned staging, copied",
             LoadMethod::Windows => {
-                "the page cache's pages registered in place (the driver pins each page), copied"
+                "the page cache's pages registered in place (the driver pins each page), copied; the files must not shrink meanwhile"
             }
         };
         Some(PossibleValue::new(self.0.name()).help(help))
