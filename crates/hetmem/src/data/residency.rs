@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 /// The fraction of `ranges`' bytes the page cache holds, from `samples` 4 KiB reads spread
 /// evenly over them, each told not to wait for storage (`preadv2` with `RWF_NOWAIT`): a read
 /// that would wait finds its page uncached. `None` where the kernel cannot tell (before
-/// Linux 4.14, or a filesystem without `RWF_NOWAIT`). Costs `samples` small reads.
+/// Linux 4.14, or a filesystem without `RWF_NOWAIT`). Costs `samples` small reads; a sample
+/// that misses may start the kernel's read-ahead there (a few hundred KiB), as a read would.
 ///
 /// # Errors
 /// A file is missing or unreadable.
