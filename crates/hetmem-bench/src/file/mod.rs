@@ -34,7 +34,8 @@ pub struct FileOptions {
     /// Timed loads per cell; the best is reported (the first cold load of each cell drops the
     /// cache again before every repeat).
     pub repeats: usize,
-    /// Keep the files (`hetmem-bench-<size>.safetensors`) for the peers' script or a later run.
+    /// Keep the files this run writes (`hetmem-bench-<size>.safetensors`) for the peers' script
+    /// or a later run; files kept by an earlier run are reused and always left in place.
     pub keep: bool,
     /// Try `/proc/sys/vm/drop_caches` (root) before a cold run; else, and where it fails,
     /// `posix_fadvise(DONTNEED)` on the file.
@@ -203,7 +204,12 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
         let (path, written) = generate::ensure(&options.dir, size, index as u64 ^ 0x6865_746d_656d)?;
         let header = SafetensorsHeader::read(&path)?;
         let file_bytes = header.data.offset + header.data.len;
-        report.files.push(TestFile { path: path.clone(), bytes: file_bytes, written, kept: options.keep });
+        report.files.push(TestFile {
+            path: path.clone(),
+            bytes: file_bytes,
+            written,
+            kept: options.keep || !written,
+        });
         let outcome = (|| -> Result<()> {
             if size == ceiling_size {
                 status("measuring the storage (O_DIRECT and buffered, 1 and several streams)");
@@ -268,7 +274,8 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
             }
             Ok(())
         })();
-        if !options.keep {
+        // A file kept by an earlier run stays: only what this run wrote is removed.
+        if written && !options.keep {
             let _ = std::fs::remove_file(&path);
         }
         outcome?;
@@ -385,6 +392,12 @@ mod tests {
         assert!(report.storage.iter().any(|row| row.read == StorageRead::Buffered), "{:?}", report.storage);
         assert_eq!(report.cache_drop, Some(CacheDrop::FadviseDontneed));
         assert!(report.files.iter().all(|file| !file.path.exists()), "removed without keep");
+        let kept = generate::ensure(dir.path(), 1 << 20, 7).unwrap().0;
+        let again = measure(&device, &FileOptions { sizes: vec![1 << 20], ..options }, &|_| {}).unwrap();
+        assert!(
+            kept.exists() && again.files[0].kept && !again.files[0].written,
+            "an earlier run's file stays"
+        );
         assert_eq!(report.link_gb_per_s, None, "no link on the CPU backend");
     }
 }

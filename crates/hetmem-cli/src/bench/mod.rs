@@ -142,7 +142,8 @@ enum What {
         /// Timed loads per cell, the best reported.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
         repeats: u64,
-        /// Keep the test files (for the peers' script, or a later run).
+        /// Keep the test files this run writes (for the peers' script, or a later run); files
+        /// kept by an earlier run are reused and left in place.
         #[arg(long)]
         keep: bool,
         /// Empty the whole page cache (/proc/sys/vm/drop_caches, as root) before cold loads;
