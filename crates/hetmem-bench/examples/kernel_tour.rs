@@ -3,6 +3,7 @@
 //! racecheck, synccheck, initcheck), where a full test run would take too long.
 //!
 //! - `affine_u32` on mapped memory;
+//! - `checksum_words` on mapped memory, from an offset, with a partial last word;
 //! - `gaussian_u8` and `gaussian_u16` by every GPU strategy, and `gaussian_u8_overlap` and
 //!   `gaussian_u16_overlap` (pinned-async), on RGB frames and 4:2:0 frames whose sides are not
 //!   multiples of anything, of 8-bit and of 16-bit samples;
@@ -16,7 +17,7 @@
 //! insist on the GPU).
 
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleType, gaussian_cpu};
-use hetmem::{Device, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
+use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
 use hetmem_bench::link::{self, LinkOptions, Path};
 
 mod support;
@@ -43,6 +44,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     check("affine_u32", output.as_slice(), &want)?;
     drop((input, output));
     println!("affine_u32: equal to the CPU");
+
+    // checksum_words from byte 8 of mapped memory, ending 3 bytes into a word, into the second
+    // pair of sums.
+    let bytes: Vec<u8> = (0..(1 << 16) + 11).map(|_| rng.next_u32() as u8).collect();
+    let mut input = HostBuf::<u8>::pinned(&device, bytes.len(), PinOptions::default())?;
+    input.as_mut_slice().copy_from_slice(&bytes);
+    let input = queue.share(input);
+    let mut sums = queue.lend(DeviceBuf::<u64>::new(&device, 4)?);
+    ops::checksum(&queue, &input, 8, bytes.len() - 8, 8, &mut sums, 1)?;
+    let sums = sums.reclaim()?.to_vec()?;
+    let want = ops::checksum_cpu(&bytes[8..], 8);
+    if sums != [0, 0, want.sum, want.weighted] {
+        return Err(format!("checksum_words: {sums:x?}, the CPU {want:x?}").into());
+    }
+    drop(input);
+    println!("checksum_words: equal to the CPU");
 
     // gaussian_u8, gaussian_u16 and their overlap variants, every strategy the device has.
     let strategies =

@@ -12,6 +12,8 @@
 //! - [`doctor`]: what this machine can do, checked and explained (never fails).
 //! - [`link`]: bandwidth and latency of every way bytes cross the CPU<->GPU link;
 //!   [`compare`]: the same paths as a recommendation.
+//! - [`file`](mod@file): a file into GPU memory by every method of `hetmem::data`, cold and warm,
+//!   against the storage's and the link's own rates.
 //! - [`streaming`]: frames per second through a frame ring, by strategy.
 //! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning
 //!   and registering memory cost.
@@ -49,6 +51,7 @@ pub mod compare;
 pub mod completion;
 pub mod dataset;
 pub mod doctor;
+pub mod file;
 pub mod kernels;
 pub mod link;
 pub mod pinning;

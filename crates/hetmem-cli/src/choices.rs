@@ -11,6 +11,7 @@ use std::str::FromStr;
 use clap::ValueEnum;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
+use hetmem::data::LoadMethod;
 use hetmem::{BackendChoice, BackendKind, Strategy};
 use hetmem_bench::link::{Direction, Path as LinkPath};
 
@@ -25,6 +26,20 @@ pub struct StrategyName(pub Strategy);
 /// `--paths`: a way across the link that `bench link` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkPathName(pub LinkPath);
+
+/// `--method` of `hetmem load` and `--methods` of `bench file`: how a file reaches the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadMethodName(pub LoadMethod);
+
+static LOAD_METHODS: [LoadMethodName; LoadMethod::ALL.len()] = {
+    let mut all = [LoadMethodName(LoadMethod::Auto); LoadMethod::ALL.len()];
+    let mut at = 0;
+    while at < LoadMethod::ALL.len() {
+        all[at] = LoadMethodName(LoadMethod::ALL[at]);
+        at += 1;
+    }
+    all
+};
 
 static BACKENDS: [Backend; 3] = [
     Backend(BackendChoice::Auto),
@@ -104,6 +119,32 @@ impl ValueEnum for LinkPathName {
             Direction::Host => "host to host (no GPU)",
         };
         Some(PossibleValue::new(self.0.name()).help(help))
+    }
+}
+
+impl ValueEnum for LoadMethodName {
+    fn value_variants<'a>() -> &'a [Self] {
+        &LOAD_METHODS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self.0 {
+            LoadMethod::Auto => "staged where the page cache holds the files, else staged-direct",
+            LoadMethod::Staged => "read through the page cache into pinned staging, copied",
+            LoadMethod::StagedDirect => "read with O_DIRECT into pinned staging, copied",
+            LoadMethod::Windows => {
+                "the page cache's pages registered in place (the driver pins each page), copied; the files must not shrink meanwhile"
+            }
+        };
+        Some(PossibleValue::new(self.0.name()).help(help))
+    }
+}
+
+impl FromStr for LoadMethodName {
+    type Err = hetmem::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        text.parse().map(LoadMethodName)
     }
 }
 
@@ -210,6 +251,7 @@ mod tests {
         let paths = names_parse_back::<LinkPathName>();
         assert_eq!(paths.len(), LinkPath::ALL.len());
         assert!(paths.contains(&"zero_copy_read".to_string()), "{paths:?}");
+        assert_eq!(names_parse_back::<LoadMethodName>(), ["auto", "staged", "staged-direct", "windows"]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod filter;
 mod frame_strategies;
 mod generate;
 mod json;
+mod load;
 mod logging;
 mod outputs;
 mod table;
@@ -68,6 +69,9 @@ enum Command {
     Doctor(doctor::Args),
     /// Measure this machine: completion signals, pinning, ...
     Bench(bench::Args),
+    /// Load files into GPU memory (safetensors tensor by tensor), or through a checksum kernel,
+    /// at the storage's speed: GB/s against the link's and the storage's rates.
+    Load(load::Args),
     /// Blur moving synthetic 1080p frames by every strategy the machine has, side by side.
     Demo(demo::Args),
     /// Blur images (PNG, JPEG, PPM) or video (Y4M, raw frames), from files or pipes.
@@ -103,6 +107,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Doctor(args) => doctor::run(&device()?, &args),
         Command::Bench(args) => bench::run(&device()?, choice, &args, ui, outputs),
+        Command::Load(args) => load::run(&device()?, &args, ui),
         Command::Demo(args) => demo::run(&device()?, &args, ui, outputs),
         Command::Filter(args) => filter::run(&device()?, &args, ui, outputs),
         Command::Completions(args) => generate::completions(&args),

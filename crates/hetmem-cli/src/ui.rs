@@ -20,6 +20,12 @@ impl Ui {
         self.progress(Some(steps), &template)
     }
 
+    /// Bytes on their way somewhere: a bar over `total` bytes with the rate.
+    pub fn bytes(&self, total: u64, message: impl Into<String>) -> ProgressBar {
+        let template = "{msg} {wide_bar} {bytes}/{total_bytes}, {decimal_bytes_per_sec}, {eta} left";
+        self.progress(Some(total), template).with_message(message.into())
+    }
+
     /// Frames through a filter: a bar when the count is known, else a running count.
     pub fn frames(&self, frames: Option<u64>) -> ProgressBar {
         match frames {

@@ -251,6 +251,20 @@ pub enum Error {
         /// The budget.
         limit: u64,
     },
+    /// A file's contents do not follow its format (a safetensors header that is truncated, not
+    /// JSON, or points past the end of the file).
+    #[error(
+        "{}: not a valid {format} file: {problem}; remedy: check the file is complete (re-download or re-save it)",
+        .path.display()
+    )]
+    MalformedFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The format expected, e.g. `safetensors`.
+        format: &'static str,
+        /// What is wrong, from the format's parser.
+        problem: String,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {

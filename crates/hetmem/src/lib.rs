@@ -20,6 +20,8 @@
 //!   the hand-off and built on it.
 //! - [`ops`]: operations with a GPU and a CPU path; [`kernels`]: their CUDA sources, compiled
 //!   by NVRTC on first use and cached on disk.
+//! - [`data`]: files on their way to the GPU: streamed reads into pinned staging, windows
+//!   registered in place, safetensors.
 //! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
 //!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
 //!
@@ -41,6 +43,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod data;
 pub mod error;
 mod faults;
 pub mod handoff;

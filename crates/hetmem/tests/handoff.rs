@@ -411,3 +411,35 @@ fn pinning_past_the_memlock_limit_fails_clearly_or_is_not_limited() {
         );
     }
 }
+
+/// `Queue::copy_range`: a part of one buffer lands at its offset in another, host to device and
+/// back, nothing else written; ranges past either end are refused by name.
+#[test]
+fn copy_range_moves_exactly_the_range() {
+    crate::support::on_every_backend("copy_range_moves_exactly_the_range", |device| {
+        let queue = Queue::new(device).unwrap();
+        let words = random_words(1000);
+        let mut source = HostBuf::<u32>::pinned(device, words.len(), PinOptions::default()).unwrap();
+        source.as_mut_slice().copy_from_slice(&words);
+        let source = queue.share(source);
+        let mut middle = hetmem::DeviceBuf::<u32>::new(device, 700).unwrap();
+        middle.copy_from_slice(&[POISON; 700]).unwrap();
+        let mut middle = queue.lend(middle);
+        queue.copy_range(&source, 123, &mut middle, 50, 600).unwrap();
+        let error = queue.copy_range(&source, 500, &mut middle, 0, 501).unwrap_err().to_string();
+        assert!(error.contains("source element 500") && error.contains("1000"), "{error}");
+        let error = queue.copy_range(&source, 0, &mut middle, 101, 600).unwrap_err().to_string();
+        assert!(error.contains("destination element 101") && error.contains("700"), "{error}");
+        let mut back = HostBuf::<u32>::pinned(device, 700, PinOptions::default()).unwrap();
+        back.as_mut_slice().fill(POISON);
+        let middle = middle.reclaim().unwrap();
+        let middle = queue.share(middle);
+        let mut back = queue.lend(back);
+        queue.copy_range(&middle, 0, &mut back, 0, 700).unwrap();
+        let back = back.reclaim().unwrap();
+        let mut expected = vec![POISON; 700];
+        expected[50..650].copy_from_slice(&words[123..723]);
+        assert_eq!(first_mismatch(back.as_slice(), &expected), None);
+        drop((middle, source));
+    });
+}

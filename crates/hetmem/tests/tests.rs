@@ -7,6 +7,7 @@ mod cuda_smoke;
 mod cudarc_interop;
 mod doorbell;
 mod faults;
+mod file_stream;
 mod filter_strategies;
 mod handoff;
 mod kernel_compile;

@@ -6,6 +6,7 @@
 //! exist already are refused before anything is measured, unless `-y`.
 
 mod dataset;
+mod file;
 mod link;
 mod pipeline;
 mod plot;
@@ -17,12 +18,14 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use hetmem::backend::DeviceSelection;
+use hetmem::data::StreamOptions;
 use hetmem::{BackendChoice, Device, Queue, Strategy};
 use hetmem_bench::dataset::{Backing, DatasetOptions};
+use hetmem_bench::file::FileOptions;
 use hetmem_bench::link::LinkOptions;
 use hetmem_bench::{compare, completion, pinning, sizes};
 
-use crate::choices::{self, LinkPathName, StrategyName};
+use crate::choices::{self, LinkPathName, LoadMethodName, StrategyName};
 use crate::json::{self, Schema};
 use crate::outputs::Outputs;
 use crate::table::Table;
@@ -117,6 +120,52 @@ enum What {
         /// Samples per signal.
         #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         samples: u64,
+    },
+    /// A file into GPU memory: GB/s against its size, cold and warm, by every method of
+    /// `hetmem load`, beside the storage's and the link's own rates.
+    ///
+    /// Writes a safetensors file with Llama 3 8B's tensor shapes (random bytes) for each size
+    /// into --dir, named hetmem-bench-<size>.safetensors (e.g. hetmem-bench-8GiB.safetensors),
+    /// and removes it after unless --keep; a kept file of the same shapes is reused.
+    File {
+        /// The folder for the test files (on the storage to measure). Needs the largest size
+        /// free.
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
+        dir: PathBuf,
+        /// 64 MiB and 256 MiB only (a check that everything runs).
+        #[arg(long)]
+        quick: bool,
+        /// File sizes, comma-separated (e.g. 1GiB,8GiB). Default: 1GiB to 32GiB, doubling.
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<String>,
+        /// Methods, comma-separated (default: all).
+        #[arg(long, value_delimiter = ',', value_parser = choices::by_library::<LoadMethodName>())]
+        methods: Vec<LoadMethodName>,
+        /// Timed loads per cell, the best reported.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+        repeats: u64,
+        /// Keep the test files this run writes (for the peers' script, or a later run); files
+        /// kept by an earlier run are reused and left in place.
+        #[arg(long)]
+        keep: bool,
+        /// Empty the whole page cache (/proc/sys/vm/drop_caches, as root) before cold loads;
+        /// without it, or where not allowed, the file's own pages (posix_fadvise DONTNEED).
+        #[arg(long)]
+        drop_caches: bool,
+        /// Reader threads of each load, comma-separated to compare several (e.g. 8,16).
+        /// Default: the CPUs, at most 16.
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
+        threads: Vec<u32>,
+        /// Bytes per read and copy (multiples of 4 KiB), comma-separated to compare several
+        /// (e.g. 4MiB,16MiB,64MiB). Every threads and chunk pair is measured.
+        #[arg(long, value_name = "SIZE", value_delimiter = ',', default_value = "8MiB")]
+        chunk: Vec<String>,
+        /// Staging buffers (or windows) in flight. Default: twice the threads.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        depth: Option<u32>,
+        /// Threads of the storage's many-stream reads.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+        storage_streams: u32,
     },
     /// Pinning cost by method and size, CPU access to pinned memory, and pool reuse.
     Pinning {
@@ -250,6 +299,15 @@ pub fn run(
             spinner.finish_and_clear();
             emit.all(&report, &[dataset::table(&report)], |_| Ok(Vec::new()))
         }
+        What::File { .. } => {
+            let options = file_options(&args.what)?;
+            let spinner = ui.spinner("bench file");
+            let report =
+                hetmem_bench::file::measure(device, &options, &|step| spinner.set_message(step.to_string()))
+                    .context("file benchmark")?;
+            spinner.finish_and_clear();
+            emit.all(&report, &file::tables(&report), |_| Ok(Vec::new()))
+        }
         What::Pinning { quick } => {
             require_gpu(device)?;
             let (sizes, repeats): (&[usize], usize) =
@@ -302,6 +360,7 @@ impl Files {
             What::Dataset { .. } => {
                 ("dataset", "hetmem.bench.dataset/1", names(&[dataset::TABLE]), Vec::new())
             }
+            What::File { .. } => ("file", "hetmem.bench.file/1", names(&file::TABLES), Vec::new()),
             What::Pinning { .. } => (
                 "pinning",
                 "hetmem.bench.pinning/1",
@@ -352,6 +411,59 @@ fn link_options(
         options.repeats = repeats as usize;
     }
     options.validate()?;
+    Ok(options)
+}
+
+/// The file benchmark's options from the command line.
+fn file_options(what: &What) -> anyhow::Result<FileOptions> {
+    let What::File {
+        dir,
+        quick,
+        sizes: sizes_given,
+        methods,
+        repeats,
+        keep,
+        drop_caches,
+        threads,
+        chunk,
+        depth,
+        storage_streams,
+    } = what
+    else {
+        unreachable!("called for bench file only")
+    };
+    no_empty_items("--sizes", sizes_given, "1GiB,8GiB")?;
+    let mut options = if *quick { FileOptions::quick(dir) } else { FileOptions::full(dir) };
+    if !sizes_given.is_empty() {
+        options.sizes = sizes_given.iter().map(|text| sizes::parse(text)).collect::<Result<_, _>>()?;
+    }
+    if !methods.is_empty() {
+        options.methods = methods.iter().map(|method| method.0).collect();
+    }
+    options.repeats = *repeats as usize;
+    options.keep = *keep;
+    options.drop_caches = *drop_caches;
+    options.storage_streams = *storage_streams as usize;
+    no_empty_items("--chunk", chunk, "4MiB,16MiB")?;
+    let default = StreamOptions::default();
+    let threads: Vec<usize> = if threads.is_empty() {
+        vec![default.threads]
+    } else {
+        threads.iter().map(|&n| n as usize).collect()
+    };
+    let chunks =
+        chunk.iter().map(|text| sizes::parse(text).context("--chunk")).collect::<anyhow::Result<Vec<_>>>()?;
+    options.tunings = threads
+        .iter()
+        .flat_map(|&threads| {
+            chunks.iter().map(move |&chunk_bytes| StreamOptions {
+                threads,
+                chunk_bytes,
+                ring_depth: depth.map_or(2 * threads, |depth| depth as usize),
+                ..default
+            })
+        })
+        .collect();
     Ok(options)
 }
 

@@ -7,6 +7,7 @@
 //! progress, `-y`, JSON schemas, CSV) have their own module.
 
 mod habits;
+mod load;
 
 use std::process::{Command, Output};
 

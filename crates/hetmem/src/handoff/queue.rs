@@ -364,6 +364,63 @@ impl Queue {
         Ok(())
     }
 
+    /// Queues a copy of `len` elements of `src` from element `src_offset` into `dst` at element
+    /// `dst_offset`: a part of a buffer, as when a file arrives chunk by chunk in staging
+    /// buffers and lands at its place in one device allocation. The same memory rules as
+    /// [`Queue::copy`].
+    ///
+    /// # Errors
+    /// A range past the end of either buffer, leases of another queue, memory the device
+    /// cannot reach, or the driver's error.
+    pub fn copy_range<S, D>(
+        &self,
+        src: &S,
+        src_offset: usize,
+        dst: &mut Lent<D>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()>
+    where
+        S: Lease,
+        D: WritableBuffer<Elem = <S::Buf as Buffer>::Elem>,
+    {
+        for (what, offset, buffer_len) in
+            [("source", src_offset, src.len()), ("destination", dst_offset, dst.len())]
+        {
+            if offset.checked_add(len).is_none_or(|end| end > buffer_len) {
+                return Err(Error::invalid(
+                    "copy range",
+                    format!("{len} elements from {what} element {offset} pass the end of its {buffer_len}"),
+                ));
+            }
+        }
+        self.check_owner(src)?;
+        self.check_owner(dst)?;
+        let elem = size_of::<<S::Buf as Buffer>::Elem>();
+        match &self.core.backend {
+            QueueBackend::Cpu => {
+                crate::faults::fail(FaultPoint::Copy)?;
+                src.cpu_read(|from| {
+                    dst.cpu_write(|to| {
+                        to[dst_offset..dst_offset + len].copy_from_slice(&from[src_offset..src_offset + len])
+                    })
+                })??
+            }
+            QueueBackend::Cuda { .. } if len == 0 => {}
+            QueueBackend::Cuda { .. } => {
+                let from = self.copy_address(src)? + (src_offset * elem) as u64;
+                let to = self.copy_address(dst)? + (dst_offset * elem) as u64;
+                self.core.submit(&[src.state(), dst.state()], |stream| {
+                    // SAFETY: both ranges were checked to lie inside their buffers, owned by
+                    // leases of this queue that record a fence after the copy (`submit`) and so
+                    // outlive it; `dst` is exclusively lent.
+                    unsafe { stream.copy_async(to, from, len * elem) }
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Queues `work` (which may fan out to other streams, provided it joins them back into the
     /// queue's stream before returning) and records a fence after it on every lease in
     /// `leases`: for hetmem's ops that queue several operations as one unit.

@@ -117,9 +117,18 @@ pub static FAULT: KernelSource = KernelSource {
     options: &[],
 };
 
+/// Position-weighted sums of a byte range's 32-bit words: the checksum stage of `hetmem load`.
+pub static CHECKSUM: KernelSource = KernelSource {
+    name: "checksum",
+    source: include_str!("../../kernels/checksum.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/checksum.ptx")),
+    entry_points: &["checksum_words"],
+    options: &[],
+};
+
 /// Every kernel source in hetmem; the compile check builds each of them. (The benchmark's
 /// kernels are hetmem-bench's.)
-pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &DOORBELL, &FAULT];
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &DOORBELL, &FAULT, &CHECKSUM];
 
 /// The cache set by [`set_cache`]; `None` for [`KernelCache::user_default`].
 static CACHE: RwLock<Option<KernelCache>> = RwLock::new(None);

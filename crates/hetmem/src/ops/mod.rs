@@ -2,6 +2,8 @@
 //! CPU backend and the reference the GPU path is tested against.
 
 mod affine;
+mod checksum;
 pub mod gaussian;
 
 pub use affine::{affine_u32, affine_u32_cpu};
+pub use checksum::{Checksum, checksum, checksum_cpu};

@@ -1,0 +1,26 @@
+//! Files and data sets on their way to a GPU: streamed reads into pinned staging, windows of
+//! the page cache registered in place, and safetensors files loaded tensor by tensor.
+//!
+//! | method | bytes come | CPU copies | best where |
+//! |---|---|---|---|
+//! | [`LoadMethod::StagedDirect`] | from storage by `O_DIRECT` into pinned staging | none | the file is not cached |
+//! | [`LoadMethod::Staged`] | from the page cache (or storage) by `pread` into pinned staging | one | the file is cached |
+//! | [`LoadMethod::Windows`] | the page cache's pages, registered in place | none | a cached file read many times per registration |
+//! | [`LoadMethod::Auto`] | chosen by sampling what the page cache holds ([`resident_fraction`]) | | |
+//!
+//! Every method reads with several threads into a ring of buffers, and the copies to the GPU
+//! (or a stage's kernels) run while the next pieces are read. `hetmem bench file` measures each
+//! on a machine, against the storage's own rate.
+
+mod method;
+mod residency;
+mod safetensors;
+mod source;
+mod stream;
+mod windows;
+
+pub use method::{LoadMethod, LoadReport, StreamOptions};
+pub use residency::resident_fraction;
+pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry};
+pub use source::{FileRange, ReadMode};
+pub use stream::{Chunk, ChunkData, FileStream};

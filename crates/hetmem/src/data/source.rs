@@ -1,0 +1,278 @@
+//! The files a stream reads: byte ranges, cut into pieces of at most one staging chunk, and read
+//! with `O_DIRECT` where the filesystem allows it, through the page cache otherwise.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use crate::error::{Error, Result};
+
+/// The alignment `O_DIRECT` reads keep (offsets, lengths and buffer addresses): the largest
+/// logical block size of common devices. Staging buffers are page-aligned.
+pub(crate) const DIRECT_ALIGN: u64 = 4096;
+
+/// A byte range of a file, read as one part of a stream.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct FileRange {
+    /// The file.
+    pub path: PathBuf,
+    /// The first byte.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: u64,
+}
+
+impl FileRange {
+    /// All of the file at `path`.
+    ///
+    /// # Errors
+    /// The file is missing or unreadable, or is not a regular file.
+    pub fn whole(path: impl AsRef<Path>) -> Result<FileRange> {
+        let path = path.as_ref();
+        let metadata = std::fs::metadata(path)
+            .map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })?;
+        if !metadata.is_file() {
+            return Err(Error::invalid("file", format!("{} is not a regular file", path.display())));
+        }
+        Ok(FileRange { path: path.to_path_buf(), offset: 0, len: metadata.len() })
+    }
+}
+
+/// How a stream's bytes came off storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize), serde(rename_all = "snake_case"))]
+pub enum ReadMode {
+    /// `O_DIRECT`: from the device into the staging buffers, past the page cache.
+    Direct,
+    /// Through the page cache (`pread`, with sequential read-ahead advised).
+    Buffered,
+    /// Not read: the page cache's pages were mapped and registered in place.
+    Mapped,
+}
+
+impl std::fmt::Display for ReadMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadMode::Direct => "O_DIRECT",
+            ReadMode::Buffered => "buffered",
+            ReadMode::Mapped => "mapped",
+        })
+    }
+}
+
+/// One piece of a stream: at most one staging chunk of one range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    /// The range's index.
+    pub source: usize,
+    /// Where the piece starts in the file.
+    pub file_offset: u64,
+    /// Where it starts in its range.
+    pub source_offset: u64,
+    /// Where it starts in the stream (all ranges one after another).
+    pub stream_offset: u64,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// The pieces of `ranges`, each at most `chunk` bytes, in stream order.
+pub(crate) fn plan(ranges: &[FileRange], chunk: usize) -> Vec<Piece> {
+    let mut pieces = Vec::new();
+    let mut stream_offset = 0;
+    for (source, range) in ranges.iter().enumerate() {
+        let mut source_offset = 0;
+        while source_offset < range.len {
+            let len = (range.len - source_offset).min(chunk as u64) as usize;
+            pieces.push(Piece {
+                source,
+                file_offset: range.offset + source_offset,
+                source_offset,
+                stream_offset,
+                len,
+            });
+            source_offset += len as u64;
+            stream_offset += len as u64;
+        }
+    }
+    pieces
+}
+
+/// A range's file, opened for the stream's reads.
+#[derive(Debug)]
+pub(crate) struct OpenFile {
+    path: PathBuf,
+    pub(crate) buffered: File,
+    direct: Option<File>,
+}
+
+impl OpenFile {
+    /// Opens `range`'s file, checking the range lies inside it; with `direct`, a second handle
+    /// with `O_DIRECT` where the filesystem allows it (the reason it does not is recorded in
+    /// `refused`).
+    pub(crate) fn open(range: &FileRange, direct: bool, refused: &Mutex<Option<String>>) -> Result<OpenFile> {
+        let path = &range.path;
+        let buffered = File::open(path)
+            .map_err(|source| Error::Io { context: format!("opening {}", path.display()), source })?;
+        let size = buffered
+            .metadata()
+            .map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })?
+            .len();
+        if range.offset.checked_add(range.len).is_none_or(|end| end > size) {
+            return Err(Error::invalid(
+                "file range",
+                format!(
+                    "{} bytes from byte {} of {}, a file of {size} bytes",
+                    range.len,
+                    range.offset,
+                    path.display()
+                ),
+            ));
+        }
+        // Several threads read neighbouring pieces: a doubled read-ahead window keeps the disk
+        // busy between them. Advice only: a filesystem that ignores it reads the same bytes.
+        if let Err(error) = rustix::fs::fadvise(&buffered, 0, None, rustix::fs::Advice::Sequential) {
+            tracing::debug!("posix_fadvise(SEQUENTIAL) on {}: {error}", path.display());
+        }
+        let direct = if direct {
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+                .open(path)
+            {
+                Ok(file) => Some(file),
+                Err(error) => {
+                    let reason =
+                        format!("{} refuses O_DIRECT ({error}): read through the page cache", path.display());
+                    tracing::debug!("{reason}");
+                    refused.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(reason);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Ok(OpenFile { path: path.clone(), buffered, direct })
+    }
+
+    /// Whether reads of this file go past the page cache.
+    pub(crate) fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Reads `piece` into `buf` (at least `piece.len + DIRECT_ALIGN` bytes, page-aligned) and
+    /// returns where in `buf` its bytes start: 0 through the page cache; the piece's offset past
+    /// the block below it with `O_DIRECT`, which reads whole aligned blocks. A direct read the
+    /// filesystem refuses (`EINVAL` where alignment rules differ) falls back to the page cache
+    /// and sets `direct_failed`, with the reason in `refused`.
+    pub(crate) fn read(
+        &self,
+        piece: &Piece,
+        buf: &mut [u8],
+        direct_failed: &AtomicBool,
+        refused: &Mutex<Option<String>>,
+    ) -> Result<usize> {
+        if let Some(direct) = self.direct.as_ref().filter(|_| !direct_failed.load(Ordering::Relaxed)) {
+            let start = piece.file_offset / DIRECT_ALIGN * DIRECT_ALIGN;
+            let skip = (piece.file_offset - start) as usize;
+            let end = (piece.file_offset + piece.len as u64).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+            let span = (end - start) as usize;
+            match read_fully(direct, &mut buf[..span], start, skip + piece.len) {
+                Ok(()) => return Ok(skip),
+                Err(error) if error.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+                    let reason = format!(
+                        "{} refuses O_DIRECT reads ({error}): read through the page cache",
+                        self.path.display()
+                    );
+                    tracing::debug!("{reason}");
+                    refused.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(reason);
+                    direct_failed.store(true, Ordering::Relaxed);
+                }
+                Err(source) => return Err(self.read_error(piece, source)),
+            }
+        }
+        read_fully(&self.buffered, &mut buf[..piece.len], piece.file_offset, piece.len)
+            .map_err(|source| self.read_error(piece, source))?;
+        Ok(0)
+    }
+
+    fn read_error(&self, piece: &Piece, source: std::io::Error) -> Error {
+        Error::Io {
+            context: format!("reading {} at byte {}", self.path.display(), piece.file_offset),
+            source,
+        }
+    }
+}
+
+/// Reads from `offset` into `buf` until at least `need` bytes arrived: the end of the file may
+/// come first in `buf` (an aligned direct read past it), but not before `need`.
+fn read_fully(file: &File, buf: &mut [u8], offset: u64, need: usize) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < need {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the file ended early: was it truncated while being read?",
+                ));
+            }
+            Ok(n) => got += n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(len: u64, offset: u64) -> FileRange {
+        FileRange { path: PathBuf::from("f"), offset, len }
+    }
+
+    #[test]
+    fn pieces_cover_every_range_in_order_without_gaps() {
+        let ranges = [range(10_000, 8), range(0, 0), range(4096, 0), range(1, 100)];
+        let pieces = plan(&ranges, 4096);
+        let lens: Vec<usize> = pieces.iter().map(|p| p.len).collect();
+        assert_eq!(lens, [4096, 4096, 1808, 4096, 1]);
+        assert_eq!(pieces[2].file_offset, 8 + 8192);
+        assert_eq!(pieces[3].source, 2);
+        assert_eq!(pieces[4].stream_offset, 10_000 + 4096);
+        assert_eq!(pieces[4].file_offset, 100);
+    }
+
+    /// A direct read the filesystem refuses (here: a buffer off the alignment `O_DIRECT`
+    /// needs, which the stream's own buffers never are) falls back to the page cache, says
+    /// why, and still reads the right bytes; so does a file whose filesystem refuses
+    /// `O_DIRECT` when opened.
+    #[test]
+    fn refused_direct_reads_fall_back_to_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("direct.bin");
+        let bytes: Vec<u8> = (0..3 * DIRECT_ALIGN as usize + 77).map(|_| fastrand::u8(1..)).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let range = FileRange::whole(&path).unwrap();
+        let refused = Mutex::new(None);
+        let file = OpenFile::open(&range, true, &refused).unwrap();
+        let failed = AtomicBool::new(false);
+        let piece =
+            Piece { source: 0, file_offset: 4096 + 8, source_offset: 4096 + 8, stream_offset: 0, len: 5000 };
+        let mut backing = vec![0xA5u8; 4 * DIRECT_ALIGN as usize + 4096];
+        // Off by one from any alignment the kernel could accept.
+        let misaligned = (backing.as_ptr() as usize).next_multiple_of(4096) - backing.as_ptr() as usize + 1;
+        let buf = &mut backing[misaligned..];
+        let skip = file.read(&piece, buf, &failed, &refused).unwrap();
+        assert_eq!(&buf[skip..skip + piece.len], &bytes[4104..4104 + 5000]);
+        assert!(
+            failed.load(Ordering::Relaxed) || !file.is_direct(),
+            "a misaligned direct read cannot succeed"
+        );
+        let reason = refused.lock().unwrap().clone().expect("the fallback is reported");
+        assert!(reason.contains("direct.bin") && reason.contains("O_DIRECT"), "{reason}");
+    }
+}

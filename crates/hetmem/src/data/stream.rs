@@ -1,0 +1,415 @@
+//! [`FileStream`]: files read by several threads into a ring of pinned staging buffers (or
+//! mapped in place), each piece copied to the GPU or handed to a stage as soon as it arrives.
+//!
+//! The pipeline: reader threads take pieces in order, each waiting for a free staging buffer
+//! (or window slot), read into it and pass it on; the calling thread lends each full buffer to
+//! the queue and queues its copy (or the stage's kernel) at once; a recycler thread reclaims the
+//! buffers in queue order, which waits for each copy's fence, and frees them for the readers.
+//! Reads, copies and kernels overlap; a staging buffer is reused only after the work reading
+//! it has finished.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use super::method::{LoadMethod, LoadReport, Route, StreamOptions, auto_route};
+use super::residency::resident_fraction;
+use super::source::{DIRECT_ALIGN, FileRange, OpenFile, Piece, ReadMode, plan};
+use super::windows::map_piece;
+use crate::backend::Device;
+use crate::error::{Error, Result};
+use crate::handoff::{Lease, Lent, Queue, Shared};
+use crate::memory::{DeviceBuf, HostBuf, MappedFile, PinOptions, WritableBuffer};
+
+/// A piece of the stream where a stage may read it, lent to the stream's queue read-only.
+#[derive(Debug)]
+pub enum ChunkData<'a> {
+    /// In a pinned, mapped staging buffer, from byte `offset`.
+    Staging {
+        /// The staging buffer.
+        lease: &'a Shared<HostBuf<u8>>,
+        /// Where the piece starts in it.
+        offset: usize,
+    },
+    /// In a registered window of the file, from byte `offset`.
+    Window {
+        /// The window.
+        lease: &'a Shared<MappedFile<u8>>,
+        /// Where the piece starts in it.
+        offset: usize,
+    },
+}
+
+/// One piece of the stream, handed to a stage by [`FileStream::for_each_chunk`].
+#[derive(Debug)]
+pub struct Chunk<'a> {
+    /// The index of its range among those streamed.
+    pub source: usize,
+    /// Where it starts in its range.
+    pub source_offset: u64,
+    /// Where it starts in the stream (the ranges one after another).
+    pub stream_offset: u64,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Where its bytes are.
+    pub data: ChunkData<'a>,
+}
+
+/// Files streamed to a GPU: into device memory ([`FileStream::load`],
+/// [`FileStream::load_into`]) or through a stage that reads each piece where it lies
+/// ([`FileStream::for_each_chunk`]). Keeps its staging ring between runs.
+///
+/// # Examples
+/// ```
+/// use hetmem::data::{FileRange, FileStream, StreamOptions};
+/// use hetmem::{Device, Queue};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("weights.bin");
+/// # std::fs::write(&path, vec![7u8; 100_000]).unwrap();
+/// let device = Device::open_best()?;
+/// let queue = Queue::new(&device)?;
+/// let mut stream = FileStream::new(&device, &queue, StreamOptions::default())?;
+/// let (on_gpu, report) = stream.load(&[FileRange::whole(&path)?], &|_done| {})?;
+/// println!("{} bytes at {:.1} GB/s ({}, {})", on_gpu.len(), report.gb_per_s(), report.method, report.read_mode);
+/// # Ok::<(), hetmem::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct FileStream {
+    device: Device,
+    queue: Queue,
+    options: StreamOptions,
+    windows_allowed: bool,
+    ring: Vec<HostBuf<u8>>,
+}
+
+/// A piece on its way from a reader to the calling thread.
+enum Filled {
+    Staging(HostBuf<u8>),
+    Window(MappedFile<u8>),
+}
+
+/// A piece lent to the queue, on its way to the recycler.
+enum InFlight {
+    Staging(Shared<HostBuf<u8>>),
+    Window(Shared<MappedFile<u8>>),
+}
+
+impl FileStream {
+    /// A stream to `queue` (a queue of `device`) with `options`; the staging ring is made on
+    /// the first run that needs it.
+    ///
+    /// # Errors
+    /// No threads, no ring, or a chunk that is not a positive multiple of 4096 bytes.
+    pub fn new(device: &Device, queue: &Queue, options: StreamOptions) -> Result<FileStream> {
+        if options.threads == 0 || options.ring_depth == 0 {
+            return Err(Error::invalid("stream options", "threads and ring depth must be at least 1"));
+        }
+        if options.chunk_bytes == 0 || !(options.chunk_bytes as u64).is_multiple_of(DIRECT_ALIGN) {
+            return Err(Error::invalid(
+                "stream options",
+                format!(
+                    "a chunk of {} bytes: give a positive multiple of 4096 (O_DIRECT reads whole blocks)",
+                    options.chunk_bytes
+                ),
+            ));
+        }
+        Ok(FileStream {
+            device: device.clone(),
+            queue: queue.clone(),
+            options,
+            windows_allowed: false,
+            ring: Vec::new(),
+        })
+    }
+
+    /// Lets the stream map the files it reads ([`LoadMethod::Windows`]).
+    ///
+    /// # Safety
+    /// Every file the stream reads must not be truncated or modified while a run reads it: a
+    /// mapping of a truncated file faults (SIGBUS), as for [`MappedFile`].
+    pub unsafe fn allow_windows(mut self) -> FileStream {
+        self.windows_allowed = true;
+        self
+    }
+
+    /// The stream's options.
+    pub fn options(&self) -> StreamOptions {
+        self.options
+    }
+
+    /// Reads `ranges` one after another into a new device buffer of their total length.
+    /// `progress` hears the bytes done so far, from another thread.
+    ///
+    /// # Errors
+    /// Nothing to load (the ranges are empty); as for [`FileStream::load_into`].
+    pub fn load(
+        &mut self,
+        ranges: &[FileRange],
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<(DeviceBuf<u8>, LoadReport)> {
+        let total: u64 = ranges.iter().map(|range| range.len).sum();
+        if total == 0 {
+            return Err(Error::invalid("load", "nothing to load: the files are empty"));
+        }
+        let bytes = usize::try_from(total)
+            .map_err(|_| Error::invalid("load", "larger than this machine's address space"))?;
+        let mut dst = self.queue.lend(DeviceBuf::<u8>::new(&self.device, bytes)?);
+        let report = self.load_into(ranges, &mut dst, 0, progress)?;
+        Ok((dst.reclaim()?, report))
+    }
+
+    /// Reads `ranges` one after another into `dst` from byte `dst_offset`, each piece copied
+    /// from its staging buffer (or window) on the stream's queue as soon as it arrives; returns
+    /// once every copy has finished.
+    ///
+    /// # Errors
+    /// The ranges do not fit in `dst`; `dst` is lent to another queue; a file missing,
+    /// unreadable or shorter than its range; [`LoadMethod::Windows`] without
+    /// [`FileStream::allow_windows`]; pinning or a copy failing.
+    pub fn load_into<D: WritableBuffer<Elem = u8>>(
+        &mut self,
+        ranges: &[FileRange],
+        dst: &mut Lent<D>,
+        dst_offset: usize,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<LoadReport> {
+        let total: u64 = ranges.iter().map(|range| range.len).sum();
+        if (dst_offset as u64).checked_add(total).is_none_or(|end| end > dst.len() as u64) {
+            return Err(Error::invalid(
+                "load",
+                format!(
+                    "{total} bytes at byte {dst_offset} of a {}-byte destination: allocate more device memory",
+                    dst.len()
+                ),
+            ));
+        }
+        let queue = self.queue.clone();
+        self.run(ranges, progress, |chunk| {
+            let to = dst_offset + chunk.stream_offset as usize;
+            match chunk.data {
+                ChunkData::Staging { lease, offset } => queue.copy_range(lease, offset, dst, to, chunk.len),
+                ChunkData::Window { lease, offset } => queue.copy_range(lease, offset, dst, to, chunk.len),
+            }
+        })
+    }
+
+    /// Streams `ranges` through `stage`: each piece, as it arrives, lent read-only to the
+    /// stream's queue, for the stage to queue work that reads it in place (a kernel reading
+    /// the mapped staging buffer or window: zero-copy). The piece is reused once the work the
+    /// stage queued on the stream's queue has finished; returns once all of it has.
+    ///
+    /// # Errors
+    /// The stage's error; as for [`FileStream::load_into`].
+    pub fn for_each_chunk(
+        &mut self,
+        ranges: &[FileRange],
+        progress: &(dyn Fn(u64) + Sync),
+        stage: impl FnMut(Chunk<'_>) -> Result<()>,
+    ) -> Result<LoadReport> {
+        self.run(ranges, progress, stage)
+    }
+
+    /// The device the stream reads to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The queue the stream copies on; a stage queues its work here.
+    pub fn queue(&self) -> &Queue {
+        &self.queue
+    }
+
+    fn route(&self, ranges: &[FileRange]) -> Result<(Route, Option<String>)> {
+        match self.options.method {
+            LoadMethod::Staged => Ok((Route::Staged { direct: false }, None)),
+            LoadMethod::StagedDirect => Ok((Route::Staged { direct: true }, None)),
+            LoadMethod::Windows if self.windows_allowed => Ok((Route::Windows, None)),
+            LoadMethod::Windows => Err(Error::invalid(
+                "load method",
+                "windows maps the files: call FileStream::allow_windows (unsafe: the files must not change while read)",
+            )),
+            LoadMethod::Auto => {
+                let resident = resident_fraction(ranges, 64)?;
+                let (route, why) = auto_route(resident);
+                Ok((route, Some(why)))
+            }
+        }
+    }
+
+    fn run(
+        &mut self,
+        ranges: &[FileRange],
+        progress: &(dyn Fn(u64) + Sync),
+        mut stage: impl FnMut(Chunk<'_>) -> Result<()>,
+    ) -> Result<LoadReport> {
+        let (route, auto_reason) = self.route(ranges)?;
+        let refused = Mutex::new(None);
+        let files = ranges
+            .iter()
+            .map(|range| OpenFile::open(range, route == Route::Staged { direct: true }, &refused))
+            .collect::<Result<Vec<_>>>()?;
+        let pieces = plan(ranges, self.options.chunk_bytes);
+        let setup = Instant::now();
+        let made_ring = matches!(route, Route::Staged { .. }) && self.ring.len() < self.options.ring_depth;
+        let tokens: Vec<Option<HostBuf<u8>>> = match route {
+            Route::Staged { .. } => self.take_ring()?.into_iter().map(Some).collect(),
+            Route::Windows => (0..self.options.ring_depth).map(|_| None).collect(),
+        };
+        let setup_seconds = if made_ring { setup.elapsed().as_secs_f64() } else { 0.0 };
+        let started = Instant::now();
+        let (free_tx, free_rx) = mpsc::channel();
+        for token in tokens {
+            free_tx.send(token).expect("the receiver is alive");
+        }
+        let free_rx = Mutex::new(free_rx);
+        let (filled_tx, filled_rx) = mpsc::channel::<(Piece, Result<(Filled, usize)>)>();
+        let (lent_tx, lent_rx) = mpsc::channel::<(InFlight, usize)>();
+        let next = AtomicUsize::new(0);
+        let abort = AtomicBool::new(false);
+        let direct_failed = AtomicBool::new(false);
+        let recycled: Mutex<Option<Error>> = Mutex::new(None);
+        let mut failure = None;
+        std::thread::scope(|scope| {
+            for _ in 0..self.options.threads.min(pieces.len()) {
+                let (free_tx, filled_tx) = (free_tx.clone(), filled_tx.clone());
+                let (free_rx, next, abort, pieces, files) = (&free_rx, &next, &abort, &pieces, &files);
+                let (direct_failed, refused, device) = (&direct_failed, &refused, &self.device);
+                scope.spawn(move || {
+                    loop {
+                        let token = free_rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                        let Ok(token) = token else { return };
+                        let index = next.fetch_add(1, Ordering::Relaxed);
+                        if abort.load(Ordering::Relaxed) || index >= pieces.len() {
+                            let _ = free_tx.send(token);
+                            return;
+                        }
+                        let piece = pieces[index];
+                        let file = &files[piece.source];
+                        let filled = match (token, route) {
+                            (Some(mut buf), Route::Staged { .. }) => file
+                                .read(&piece, buf.as_mut_slice(), direct_failed, refused)
+                                .map(|skip| (Filled::Staging(buf), skip)),
+                            // SAFETY: `Route::Windows` is chosen only after `allow_windows`, whose
+                            // caller promised the files do not change while read.
+                            (None, Route::Windows) => unsafe { map_piece(device, file, &piece) }
+                                .map(|(window, skip)| (Filled::Window(window), skip)),
+                            _ => Err(Error::invalid("stream", "the run was stopped")),
+                        };
+                        if filled.is_err() {
+                            abort.store(true, Ordering::Relaxed);
+                        }
+                        if filled_tx.send((piece, filled)).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            drop(filled_tx);
+            let wake = free_tx.clone();
+            let (recycled, abort) = (&recycled, &abort);
+            scope.spawn(move || {
+                let mut done = 0u64;
+                for (lent, len) in lent_rx {
+                    let back = match lent {
+                        InFlight::Staging(lease) => lease.reclaim().map(Some),
+                        InFlight::Window(lease) => lease.reclaim().map(|_window| None),
+                    };
+                    match back {
+                        Ok(token) => {
+                            done += len as u64;
+                            progress(done);
+                            let _ = free_tx.send(token);
+                        }
+                        Err(error) => {
+                            abort.store(true, Ordering::Relaxed);
+                            recycled.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
+                            // Wakes a reader waiting for a buffer, to see the abort and stop.
+                            let _ = free_tx.send(None);
+                        }
+                    }
+                }
+            });
+            for _ in 0..pieces.len() {
+                let Ok((piece, filled)) = filled_rx.recv() else { break };
+                let (filled, skip) = match filled {
+                    Ok(filled) => filled,
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
+                };
+                let (lent, outcome) = match filled {
+                    Filled::Staging(buf) => {
+                        let lease = self.queue.share(buf);
+                        let data = ChunkData::Staging { lease: &lease, offset: skip };
+                        let outcome = stage(chunk(&piece, data));
+                        (InFlight::Staging(lease), outcome)
+                    }
+                    Filled::Window(window) => {
+                        let lease = self.queue.share(window);
+                        let data = ChunkData::Window { lease: &lease, offset: skip };
+                        let outcome = stage(chunk(&piece, data));
+                        (InFlight::Window(lease), outcome)
+                    }
+                };
+                let _ = lent_tx.send((lent, piece.len));
+                if let Err(error) = outcome {
+                    abort.store(true, Ordering::Relaxed);
+                    failure = Some(error);
+                    break;
+                }
+            }
+            // Readers still waiting for a buffer see the end; buffers held by pieces never
+            // consumed (after a failure) are dropped with the channel, so wake them by hand.
+            abort.store(true, Ordering::Relaxed);
+            for _ in 0..self.options.threads {
+                let _ = wake.send(None);
+            }
+            drop(lent_tx);
+            drop(filled_rx);
+        });
+        let free_rx = free_rx.into_inner().unwrap_or_else(PoisonError::into_inner);
+        self.ring.extend(free_rx.try_iter().flatten());
+        if let Some(error) = failure.or(recycled.into_inner().unwrap_or_else(PoisonError::into_inner)) {
+            return Err(error);
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let direct_used = files.iter().any(OpenFile::is_direct) && !direct_failed.load(Ordering::Relaxed);
+        let (method, read_mode) = match route {
+            Route::Staged { direct: true } if direct_used => (LoadMethod::StagedDirect, ReadMode::Direct),
+            Route::Staged { direct: true } => (LoadMethod::StagedDirect, ReadMode::Buffered),
+            Route::Staged { direct: false } => (LoadMethod::Staged, ReadMode::Buffered),
+            Route::Windows => (LoadMethod::Windows, ReadMode::Mapped),
+        };
+        Ok(LoadReport {
+            method,
+            read_mode,
+            direct_refused: refused.into_inner().unwrap_or_else(PoisonError::into_inner),
+            auto_reason,
+            bytes: pieces.iter().map(|piece| piece.len as u64).sum(),
+            seconds,
+            setup_seconds,
+        })
+    }
+
+    /// The staging ring, made (pinned and mapped, so stages can read it in place) to the
+    /// options' depth where an earlier run did not leave it whole.
+    fn take_ring(&mut self) -> Result<Vec<HostBuf<u8>>> {
+        let bytes = self.options.chunk_bytes + DIRECT_ALIGN as usize;
+        while self.ring.len() < self.options.ring_depth {
+            self.ring.push(HostBuf::pinned(&self.device, bytes, PinOptions::default())?);
+        }
+        Ok(std::mem::take(&mut self.ring))
+    }
+}
+
+fn chunk<'a>(piece: &Piece, data: ChunkData<'a>) -> Chunk<'a> {
+    Chunk {
+        source: piece.source,
+        source_offset: piece.source_offset,
+        stream_offset: piece.stream_offset,
+        len: piece.len,
+        data,
+    }
+}
