@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use hetmem::data::{
-    ChunkData, FileRange, FileStream, LoadReport, SafetensorsHeader, StreamOptions, TensorEntry,
+    FilePieceData, FileRange, FileStream, LoadReport, SafetensorsHeader, StreamOptions, TensorEntry,
 };
 use hetmem::ops::{Checksum, checksum, checksum_cpu};
 use hetmem::{Device, DeviceBuf, Queue};
@@ -273,10 +273,10 @@ fn checksum_stage(
     let queue = stream.queue().clone();
     let mut sums = queue.lend(DeviceBuf::<u64>::new(device, 2 * ranges.len())?);
     let report = stream.for_each_chunk(ranges, progress, |chunk| match chunk.data {
-        ChunkData::Staging { lease, offset } => {
+        FilePieceData::Staging { lease, offset } => {
             checksum(&queue, lease, offset, chunk.len, chunk.source_offset, &mut sums, chunk.source)
         }
-        ChunkData::Window { lease, offset } => {
+        FilePieceData::Window { lease, offset } => {
             checksum(&queue, lease, offset, chunk.len, chunk.source_offset, &mut sums, chunk.source)
         }
     })?;

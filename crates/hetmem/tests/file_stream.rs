@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use hetmem::data::{
-    ChunkData, FileRange, FileStream, LoadMethod, ReadMode, SafetensorsHeader, StreamOptions,
+    FilePieceData, FileRange, FileStream, LoadMethod, ReadMode, SafetensorsHeader, StreamOptions,
 };
 use hetmem::ops::{Checksum, checksum, checksum_cpu};
 use hetmem::{Device, DeviceBuf, Error, Queue};
@@ -119,7 +119,7 @@ fn the_checksum_stage_reads_pieces_in_place() {
             let queue = stream.queue().clone();
             stream
                 .for_each_chunk(&ranges, &|_| {}, |chunk| match chunk.data {
-                    ChunkData::Staging { lease, offset } => checksum(
+                    FilePieceData::Staging { lease, offset } => checksum(
                         &queue,
                         lease,
                         offset,
@@ -128,7 +128,7 @@ fn the_checksum_stage_reads_pieces_in_place() {
                         &mut sums,
                         chunk.source,
                     ),
-                    ChunkData::Window { lease, offset } => checksum(
+                    FilePieceData::Window { lease, offset } => checksum(
                         &queue,
                         lease,
                         offset,

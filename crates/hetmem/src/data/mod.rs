@@ -23,4 +23,4 @@ pub use method::{LoadMethod, LoadReport, StreamOptions};
 pub use residency::resident_fraction;
 pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry};
 pub use source::{FileRange, ReadMode};
-pub use stream::{Chunk, ChunkData, FileStream};
+pub use stream::{FilePiece, FilePieceData, FileStream};

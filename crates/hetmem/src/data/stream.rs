@@ -24,7 +24,7 @@ use crate::memory::{DeviceBuf, HostBuf, MappedFile, PinOptions, WritableBuffer};
 
 /// A piece of the stream where a stage may read it, lent to the stream's queue read-only.
 #[derive(Debug)]
-pub enum ChunkData<'a> {
+pub enum FilePieceData<'a> {
     /// In a pinned, mapped staging buffer, from byte `offset`.
     Staging {
         /// The staging buffer.
@@ -43,7 +43,7 @@ pub enum ChunkData<'a> {
 
 /// One piece of the stream, handed to a stage by [`FileStream::for_each_chunk`].
 #[derive(Debug)]
-pub struct Chunk<'a> {
+pub struct FilePiece<'a> {
     /// The index of its range among those streamed.
     pub source: usize,
     /// Where it starts in its range.
@@ -53,7 +53,7 @@ pub struct Chunk<'a> {
     /// Its length in bytes.
     pub len: usize,
     /// Where its bytes are.
-    pub data: ChunkData<'a>,
+    pub data: FilePieceData<'a>,
 }
 
 /// Files streamed to a GPU: into device memory ([`FileStream::load`],
@@ -188,8 +188,12 @@ impl FileStream {
         self.run(ranges, progress, |chunk| {
             let to = dst_offset + chunk.stream_offset as usize;
             match chunk.data {
-                ChunkData::Staging { lease, offset } => queue.copy_range(lease, offset, dst, to, chunk.len),
-                ChunkData::Window { lease, offset } => queue.copy_range(lease, offset, dst, to, chunk.len),
+                FilePieceData::Staging { lease, offset } => {
+                    queue.copy_range(lease, offset, dst, to, chunk.len)
+                }
+                FilePieceData::Window { lease, offset } => {
+                    queue.copy_range(lease, offset, dst, to, chunk.len)
+                }
             }
         })
     }
@@ -205,7 +209,7 @@ impl FileStream {
         &mut self,
         ranges: &[FileRange],
         progress: &(dyn Fn(u64) + Sync),
-        stage: impl FnMut(Chunk<'_>) -> Result<()>,
+        stage: impl FnMut(FilePiece<'_>) -> Result<()>,
     ) -> Result<LoadReport> {
         self.run(ranges, progress, stage)
     }
@@ -241,7 +245,7 @@ impl FileStream {
         &mut self,
         ranges: &[FileRange],
         progress: &(dyn Fn(u64) + Sync),
-        mut stage: impl FnMut(Chunk<'_>) -> Result<()>,
+        mut stage: impl FnMut(FilePiece<'_>) -> Result<()>,
     ) -> Result<LoadReport> {
         let (route, auto_reason) = self.route(ranges)?;
         let refused = Mutex::new(None);
@@ -342,13 +346,13 @@ impl FileStream {
                 let (lent, outcome) = match filled {
                     Filled::Staging(buf) => {
                         let lease = self.queue.share(buf);
-                        let data = ChunkData::Staging { lease: &lease, offset: skip };
+                        let data = FilePieceData::Staging { lease: &lease, offset: skip };
                         let outcome = stage(chunk(&piece, data));
                         (InFlight::Staging(lease), outcome)
                     }
                     Filled::Window(window) => {
                         let lease = self.queue.share(window);
-                        let data = ChunkData::Window { lease: &lease, offset: skip };
+                        let data = FilePieceData::Window { lease: &lease, offset: skip };
                         let outcome = stage(chunk(&piece, data));
                         (InFlight::Window(lease), outcome)
                     }
@@ -404,8 +408,8 @@ impl FileStream {
     }
 }
 
-fn chunk<'a>(piece: &Piece, data: ChunkData<'a>) -> Chunk<'a> {
-    Chunk {
+fn chunk<'a>(piece: &Piece, data: FilePieceData<'a>) -> FilePiece<'a> {
+    FilePiece {
         source: piece.source,
         source_offset: piece.source_offset,
         stream_offset: piece.stream_offset,
