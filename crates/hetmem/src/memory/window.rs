@@ -17,7 +17,9 @@ use super::claims::{Access, Claim, Claims};
 use super::page::page_size;
 use super::{Buffer, Element, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer};
 use crate::backend::Device;
-use crate::backend::cuda::{RegisterFlags, Registration};
+use std::os::unix::fs::FileExt;
+
+use crate::backend::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
 use crate::error::{Error, Result};
 
 /// A file opened for windows: [`WindowedFile::window`] maps and registers a byte range of it
@@ -188,9 +190,13 @@ impl WindowedFile {
         Ok(FileWindow { mapping, _elems: PhantomData })
     }
 
-    /// Maps the bytes `range` of the file read-write (`MAP_SHARED`), as `T`s, and registers
-    /// them with the device: kernels may read and write the window through a
-    /// [`crate::Lent`] lease, and [`FileWindowMut::flush`] writes what they wrote to the file.
+    /// The bytes `range` of the file as `T`s, read-write: kernels may read and write the
+    /// window through a [`crate::Lent`] lease, and [`FileWindowMut::flush`] writes what they
+    /// wrote to the file. On the CPU backend the range is mapped `MAP_SHARED`; on a GPU it is
+    /// read into pinned mapped memory that kernels reach in place and that flushing (or
+    /// dropping the window) writes back, because Linux will not page-lock writable shared
+    /// file pages for a device (see `staged`). Either way the window pins its bytes while it
+    /// lives.
     ///
     /// # Errors
     /// A file opened read-only; [`Error::RangeInUse`] when the range overlaps any window of
@@ -207,6 +213,9 @@ impl WindowedFile {
             ));
         }
         let claim = self.claims.claim(self.check::<T>(&range)?, Access::Write)?;
+        if let Device::Cuda(cuda) = &self.device {
+            return Ok(FileWindowMut { mapping: self.staged(cuda, range, claim)?, _elems: PhantomData });
+        }
         let offset = self.map_offset(range.start);
         let span = self.span(&range, offset)?;
         // SAFETY: as in `window`; this window overlaps no other window of the file (the
@@ -217,6 +226,38 @@ impl WindowedFile {
         let start = NonNull::new(map.as_mut_ptr()).expect("mappings are never null");
         let mapping = self.register(Mapping::ReadWrite(map), start, span, range, claim)?;
         Ok(FileWindowMut { mapping, _elems: PhantomData })
+    }
+
+    /// A read-write window on a GPU: the range read into pinned mapped memory, which kernels
+    /// read and write in place and [`FileWindowMut::flush`] (or dropping the window) writes
+    /// back. Linux refuses to page-lock writable shared file pages for long (a file system may
+    /// not see a device's writes to them), so the driver cannot register a read-write file
+    /// mapping: `cuMemHostRegister` answered `CUDA_ERROR_INVALID_VALUE` on the H200 machine.
+    fn staged(&self, cuda: &CudaDevice, range: Range<u64>, claim: Claim) -> Result<WindowMapping> {
+        let bytes = self.span(&range, range.start)?;
+        let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
+        let alloc = PinnedAlloc::new(cuda, bytes, flags)?;
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|source| io(format!("opening {} again", self.path.display()), source))?;
+        // SAFETY: the allocation is `bytes` long, page-aligned and owned here; nothing else
+        // refers to it yet.
+        let buffer = unsafe { std::slice::from_raw_parts_mut(alloc.host_ptr(), bytes) };
+        file.read_exact_at(buffer, range.start)
+            .map_err(|source| io(format!("reading bytes {range:?} of {}", self.path.display()), source))?;
+        let start = NonNull::new(alloc.host_ptr()).expect("pinned allocations are never null");
+        let device_ptr = alloc.device_ptr();
+        Ok(WindowMapping {
+            registration: None,
+            map: Arc::new(Mapping::Staged(Staged { alloc, file, offset: range.start })),
+            start,
+            lead: 0,
+            range,
+            device_ptr,
+            device_ordinal: Some(cuda.ordinal()),
+            _claim: claim,
+        })
     }
 
     /// The range, checked against the file and `T`.
@@ -318,11 +359,42 @@ fn io(context: String, source: std::io::Error) -> Error {
     Error::Io { context, source }
 }
 
-/// A window's mapping, read-only or read-write.
+/// A window's memory: a read-only or read-write mapping of the file, or, for a read-write
+/// window on a GPU, pinned memory staging the range ([`WindowedFile::window_mut`]).
 #[derive(Debug)]
 enum Mapping {
     ReadOnly(#[allow(dead_code, reason = "held only to keep the mapping until the window drops")] Mmap),
     ReadWrite(MmapMut),
+    Staged(Staged),
+}
+
+/// A read-write window's bytes in pinned mapped memory, and where they go in the file.
+#[derive(Debug)]
+struct Staged {
+    alloc: PinnedAlloc,
+    file: std::fs::File,
+    offset: u64,
+}
+
+impl Staged {
+    /// Writes `bytes` of the staging memory from `from` to the file, and waits until the file
+    /// holds them.
+    fn write_back(&self, from: usize, bytes: usize) -> std::io::Result<()> {
+        // SAFETY: `from + bytes` is within the allocation (callers pass a range of the window);
+        // no GPU work writes it now (the window is not lent: `&mut` or being dropped).
+        let data = unsafe { std::slice::from_raw_parts(self.alloc.host_ptr().add(from), bytes) };
+        self.file.write_all_at(data, self.offset + from as u64)?;
+        self.file.sync_data()
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // As a shared mapping would, the window's last contents reach the file.
+        if let Err(error) = self.write_back(0, self.alloc.len_bytes()) {
+            tracing::error!("writing a read-write file window back at byte {} failed: {error}", self.offset);
+        }
+    }
 }
 
 /// What both kinds of window hold: the mapping (from the page holding the window's first byte),
@@ -331,6 +403,7 @@ enum Mapping {
 struct WindowMapping {
     /// Holds a second reference to the mapping, so it is unmapped only after the range is
     /// unregistered (which waits while a resident kernel runs).
+    #[allow(dead_code, reason = "held only to keep the range registered until the window drops")]
     registration: Option<Registration>,
     map: Arc<Mapping>,
     /// The mapping's first byte.
@@ -370,8 +443,12 @@ impl WindowMapping {
             device: self.device_ptr,
             bytes: self.bytes(),
             device_ordinal: self.device_ordinal,
-            // The mapping is the window's own, so all its pages may be protected.
-            pages: Some((self.start, mapped.div_ceil(page_size()) * page_size())),
+            // The mapping is the window's own, so all its pages may be protected; the staging
+            // memory of a read-write window on a GPU is the driver's, so it is not.
+            pages: match *self.map {
+                Mapping::Staged(_) => None,
+                _ => Some((self.start, mapped.div_ceil(page_size()) * page_size())),
+            },
             read_only: matches!(*self.map, Mapping::ReadOnly(_)),
             portable: false,
         }
@@ -390,7 +467,8 @@ pub struct FileWindow<T> {
 }
 
 /// A read-write window of a [`WindowedFile`]: the bytes of a range as `T`s, mapped
-/// `MAP_SHARED` and registered with the GPU (plain on the CPU backend) while it lives. The CPU
+/// `MAP_SHARED` on the CPU backend, staged in pinned mapped memory on a GPU (written back by
+/// [`FileWindowMut::flush`] and when dropped; see [`WindowedFile::window_mut`]). The CPU
 /// writes it through [`FileWindowMut::as_mut_slice`], kernels through a [`crate::Lent`] lease;
 /// [`FileWindowMut::flush`] makes what both wrote durable in the file.
 ///
@@ -428,9 +506,10 @@ macro_rules! window_common {
                 unsafe { std::slice::from_raw_parts(self.mapping.host().as_ptr().cast::<T>(), self.len()) }
             }
 
-            /// Whether the window is registered with a GPU.
+            /// Whether kernels on a GPU reach the window directly: a registered mapping, or
+            /// (read-write windows) pinned memory staging the range.
             pub fn is_registered(&self) -> bool {
-                self.mapping.registration.is_some()
+                self.mapping.device_ptr.is_some()
             }
 
             /// The address kernels use for the window's first element, when registered, on the
@@ -519,10 +598,12 @@ impl<T: Element> FileWindowMut<T> {
                 byte.write_volatile(byte.read_volatile());
             }
         }
-        let Mapping::ReadWrite(map) = &*self.mapping.map else {
-            unreachable!("read-write windows hold writable mappings")
+        let synced = match &*self.mapping.map {
+            Mapping::ReadWrite(map) => map.flush_range(first, end - first),
+            Mapping::Staged(staged) => staged.write_back(own, end - own),
+            Mapping::ReadOnly(_) => unreachable!("read-write windows hold writable memory"),
         };
-        map.flush_range(first, end - first)
+        synced
             .map_err(|source| io(format!("syncing bytes {:?} of a file window", self.mapping.range), source))
     }
 }
