@@ -223,7 +223,7 @@ def main():
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--cold", type=int, default=1, help="cold runs per peer")
     parser.add_argument("--warm", type=int, default=2, help="warm runs per peer")
-    parser.add_argument("--threads", type=int, default=THREADS, help="reader threads where a peer takes a number")
+    parser.add_argument("--threads", type=int, default=16, help="reader threads where a peer takes a number")
     parser.add_argument("--json")
     args = parser.parse_args()
     global THREADS
