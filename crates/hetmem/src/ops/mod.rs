@@ -2,6 +2,7 @@
 //! CPU backend and the reference the GPU path is tested against.
 
 mod affine;
+pub mod ct;
 pub mod gaussian;
 
 pub use affine::{affine_u32, affine_u32_cpu};
