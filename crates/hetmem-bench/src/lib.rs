@@ -12,6 +12,8 @@
 //! - [`doctor`]: what this machine can do, checked and explained (never fails).
 //! - [`link`]: bandwidth and latency of every way bytes cross the CPU<->GPU link;
 //!   [`compare`]: the same paths as a recommendation.
+//! - [`ct`]: the CT computation of issue 14 with its buffers copied, mapped, hybrid and
+//!   placed by [`hetmem::placement`], against the CPU.
 //! - [`streaming`]: frames per second through a frame ring, by strategy.
 //! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning
 //!   and registering memory cost.
@@ -47,6 +49,7 @@
 
 pub mod compare;
 pub mod completion;
+pub mod ct;
 pub mod doctor;
 pub mod kernels;
 pub mod link;

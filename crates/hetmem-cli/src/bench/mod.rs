@@ -5,6 +5,7 @@
 //! `<name>.json`, `<name>.md` and a CSV per table, so one run gives every form. Files that
 //! exist already are refused before anything is measured, unless `-y`.
 
+mod ct;
 mod link;
 mod pipeline;
 mod plot;
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use hetmem::backend::DeviceSelection;
 use hetmem::{BackendChoice, Device, Queue, Strategy};
+use hetmem_bench::ct::CtOptions;
 use hetmem_bench::link::LinkOptions;
 use hetmem_bench::{compare, completion, pinning, sizes};
 
@@ -110,6 +112,42 @@ enum What {
         #[arg(long, value_delimiter = ',', default_value = "gaussian", requires = "pipelined")]
         stage: Vec<pipeline::StageChoice>,
     },
+    /// The CT case (issue 14): per-organ statistics over a sweep of HU windows, a masked
+    /// Gaussian of the liver and a maximum-intensity projection of a generated 512x512x300
+    /// phantom, with the volume and the template copied per pass, mapped, hybrid (template in
+    /// device memory) and placed by hetmem's placement, against the CPU; seconds per study.
+    Ct {
+        /// A 40x128x128 study, 2 runs.
+        #[arg(long)]
+        quick: bool,
+        /// Studies stacked into one volume (the larger-than-budget run; statistics and the
+        /// projection only).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        studies: u32,
+        /// HU windows swept (each a pass per organ).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+        windows: u32,
+        /// Timed runs per row.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+        repeats: Option<u32>,
+        /// Device memory the placements may take, e.g. 512MiB (default 8GiB).
+        #[arg(long)]
+        device_budget: Option<String>,
+        /// The link profile placement decides from: JSON of `hetmem bench link --json` (default:
+        /// measured in this run).
+        #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+        link_profile: Option<PathBuf>,
+        /// Device-memory read rate placement assumes, GB/s (bench link does not measure it).
+        #[arg(long, requires = "link_profile")]
+        device_read_gb_s: Option<f64>,
+        /// Write the maximum-intensity projection as a PNG.
+        #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+        mip: Option<PathBuf>,
+        /// Write the volume, the template and the CPU's statistics into this folder, for
+        /// bench/peers/ct_stats_torch.py.
+        #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+        write_volume: Option<PathBuf>,
+    },
     /// Time from a kernel's end to the CPU knowing, for every completion signal.
     Completion {
         /// Samples per signal.
@@ -177,6 +215,45 @@ pub fn run(
                 pipeline::plots(&reports, dir)
             })
         }
+        What::Ct {
+            quick,
+            studies,
+            windows,
+            repeats,
+            device_budget,
+            link_profile,
+            device_read_gb_s,
+            mip,
+            write_volume,
+        } => {
+            let mut options = if *quick { CtOptions::quick() } else { CtOptions::full() };
+            options.studies = *studies as usize;
+            options.windows = *windows as usize;
+            if let Some(repeats) = repeats {
+                options.repeats = *repeats as usize;
+            }
+            if let Some(budget) = device_budget {
+                options.device_budget = sizes::parse(budget).context("--device-budget")? as u64;
+            }
+            if let Some(path) = link_profile {
+                options.profile = Some(ct::profile_from_json(path, *device_read_gb_s)?);
+            }
+            outputs.check_all(
+                mip.iter().cloned().chain(write_volume.iter().flat_map(|dir| ct::volume_files(dir))),
+            )?;
+            let spinner = ui.spinner("running the CT computation every way (bench ct)");
+            let run = hetmem_bench::ct::measure(device, &options).context("ct benchmark")?;
+            spinner.finish_and_clear();
+            if let Some(path) = mip {
+                ct::write_mip(&run, path, &outputs)?;
+                ui.info(format_args!("wrote {}", path.display()));
+            }
+            if let Some(dir) = write_volume {
+                ct::write_volume(&run, dir, &outputs)?;
+                ui.info(format_args!("wrote the volume for the peer into {}", dir.display()));
+            }
+            emit.all(&run.report, &ct::tables(&run.report), |_| Ok(Vec::new()))
+        }
         What::Completion { samples } => {
             require_gpu(device)?;
             let queue = Queue::new(device)?;
@@ -229,6 +306,7 @@ impl Files {
                 let plots = tables.iter().map(|table| format!("{table}.svg")).collect();
                 ("pipeline", "hetmem.bench.pipeline/1", tables, plots)
             }
+            What::Ct { .. } => ("ct", "hetmem.bench.ct/1", names(&ct::TABLES), Vec::new()),
             What::Completion { .. } => (
                 "completion",
                 "hetmem.bench.completion/1",
