@@ -21,7 +21,7 @@ use std::time::Instant;
 use hetmem::backend::Device;
 use hetmem::error::{Error, Result};
 use hetmem::ops::ct::{
-    self, HuWindow, Organ, OrganStats, Phantom, STATS_WORDS, VolumeShape, gaussian_weights,
+    self, HuWindow, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape, gaussian_weights,
     masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
 };
 use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer, Where};
@@ -56,6 +56,18 @@ pub struct CtOptions {
     pub seed: u64,
     /// The link profile `placed` decides from; `None`: measured in this run.
     pub profile: Option<LinkProfile>,
+    /// A volume read from files, instead of the phantom (its shape replaces `shape`; labels 0 to
+    /// 6 are read as [`Organ`]s).
+    pub scan: Option<Scan>,
+}
+
+/// A volume and template read from files, for [`CtOptions::scan`].
+#[derive(Debug, Clone)]
+pub struct Scan {
+    /// What it is, for the report (the file names).
+    pub description: String,
+    /// The volume and its template.
+    pub volume: LabelledVolume,
 }
 
 impl CtOptions {
@@ -69,6 +81,7 @@ impl CtOptions {
             device_budget: 8 << 30,
             seed: 14,
             profile: None,
+            scan: None,
         }
     }
 
@@ -86,10 +99,16 @@ impl CtOptions {
     /// # Errors
     /// No studies, or a stack too large to address.
     pub fn volume(&self) -> Result<VolumeShape> {
-        let depth = self.shape.depth.checked_mul(self.studies).filter(|_| self.studies > 0);
+        let study = self.study();
+        let depth = study.depth.checked_mul(self.studies).filter(|_| self.studies > 0);
         let depth =
             depth.ok_or_else(|| Error::invalid("studies", format!("{}: give 1 or more", self.studies)))?;
-        VolumeShape::new(depth, self.shape.height, self.shape.width)
+        VolumeShape::new(depth, study.height, study.width)
+    }
+
+    /// One study's shape: the scan's, or the phantom's.
+    pub fn study(&self) -> VolumeShape {
+        self.scan.as_ref().map_or(self.shape, |scan| scan.volume.shape)
     }
 }
 
@@ -157,7 +176,7 @@ pub struct CtReport {
     /// The device.
     pub device: String,
     /// What the volume is.
-    pub volume_kind: &'static str,
+    pub volume_kind: String,
     /// One study.
     pub study: VolumeShape,
     /// Studies stacked.
@@ -194,22 +213,29 @@ pub struct CtRun {
     /// Its height.
     pub mip_height: usize,
     /// The volume and template measured, for a peer to read the same bytes.
-    pub phantom: Phantom,
+    pub phantom: LabelledVolume,
     /// The CPU's statistics, pass by pass (window-major, organs in label order).
     pub stats: Vec<OrganStats>,
 }
 
-/// The volume and template, generated: each study a phantom of its own seed.
-pub fn phantom_stack(options: &CtOptions) -> Result<Phantom> {
+/// The volume and template measured: the scan repeated, or each study a phantom of its own seed.
+pub fn volume_stack(options: &CtOptions) -> Result<LabelledVolume> {
     let volume = options.volume()?;
     let mut hu = Vec::with_capacity(volume.voxels());
     let mut labels = Vec::with_capacity(volume.voxels());
     for study in 0..options.studies {
-        let phantom = Phantom::generate(options.shape, options.seed.wrapping_add(study as u64));
-        hu.extend_from_slice(&phantom.hu);
-        labels.extend_from_slice(&phantom.labels);
+        let generated;
+        let one = match &options.scan {
+            Some(scan) => &scan.volume,
+            None => {
+                generated = LabelledVolume::phantom(options.shape, options.seed.wrapping_add(study as u64));
+                &generated
+            }
+        };
+        hu.extend_from_slice(&one.hu);
+        labels.extend_from_slice(&one.labels);
     }
-    Ok(Phantom { shape: volume, hu, labels })
+    Ok(LabelledVolume { shape: volume, hu, labels })
 }
 
 /// A link profile from a `hetmem bench link` report: the largest size measured of
@@ -279,7 +305,12 @@ struct Expected {
     mip: Vec<i16>,
 }
 
-fn cpu_run(phantom: &Phantom, windows: &[HuWindow], smoothing: bool, weights: &[f32]) -> Result<Expected> {
+fn cpu_run(
+    phantom: &LabelledVolume,
+    windows: &[HuWindow],
+    smoothing: bool,
+    weights: &[f32],
+) -> Result<Expected> {
     let mut stats = Vec::with_capacity(windows.len() * Organ::ALL.len());
     for &window in windows {
         for organ in Organ::ALL {
@@ -449,7 +480,7 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
         return Err(Error::invalid("bench ct", "give at least one window and one repeat"));
     }
     let volume = options.volume()?;
-    let phantom = phantom_stack(options)?;
+    let phantom = volume_stack(options)?;
     let windows = window_sweep(options.windows);
     let smoothing = options.studies == 1;
     let weights = gaussian_weights(SIGMA)?;
@@ -675,8 +706,11 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     }
     let report = CtReport {
         device: device.name(),
-        volume_kind: "generated anatomical phantom (not a scan)",
-        study: options.shape,
+        volume_kind: options
+            .scan
+            .as_ref()
+            .map_or("generated anatomical phantom (not a scan)".into(), |scan| scan.description.clone()),
+        study: options.study(),
         studies: options.studies,
         windows,
         passes,

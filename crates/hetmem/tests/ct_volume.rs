@@ -4,8 +4,8 @@
 //! reference (integers bit for bit, f32 within 1e-5 relative).
 
 use hetmem::ops::ct::{
-    self, HuWindow, OrganStats, Phantom, STATS_WORDS, VolumeShape, gaussian_weights, masked_gaussian_cpu,
-    mip_height_cpu, organ_stats_cpu,
+    self, HuWindow, LabelledVolume, OrganStats, STATS_WORDS, VolumeShape, gaussian_weights,
+    masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu,
 };
 use hetmem::{Device, DeviceBuf, HostBuf, PinOptions, Queue};
 
@@ -131,7 +131,7 @@ fn the_projection_equals_the_cpu_reference() {
 fn a_phantom_reads_back_the_same_through_the_gpu_path() {
     on_every_backend("a_phantom_reads_back_the_same_through_the_gpu_path", |device| {
         let shape = VolumeShape::new(30, 64, 80).unwrap();
-        let phantom = Phantom::generate(shape, fastrand::u64(..));
+        let phantom = LabelledVolume::phantom(shape, fastrand::u64(..));
         let queue = Queue::new(device).unwrap();
         let hu = queue.share(mapped(device, &phantom.hu));
         let labels = queue.share(on_device(device, &phantom.labels));

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
+use hetmem::ops::ct::{self as ct_op, LabelledVolume, VolumeShape};
 use hetmem::placement::LinkProfile;
-use hetmem_bench::ct::{ASSUMED_DEVICE_READ_GB_S, CtReport, CtRun};
+use hetmem_bench::ct::{ASSUMED_DEVICE_READ_GB_S, CtReport, CtRun, Scan};
 use image::ImageEncoder as _;
 use image::codecs::png::PngEncoder;
 
@@ -162,4 +163,63 @@ pub fn profile_from_json(path: &Path, device_read_gb_s: Option<f64>) -> anyhow::
         );
     };
     Ok(LinkProfile::new(device_read_gb_s.unwrap_or(ASSUMED_DEVICE_READ_GB_S), mapped, scattered, copy)?)
+}
+
+fn is_nifti(path: &Path) -> bool {
+    let name = path.to_string_lossy().to_ascii_lowercase();
+    name.ends_with(".nii") || name.ends_with(".nii.gz")
+}
+
+/// `--shape DEPTHxHEIGHTxWIDTH`.
+fn parse_shape(text: &str) -> anyhow::Result<VolumeShape> {
+    let sides: Vec<usize> =
+        text.split('x').map(|side| side.trim().parse()).collect::<Result<_, _>>().map_err(|_| {
+            anyhow::anyhow!("--shape {text:?}: give DEPTHxHEIGHTxWIDTH in voxels, such as 300x512x512")
+        })?;
+    let [depth, height, width] = sides[..] else {
+        bail!("--shape {text:?}: give three sides, DEPTHxHEIGHTxWIDTH, such as 300x512x512");
+    };
+    Ok(VolumeShape::new(depth, height, width)?)
+}
+
+/// `--volume` and `--labels`: NIfTI-1 files, or raw files of `--shape`.
+pub fn read_scan(volume: &Path, labels: &Path, shape: Option<&str>) -> anyhow::Result<Scan> {
+    let raw_shape = || -> anyhow::Result<VolumeShape> {
+        let Some(text) = shape else {
+            bail!(
+                "{} is not a NIfTI file (.nii, .nii.gz): give --shape DEPTHxHEIGHTxWIDTH to read it raw",
+                volume.display()
+            );
+        };
+        parse_shape(text)
+    };
+    let (hu_shape, hu) = if is_nifti(volume) {
+        ct_op::read_nifti_hu(volume)?
+    } else {
+        let shape = raw_shape()?;
+        (shape, ct_op::read_raw_hu(volume, shape)?)
+    };
+    let (labels_shape, template) = if is_nifti(labels) {
+        ct_op::read_nifti_labels(labels)?
+    } else {
+        let shape = raw_shape()?;
+        (shape, ct_op::read_raw_labels(labels, shape)?)
+    };
+    if hu_shape != labels_shape {
+        bail!(
+            "{} is {}x{}x{} but its labels {} are {}x{}x{}: give the template made for this volume",
+            volume.display(),
+            hu_shape.depth,
+            hu_shape.height,
+            hu_shape.width,
+            labels.display(),
+            labels_shape.depth,
+            labels_shape.height,
+            labels_shape.width
+        );
+    }
+    Ok(Scan {
+        description: format!("{} with labels {}", volume.display(), labels.display()),
+        volume: LabelledVolume::new(hu_shape, hu, template)?,
+    })
 }

@@ -147,6 +147,16 @@ enum What {
         /// bench/peers/ct_stats_torch.py.
         #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
         write_volume: Option<PathBuf>,
+        /// A volume of HU values instead of the phantom: NIfTI-1 (.nii, .nii.gz) or raw
+        /// little-endian i16 (with --shape).
+        #[arg(long, value_name = "FILE", requires = "labels", value_hint = clap::ValueHint::FilePath)]
+        volume: Option<PathBuf>,
+        /// Its label template (labels 0 to 6 are read as the phantom's organs): NIfTI-1 or raw u8.
+        #[arg(long, value_name = "FILE", requires = "volume", value_hint = clap::ValueHint::FilePath)]
+        labels: Option<PathBuf>,
+        /// The shape of raw files, DEPTHxHEIGHTxWIDTH (e.g. 300x512x512).
+        #[arg(long, requires = "volume")]
+        shape: Option<String>,
     },
     /// Time from a kernel's end to the CPU knowing, for every completion signal.
     Completion {
@@ -225,6 +235,9 @@ pub fn run(
             device_read_gb_s,
             mip,
             write_volume,
+            volume,
+            labels,
+            shape,
         } => {
             let mut options = if *quick { CtOptions::quick() } else { CtOptions::full() };
             options.studies = *studies as usize;
@@ -237,6 +250,9 @@ pub fn run(
             }
             if let Some(path) = link_profile {
                 options.profile = Some(ct::profile_from_json(path, *device_read_gb_s)?);
+            }
+            if let (Some(volume), Some(labels)) = (volume, labels) {
+                options.scan = Some(ct::read_scan(volume, labels, shape.as_deref())?);
             }
             outputs.check_all(
                 mip.iter().cloned().chain(write_volume.iter().flat_map(|dir| ct::volume_files(dir))),

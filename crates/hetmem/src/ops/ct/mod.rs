@@ -11,17 +11,24 @@
 //! organ passes read the template whole and the volume only where the organ is, so the
 //! template is the hot buffer.
 //!
-//! [`Phantom`] generates a volume and its template (an anatomical phantom, not a real scan).
+//! [`LabelledVolume::phantom`] generates a volume and its template (an anatomical phantom, not a
+//! real scan);
+//! [`read_raw_hu`] and [`read_raw_labels`] read raw files, and with the `nifti` feature
+//! `read_nifti_hu` and `read_nifti_labels` read NIfTI-1 files.
 
 mod mip;
 mod phantom;
 mod smooth;
 mod stats;
+mod volume_file;
 
 pub use mip::{mip_height, mip_height_cpu, window_to_gray};
-pub use phantom::{Organ, Phantom};
+pub use phantom::Organ;
 pub use smooth::{gaussian_weights, masked_gaussian, masked_gaussian_cpu};
 pub use stats::{HISTOGRAM_BINS, HuWindow, OrganStats, STATS_WORDS, organ_stats, organ_stats_cpu};
+#[cfg(feature = "nifti")]
+pub use volume_file::{read_nifti_hu, read_nifti_labels};
+pub use volume_file::{read_raw_hu, read_raw_labels};
 
 use crate::error::{Error, Result};
 
@@ -74,5 +81,28 @@ impl VolumeShape {
                 self.voxels()
             ),
         ))
+    }
+}
+
+/// A volume of HU values and its label template, of one shape.
+#[derive(Debug, Clone)]
+pub struct LabelledVolume {
+    /// Its shape.
+    pub shape: VolumeShape,
+    /// HU values, x fastest, then y (front to back), then z (head to feet).
+    pub hu: Vec<i16>,
+    /// The template: a label per voxel.
+    pub labels: Vec<u8>,
+}
+
+impl LabelledVolume {
+    /// A volume and its template.
+    ///
+    /// # Errors
+    /// Either of another size than `shape`.
+    pub fn new(shape: VolumeShape, hu: Vec<i16>, labels: Vec<u8>) -> Result<LabelledVolume> {
+        shape.check_len("volume", hu.len())?;
+        shape.check_len("label template", labels.len())?;
+        Ok(LabelledVolume { shape, hu, labels })
     }
 }

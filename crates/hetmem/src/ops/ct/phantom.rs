@@ -1,10 +1,11 @@
-//! [`Phantom`]: a generated CT volume with its organ template, deterministic from a seed.
+//! [`LabelledVolume::phantom`]: a generated CT volume with its organ template, deterministic
+//! from a seed, and the [`Organ`]s of its template.
 
 use rayon::prelude::*;
 
-use super::VolumeShape;
+use super::{LabelledVolume, VolumeShape};
 
-/// The organs of a [`Phantom`]'s template; the discriminant is the label.
+/// The organs of a phantom's template ([`LabelledVolume::phantom`]); the discriminant is the label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
@@ -70,23 +71,13 @@ impl Organ {
     }
 }
 
-/// A generated anatomical phantom (not a scan): a torso ellipse of soft tissue in air, lungs
-/// in the upper slices, liver, spleen and kidneys below them, the spine through every slice and
-/// ribs around the chest, each organ at its typical Hounsfield units with Gaussian-like noise;
-/// and the template labelling each voxel ([`Organ`]). The same seed gives the same volume.
-#[derive(Debug, Clone)]
-pub struct Phantom {
-    /// Its shape.
-    pub shape: VolumeShape,
-    /// HU values, x fastest, then y (front to back), then z (head to feet).
-    pub hu: Vec<i16>,
-    /// The template: an [`Organ`] label per voxel.
-    pub labels: Vec<u8>,
-}
-
-impl Phantom {
-    /// Generates a phantom of `shape`, slices in parallel.
-    pub fn generate(shape: VolumeShape, seed: u64) -> Phantom {
+impl LabelledVolume {
+    /// A generated anatomical phantom (not a scan) of `shape`, slices in parallel: a torso
+    /// ellipse of soft tissue in air, lungs in the upper slices, liver, spleen and kidneys below
+    /// them, the spine through every slice and ribs around the chest, each organ at its typical
+    /// Hounsfield units with Gaussian-like noise, and the template labelling each voxel
+    /// ([`Organ`]). The same seed gives the same volume.
+    pub fn phantom(shape: VolumeShape, seed: u64) -> LabelledVolume {
         let slice = shape.height * shape.width;
         let mut hu = vec![0i16; shape.voxels()];
         let mut labels = vec![0u8; shape.voxels()];
@@ -109,7 +100,7 @@ impl Phantom {
                 }
             },
         );
-        Phantom { shape, hu, labels }
+        LabelledVolume { shape, hu, labels }
     }
 }
 
@@ -195,9 +186,9 @@ mod tests {
         let shape = VolumeShape::new(24, 40, 48).unwrap();
         let seed = fastrand::u64(..);
         eprintln!("seed {seed:#x}");
-        let a = Phantom::generate(shape, seed);
-        let b = Phantom::generate(shape, seed);
-        let c = Phantom::generate(shape, seed ^ 1);
+        let a = LabelledVolume::phantom(shape, seed);
+        let b = LabelledVolume::phantom(shape, seed);
+        let c = LabelledVolume::phantom(shape, seed ^ 1);
         assert_eq!(a.hu, b.hu);
         assert_eq!(a.labels, c.labels);
         assert_ne!(a.hu, c.hu);
@@ -206,7 +197,7 @@ mod tests {
     #[test]
     fn every_organ_is_present_with_its_hounsfield_range() {
         let shape = VolumeShape::new(60, 96, 128).unwrap();
-        let phantom = Phantom::generate(shape, fastrand::u64(..));
+        let phantom = LabelledVolume::phantom(shape, fastrand::u64(..));
         for organ in Organ::ALL {
             let values: Vec<f64> = phantom
                 .labels
