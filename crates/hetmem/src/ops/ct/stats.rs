@@ -189,6 +189,18 @@ where
             hu.cpu_read(|hu| labels.cpu_read(|labels| organ_stats_cpu(hu, labels, organ, window)))???;
         return out.cpu_write(|words| words.copy_from_slice(&stats.to_words()));
     };
+    // A chunk of a buffer may start anywhere; the kernel's 16-byte loads may not.
+    for (what, address) in [("HU volume", hu.region().device), ("label template", labels.region().device)] {
+        if let Some(address) = address.filter(|address| address % 16 != 0) {
+            return Err(Error::invalid(
+                "organ statistics",
+                format!(
+                    "the {what} starts at device address {address:#x}, not a multiple of 16 bytes as the \
+                     kernel's wide loads need: give a whole buffer, or a chunk starting at a multiple of 16 bytes"
+                ),
+            ));
+        }
+    }
     let zero = kernels::kernel(device, &CT, "zero_u64")?;
     let stats = kernels::kernel(device, &CT, "organ_window_stats")?;
     let blocks = device.attributes().multiprocessor_count * 8;
@@ -206,9 +218,8 @@ where
         .write(out);
     // SAFETY: organ_window_stats(const i16* hu, const u8* labels, u64 n, u32 organ, i32 lo,
     // i32 hi, u64* out): the arguments match in order and type. It reads hu[0..n) and
-    // labels[0..n), both n long (checked above; hetmem buffers are 16-byte aligned, as its
-    // wide loads need), writes out[0..STATS_WORDS), and lo <= hi (HuWindow) keeps its bins in
-    // range.
+    // labels[0..n), both n long and 16-byte aligned (checked above), writes out[0..STATS_WORDS),
+    // and lo <= hi (HuWindow) keeps its bins in range.
     unsafe { queue.launch(&stats, LaunchConfig::linear(len.div_ceil(16), 256, blocks), args) }
 }
 
