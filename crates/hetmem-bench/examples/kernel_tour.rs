@@ -9,15 +9,21 @@
 //!   multiples of anything, of 8-bit and of 16-bit samples;
 //! - the link benchmark's `bench_read_u4`, `bench_read_strided`, `bench_write_u4` and
 //!   `bench_copy_u4` (each checked by the benchmark itself), the gate's `wait_for_go` and the
-//!   `doorbell`, through a tiny `hetmem_bench::link::measure`.
+//!   `doorbell`, through a tiny `hetmem_bench::link::measure`;
+//! - the CT kernels (`zero_u64`, `organ_window_stats`, `mask_organ`, `smooth_axis`,
+//!   `masked_finish`, `mip_height`) with the volume and template copied, mapped, hybrid and
+//!   placed, through a tiny `hetmem_bench::ct::measure` (each row checked against the CPU).
 //!
 //! `fault.cu`'s `illegal_store` is left out: it faults on purpose (hetmem's tests/faults.rs).
 //!
 //! Run with `cargo run -p hetmem-bench --example kernel_tour` (set `HETMEM_BACKEND=cuda` to
 //! insist on the GPU).
 
+use hetmem::ops::ct::VolumeShape;
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleType, gaussian_cpu};
+use hetmem::placement::LinkProfile;
 use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
+use hetmem_bench::ct::{self, CtOptions};
 use hetmem_bench::link::{self, LinkOptions, Path};
 
 mod support;
@@ -103,5 +109,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let report = link::measure(&device, &options)?;
     println!("bench kernels, gate and doorbell: {} cells checked", report.bandwidth.len());
+
+    // The CT kernels, every placement; a voxel count that is no multiple of 16, for the tails.
+    let options = CtOptions {
+        shape: VolumeShape::new(7, 21, 37)?,
+        windows: 2,
+        repeats: 1,
+        profile: Some(LinkProfile::new(3000.0, 50.0, 2.5, 55.0)?),
+        ..CtOptions::quick()
+    };
+    let run = ct::measure(&device, &options)?;
+    let ran = run.report.rows.iter().filter(|row| row.seconds_per_study.is_some()).count();
+    println!("CT kernels: {ran} placements equal to the CPU");
     Ok(())
 }

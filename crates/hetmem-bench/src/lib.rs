@@ -14,6 +14,8 @@
 //!   [`compare`]: the same paths as a recommendation.
 //! - [`file`](mod@file): a file into GPU memory by every method of `hetmem::data`, cold and warm,
 //!   against the storage's and the link's own rates.
+//! - [`ct`]: the CT computation of issue 14 with its buffers copied, mapped, hybrid and
+//!   placed by [`hetmem::placement`], against the CPU.
 //! - [`streaming`]: frames per second through a frame ring, by strategy.
 //! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning
 //!   and registering memory cost.
@@ -49,6 +51,7 @@
 
 pub mod compare;
 pub mod completion;
+pub mod ct;
 pub mod dataset;
 pub mod doctor;
 pub mod file;

@@ -24,6 +24,8 @@
 //!   registered in place, safetensors.
 //! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
 //!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
+//! - [`placement`]: which buffers of a computation go to device memory and which stay
+//!   mapped, under a budget, from a measured link profile, with a reason for each.
 //!
 //! The measurements behind `hetmem bench` and `hetmem doctor` live in their own crate,
 //! `hetmem-bench`, so a program that shares memory builds none of them.
@@ -51,6 +53,7 @@ pub mod kernels;
 pub mod memory;
 pub mod ops;
 pub mod pipeline;
+pub mod placement;
 pub mod resident;
 pub mod retry;
 pub mod stage;

@@ -5,6 +5,7 @@
 //! `<name>.json`, `<name>.md` and a CSV per table, so one run gives every form. Files that
 //! exist already are refused before anything is measured, unless `-y`.
 
+mod ct;
 mod dataset;
 mod file;
 mod link;
@@ -20,6 +21,7 @@ use anyhow::{Context as _, bail};
 use hetmem::backend::DeviceSelection;
 use hetmem::data::StreamOptions;
 use hetmem::{BackendChoice, Device, Queue, Strategy};
+use hetmem_bench::ct::CtOptions;
 use hetmem_bench::dataset::{Backing, DatasetOptions};
 use hetmem_bench::file::FileOptions;
 use hetmem_bench::link::LinkOptions;
@@ -114,6 +116,52 @@ enum What {
         /// the built-in one of the same run.
         #[arg(long, value_delimiter = ',', default_value = "gaussian", requires = "pipelined")]
         stage: Vec<pipeline::StageChoice>,
+    },
+    /// The CT case (issue 14): per-organ statistics over a sweep of HU windows, a masked
+    /// Gaussian of the liver and a maximum-intensity projection of a generated 512x512x300
+    /// phantom, with the volume and the template copied per pass, mapped, hybrid (template in
+    /// device memory) and placed by hetmem's placement, against the CPU; seconds per study.
+    Ct {
+        /// A 40x128x128 study, 2 runs.
+        #[arg(long)]
+        quick: bool,
+        /// Studies stacked into one volume (the larger-than-budget run; statistics and the
+        /// projection only).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+        studies: u32,
+        /// HU windows swept (each a pass per organ).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+        windows: u32,
+        /// Timed runs per row.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+        repeats: Option<u32>,
+        /// Device memory the placements may take, e.g. 512MiB (default 8GiB).
+        #[arg(long)]
+        device_budget: Option<String>,
+        /// The link profile placement decides from: JSON of `hetmem bench link --json` (default:
+        /// measured in this run).
+        #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+        link_profile: Option<PathBuf>,
+        /// Device-memory read rate placement assumes, GB/s (bench link does not measure it).
+        #[arg(long, requires = "link_profile")]
+        device_read_gb_s: Option<f64>,
+        /// Write the maximum-intensity projection as a PNG.
+        #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+        mip: Option<PathBuf>,
+        /// Write the volume, the template and the CPU's statistics into this folder, for
+        /// bench/peers/ct_stats_torch.py.
+        #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+        write_volume: Option<PathBuf>,
+        /// A volume of HU values instead of the phantom: NIfTI-1 (.nii, .nii.gz) or raw
+        /// little-endian i16 (with --shape).
+        #[arg(long, value_name = "FILE", requires = "labels", value_hint = clap::ValueHint::FilePath)]
+        volume: Option<PathBuf>,
+        /// Its label template (labels 0 to 6 are read as the phantom's organs): NIfTI-1 or raw u8.
+        #[arg(long, value_name = "FILE", requires = "volume", value_hint = clap::ValueHint::FilePath)]
+        labels: Option<PathBuf>,
+        /// The shape of raw files, DEPTHxHEIGHTxWIDTH (e.g. 300x512x512).
+        #[arg(long, requires = "volume")]
+        shape: Option<String>,
     },
     /// Time from a kernel's end to the CPU knowing, for every completion signal.
     Completion {
@@ -268,6 +316,51 @@ pub fn run(
                 pipeline::plots(&reports, dir)
             })
         }
+        What::Ct {
+            quick,
+            studies,
+            windows,
+            repeats,
+            device_budget,
+            link_profile,
+            device_read_gb_s,
+            mip,
+            write_volume,
+            volume,
+            labels,
+            shape,
+        } => {
+            let mut options = if *quick { CtOptions::quick() } else { CtOptions::full() };
+            options.studies = *studies as usize;
+            options.windows = *windows as usize;
+            if let Some(repeats) = repeats {
+                options.repeats = *repeats as usize;
+            }
+            if let Some(budget) = device_budget {
+                options.device_budget = sizes::parse(budget).context("--device-budget")? as u64;
+            }
+            if let Some(path) = link_profile {
+                options.profile = Some(ct::profile_from_json(path, *device_read_gb_s)?);
+            }
+            if let (Some(volume), Some(labels)) = (volume, labels) {
+                options.scan = Some(ct::read_scan(volume, labels, shape.as_deref())?);
+            }
+            outputs.check_all(
+                mip.iter().cloned().chain(write_volume.iter().flat_map(|dir| ct::volume_files(dir))),
+            )?;
+            let spinner = ui.spinner("running the CT computation every way (bench ct)");
+            let run = hetmem_bench::ct::measure(device, &options).context("ct benchmark")?;
+            spinner.finish_and_clear();
+            if let Some(path) = mip {
+                ct::write_mip(&run, path, &outputs)?;
+                ui.info(format_args!("wrote {}", path.display()));
+            }
+            if let Some(dir) = write_volume {
+                ct::write_volume(&run, dir, &outputs)?;
+                ui.info(format_args!("wrote the volume for the peer into {}", dir.display()));
+            }
+            emit.all(&run.report, &ct::tables(&run.report), |_| Ok(Vec::new()))
+        }
         What::Completion { samples } => {
             require_gpu(device)?;
             let queue = Queue::new(device)?;
@@ -351,6 +444,7 @@ impl Files {
                 let plots = tables.iter().map(|table| format!("{table}.svg")).collect();
                 ("pipeline", "hetmem.bench.pipeline/1", tables, plots)
             }
+            What::Ct { .. } => ("ct", "hetmem.bench.ct/1", names(&ct::TABLES), Vec::new()),
             What::Completion { .. } => (
                 "completion",
                 "hetmem.bench.completion/1",

@@ -468,3 +468,64 @@ fn gpu_only_benches_say_gpu_cells_were_not_measured_on_the_cpu() {
     assert!(!output.status.success());
     assert!(stderr(&output).contains("GPU cells were not measured"), "{}", stderr(&output));
 }
+
+#[test]
+fn bench_ct_runs_on_the_cpu_writes_its_picture_and_volume_and_reads_the_volume_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (png, volume) = (dir.path().join("mip.png"), dir.path().join("volume"));
+    let output = bench_on_cpu(&[
+        "ct",
+        "--quick",
+        "--windows",
+        "1",
+        "--repeats",
+        "1",
+        "--json",
+        "--mip",
+        png.to_str().unwrap(),
+        "--write-volume",
+        volume.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["schema"], "hetmem.bench.ct/1");
+    let rows = report["rows"].as_array().unwrap();
+    let cpu = rows.iter().find(|row| row["placing"] == "cpu").unwrap();
+    assert!(positive(&cpu["seconds_per_study"]["median"]), "{cpu}");
+    for row in rows.iter().filter(|row| row["placing"] != "cpu") {
+        assert!(row["not_run_because"].as_str().unwrap().contains("no GPU"), "{row}");
+    }
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG\r\n\x1a\n"));
+    let meta: Value = serde_json::from_slice(&std::fs::read(volume.join("volume.json")).unwrap()).unwrap();
+    let shape = format!("{}x{}x{}", meta["depth"], meta["height"], meta["width"]);
+
+    let again = bench_on_cpu(&[
+        "ct",
+        "--windows",
+        "1",
+        "--repeats",
+        "1",
+        "--json",
+        "--volume",
+        volume.join("hu.i16").to_str().unwrap(),
+        "--labels",
+        volume.join("labels.u8").to_str().unwrap(),
+        "--shape",
+        &shape,
+    ]);
+    assert!(again.status.success(), "{}", stderr(&again));
+    let reread: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(reread["organs"], report["organs"]);
+    assert!(reread["volume_kind"].as_str().unwrap().contains("hu.i16"));
+
+    let lone = bench_on_cpu(&["ct", "--volume", volume.join("hu.i16").to_str().unwrap()]);
+    assert_eq!(lone.status.code(), Some(2), "{}", stderr(&lone));
+    let no_shape = bench_on_cpu(&[
+        "ct",
+        "--volume",
+        volume.join("hu.i16").to_str().unwrap(),
+        "--labels",
+        volume.join("labels.u8").to_str().unwrap(),
+    ]);
+    assert!(!no_shape.status.success() && stderr(&no_shape).contains("--shape"), "{}", stderr(&no_shape));
+}

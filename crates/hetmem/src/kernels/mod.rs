@@ -126,9 +126,26 @@ pub static CHECKSUM: KernelSource = KernelSource {
     options: &[],
 };
 
+/// The CT computation ([`crate::ops::ct`]): organ statistics through a label template, the
+/// masked separable Gaussian, the maximum-intensity projection.
+pub static CT: KernelSource = KernelSource {
+    name: "ct",
+    source: include_str!("../../kernels/ct.cu"),
+    ptx: Some(include_str!("../../kernels/ptx/ct.ptx")),
+    entry_points: &[
+        "zero_u64",
+        "organ_window_stats",
+        "mask_organ",
+        "smooth_axis",
+        "masked_finish",
+        "mip_height",
+    ],
+    options: &[],
+};
+
 /// Every kernel source in hetmem; the compile check builds each of them. (The benchmark's
 /// kernels are hetmem-bench's.)
-pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &DOORBELL, &FAULT, &CHECKSUM];
+pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &DOORBELL, &FAULT, &CHECKSUM, &CT];
 
 /// The cache set by [`set_cache`]; `None` for [`KernelCache::user_default`].
 static CACHE: RwLock<Option<KernelCache>> = RwLock::new(None);

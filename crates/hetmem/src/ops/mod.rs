@@ -3,6 +3,7 @@
 
 mod affine;
 mod checksum;
+pub mod ct;
 pub mod gaussian;
 
 pub use affine::{affine_u32, affine_u32_cpu};

@@ -1,0 +1,108 @@
+//! The CT computation of issue 14: a volume of Hounsfield units (i16) and a label template
+//! (u8, one organ per voxel), read by
+//! - per-organ statistics through the template ([`organ_stats`]): count, mean, standard
+//!   deviation and a 256-bin histogram of HU within a window, one pass per organ and window;
+//! - a masked, separable 3-D Gaussian smoothing of one organ ([`masked_gaussian`], f32);
+//! - a maximum-intensity projection ([`mip_height`]), a picture a person can look at.
+//!
+//! Each has a GPU path and a CPU path (`*_cpu`), the reference the GPU is tested against. The
+//! GPU paths take leases of any buffer the device can read: device memory or mapped host
+//! memory (zero-copy). Which one each buffer is, is what [`crate::placement`] decides; the
+//! organ passes read the template whole and the volume only where the organ is, so the
+//! template is the hot buffer.
+//!
+//! [`LabelledVolume::phantom`] generates a volume and its template (an anatomical phantom, not a
+//! real scan);
+//! [`read_raw_hu`] and [`read_raw_labels`] read raw files, and with the `nifti` feature
+//! `read_nifti_hu` and `read_nifti_labels` read NIfTI-1 files.
+
+mod mip;
+mod phantom;
+mod smooth;
+mod stats;
+mod volume_file;
+
+pub use mip::{mip_height, mip_height_cpu, window_to_gray};
+pub use phantom::Organ;
+pub use smooth::{gaussian_weights, masked_gaussian, masked_gaussian_cpu};
+pub use stats::{HISTOGRAM_BINS, HuWindow, OrganStats, STATS_WORDS, organ_stats, organ_stats_cpu};
+#[cfg(feature = "nifti")]
+pub use volume_file::{read_nifti_hu, read_nifti_labels};
+pub use volume_file::{read_raw_hu, read_raw_labels};
+
+use crate::error::{Error, Result};
+
+/// The size of a volume: `depth` slices of `height` rows of `width` voxels, x fastest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct VolumeShape {
+    /// Slices.
+    pub depth: usize,
+    /// Rows per slice.
+    pub height: usize,
+    /// Voxels per row.
+    pub width: usize,
+}
+
+impl VolumeShape {
+    /// A shape; every side at least 1.
+    ///
+    /// # Errors
+    /// A side of 0, or more voxels than memory can address.
+    pub fn new(depth: usize, height: usize, width: usize) -> Result<VolumeShape> {
+        let voxels =
+            depth.checked_mul(height).and_then(|n| n.checked_mul(width)).and_then(|n| n.checked_mul(4));
+        if depth == 0 || height == 0 || width == 0 || voxels.is_none() {
+            return Err(Error::invalid(
+                "volume shape",
+                format!("{depth}x{height}x{width}: every side must be at least 1 and the volume addressable"),
+            ));
+        }
+        Ok(VolumeShape { depth, height, width })
+    }
+
+    /// Voxels in the volume.
+    pub fn voxels(&self) -> usize {
+        self.depth * self.height * self.width
+    }
+
+    /// Fails unless a buffer of `len` elements holds exactly this volume.
+    pub(crate) fn check_len(&self, what: &'static str, len: usize) -> Result<()> {
+        if len == self.voxels() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            what,
+            format!(
+                "{len} elements for a {}x{}x{} volume of {} voxels",
+                self.depth,
+                self.height,
+                self.width,
+                self.voxels()
+            ),
+        ))
+    }
+}
+
+/// A volume of HU values and its label template, of one shape.
+#[derive(Debug, Clone)]
+pub struct LabelledVolume {
+    /// Its shape.
+    pub shape: VolumeShape,
+    /// HU values, x fastest, then y (front to back), then z (head to feet).
+    pub hu: Vec<i16>,
+    /// The template: a label per voxel.
+    pub labels: Vec<u8>,
+}
+
+impl LabelledVolume {
+    /// A volume and its template.
+    ///
+    /// # Errors
+    /// Either of another size than `shape`.
+    pub fn new(shape: VolumeShape, hu: Vec<i16>, labels: Vec<u8>) -> Result<LabelledVolume> {
+        shape.check_len("volume", hu.len())?;
+        shape.check_len("label template", labels.len())?;
+        Ok(LabelledVolume { shape, hu, labels })
+    }
+}

@@ -1,0 +1,255 @@
+//! Volumes and label templates from files: raw (the voxels alone, x fastest, little-endian)
+//! and, with the `nifti` feature, NIfTI-1 (`.nii`, `.nii.gz`, through the `nifti` crate).
+
+use std::path::Path;
+
+use super::VolumeShape;
+use crate::error::{Error, Result};
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })
+}
+
+fn check_size(path: &Path, bytes: usize, shape: VolumeShape, element: usize, kind: &str) -> Result<()> {
+    let wanted = shape.voxels() * element;
+    if bytes == wanted {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "raw volume",
+        format!(
+            "{} holds {bytes} bytes, but {}x{}x{} voxels of {kind} are {wanted} bytes: give the file's own shape \
+             (depth x height x width)",
+            path.display(),
+            shape.depth,
+            shape.height,
+            shape.width
+        ),
+    ))
+}
+
+/// A raw volume of little-endian i16 HU values of `shape`.
+///
+/// # Errors
+/// A file that cannot be read, or whose size is not `shape`'s.
+pub fn read_raw_hu(path: &Path, shape: VolumeShape) -> Result<Vec<i16>> {
+    let bytes = read(path)?;
+    check_size(path, bytes.len(), shape, 2, "i16")?;
+    Ok(bytes.chunks_exact(2).map(|pair| i16::from_le_bytes([pair[0], pair[1]])).collect())
+}
+
+/// A raw label template of u8 labels of `shape`.
+///
+/// # Errors
+/// A file that cannot be read, or whose size is not `shape`'s.
+pub fn read_raw_labels(path: &Path, shape: VolumeShape) -> Result<Vec<u8>> {
+    let bytes = read(path)?;
+    check_size(path, bytes.len(), shape, 1, "u8")?;
+    Ok(bytes)
+}
+
+#[cfg(feature = "nifti")]
+mod nifti_file {
+    use std::path::Path;
+
+    use nifti::{NiftiObject, NiftiType, ReaderOptions};
+
+    use super::super::VolumeShape;
+    use crate::error::{Error, Result};
+
+    fn malformed(path: &Path, problem: impl std::fmt::Display) -> Error {
+        Error::invalid(
+            "NIfTI file",
+            format!("{}: {problem}; give a NIfTI-1 file (.nii or .nii.gz) of a 3-D volume", path.display()),
+        )
+    }
+
+    /// The file's shape and its voxels as f64, scaled by `scl_slope` and `scl_inter` where set.
+    fn read_scaled(path: &Path) -> Result<(VolumeShape, Vec<f64>)> {
+        let object = ReaderOptions::new().read_file(path).map_err(|error| malformed(path, error))?;
+        let header = object.header().clone();
+        let dim = header.dim().map_err(|error| malformed(path, error))?;
+        let (width, height, depth) = match dim {
+            [x, y, z] => (*x, *y, *z),
+            [x, y, z, 1] => (*x, *y, *z),
+            other => return Err(malformed(path, format!("{} dimensions ({other:?}), not 3", other.len()))),
+        };
+        let shape = VolumeShape::new(usize::from(depth), usize::from(height), usize::from(width))?;
+        let (slope, inter) = (f64::from(header.scl_slope), f64::from(header.scl_inter));
+        let scaled = slope != 0.0 && (slope, inter) != (1.0, 0.0);
+        let datatype = header.data_type().map_err(|error| malformed(path, error))?;
+        let volume = object.into_volume();
+        let typed = |error| malformed(path, error);
+        let values: Vec<f64> = match datatype {
+            NiftiType::Uint8 => {
+                volume.into_nifti_typed_data::<u8>().map_err(typed)?.into_iter().map(f64::from).collect()
+            }
+            NiftiType::Int16 => {
+                volume.into_nifti_typed_data::<i16>().map_err(typed)?.into_iter().map(f64::from).collect()
+            }
+            NiftiType::Uint16 => {
+                volume.into_nifti_typed_data::<u16>().map_err(typed)?.into_iter().map(f64::from).collect()
+            }
+            NiftiType::Int32 => {
+                volume.into_nifti_typed_data::<i32>().map_err(typed)?.into_iter().map(f64::from).collect()
+            }
+            NiftiType::Float32 => {
+                volume.into_nifti_typed_data::<f32>().map_err(typed)?.into_iter().map(f64::from).collect()
+            }
+            other => {
+                return Err(malformed(
+                    path,
+                    format!("voxels of type {other:?}; u8, i16, u16, i32 or f32 are read"),
+                ));
+            }
+        };
+        if values.len() != shape.voxels() {
+            return Err(malformed(path, format!("{} voxels for dimensions {dim:?}", values.len())));
+        }
+        let values = if scaled { values.into_iter().map(|v| v * slope + inter).collect() } else { values };
+        Ok((shape, values))
+    }
+
+    fn narrow<T>(
+        path: &Path,
+        values: Vec<f64>,
+        kind: &str,
+        convert: impl Fn(f64) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        let mut out = Vec::with_capacity(values.len());
+        for (index, value) in values.into_iter().enumerate() {
+            match convert(value.round()) {
+                Some(converted) => out.push(converted),
+                None => {
+                    return Err(malformed(
+                        path,
+                        format!("voxel {index} is {value}, outside the range of {kind}"),
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A NIfTI volume of HU values (after the header's scaling), as i16.
+    ///
+    /// # Errors
+    /// A file that cannot be read or parsed, not 3-D, of an unread voxel type, or with values
+    /// outside i16.
+    pub fn read_nifti_hu(path: &Path) -> Result<(VolumeShape, Vec<i16>)> {
+        let (shape, values) = read_scaled(path)?;
+        let hu = narrow(path, values, "i16", |v| {
+            (f64::from(i16::MIN)..=f64::from(i16::MAX)).contains(&v).then_some(v as i16)
+        })?;
+        Ok((shape, hu))
+    }
+
+    /// A NIfTI label template, as u8.
+    ///
+    /// # Errors
+    /// As [`read_nifti_hu`], and labels outside 0..=255.
+    pub fn read_nifti_labels(path: &Path) -> Result<(VolumeShape, Vec<u8>)> {
+        let (shape, values) = read_scaled(path)?;
+        let labels = narrow(path, values, "u8 labels", |v| (0.0..=255.0).contains(&v).then_some(v as u8))?;
+        Ok((shape, labels))
+    }
+}
+
+#[cfg(feature = "nifti")]
+pub use nifti_file::{read_nifti_hu, read_nifti_labels};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random_shape(rng: &mut fastrand::Rng) -> VolumeShape {
+        VolumeShape::new(rng.usize(1..9), rng.usize(1..20), rng.usize(1..30)).unwrap()
+    }
+
+    #[test]
+    fn raw_files_read_back_and_a_wrong_size_names_both_sizes() {
+        let seed = fastrand::u64(..);
+        eprintln!("seed {seed:#x}");
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let shape = random_shape(&mut rng);
+        let hu: Vec<i16> = (0..shape.voxels()).map(|_| rng.i16(..)).collect();
+        let labels: Vec<u8> = (0..shape.voxels()).map(|_| rng.u8(..)).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (hu_path, labels_path) = (dir.path().join("hu.i16"), dir.path().join("labels.u8"));
+        std::fs::write(&hu_path, hu.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        std::fs::write(&labels_path, &labels).unwrap();
+        assert_eq!(read_raw_hu(&hu_path, shape).unwrap(), hu);
+        assert_eq!(read_raw_labels(&labels_path, shape).unwrap(), labels);
+        let bigger = VolumeShape::new(shape.depth + 1, shape.height, shape.width).unwrap();
+        let error = read_raw_hu(&hu_path, bigger).unwrap_err().to_string();
+        assert!(error.contains(&format!("{} bytes", hu.len() * 2)) && error.contains("shape"), "{error}");
+        let missing = read_raw_labels(&dir.path().join("absent"), shape).unwrap_err().to_string();
+        assert!(missing.contains("absent"), "{missing}");
+    }
+
+    /// A NIfTI-1 single file (`.nii`): the 348-byte header, 4 bytes of no extension, the voxels.
+    #[cfg(feature = "nifti")]
+    fn nifti_file(dims: &[u16], datatype: i16, bitpix: i16, slope_inter: (f32, f32), data: &[u8]) -> Vec<u8> {
+        let mut header = vec![0u8; 352];
+        header[0..4].copy_from_slice(&348i32.to_le_bytes());
+        let mut dim = [1i16; 8];
+        dim[0] = dims.len() as i16;
+        for (slot, &side) in dim[1..].iter_mut().zip(dims) {
+            *slot = side as i16;
+        }
+        for (i, value) in dim.iter().enumerate() {
+            header[40 + 2 * i..42 + 2 * i].copy_from_slice(&value.to_le_bytes());
+        }
+        header[70..72].copy_from_slice(&datatype.to_le_bytes());
+        header[72..74].copy_from_slice(&bitpix.to_le_bytes());
+        for i in 0..8 {
+            header[76 + 4 * i..80 + 4 * i].copy_from_slice(&1f32.to_le_bytes());
+        }
+        header[108..112].copy_from_slice(&352f32.to_le_bytes());
+        header[112..116].copy_from_slice(&slope_inter.0.to_le_bytes());
+        header[116..120].copy_from_slice(&slope_inter.1.to_le_bytes());
+        header[344..348].copy_from_slice(b"n+1\0");
+        header.extend_from_slice(data);
+        header
+    }
+
+    #[cfg(feature = "nifti")]
+    #[test]
+    fn nifti_volumes_read_back_scaled_and_malformed_files_are_clear_errors() {
+        let seed = fastrand::u64(..);
+        eprintln!("seed {seed:#x}");
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let shape = random_shape(&mut rng);
+        let dims = [shape.width as u16, shape.height as u16, shape.depth as u16];
+        let dir = tempfile::tempdir().unwrap();
+        // u16 stored, HU = stored - 1024 (a common CT encoding).
+        let stored: Vec<u16> = (0..shape.voxels()).map(|_| rng.u16(0..4096)).collect();
+        let bytes: Vec<u8> = stored.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let path = dir.path().join("ct.nii");
+        std::fs::write(&path, nifti_file(&dims, 512, 16, (1.0, -1024.0), &bytes)).unwrap();
+        let (read_shape, hu) = read_nifti_hu(&path).unwrap();
+        assert_eq!(read_shape, shape);
+        assert_eq!(hu, stored.iter().map(|&v| v as i16 - 1024).collect::<Vec<i16>>());
+        let labels: Vec<u8> = (0..shape.voxels()).map(|_| rng.u8(0..7)).collect();
+        let labels_path = dir.path().join("labels.nii");
+        std::fs::write(&labels_path, nifti_file(&dims, 2, 8, (0.0, 0.0), &labels)).unwrap();
+        assert_eq!(read_nifti_labels(&labels_path).unwrap(), (shape, labels));
+        // i16 labels out of the u8 range.
+        let wide = dir.path().join("wide.nii");
+        let values: Vec<u8> =
+            (0..shape.voxels()).flat_map(|i| (if i == 0 { 300i16 } else { 1 }).to_le_bytes()).collect();
+        std::fs::write(&wide, nifti_file(&dims, 4, 16, (0.0, 0.0), &values)).unwrap();
+        let error = read_nifti_labels(&wide).unwrap_err().to_string();
+        assert!(error.contains("voxel 0 is 300"), "{error}");
+        // Not NIfTI at all.
+        let garbage = dir.path().join("garbage.nii");
+        std::fs::write(&garbage, (0..400).map(|_| rng.u8(..)).collect::<Vec<u8>>()).unwrap();
+        let error = read_nifti_hu(&garbage).unwrap_err().to_string();
+        assert!(error.contains("garbage.nii") && error.contains("NIfTI-1"), "{error}");
+        // Two dimensions.
+        let flat = dir.path().join("flat.nii");
+        std::fs::write(&flat, nifti_file(&[4, 5], 2, 8, (0.0, 0.0), &[7u8; 20])).unwrap();
+        let error = read_nifti_hu(&flat).unwrap_err().to_string();
+        assert!(error.contains("2 dimensions"), "{error}");
+    }
+}
