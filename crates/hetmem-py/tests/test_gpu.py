@@ -56,13 +56,15 @@ def test_pinned_mapped_memory_round_trips_with_torch(rng, torch):
 
 
 def test_torch_stream_in_a_lease(rng, torch):
-    buf = hetmem.register(rng.integers(0, 255, size=1 << 20, dtype=np.uint8))
+    original = rng.integers(0, 255, size=1 << 20, dtype=np.uint8)
+    buf = hetmem.register(original.copy())
     stream = torch.cuda.Stream()
     with buf.lend(stream) as view, torch.cuda.stream(stream):
         torch.from_dlpack(view).bitwise_not_()
         with pytest.raises(hetmem.LentError):
             buf.numpy()
     assert not buf.lent
+    np.testing.assert_array_equal(buf.numpy(), 255 - original)
 
 
 def test_cupy_sees_the_same_memory_both_ways(rng, cupy):

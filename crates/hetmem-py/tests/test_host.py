@@ -138,10 +138,11 @@ def test_dlpack_refuses_a_copy():
 
 def test_views_reinterpret_the_same_memory(rng):
     array = random_array(rng, 64, np.uint8)
-    as_words = hetmem.register(array).view(np.uint32, (4, 4))
+    buf = hetmem.register(array)
+    as_words = buf.view(np.uint32, (4, 4))
     np.testing.assert_array_equal(as_words.numpy().reshape(-1), array.view(np.uint32))
     with pytest.raises(ValueError, match="needs"):
-        hetmem.register(array).view(np.uint32, (5, 4))
+        buf.view(np.uint32, (5, 4))
 
 
 def test_host_views_raise_while_lent(rng):
