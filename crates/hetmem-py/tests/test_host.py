@@ -131,9 +131,13 @@ def test_an_unconsumed_capsule_lets_the_memory_go(rng):
     assert alive() is None
 
 
-def test_dlpack_refuses_a_copy():
+def test_dlpack_refuses_a_copy_and_foreign_byte_order(rng):
     with pytest.raises(BufferError, match="never copies"):
         hetmem.pinned(16).__dlpack__(copy=True)
+    swapped = hetmem.register(random_array(rng, 64, np.int32).astype(">i4"))
+    with pytest.raises(BufferError, match="native byte order"):
+        np.from_dlpack(swapped)
+    assert swapped.numpy().dtype == np.dtype(">i4")  # the array interface carries it
 
 
 def test_views_reinterpret_the_same_memory(rng):

@@ -70,10 +70,6 @@ def device() -> _native.Device:
     return _default_device
 
 
-def _typestr(dtype: np.dtype) -> str:
-    return dtype.str
-
-
 def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     strides = []
     step = 1
@@ -85,13 +81,13 @@ def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
 
 def _dl_dtype(dtype: np.dtype) -> Tuple[int, int]:
     code = _DL_CODES.get(dtype.kind)
-    if code is None or dtype.fields is not None:
+    if code is None or dtype.fields is not None or not dtype.isnative:
         raise BufferError(f"DLPack export: dtype {dtype} has no DLPack type; view the buffer as a plain "
-                          "numeric dtype (uint8, float32, ...)")
+                          "numeric dtype of native byte order (uint8, float32, ...)")
     return code, dtype.itemsize * 8
 
 
-def _check_dlpack_args(max_version: Any, copy: Any) -> None:
+def _refuse_copy(copy: Optional[bool]) -> None:
     if copy:
         raise BufferError("DLPack export: hetmem shares memory and never copies (copy=True was asked)")
 
@@ -195,7 +191,7 @@ class Buffer:
         return {
             "version": 3,
             "shape": self._shape,
-            "typestr": _typestr(self._dtype),
+            "typestr": self._dtype.str,
             "data": (self._memory.host_ptr, self._memory.readonly),
             "strides": None,
         }
@@ -208,7 +204,7 @@ class Buffer:
                    copy: Optional[bool] = None) -> Any:
         """A DLPack capsule of the host memory (``kDLCPU``); raises ``LentError`` while lent."""
         self._check_host("DLPack host export")
-        _check_dlpack_args(max_version, copy)
+        _refuse_copy(copy)
         if dl_device is not None and tuple(dl_device) != (_KDL_CPU, 0):
             if tuple(dl_device)[0] == _KDL_CUDA:
                 return self.cuda().__dlpack__(stream=stream, max_version=max_version, copy=copy)
@@ -253,7 +249,7 @@ class DeviceView:
         return {
             "version": 3,
             "shape": buffer.shape,
-            "typestr": _typestr(buffer.dtype),
+            "typestr": buffer.dtype.str,
             "data": (buffer._memory.device_ptr, buffer.readonly),
             "strides": None,
             # Nothing of hetmem's is pending on the memory: no stream to wait on.
@@ -264,7 +260,7 @@ class DeviceView:
                    copy: Optional[bool] = None) -> Any:
         """A DLPack capsule of the mapped memory (``kDLCUDA``). hetmem has no work pending on
         it, so the consumer's ``stream`` needs no synchronisation."""
-        _check_dlpack_args(max_version, copy)
+        _refuse_copy(copy)
         if self._buffer.readonly:
             raise BufferError("DLPack export: a read-only window (DLPack 0.x has no read-only flag); use "
                               "__cuda_array_interface__ (cupy.asarray), which marks it read-only")
