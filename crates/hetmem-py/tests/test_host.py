@@ -217,3 +217,22 @@ def test_a_window_past_the_end_is_a_clear_error(tmp_path):
     path.write_bytes(bytes(range(200)))
     with pytest.raises(ValueError, match="small.bin|past|beyond|end"):
         hetmem.MappedFile(path).window(100, 200)
+
+
+def test_ranges_of_the_first_axis_share_memory_and_the_lend_state(rng):
+    array = random_array(rng, (10, 6), np.float32)
+    buf = hetmem.register(array)
+    middle = buf[3:7]
+    assert middle.shape == (4, 6)
+    assert np.shares_memory(middle.numpy(), array)
+    np.testing.assert_array_equal(middle.numpy(), array[3:7])
+    np.testing.assert_array_equal(np.from_dlpack(middle), array[3:7])
+    np.testing.assert_array_equal(middle[1:2].numpy(), array[4:5])
+    assert middle.host_ptr == buf.host_ptr + 3 * 6 * 4
+    with middle.lend():
+        with pytest.raises(hetmem.LentError):
+            buf.numpy()
+    with pytest.raises(ValueError, match="step"):
+        buf[::2]
+    with pytest.raises(TypeError, match="slice"):
+        buf[3]

@@ -109,14 +109,17 @@ class Buffer:
     does (a DLPack consumer holds it until its tensor dies).
     """
 
-    def __init__(self, memory: _native.Memory, shape: Sequence[int], dtype: Any, keep: Any = None):
+    def __init__(self, memory: _native.Memory, shape: Sequence[int], dtype: Any, keep: Any = None,
+                 offset: int = 0):
         dtype = np.dtype(dtype)
         shape = tuple(int(extent) for extent in shape)
         if any(extent < 0 for extent in shape):
             raise ValueError(f"shape {shape}: extents must be >= 0")
         needed = math.prod(shape) * dtype.itemsize
-        if needed > memory.nbytes:
-            raise ValueError(f"shape {shape} of {dtype} needs {needed} bytes; the memory holds {memory.nbytes}")
+        if offset + needed > memory.nbytes:
+            raise ValueError(f"shape {shape} of {dtype} needs {needed} bytes from byte {offset}; the memory "
+                             f"holds {memory.nbytes}")
+        self._offset = offset
         self._memory = memory
         self._shape = shape
         self._dtype = dtype
@@ -158,7 +161,13 @@ class Buffer:
     @property
     def device_ptr(self) -> Optional[int]:
         """The address kernels use, or None when not mapped."""
-        return self._memory.device_ptr
+        base = self._memory.device_ptr
+        return None if base is None else base + self._offset
+
+    @property
+    def host_ptr(self) -> int:
+        """The CPU address of the first element."""
+        return self._memory.host_ptr + self._offset
 
     @property
     def lent(self) -> bool:
@@ -172,7 +181,21 @@ class Buffer:
             if self.nbytes % dtype.itemsize:
                 raise ValueError(f"{self.nbytes} bytes are not a whole number of {dtype} elements")
             shape = (self.nbytes // dtype.itemsize,)
-        return Buffer(self._memory, shape, dtype, keep=self)
+        return Buffer(self._memory, shape, dtype, keep=self, offset=self._offset)
+
+    def __getitem__(self, rows: slice) -> "Buffer":
+        """A range of the first axis (``buf[start:stop]``, step 1): the same memory, no copy.
+        It shares the buffer's hand-off state: lending either lends both."""
+        if not isinstance(rows, slice) or not self._shape:
+            raise TypeError("a Buffer is cut by a slice of its first axis (buf[start:stop]); for "
+                            "anything else take a host view (buf.numpy()[...])")
+        start, stop, step = rows.indices(self._shape[0])
+        if step != 1:
+            raise ValueError(f"step {step}: a range of a buffer is contiguous (step 1)")
+        stop = max(start, stop)
+        row_bytes = math.prod(self._shape[1:]) * self._dtype.itemsize
+        return Buffer(self._memory, (stop - start,) + self._shape[1:], self._dtype, keep=self,
+                      offset=self._offset + start * row_bytes)
 
     def __repr__(self) -> str:
         return (f"hetmem.Buffer(shape={self._shape}, dtype={self._dtype}, kind={self.kind!r}, "
@@ -192,7 +215,7 @@ class Buffer:
             "version": 3,
             "shape": self._shape,
             "typestr": self._dtype.str,
-            "data": (self._memory.host_ptr, self._memory.readonly),
+            "data": (self.host_ptr, self._memory.readonly),
             "strides": None,
         }
 
@@ -209,7 +232,7 @@ class Buffer:
             if tuple(dl_device)[0] == _KDL_CUDA:
                 return self.cuda().__dlpack__(stream=stream, max_version=max_version, copy=copy)
             raise BufferError(f"DLPack export: no view of this buffer on device {dl_device}")
-        return _export(self, self._memory.host_ptr, _KDL_CPU, 0)
+        return _export(self, self.host_ptr, _KDL_CPU, 0)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         """``(kDLCPU, 0)``: this object is the host view; ``cuda()`` is the device view."""
@@ -250,7 +273,7 @@ class DeviceView:
             "version": 3,
             "shape": buffer.shape,
             "typestr": buffer.dtype.str,
-            "data": (buffer._memory.device_ptr, buffer.readonly),
+            "data": (buffer.device_ptr, buffer.readonly),
             "strides": None,
             # Nothing of hetmem's is pending on the memory: no stream to wait on.
             "stream": None,
@@ -265,7 +288,7 @@ class DeviceView:
             raise BufferError("DLPack export: a read-only window (DLPack 0.x has no read-only flag); use "
                               "__cuda_array_interface__ (cupy.asarray), which marks it read-only")
         ordinal = self._buffer._memory.device_ordinal
-        return _export(self._buffer, self._buffer._memory.device_ptr, _KDL_CUDA, ordinal)
+        return _export(self._buffer, self._buffer.device_ptr, _KDL_CUDA, ordinal)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         """``(kDLCUDA, ordinal)``."""

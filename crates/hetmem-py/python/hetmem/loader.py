@@ -171,7 +171,7 @@ class _ReadOnlyView:
 
     def __dlpack__(self, **_: Any) -> Any:
         buffer = self._buffer
-        return _native.capsule(buffer, buffer._memory.device_ptr, _KDL_CUDA, buffer._memory.device_ordinal,
+        return _native.capsule(buffer, buffer.device_ptr, _KDL_CUDA, buffer._memory.device_ordinal,
                                list(buffer.shape), list(_contiguous_strides(buffer.shape)), 1, 8)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
