@@ -8,6 +8,7 @@ mod device;
 mod dlpack;
 mod file;
 mod memory;
+mod pool;
 
 use pyo3::prelude::*;
 
@@ -33,6 +34,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<device::Device>()?;
     module.add_class::<memory::Memory>()?;
     module.add_class::<file::WindowedFile>()?;
+    module.add_class::<pool::PinnedPool>()?;
     module.add_function(wrap_pyfunction!(memory::pinned, module)?)?;
     module.add_function(wrap_pyfunction!(memory::register, module)?)?;
     module.add_function(wrap_pyfunction!(dlpack::capsule, module)?)?;

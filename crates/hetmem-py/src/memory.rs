@@ -32,7 +32,7 @@ impl std::fmt::Debug for Memory {
 }
 
 impl Memory {
-    fn from_host(mut buffer: HostBuf<u8>) -> Memory {
+    pub(crate) fn from_host(mut buffer: HostBuf<u8>) -> Memory {
         // Taken from the mutable slice: Python and GPU consumers write through it.
         let host_ptr = buffer.as_mut_slice().as_mut_ptr() as usize;
         let kind = match buffer.kind() {

@@ -236,3 +236,24 @@ def test_ranges_of_the_first_axis_share_memory_and_the_lend_state(rng):
         buf[::2]
     with pytest.raises(TypeError, match="slice"):
         buf[3]
+
+
+def test_the_pinned_pool_reuses_a_returned_buffer(rng):
+    pool = hetmem.PinnedPool(64 << 20)
+    first = pool.acquire((1000, 3), np.float32)
+    fresh = random_array(rng, (1000, 3), np.float32)
+    first.numpy()[...] = fresh
+    address = first.host_ptr
+    del first
+    gc.collect()
+    again = pool.acquire((1000, 3), np.float32)
+    stats = pool.stats()
+    assert (stats["hits"], stats["misses"]) == (1, 1)
+    assert again.host_ptr == address
+    np.testing.assert_array_equal(again.numpy(), fresh)  # what its last user left
+    del again
+    gc.collect()
+    pool.trim()
+    assert pool.stats()["bytes_pinned"] == 0
+    with pytest.raises(hetmem.HetmemError, match="budget|exhaust"):
+        pool.acquire(128 << 20)

@@ -40,6 +40,7 @@ __all__ = [
     "Lease",
     "LentError",
     "MappedFile",
+    "PinnedPool",
     "device",
     "page_size",
     "pinned",
@@ -389,6 +390,31 @@ def register(array: Any, *, mapped: bool = True, portable: bool = False) -> Buff
     address = view.__array_interface__["data"][0]
     memory = _native.register(device(), (array, view), address, view.nbytes, mapped=mapped, portable=portable)
     return Buffer(memory, view.shape, view.dtype)
+
+
+class PinnedPool:
+    """Pinned host memory reused instead of pinned again, within ``budget_bytes``: a buffer
+    whose views have all died goes back to the pool, still pinned, for the next ``acquire`` of
+    its size class. A reused buffer holds what its last user left (new ones are zeroed)."""
+
+    def __init__(self, budget_bytes: int):
+        self._pool = _native.PinnedPool(device(), budget_bytes)
+
+    def acquire(self, shape: Union[int, Sequence[int]], dtype: Any = np.uint8, *, mapped: bool = True,
+                portable: bool = False, write_combined: bool = False) -> Buffer:
+        """A buffer of ``shape`` and ``dtype`` (options as for ``hetmem.pinned``)."""
+        shape, dtype = _shape_of(shape, dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        memory = self._pool.acquire(nbytes, mapped=mapped, portable=portable, write_combined=write_combined)
+        return Buffer(memory, shape, dtype)
+
+    def stats(self) -> dict:
+        """hits, misses, evictions, bytes_pinned, bytes_in_use, blocks_cached."""
+        return self._pool.stats()
+
+    def trim(self) -> None:
+        """Frees every cached block."""
+        self._pool.trim()
 
 
 class MappedFile:
