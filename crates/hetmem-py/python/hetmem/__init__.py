@@ -388,7 +388,15 @@ def register(array: Any, *, mapped: bool = True, portable: bool = False) -> Buff
     if not view.flags.writeable:
         raise ValueError("register: a read-only array; registered memory must be writable")
     address = view.__array_interface__["data"][0]
-    memory = _native.register(device(), (array, view), address, view.nbytes, mapped=mapped, portable=portable)
+    try:
+        memory = _native.register(device(), (array, view), address, view.nbytes, mapped=mapped, portable=portable)
+    except HetmemError as error:
+        if "ALREADY_REGISTERED" not in str(error):
+            raise
+        raise HetmemError(f"{error}; from Python: a page under this array is registered already, by another "
+                          "hetmem buffer alive (small arrays share pages) or by PyTorch or CuPy (pin_memory, "
+                          "cudaHostRegister): register one array holding both, or allocate with hetmem.pinned"
+                          ) from error
     return Buffer(memory, view.shape, view.dtype)
 
 
