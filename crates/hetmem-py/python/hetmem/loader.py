@@ -88,6 +88,7 @@ class RecordLoader:
             self._staging = [pinned((batch_size,) + self.record_shape, np.uint8) for _ in range(2)]
             self._staging_gpu = [torch.from_dlpack(slot.cuda()) for slot in self._staging]
             self._staging_free = [None, None]  # the event after which the GPU is done reading a slot
+            self._pending: Optional[concurrent.futures.Future] = None  # the gather in flight
             self._gatherer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="hetmem-loader")
 
     def __len__(self) -> int:
@@ -133,32 +134,53 @@ class RecordLoader:
         torch = _torch()
         consumer = torch.cuda.current_stream()
         batches = list(self._batches())
-        pending = None
         if self.mode == "staged" and batches:
-            pending = self._gatherer.submit(self._gather, 0, batches[0][0])
-        for number, (chosen, flips) in enumerate(batches):
-            with torch.cuda.stream(self._stream):
-                if self.mode == "mapped":
-                    index = torch.from_numpy(chosen).to(self._device, non_blocking=True)
-                    raw = self._records_gpu.index_select(0, index)
-                else:
-                    slot = number % 2
-                    pending.result()
-                    if number + 1 < len(batches):
-                        pending = self._gatherer.submit(self._gather, 1 - slot, batches[number + 1][0])
-                    # One read of the staged batch over the link, into device memory; the
-                    # flip and the conversion then read it there.
-                    raw = self._staging_gpu[slot][:len(chosen)].clone()
-                images, labels = self._prepare(raw, chosen, flips)
-                if self.mode == "staged":
-                    event = torch.cuda.Event()
-                    event.record(self._stream)
-                    self._staging_free[slot] = event
-            consumer.wait_stream(self._stream)
-            images.record_stream(consumer)
-            labels.record_stream(consumer)
-            yield images, labels
+            self._pending = self._gatherer.submit(self._gather, 0, batches[0][0])
+        # One batch ahead: batch k + 1 is prepared on the loader's stream while the consumer's
+        # stream trains on batch k.
+        ahead = None
+        for number in range(len(batches)):
+            launched = self._launch(number, batches)
+            if ahead is not None:
+                yield self._hand_over(ahead, consumer)
+            ahead = launched
+        if ahead is not None:
+            yield self._hand_over(ahead, consumer)
         self.epoch += 1
+
+    def _launch(self, number: int, batches: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Tuple[Any, Any, Any]:
+        """Queues batch ``number``'s gather and preparation on the loader's stream; returns
+        its images, labels and the event that marks them ready."""
+        torch = _torch()
+        chosen, flips = batches[number]
+        with torch.cuda.stream(self._stream):
+            if self.mode == "mapped":
+                index = torch.from_numpy(chosen).to(self._device, non_blocking=True)
+                raw = self._records_gpu.index_select(0, index)
+            else:
+                slot = number % 2
+                self._pending.result()  # the thread has gathered this batch into the slot
+                if number + 1 < len(batches):
+                    self._pending = self._gatherer.submit(self._gather, 1 - slot, batches[number + 1][0])
+                # One read of the staged batch over the link, into device memory; the flip
+                # and the conversion then read it there.
+                raw = self._staging_gpu[slot][:len(chosen)].clone()
+            images, labels = self._prepare(raw, chosen, flips)
+            ready = torch.cuda.Event()
+            ready.record(self._stream)
+            if self.mode == "staged":
+                self._staging_free[slot] = ready
+        return images, labels, ready
+
+    @staticmethod
+    def _hand_over(launched: Tuple[Any, Any, Any], consumer: Any) -> Tuple[Any, Any]:
+        images, labels, ready = launched
+        consumer.wait_event(ready)
+        # Made on the loader's stream, used on the consumer's: the allocator must not reuse
+        # them before the consumer's work is done.
+        images.record_stream(consumer)
+        labels.record_stream(consumer)
+        return images, labels
 
 
 class _ReadOnlyView:
