@@ -285,6 +285,9 @@ class DeviceView:
         """A DLPack capsule of the mapped memory (``kDLCUDA``). hetmem has no work pending on
         it, so the consumer's ``stream`` needs no synchronisation."""
         _refuse_copy(copy)
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"DLPack export: this is the device view {self.__dlpack_device__()}; the host "
+                              f"view is the buffer itself (asked for {tuple(dl_device)})")
         if self._buffer.readonly:
             raise BufferError("DLPack export: a read-only window (DLPack 0.x has no read-only flag); use "
                               "__cuda_array_interface__ (cupy.asarray), which marks it read-only")
