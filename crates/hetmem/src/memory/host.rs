@@ -243,6 +243,57 @@ impl<T: Element> HostBuf<T> {
         Self::register_memory(device, memory, ptr, len, options)
     }
 
+    /// Registers memory that `owner` keeps alive, in place, where it lies: memory of another
+    /// allocator or language runtime (a NumPy array, say), which need not start on a page.
+    /// The driver pins whole pages, so the pages covering `[ptr, ptr + len)` are registered;
+    /// the buffer's host and device addresses are those of `ptr` itself. Such a buffer cannot
+    /// be guarded (it need not own its pages alone).
+    ///
+    /// # Safety
+    /// `len` initialised elements live at `ptr` while `owner` lives and nothing else writes
+    /// them while the buffer is lent; no other registration covers any of those pages (the
+    /// driver refuses a page registered twice).
+    ///
+    /// # Errors
+    /// Zero length, or the driver refusing the registration (a page already registered, say);
+    /// the owner comes back in the error.
+    #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
+    pub unsafe fn register_in_place<M: Any + Send + Sync>(
+        device: &Device,
+        owner: M,
+        ptr: NonNull<T>,
+        len: usize,
+        options: RegisterOptions,
+    ) -> Result<HostBuf<T>, RegisterError<M>> {
+        let bytes = match byte_len::<T>("registration length", len) {
+            Ok(bytes) => bytes,
+            Err(error) => return Err(RegisterError { error, memory: owner }),
+        };
+        let Device::Cuda(cuda) = device else {
+            return Ok(Self::from_parts(HostStorage::Unregistered(Box::new(owner)), ptr, len, None, None));
+        };
+        let address = ptr.as_ptr() as usize;
+        let offset = address % page_size();
+        let span = (offset + bytes).div_ceil(page_size()) * page_size();
+        let flags =
+            RegisterFlags { portable: options.portable, device_map: options.mapped, read_only: false };
+        // The covering pages' start, derived from the caller's writable pointer.
+        let start = ptr.as_ptr().cast::<u8>().wrapping_sub(offset);
+        // SAFETY: the pages covering the caller's range are mapped while `owner` lives (the
+        // function's contract), and `owner` moves into the registration (`covering`), which
+        // unregisters the pages before it lets the owner go.
+        let registration =
+            match unsafe { Registration::register(cuda, start, span, flags, options.max_piece_bytes) } {
+                Ok(registration) => registration.covering(owner),
+                Err(error) => return Err(RegisterError { error, memory: owner }),
+            };
+        let device_ptr = registration.device_ptr().map(|base| base + offset as u64);
+        let storage = HostStorage::Registered(registration);
+        let mut buf = Self::from_parts(storage, ptr, len, device_ptr, Some(cuda.ordinal()));
+        buf.kind = HostKind::Registered;
+        Ok(buf)
+    }
+
     #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
     fn register_memory<M: Any + Send + Sync>(
         device: &Device,
@@ -551,6 +602,30 @@ mod tests {
         let buf = HostBuf::register(&cpu(), memory, RegisterOptions::default()).unwrap();
         assert!(buf.as_slice().iter().enumerate().all(|(i, &v)| v == i as u16));
         assert!(buf.region().pages.is_some());
+    }
+
+    #[test]
+    fn memory_registered_in_place_is_seen_where_it_lies() {
+        let mut rng = fastrand::Rng::new();
+        let mut data: Vec<u32> = (0..3000).map(|_| rng.u32(..)).collect();
+        let expected = data[7..].to_vec();
+        // An address seven elements in: not on a page boundary.
+        let ptr = NonNull::new(data[7..].as_mut_ptr()).unwrap();
+        // SAFETY: `data` owns the elements and moves into the buffer as its owner.
+        let buf = unsafe {
+            HostBuf::register_in_place(&cpu(), data, ptr, expected.len(), RegisterOptions::default())
+        }
+        .unwrap();
+        assert_eq!(buf.as_slice(), &expected[..]);
+        assert_eq!(buf.as_slice().as_ptr(), ptr.as_ptr().cast_const());
+        assert!(buf.region().pages.is_none());
+        let mut empty = vec![0u8; 1];
+        let ptr = NonNull::new(empty.as_mut_ptr()).unwrap();
+        // SAFETY: as above.
+        let failure =
+            unsafe { HostBuf::register_in_place(&cpu(), empty, ptr, 0, RegisterOptions::default()) }
+                .unwrap_err();
+        assert!(failure.error.to_string().contains("0 elements"), "{}", failure.error);
     }
 
     #[test]

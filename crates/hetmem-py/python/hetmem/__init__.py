@@ -1,0 +1,462 @@
+"""hetmem for Python: host memory shared with the GPU without copies.
+
+Pin a NumPy array (or a PyTorch CPU tensor, or a writable memoryview) in place, allocate
+pinned or mapped memory, or map windows of a file, and hand the same bytes to NumPy,
+PyTorch and CuPy: host views through the array interface and DLPack (``kDLCPU``), and, where
+the memory is mapped for a GPU, device views through DLPack (``kDLCUDA``) and the CUDA array
+interface. Nothing is copied.
+
+The hand-off rule: while a buffer is lent to the GPU (``with buf.lend(stream): ...`` or a
+``Lease``), every host view hetmem hands out raises ``LentError`` instead of racing the GPU.
+NumPy arrays exported *before* the lease cannot be revoked by hetmem (NumPy has no way to do
+that): do not touch them while the buffer is lent.
+
+Without a GPU, hetmem runs on its CPU backend: everything but the device views works.
+
+Example::
+
+    import numpy as np, torch, hetmem
+    frames = np.zeros((64, 224, 224, 3), np.uint8)
+    buf = hetmem.register(frames)                        # pinned in place, no copy
+    gpu = torch.from_dlpack(buf.cuda())                  # the same bytes, as a CUDA tensor
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _native
+from ._native import HetmemError, page_size
+
+__all__ = [
+    "Buffer",
+    "Device",
+    "DeviceView",
+    "HetmemError",
+    "Lease",
+    "LentError",
+    "MappedFile",
+    "PinnedPool",
+    "device",
+    "page_size",
+    "pinned",
+    "register",
+]
+
+Device = _native.Device
+
+# DLPack's device types and type codes.
+_KDL_CPU = 1
+_KDL_CUDA = 2
+_DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+
+_default_device: Optional[_native.Device] = None
+
+
+class LentError(RuntimeError):
+    """A host view of a buffer was asked for while the buffer is lent to the GPU."""
+
+
+def device() -> _native.Device:
+    """The device hetmem uses: CUDA device 0, or the CPU backend where no GPU can be used
+    (``device().fallback_reason`` says why). Opened once per process; ``HETMEM_BACKEND=cpu``
+    or ``cuda`` forces the choice."""
+    global _default_device
+    if _default_device is None:
+        _default_device = _native.Device.open_best()
+    return _default_device
+
+
+def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    strides = []
+    step = 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def _dl_dtype(dtype: np.dtype) -> Tuple[int, int]:
+    code = _DL_CODES.get(dtype.kind)
+    if code is None or dtype.fields is not None or not dtype.isnative:
+        raise BufferError(f"DLPack export: dtype {dtype} has no DLPack type; view the buffer as a plain "
+                          "numeric dtype of native byte order (uint8, float32, ...)")
+    return code, dtype.itemsize * 8
+
+
+def _refuse_copy(copy: Optional[bool]) -> None:
+    if copy:
+        raise BufferError("DLPack export: hetmem shares memory and never copies (copy=True was asked)")
+
+
+class _LendState:
+    """Whether some memory is lent to the GPU now: the lease, or None."""
+
+    def __init__(self) -> None:
+        self.lease: Optional["Lease"] = None
+
+
+class Buffer:
+    """Host memory held by hetmem (pinned, registered in place, or a file window), seen as an
+    array of ``shape`` and ``dtype``.
+
+    Host views: ``numpy()``, ``np.asarray(buf)`` (``__array_interface__``), and
+    ``np.from_dlpack(buf)`` / ``torch.from_dlpack(buf)`` (``__dlpack__``, ``kDLCPU``). The
+    device view, where mapped: ``cuda()``. The memory lives while the buffer or any view of it
+    does (a DLPack consumer holds it until its tensor dies).
+    """
+
+    def __init__(self, memory: _native.Memory, shape: Sequence[int], dtype: Any, keep: Any = None,
+                 offset: int = 0):
+        dtype = np.dtype(dtype)
+        shape = tuple(int(extent) for extent in shape)
+        if any(extent < 0 for extent in shape):
+            raise ValueError(f"shape {shape}: extents must be >= 0")
+        needed = math.prod(shape) * dtype.itemsize
+        if offset + needed > memory.nbytes:
+            raise ValueError(f"shape {shape} of {dtype} needs {needed} bytes from byte {offset}; the memory "
+                             f"holds {memory.nbytes}")
+        self._offset = offset
+        self._memory = memory
+        self._shape = shape
+        self._dtype = dtype
+        self._keep = keep
+        # Shared by every Buffer over the same memory (views): lending one lends them all.
+        self._state: _LendState = keep._state if isinstance(keep, Buffer) else _LendState()
+
+    # -- what it is ------------------------------------------------------------------------
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """The array shape."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The element type."""
+        return self._dtype
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the array covers."""
+        return math.prod(self._shape) * self._dtype.itemsize
+
+    @property
+    def kind(self) -> str:
+        """``"pinned"``, ``"registered"``, ``"plain"`` (CPU backend) or ``"file"``."""
+        return self._memory.kind
+
+    @property
+    def readonly(self) -> bool:
+        """Whether the memory is read-only (a read-only file window)."""
+        return self._memory.readonly
+
+    @property
+    def is_mapped(self) -> bool:
+        """Whether kernels can read and write the memory in place (a device view exists)."""
+        return self._memory.device_ptr is not None
+
+    @property
+    def device_ptr(self) -> Optional[int]:
+        """The address kernels use, or None when not mapped."""
+        base = self._memory.device_ptr
+        return None if base is None else base + self._offset
+
+    @property
+    def host_ptr(self) -> int:
+        """The CPU address of the first element."""
+        return self._memory.host_ptr + self._offset
+
+    @property
+    def lent(self) -> bool:
+        """Whether the buffer is lent to the GPU now (host views raise ``LentError``)."""
+        return self._state.lease is not None
+
+    def view(self, dtype: Any, shape: Optional[Sequence[int]] = None) -> "Buffer":
+        """The same memory as another dtype and shape (default: as many elements as fit)."""
+        dtype = np.dtype(dtype)
+        if shape is None:
+            if self.nbytes % dtype.itemsize:
+                raise ValueError(f"{self.nbytes} bytes are not a whole number of {dtype} elements")
+            shape = (self.nbytes // dtype.itemsize,)
+        return Buffer(self._memory, shape, dtype, keep=self, offset=self._offset)
+
+    def __getitem__(self, rows: slice) -> "Buffer":
+        """A range of the first axis (``buf[start:stop]``, step 1): the same memory, no copy.
+        It shares the buffer's hand-off state: lending either lends both."""
+        if not isinstance(rows, slice) or not self._shape:
+            raise TypeError("a Buffer is cut by a slice of its first axis (buf[start:stop]); for "
+                            "anything else take a host view (buf.numpy()[...])")
+        start, stop, step = rows.indices(self._shape[0])
+        if step != 1:
+            raise ValueError(f"step {step}: a range of a buffer is contiguous (step 1)")
+        stop = max(start, stop)
+        row_bytes = math.prod(self._shape[1:]) * self._dtype.itemsize
+        return Buffer(self._memory, (stop - start,) + self._shape[1:], self._dtype, keep=self,
+                      offset=self._offset + start * row_bytes)
+
+    def __repr__(self) -> str:
+        return (f"hetmem.Buffer(shape={self._shape}, dtype={self._dtype}, kind={self.kind!r}, "
+                f"mapped={self.is_mapped}, lent={self.lent})")
+
+    # -- host views ------------------------------------------------------------------------
+    def _check_host(self, what: str) -> None:
+        if self._state.lease is not None:
+            raise LentError(f"{what}: the buffer is lent to the GPU; reclaim it first "
+                            "(leave the `with buf.lend(...)` block, or call lease.reclaim())")
+
+    @property
+    def __array_interface__(self) -> dict:
+        """NumPy's array interface over the host memory (raises ``LentError`` while lent)."""
+        self._check_host("host view")
+        return {
+            "version": 3,
+            "shape": self._shape,
+            "typestr": self._dtype.str,
+            "data": (self.host_ptr, self._memory.readonly),
+            "strides": None,
+        }
+
+    def numpy(self) -> np.ndarray:
+        """A NumPy array over the host memory, no copy (raises ``LentError`` while lent)."""
+        return np.asarray(self)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule of the host memory (``kDLCPU``); raises ``LentError`` while lent."""
+        self._check_host("DLPack host export")
+        _refuse_copy(copy)
+        if dl_device is not None and tuple(dl_device) != (_KDL_CPU, 0):
+            if tuple(dl_device)[0] == _KDL_CUDA:
+                return self.cuda().__dlpack__(stream=stream, max_version=max_version, copy=copy)
+            raise BufferError(f"DLPack export: no view of this buffer on device {dl_device}")
+        return _export(self, self.host_ptr, _KDL_CPU, 0)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """``(kDLCPU, 0)``: this object is the host view; ``cuda()`` is the device view."""
+        return (_KDL_CPU, 0)
+
+    # -- the device view and the hand-off --------------------------------------------------
+    def cuda(self) -> "DeviceView":
+        """The mapped device view (DLPack ``kDLCUDA``, ``__cuda_array_interface__``) of the
+        same memory. Raises ``HetmemError`` where the memory is not mapped for a GPU."""
+        if self._memory.device_ptr is None:
+            reason = device().fallback_reason
+            why = (f"hetmem runs on the CPU backend ({reason})" if reason else
+                   "the memory was not mapped (made with mapped=False), or there is no GPU")
+            raise HetmemError(f"no device view: {why}")
+        return DeviceView(self)
+
+    def lend(self, stream: Any = None) -> "Lease":
+        """Lends the buffer to GPU work: until the lease is reclaimed (leaving its ``with``
+        block, or ``reclaim()``), host views raise ``LentError``. Reclaiming waits for the GPU:
+        ``stream.synchronize()`` when a stream (``torch.cuda.Stream``, ``cupy.cuda.Stream``) is
+        given, else the whole device."""
+        return Lease(self, stream)
+
+
+class DeviceView:
+    """A buffer's memory as the GPU addresses it (mapped, zero-copy): hand it to
+    ``torch.from_dlpack``, ``cupy.from_dlpack`` or ``cupy.asarray`` (CUDA array interface). It
+    keeps the buffer alive."""
+
+    def __init__(self, buffer: Buffer):
+        self._buffer = buffer
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA array interface (version 3) of the mapped memory."""
+        buffer = self._buffer
+        return {
+            "version": 3,
+            "shape": buffer.shape,
+            "typestr": buffer.dtype.str,
+            "data": (buffer.device_ptr, buffer.readonly),
+            "strides": None,
+            # Nothing of hetmem's is pending on the memory: no stream to wait on.
+            "stream": None,
+        }
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule of the mapped memory (``kDLCUDA``). hetmem has no work pending on
+        it, so the consumer's ``stream`` needs no synchronisation."""
+        _refuse_copy(copy)
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"DLPack export: this is the device view {self.__dlpack_device__()}; the host "
+                              f"view is the buffer itself (asked for {tuple(dl_device)})")
+        if self._buffer.readonly:
+            raise BufferError("DLPack export: a read-only window (DLPack 0.x has no read-only flag); use "
+                              "__cuda_array_interface__ (cupy.asarray), which marks it read-only")
+        ordinal = self._buffer._memory.device_ordinal
+        return _export(self._buffer, self._buffer.device_ptr, _KDL_CUDA, ordinal)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """``(kDLCUDA, ordinal)``."""
+        return (_KDL_CUDA, self._buffer._memory.device_ordinal)
+
+    def __repr__(self) -> str:
+        return f"hetmem.DeviceView({self._buffer!r})"
+
+
+def _export(buffer: Buffer, address: int, device_type: int, device_id: int) -> Any:
+    if buffer.readonly and device_type == _KDL_CPU:
+        raise BufferError("DLPack export: a read-only window (DLPack 0.x has no read-only flag); use "
+                          "numpy() or np.asarray(buf), which mark it read-only")
+    code, bits = _dl_dtype(buffer.dtype)
+    return _native.capsule(buffer, address, device_type, device_id, list(buffer.shape),
+                           list(_contiguous_strides(buffer.shape)), code, bits)
+
+
+class Lease:
+    """A buffer lent to the GPU: its host views raise ``LentError`` until ``reclaim()``. A
+    context manager: ``with buf.lend(stream) as gpu:`` gives the device view and reclaims on
+    exit (waiting for ``stream``, or the device)."""
+
+    def __init__(self, buffer: Buffer, stream: Any = None):
+        if buffer._state.lease is not None:
+            raise LentError("the buffer is already lent; reclaim the first lease before lending it again")
+        self._buffer = buffer
+        self._stream = stream
+        buffer._state.lease = self
+
+    @property
+    def device_view(self) -> DeviceView:
+        """The device view of the lent buffer."""
+        return self._buffer.cuda()
+
+    def reclaim(self) -> Buffer:
+        """Waits for the GPU work (the stream, or the device) and gives the buffer back to the
+        CPU. Calling it again does nothing."""
+        if self._buffer._state.lease is self:
+            try:
+                if self._stream is not None:
+                    self._stream.synchronize()
+                else:
+                    device().synchronize()
+            finally:
+                self._buffer._state.lease = None
+        return self._buffer
+
+    def __enter__(self) -> Optional[DeviceView]:
+        # None where there is no device view (the CPU backend): the rule holds all the same.
+        return self.device_view if self._buffer.is_mapped else None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.reclaim()
+
+
+def _shape_of(shape_or_nbytes: Union[int, Sequence[int]], dtype: Any) -> Tuple[Tuple[int, ...], np.dtype]:
+    dtype = np.dtype(dtype)
+    if isinstance(shape_or_nbytes, (int, np.integer)):
+        shape: Tuple[int, ...] = (int(shape_or_nbytes),)
+    else:
+        shape = tuple(int(extent) for extent in shape_or_nbytes)
+    return shape, dtype
+
+
+def pinned(shape: Union[int, Sequence[int]], dtype: Any = np.uint8, *, mapped: bool = True,
+           portable: bool = False, write_combined: bool = False) -> Buffer:
+    """Zeroed pinned host memory of ``shape`` (a length is a 1-D shape: a byte count with the
+    default dtype uint8) and ``dtype``; mapped for the GPU (zero-copy) by default. ``portable``: usable from every
+    GPU's context. ``write_combined``: fast for the GPU to read, very slow for the CPU to read
+    (only for memory the CPU writes once). Plain memory on the CPU backend."""
+    shape, dtype = _shape_of(shape, dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    memory = _native.pinned(device(), nbytes, mapped=mapped, portable=portable, write_combined=write_combined)
+    return Buffer(memory, shape, dtype)
+
+
+def register(array: Any, *, mapped: bool = True, portable: bool = False) -> Buffer:
+    """Pins ``array`` (a C-contiguous, writable NumPy array, memoryview or PyTorch CPU tensor:
+    anything ``numpy.asarray`` views without copying) in place and returns a ``Buffer`` over
+    the same memory. No byte is copied: the array and the buffer share it. The pages covering
+    the array are registered with the GPU (an array sharing a page with another registered one
+    is refused by the driver); the array is kept alive and unregistered when the buffer and
+    its views die."""
+    if isinstance(array, memoryview) and array.readonly:
+        raise ValueError("register: a read-only memoryview; registered memory must be writable")
+    if type(array).__module__.startswith("torch") and getattr(array, "device", None) is not None \
+            and array.device.type != "cpu":
+        raise ValueError(f"register: a tensor on {array.device}; register pins host memory (a CPU tensor)")
+    view = np.asarray(array)
+    if view.size == 0:
+        raise ValueError("register: an empty array; register at least one element")
+    if not view.flags.c_contiguous:
+        raise ValueError("register: the array is not C-contiguous; register np.ascontiguousarray(array) "
+                         "(a copy) or the array it is a view of")
+    if not view.flags.writeable:
+        raise ValueError("register: a read-only array; registered memory must be writable")
+    address = view.__array_interface__["data"][0]
+    try:
+        memory = _native.register(device(), (array, view), address, view.nbytes, mapped=mapped, portable=portable)
+    except HetmemError as error:
+        if "ALREADY_REGISTERED" not in str(error):
+            raise
+        raise HetmemError(f"{error}; from Python: a page under this array is registered already, by another "
+                          "hetmem buffer alive (small arrays share pages) or by PyTorch or CuPy (pin_memory, "
+                          "cudaHostRegister): register one array holding both, or allocate with hetmem.pinned"
+                          ) from error
+    return Buffer(memory, view.shape, view.dtype)
+
+
+class PinnedPool:
+    """Pinned host memory reused instead of pinned again, within ``budget_bytes``: a buffer
+    whose views have all died goes back to the pool, still pinned, for the next ``acquire`` of
+    its size class. A reused buffer holds what its last user left (new ones are zeroed)."""
+
+    def __init__(self, budget_bytes: int):
+        self._pool = _native.PinnedPool(device(), budget_bytes)
+
+    def acquire(self, shape: Union[int, Sequence[int]], dtype: Any = np.uint8, *, mapped: bool = True,
+                portable: bool = False, write_combined: bool = False) -> Buffer:
+        """A buffer of ``shape`` and ``dtype`` (options as for ``hetmem.pinned``)."""
+        shape, dtype = _shape_of(shape, dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        memory = self._pool.acquire(nbytes, mapped=mapped, portable=portable, write_combined=write_combined)
+        return Buffer(memory, shape, dtype)
+
+    def stats(self) -> dict:
+        """hits, misses, evictions, bytes_pinned, bytes_in_use, blocks_cached."""
+        return self._pool.stats()
+
+    def trim(self) -> None:
+        """Frees every cached block."""
+        self._pool.trim()
+
+
+class MappedFile:
+    """A file whose byte ranges are mapped and registered on demand (windows): kernels read
+    (or, opened ``writable``, write) the page cache in place.
+
+    The file must not be truncated or changed by other processes while a window lives."""
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], writable: bool = False):
+        self._file = _native.WindowedFile(device(), os.fspath(path), writable=writable)
+
+    @property
+    def nbytes(self) -> int:
+        """The file's size in bytes."""
+        return self._file.nbytes
+
+    def window(self, offset: int = 0, shape: Union[int, Sequence[int], None] = None, dtype: Any = np.uint8,
+               *, writable: bool = False) -> Buffer:
+        """The bytes from ``offset`` as an array of ``shape`` and ``dtype`` (default: to the
+        end of the file), mapped read-only, or read-write with ``writable=True``. Two windows
+        that overlap cannot both live when either writes."""
+        dtype = np.dtype(dtype)
+        if shape is None:
+            shape = ((self.nbytes - offset) // dtype.itemsize,)
+        elif isinstance(shape, (int, np.integer)):
+            shape = (int(shape),)
+        shape = tuple(int(extent) for extent in shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        memory = self._file.window(offset, nbytes, writable=writable)
+        return Buffer(memory, shape, dtype, keep=self)
+
+    def __repr__(self) -> str:
+        return f"hetmem.MappedFile(nbytes={self.nbytes}, writable={self._file.writable})"
+

@@ -1,0 +1,62 @@
+//! `Device`: the GPU hetmem uses, or the CPU backend where there is none.
+
+use pyo3::prelude::*;
+
+use crate::to_py_err;
+
+/// The device hetmem's memory belongs to: CUDA device 0, or the CPU backend where no GPU can
+/// be used (then `fallback_reason` says why). `HETMEM_BACKEND=cpu|cuda` forces a choice.
+#[pyclass(frozen, module = "hetmem._native")]
+#[derive(Debug)]
+pub struct Device {
+    pub(crate) inner: hetmem::Device,
+}
+
+#[pymethods]
+impl Device {
+    /// Opens the best device of this machine (`hetmem::Device::open_best`).
+    #[staticmethod]
+    fn open_best() -> PyResult<Device> {
+        hetmem::Device::open_best().map(|inner| Device { inner }).map_err(to_py_err)
+    }
+
+    /// `"cuda"` or `"cpu"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        match self.inner.backend() {
+            hetmem::BackendKind::Cuda => "cuda",
+            hetmem::BackendKind::Cpu => "cpu",
+        }
+    }
+
+    /// The CUDA device ordinal, or None on the CPU backend.
+    #[getter]
+    fn ordinal(&self) -> Option<usize> {
+        self.inner.as_cuda().map(|cuda| cuda.ordinal())
+    }
+
+    /// The GPU's or the CPU's name.
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    /// Why hetmem fell back to the CPU backend, or None.
+    #[getter]
+    fn fallback_reason(&self) -> Option<String> {
+        self.inner.cpu_fallback_reason().map(ToString::to_string)
+    }
+
+    /// Waits for all work on the GPU (`cuCtxSynchronize` on the primary context, which PyTorch
+    /// and CuPy share); nothing to wait for on the CPU backend.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        match self.inner.as_cuda() {
+            Some(cuda) => py.detach(|| cuda.synchronize()).map_err(to_py_err),
+            None => Ok(()),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Device(backend={:?}, name={:?})", self.backend(), self.inner.name())
+    }
+}

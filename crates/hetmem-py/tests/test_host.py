@@ -1,0 +1,259 @@
+"""The binding on any machine (the CPU backend where there is no GPU): registration in place,
+pinned memory, file windows, host DLPack, and the lend rule."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import hetmem
+
+
+def random_array(rng, shape, dtype):
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 250, size=shape).astype(dtype)
+
+
+def test_import_and_device_work_without_a_gpu():
+    device = hetmem.device()
+    assert device.backend in ("cpu", "cuda")
+    if device.backend == "cpu":
+        assert device.ordinal is None
+    assert hetmem.page_size >= 4096
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.float32, np.float64])
+def test_register_shares_the_array_in_place(rng, dtype):
+    array = random_array(rng, (37, 11), dtype)
+    expected = array.copy()
+    buf = hetmem.register(array)
+    assert buf.shape == array.shape and buf.dtype == array.dtype
+    view = buf.numpy()
+    assert np.shares_memory(view, array)
+    np.testing.assert_array_equal(view, expected)
+    # A write through either side is seen by the other.
+    fresh = random_array(rng, (37, 11), dtype)
+    view[...] = fresh
+    np.testing.assert_array_equal(array, fresh)
+
+
+def test_register_an_unaligned_slice_covers_its_pages(rng):
+    backing = random_array(rng, 10_000, np.uint8)
+    part = backing[3:9003]  # starts off any page boundary
+    buf = hetmem.register(part)
+    np.testing.assert_array_equal(buf.numpy(), backing[3:9003])
+    assert buf.numpy().__array_interface__["data"][0] == part.__array_interface__["data"][0]
+
+
+def test_register_a_writable_memoryview(rng):
+    data = bytearray(random_array(rng, 5000, np.uint8).tobytes())
+    buf = hetmem.register(memoryview(data))
+    view = buf.numpy()
+    flipped = 255 - int(view[17])
+    view[17] = flipped
+    assert data[17] == flipped
+
+
+def test_register_refuses_what_it_cannot_pin_in_place(rng):
+    array = random_array(rng, (20, 20), np.float32)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        hetmem.register(array[:, ::2])
+    readonly = array.copy()
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        hetmem.register(readonly)
+    with pytest.raises(ValueError, match="read-only memoryview"):
+        hetmem.register(memoryview(b"immutable bytes"))
+    with pytest.raises(ValueError, match="empty"):
+        hetmem.register(np.zeros(0, np.uint8))
+
+
+def test_registration_keeps_the_array_alive_until_the_buffer_dies(rng):
+    array = random_array(rng, 4096, np.int32)
+    expected = array.copy()
+    alive = weakref.ref(array)
+    buf = hetmem.register(array)
+    del array
+    gc.collect()
+    assert alive() is not None
+    np.testing.assert_array_equal(buf.numpy(), expected)
+    del buf
+    gc.collect()
+    assert alive() is None
+
+
+def test_pinned_memory_is_zeroed_and_shaped(rng):
+    buf = hetmem.pinned((64, 3), np.float32)
+    view = buf.numpy()
+    assert view.shape == (64, 3) and view.dtype == np.float32
+    assert not view.any()
+    fresh = random_array(rng, (64, 3), np.float32)
+    view[...] = fresh
+    np.testing.assert_array_equal(buf.numpy(), fresh)
+    assert hetmem.pinned(4096).numpy().shape == (4096,)
+    if hetmem.device().backend == "cpu":
+        assert buf.kind == "plain" and not buf.is_mapped
+
+
+def test_host_dlpack_round_trip_shares_memory(rng):
+    array = random_array(rng, (8, 9, 3), np.uint16)
+    buf = hetmem.register(array)
+    assert buf.__dlpack_device__() == (1, 0)
+    seen = np.from_dlpack(buf)
+    assert np.shares_memory(seen, array)
+    np.testing.assert_array_equal(seen, array)
+    # The consumer's array keeps the memory alive after the buffer and the array are gone,
+    # and lets it go when it dies (the DLPack deleter).
+    expected = array.copy()
+    alive = weakref.ref(array)
+    del buf, array
+    gc.collect()
+    assert alive() is not None
+    np.testing.assert_array_equal(seen, expected)
+    del seen
+    gc.collect()
+    assert alive() is None
+
+
+def test_an_unconsumed_capsule_lets_the_memory_go(rng):
+    array = random_array(rng, 100, np.uint8)
+    alive = weakref.ref(array)
+    buf = hetmem.register(array)
+    capsule = buf.__dlpack__()
+    assert "dltensor" in repr(capsule)
+    del buf, array
+    gc.collect()
+    assert alive() is not None
+    del capsule
+    gc.collect()
+    assert alive() is None
+
+
+def test_dlpack_refuses_a_copy_and_foreign_byte_order(rng):
+    with pytest.raises(BufferError, match="never copies"):
+        hetmem.pinned(16).__dlpack__(copy=True)
+    swapped = hetmem.register(random_array(rng, 64, np.int32).astype(">i4"))
+    with pytest.raises(BufferError, match="native byte order"):
+        np.from_dlpack(swapped)
+    assert swapped.numpy().dtype == np.dtype(">i4")  # the array interface carries it
+
+
+def test_views_reinterpret_the_same_memory(rng):
+    array = random_array(rng, 64, np.uint8)
+    buf = hetmem.register(array)
+    as_words = buf.view(np.uint32, (4, 4))
+    np.testing.assert_array_equal(as_words.numpy().reshape(-1), array.view(np.uint32))
+    with pytest.raises(ValueError, match="needs"):
+        buf.view(np.uint32, (5, 4))
+
+
+def test_host_views_raise_while_lent(rng):
+    array = random_array(rng, 1000, np.float32)
+    buf = hetmem.register(array)
+    alias = buf.view(np.uint8)
+    lease = buf.lend()
+    assert buf.lent and alias.lent
+    for access in (buf.numpy, lambda: np.asarray(buf), lambda: np.from_dlpack(buf), alias.numpy):
+        with pytest.raises(hetmem.LentError, match="lent to the GPU"):
+            access()
+    with pytest.raises(hetmem.LentError, match="already lent"):
+        buf.lend()
+    assert lease.reclaim() is buf
+    assert not buf.lent
+    np.testing.assert_array_equal(buf.numpy(), array)
+
+
+def test_lend_as_a_context_manager_reclaims_on_exit(rng):
+    buf = hetmem.register(random_array(rng, 256, np.int64))
+
+    class Stream:
+        synchronized = 0
+
+        def synchronize(self):
+            Stream.synchronized += 1
+
+    with buf.lend(Stream()):
+        with pytest.raises(hetmem.LentError):
+            buf.numpy()
+    assert Stream.synchronized == 1
+    assert not buf.lent
+
+
+def test_device_view_needs_mapped_memory():
+    if hetmem.device().backend != "cpu":
+        pytest.skip("the CPU backend's behaviour")
+    with pytest.raises(hetmem.HetmemError, match="CPU backend"):
+        hetmem.pinned(64).cuda()
+
+
+def test_file_windows_read_and_write_the_file(rng, tmp_path):
+    data = random_array(rng, 3 * 8192, np.uint8)
+    path = tmp_path / "records.bin"
+    data.tofile(path)
+    mapped = hetmem.MappedFile(path)
+    assert mapped.nbytes == data.size
+    window = mapped.window(5000, (100, 10))
+    assert window.readonly
+    np.testing.assert_array_equal(window.numpy(), data[5000:6000].reshape(100, 10))
+    assert not window.numpy().flags.writeable
+    with pytest.raises(BufferError, match="read-only"):
+        window.__dlpack__()
+    with pytest.raises(ValueError, match="read-only"):
+        mapped.window(0, 16, writable=True)
+
+    writable = hetmem.MappedFile(path, writable=True)
+    fresh = random_array(rng, 4096, np.uint8)
+    window = writable.window(8192, 4096, writable=True)
+    window.numpy()[...] = fresh
+    del window
+    gc.collect()
+    np.testing.assert_array_equal(np.fromfile(path, np.uint8)[8192:12288], fresh)
+
+
+def test_a_window_past_the_end_is_a_clear_error(tmp_path):
+    path = tmp_path / "small.bin"
+    path.write_bytes(bytes(range(200)))
+    with pytest.raises(ValueError, match="small.bin|past|beyond|end"):
+        hetmem.MappedFile(path).window(100, 200)
+
+
+def test_ranges_of_the_first_axis_share_memory_and_the_lend_state(rng):
+    array = random_array(rng, (10, 6), np.float32)
+    buf = hetmem.register(array)
+    middle = buf[3:7]
+    assert middle.shape == (4, 6)
+    assert np.shares_memory(middle.numpy(), array)
+    np.testing.assert_array_equal(middle.numpy(), array[3:7])
+    np.testing.assert_array_equal(np.from_dlpack(middle), array[3:7])
+    np.testing.assert_array_equal(middle[1:2].numpy(), array[4:5])
+    assert middle.host_ptr == buf.host_ptr + 3 * 6 * 4
+    with middle.lend():
+        with pytest.raises(hetmem.LentError):
+            buf.numpy()
+    with pytest.raises(ValueError, match="step"):
+        buf[::2]
+    with pytest.raises(TypeError, match="slice"):
+        buf[3]
+
+
+def test_the_pinned_pool_reuses_a_returned_buffer(rng):
+    pool = hetmem.PinnedPool(64 << 20)
+    first = pool.acquire((1000, 3), np.float32)
+    fresh = random_array(rng, (1000, 3), np.float32)
+    first.numpy()[...] = fresh
+    address = first.host_ptr
+    del first
+    gc.collect()
+    again = pool.acquire((1000, 3), np.float32)
+    stats = pool.stats()
+    assert (stats["hits"], stats["misses"]) == (1, 1)
+    assert again.host_ptr == address
+    np.testing.assert_array_equal(again.numpy(), fresh)  # what its last user left
+    del again
+    gc.collect()
+    pool.trim()
+    assert pool.stats()["bytes_pinned"] == 0
+    with pytest.raises(hetmem.HetmemError, match="budget|exhaust"):
+        pool.acquire(128 << 20)
