@@ -16,6 +16,7 @@ mod managed;
 mod memory;
 mod module;
 pub mod nvrtc;
+mod split;
 mod stream;
 
 pub(crate) use context::ResidentKernel;

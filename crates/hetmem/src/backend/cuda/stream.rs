@@ -7,7 +7,7 @@ use cudarc::driver::{result, sys};
 
 use super::context::{Context, Keep, Release};
 use super::interop::Wrappers;
-use super::{Call, CudaDevice};
+use super::{Call, CudaDevice, split};
 use crate::error::CudaError;
 
 /// A CUDA stream: one hetmem made (non-blocking: it does not synchronise with the legacy
@@ -98,8 +98,19 @@ impl Stream {
     pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> crate::Result<()> {
         crate::faults::fail(crate::faults::FaultPoint::Copy)?;
         self.ctx.bind()?;
-        // SAFETY: the caller guarantees the ranges and their lifetime.
-        unsafe { sys::cuMemcpyAsync(dst, src, bytes, self.raw) }.call("cuMemcpyAsync")?;
+        let mut copy = |at: usize, len: usize| {
+            // SAFETY: the caller guarantees the ranges and their lifetime; `in_parts` passes
+            // parts of them.
+            unsafe { sys::cuMemcpyAsync(dst + at as u64, src + at as u64, len, self.raw) }.result()
+        };
+        // The host side may be either: split at the source's page boundaries first, then, if a
+        // part is still refused, at the destination's (parts copied twice copy the same bytes).
+        split::in_parts(src as usize, bytes, &mut copy)
+            .or_else(|error| match error.0 {
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE => split::in_parts(dst as usize, bytes, &mut copy),
+                _ => Err(error),
+            })
+            .call("cuMemcpyAsync")?;
         Ok(())
     }
 
