@@ -242,8 +242,12 @@ impl WindowedFile {
             .try_clone()
             .map_err(|source| io(format!("opening {} again", self.path.display()), source))?;
         // SAFETY: the allocation is `bytes` long, page-aligned and owned here; nothing else
-        // refers to it yet.
-        let buffer = unsafe { std::slice::from_raw_parts_mut(alloc.host_ptr(), bytes) };
+        // refers to it yet. The driver does not promise its contents, so it is zeroed before a
+        // slice of it exists (a `&mut [u8]` over uninitialised bytes would be undefined).
+        let buffer = unsafe {
+            std::ptr::write_bytes(alloc.host_ptr(), 0, bytes);
+            std::slice::from_raw_parts_mut(alloc.host_ptr(), bytes)
+        };
         file.read_exact_at(buffer, range.start)
             .map_err(|source| io(format!("reading bytes {range:?} of {}", self.path.display()), source))?;
         let start = NonNull::new(alloc.host_ptr()).expect("pinned allocations are never null");
