@@ -85,29 +85,6 @@ impl PinnedBudget {
             total_memory(),
         ))
     }
-
-    /// The budget in bytes.
-    pub fn limit(&self) -> u64 {
-        self.account.limit
-    }
-
-    /// Bytes charged now.
-    pub fn in_use(&self) -> u64 {
-        self.account.taken().0
-    }
-
-    /// The most bytes ever charged at once.
-    pub fn peak(&self) -> u64 {
-        self.account.taken().1
-    }
-
-    /// Takes `bytes` until the charge drops.
-    ///
-    /// # Errors
-    /// [`Error::BudgetExceeded`] when they do not fit.
-    pub(crate) fn charge(&self, bytes: u64) -> Result<Charge> {
-        self.account.charge(bytes)
-    }
 }
 
 impl Default for PinnedBudget {
@@ -148,30 +125,40 @@ impl DeviceBudget {
     pub fn new(bytes: u64) -> DeviceBudget {
         DeviceBudget { account: Account::new(BudgetKind::DeviceMemory, bytes) }
     }
-
-    /// The budget in bytes.
-    pub fn limit(&self) -> u64 {
-        self.account.limit
-    }
-
-    /// Bytes held by device buffers alive now.
-    pub fn in_use(&self) -> u64 {
-        self.account.taken().0
-    }
-
-    /// The most bytes ever held at once.
-    pub fn peak(&self) -> u64 {
-        self.account.taken().1
-    }
-
-    /// Takes `bytes` until the charge drops.
-    ///
-    /// # Errors
-    /// [`Error::BudgetExceeded`] when they do not fit.
-    pub(crate) fn charge(&self, bytes: u64) -> Result<Charge> {
-        self.account.charge(bytes)
-    }
 }
+
+/// What both budgets answer, from their shared account.
+macro_rules! budget_accounting {
+    ($budget:ident) => {
+        impl $budget {
+            /// The budget in bytes.
+            pub fn limit(&self) -> u64 {
+                self.account.limit
+            }
+
+            /// Bytes charged now (held by allocations alive).
+            pub fn in_use(&self) -> u64 {
+                self.account.taken().0
+            }
+
+            /// The most bytes ever charged at once.
+            pub fn peak(&self) -> u64 {
+                self.account.taken().1
+            }
+
+            /// Takes `bytes` until the charge drops.
+            ///
+            /// # Errors
+            /// [`Error::BudgetExceeded`] when they do not fit.
+            pub(crate) fn charge(&self, bytes: u64) -> Result<Charge> {
+                self.account.charge(bytes)
+            }
+        }
+    };
+}
+
+budget_accounting!(PinnedBudget);
+budget_accounting!(DeviceBudget);
 
 #[cfg(test)]
 mod tests {
