@@ -103,7 +103,8 @@ def main():
     start, end = cp.cuda.Event(), cp.cuda.Event()
 
     def reps_at(n):
-        return max(min(repeats, 3), min(repeats, repeats * 64 * MIB // max(n, 64 * MIB)))
+        # hetmem's LinkOptions::repeats_at: up to 5x the repeats for small cells, at least 3.
+        return max(min(repeats, 3), min(5 * repeats, repeats * 64 * MIB // max(n, 1)))
 
     def grid(items, max_blocks=sms * 8):
         return (max(1, min(max_blocks, (items + 511) // 512)),)

@@ -66,7 +66,8 @@ def main():
     start, end, end2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
 
     def reps_at(n):
-        return max(min(repeats, 3), min(repeats, repeats * 64 * MIB // max(n, 64 * MIB)))
+        # hetmem's LinkOptions::repeats_at: up to 5x the repeats for small cells, at least 3.
+        return max(min(repeats, 3), min(5 * repeats, repeats * 64 * MIB // max(n, 1)))
 
     def timed_events(n, work):
         rates = []

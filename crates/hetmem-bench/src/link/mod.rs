@@ -217,6 +217,9 @@ impl LatencyPath {
     }
 }
 
+/// The most repetitions a small cell takes, as a multiple of [`LinkOptions::repeats`].
+const MID_SIZE_REPEATS_FACTOR: usize = 5;
+
 /// What to measure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkOptions {
@@ -310,11 +313,15 @@ impl LinkOptions {
         Ok(())
     }
 
-    /// The timed repetitions at `bytes`: all of them up to 64 MiB, fewer above (but at least 3),
-    /// so a 1 GiB managed cell does not take a minute.
+    /// The timed repetitions at `bytes`: as many as fit 64 MiB per repetition's share, from 5x
+    /// `repeats` for cells of 12 MiB and less down to 3 for the largest, so a 1 GiB managed cell
+    /// does not take a minute while a 4 MiB cell (a tenth of a millisecond each) gets a median
+    /// of 100. On the H200 machine, mid-size cells ran slow for stretches of milliseconds at a
+    /// time (23-39 GB/s for one cell from run to run with 20 repetitions): the link is shared
+    /// with the rest of the host.
     pub(crate) fn repeats_at(&self, bytes: usize) -> usize {
-        let scaled = self.repeats * (64 << 20) / bytes.max(64 << 20);
-        scaled.clamp(self.repeats.min(3), self.repeats)
+        let scaled = self.repeats * (64 << 20) / bytes.max(1);
+        scaled.clamp(self.repeats.min(3), MID_SIZE_REPEATS_FACTOR * self.repeats)
     }
 }
 
@@ -579,9 +586,11 @@ mod tests {
     }
 
     #[test]
-    fn large_sizes_get_fewer_repeats_but_at_least_three() {
+    fn small_cells_get_up_to_five_times_the_repeats_and_large_ones_at_least_three() {
         let options = LinkOptions::full();
-        assert_eq!(options.repeats_at(4096), 20);
+        assert_eq!(options.repeats_at(4096), 100);
+        assert_eq!(options.repeats_at(4 << 20), 100);
+        assert_eq!(options.repeats_at(64 << 20), 20);
         assert_eq!(options.repeats_at(256 << 20), 5);
         assert_eq!(options.repeats_at(1 << 30), 3);
     }

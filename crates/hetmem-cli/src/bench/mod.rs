@@ -73,7 +73,7 @@ enum What {
         /// Paths to measure, comma-separated (default: all).
         #[arg(long, value_delimiter = ',', value_parser = choices::by_library::<LinkPathName>())]
         paths: Vec<LinkPathName>,
-        /// Timed repetitions per bandwidth cell.
+        /// Timed repetitions per bandwidth cell of 64 MiB (up to 5x as many for smaller cells, fewer for larger ones, at least 3).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
         repeats: Option<u64>,
     },
