@@ -11,7 +11,11 @@ The hand-off rule: while a buffer is lent to the GPU (``with buf.lend(stream): .
 NumPy arrays exported *before* the lease cannot be revoked by hetmem (NumPy has no way to do
 that): do not touch them while the buffer is lent.
 
-Without a GPU, hetmem runs on its CPU backend: everything but the device views works.
+Without a GPU, hetmem runs on its CPU backend: everything but the device views and streams
+works.
+
+Streams go both ways: ``buf.lend(stream)`` takes a PyTorch or CuPy stream, and
+``hetmem.stream()`` makes one of hetmem's that they take (``ExternalStream(s.handle)``).
 
 Example::
 
@@ -277,8 +281,8 @@ class Buffer:
     def lend(self, stream: Any = None) -> "Lease":
         """Lends the buffer to GPU work: until the lease is reclaimed (leaving its ``with``
         block, or ``reclaim()``), host views raise ``LentError``. Reclaiming waits for the GPU:
-        ``stream.synchronize()`` when a stream (``torch.cuda.Stream``, ``cupy.cuda.Stream``) is
-        given, else the whole device."""
+        ``stream.synchronize()`` when a stream (``torch.cuda.Stream``, ``cupy.cuda.Stream``,
+        ``hetmem.stream()``) is given, else the whole device."""
         return Lease(self, stream)
 
 
