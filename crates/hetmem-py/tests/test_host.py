@@ -72,6 +72,8 @@ def test_register_refuses_what_it_cannot_pin_in_place(rng):
         hetmem.register(memoryview(b"immutable bytes"))
     with pytest.raises(ValueError, match="empty"):
         hetmem.register(np.zeros(0, np.uint8))
+    with pytest.raises(ValueError, match="hetmem buffer.*use the buffer itself"):
+        hetmem.register(hetmem.pinned(64))
 
 
 def test_registration_keeps_the_array_alive_until_the_buffer_dies(rng):

@@ -129,6 +129,9 @@ def register(array: Any, *, mapped: bool = True, portable: bool = False) -> Buff
     a live registration of hetmem's covers already shares it (small arrays share pages), one
     that overlaps one in part is refused. The array is kept alive, and unregistered when the
     buffer and its views die."""
+    if isinstance(array, Buffer):
+        raise ValueError("register: a hetmem buffer, whose memory hetmem holds already (pinned, registered or a "
+                         "file window); use the buffer itself, or buf.numpy() for a NumPy view")
     is_array = isinstance(array, (np.ndarray, memoryview, bytearray)) or not hasattr(array, "__dlpack__")
     found = _from_array_interface(array) if is_array else _from_dlpack(array)
     if found.nbytes == 0:
