@@ -9,6 +9,9 @@ and times, on that same array, one after the other (their order alternating betw
   driver      cuMemHostRegister(DEVICEMAP) of the same covering pages, then
               cuMemHostGetDevicePointer, through ctypes into libcuda on the primary context
               hetmem and PyTorch share: exactly the driver work hetmem.register does
+  driver-xN   the same pages cut into N page-aligned pieces registered by N threads at once
+              (--threads N; ctypes lets go of the GIL in foreign calls): whether the driver's
+              pinning scales across threads, which hetmem's piecewise registration could use
   pin_memory  torch.from_numpy(array).pin_memory()
 Each registration is undone (untimed) before the next. The medians, their ratios, every
 sample, and how much of the array transparent huge pages back (AnonHugePages, which changes
@@ -18,6 +21,7 @@ what pinning costs) go to stdout as JSON. The registered view is checked to hold
 """
 
 import argparse
+import concurrent.futures
 import ctypes
 import json
 import statistics
@@ -93,6 +97,23 @@ def huge_page_fraction(array):
     return 0.0
 
 
+def pieces(first, span, count):
+    """`count` page-aligned (address, length) pieces covering [first, first + span)."""
+    page = hetmem.page_size
+    step = -(-span // count // page) * page
+    return [(first + offset, min(step, span - offset)) for offset in range(0, span, step)]
+
+
+def huge_page_mode():
+    """The machine's transparent huge page setting (the bracketed word), or None."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as setting:
+            text = setting.read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1:text.index("]")] if "[" in text else text.strip()
+
+
 def time_ms(action):
     start = time.perf_counter()
     result = action()
@@ -103,13 +124,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=4, help="threads (and pieces) of the driver-xN timing")
     args = parser.parse_args()
     if hetmem.device().backend != "cuda":
         raise SystemExit(f"register_vs_pin.py needs a GPU: {hetmem.device().fallback_reason}")
     nbytes = int(args.gib * (1 << 30))
     rng = np.random.default_rng()
     driver = Driver()
-    samples = {"hetmem": [], "driver": [], "pin_memory": []}
+    parallel_name = f"driver-x{args.threads}"
+    samples = {"hetmem": [], "driver": [], parallel_name: [], "pin_memory": []}
+    threads = concurrent.futures.ThreadPoolExecutor(max_workers=args.threads)
     huge = []
     for repeat in range(args.repeats):
         array = rng.integers(0, 255, size=nbytes, dtype=np.uint8)
@@ -129,7 +153,15 @@ def main():
             driver.unregister(first)
             return elapsed
 
-        order = [("hetmem", hetmem_once), ("driver", driver_once)]
+        def parallel_once():
+            parts = pieces(*covering_pages(array), args.threads)
+            elapsed, device_ptrs = time_ms(lambda: list(threads.map(lambda part: driver.register(*part), parts)))
+            assert all(device_ptrs)
+            for address, _ in parts:
+                driver.unregister(address)
+            return elapsed
+
+        order = [("hetmem", hetmem_once), ("driver", driver_once), (parallel_name, parallel_once)]
         for name, once in order if repeat % 2 == 0 else reversed(order):
             samples[name].append(once())
         tensor = torch.from_numpy(array)
@@ -145,9 +177,14 @@ def main():
         "speedup_vs_pin_memory": median["pin_memory"] / median["hetmem"],
         "driver_share_of_register": median["driver"] / median["hetmem"],
         "driver_speedup_vs_pin_memory": median["pin_memory"] / median["driver"],
+        "threads": args.threads,
+        "driver_parallel_register_ms": median[parallel_name],
+        "driver_parallel_speedup_vs_pin_memory": median["pin_memory"] / median[parallel_name],
+        "huge_page_mode": huge_page_mode(),
         "huge_page_fraction": huge,
         "register_all_ms": samples["hetmem"],
         "driver_all_ms": samples["driver"],
+        "driver_parallel_all_ms": samples[parallel_name],
         "pin_memory_all_ms": samples["pin_memory"],
     }))
 
