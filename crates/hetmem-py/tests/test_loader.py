@@ -109,7 +109,7 @@ def test_the_same_seed_gives_the_same_batches_and_epochs_differ(rng, tmp_path):
     seed = int(rng.integers(2**31))
 
     def epoch_bits(feed):
-        return np.concatenate([batch_bits(images, "bfloat16", torch) for images, _ in feed])
+        return np.concatenate([batch_bits(batch, "bfloat16", torch) for batch, _ in feed])
 
     first = loader.RecordLoader(images, labels, 8, shape, seed=seed, crop=(12, 10), output=output)
     second = loader.RecordLoader(images, labels, 8, shape, seed=seed, crop=(12, 10), output=output)
