@@ -171,3 +171,21 @@ def test_native_batch_preparation_checks_its_bounds(rng):
         prepare([0], [(0, 0), (0, 0)], [False])
     with pytest.raises(ValueError, match="one per channel"):
         prepare([0], [(0, 0)], [False], scale=[1.0])
+
+
+@pytest.mark.parametrize("element", ["float16", "bfloat16"])
+def test_native_rounding_matches_numpy_on_any_float(rng, element):
+    # With scale 0 each channel's value is its shift: one record of many channels converts
+    # arbitrary float32 values, random bit patterns (normal, subnormal, huge) and the edges
+    # of float16's range and its ties.
+    edges = np.array([65504.0, 65519.996, 65520.0, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 2.0**-14,
+                      2.0**-14 - 2.0**-25, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, 1.0 + 2.0**-8, np.inf], np.float32)
+    bits = rng.integers(0, 2**32, size=8192, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    shift = np.concatenate([edges, -edges, bits[np.isfinite(bits)]]).astype(np.float32)
+    channels = shift.size
+    records = hetmem.register(rng.integers(0, 255, size=(1, 1, 1, channels), dtype=np.uint8))
+    out = hetmem.pinned(channels, np.uint16)
+    hetmem._native.prepare_batch(records._memory, (1, 1, channels), [0], [(0, 0)], [False], (1, 1),
+                                 [0.0] * channels, shift.tolist(), out._memory, element)
+    expected = records.numpy().reshape(-1).astype(np.float32) * np.float32(0.0) + shift
+    np.testing.assert_array_equal(out.numpy(), as_bits(expected, element))
