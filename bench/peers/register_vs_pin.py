@@ -120,6 +120,30 @@ def time_ms(action):
     return (time.perf_counter() - start) * 1e3, result
 
 
+def hetmem_once(array, probe):
+    elapsed, buf = time_ms(lambda: hetmem.register(array))
+    assert np.array_equal(buf.numpy()[probe], array[probe]), "the registered view differs"
+    del buf  # unregisters
+    return elapsed
+
+
+def driver_once(driver, array):
+    first, span = covering_pages(array)
+    elapsed, device_ptr = time_ms(lambda: driver.register(first, span))
+    assert device_ptr != 0
+    driver.unregister(first)
+    return elapsed
+
+
+def parallel_once(driver, threads, array, count):
+    parts = pieces(*covering_pages(array), count)
+    elapsed, device_ptrs = time_ms(lambda: list(threads.map(lambda part: driver.register(*part), parts)))
+    assert all(device_ptrs)
+    for address, _ in parts:
+        driver.unregister(address)
+    return elapsed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gib", type=float, default=1.0)
@@ -139,31 +163,11 @@ def main():
         array = rng.integers(0, 255, size=nbytes, dtype=np.uint8)
         huge.append(huge_page_fraction(array))
         probe = rng.integers(0, nbytes, size=64)
-
-        def hetmem_once():
-            elapsed, buf = time_ms(lambda: hetmem.register(array))
-            assert np.array_equal(buf.numpy()[probe], array[probe]), "the registered view differs"
-            del buf  # unregisters
-            return elapsed
-
-        def driver_once():
-            first, span = covering_pages(array)
-            elapsed, device_ptr = time_ms(lambda: driver.register(first, span))
-            assert device_ptr != 0
-            driver.unregister(first)
-            return elapsed
-
-        def parallel_once():
-            parts = pieces(*covering_pages(array), args.threads)
-            elapsed, device_ptrs = time_ms(lambda: list(threads.map(lambda part: driver.register(*part), parts)))
-            assert all(device_ptrs)
-            for address, _ in parts:
-                driver.unregister(address)
-            return elapsed
-
-        order = [("hetmem", hetmem_once), ("driver", driver_once), (parallel_name, parallel_once)]
-        for name, once in order if repeat % 2 == 0 else reversed(order):
-            samples[name].append(once())
+        order = [("hetmem", hetmem_once, (array, probe)), ("driver", driver_once, (driver, array)),
+                 (parallel_name, parallel_once, (driver, threads, array, args.threads))]
+        for name, once, arguments in order if repeat % 2 == 0 else reversed(order):
+            samples[name].append(once(*arguments))
+        del order  # it holds the array
         tensor = torch.from_numpy(array)
         elapsed, pinned = time_ms(tensor.pin_memory)
         samples["pin_memory"].append(elapsed)
