@@ -13,7 +13,8 @@ use crate::to_py_err;
 /// Bytes of host memory that hetmem holds: pinned, registered in place, or a file window.
 /// Its addresses are what the buffer protocols (array interface, DLPack, CUDA array
 /// interface) hand to NumPy, PyTorch and CuPy; the memory lives as long as this object.
-#[pyclass(frozen, module = "hetmem._native")]
+/// Weak references to it let the Python layer find a live registration covering a page.
+#[pyclass(frozen, weakref, module = "hetmem._native")]
 pub struct Memory {
     /// The hetmem buffer (or window) that owns or pins the memory; only dropped.
     _buffer: Box<dyn Any + Send + Sync>,
@@ -59,6 +60,11 @@ impl Memory {
         readonly: bool,
     ) -> Memory {
         Memory { _buffer: buffer, host_ptr, nbytes, device_ptr, device_ordinal: None, readonly, kind: "file" }
+    }
+
+    /// The host address of the first byte, the size in bytes, and whether it is read-only.
+    pub(crate) fn host_range(&self) -> (usize, usize, bool) {
+        (self.host_ptr, self.nbytes, self.readonly)
     }
 
     /// The memory, noted as mapped for CUDA device `ordinal` (None: the CPU backend).
@@ -126,7 +132,7 @@ pub fn pinned(
 
 /// Registers `nbytes` at `address`, memory that `owner` keeps alive, in place (the pages
 /// covering it are pinned). The Python layer takes `address` and `nbytes` from the owner's own
-/// array interface.
+/// array interface or DLPack capsule.
 #[pyfunction]
 #[pyo3(signature = (device, owner, address, nbytes, mapped = true, portable = false))]
 pub fn register(
@@ -144,8 +150,8 @@ pub fn register(
     let options = RegisterOptions { mapped, portable, ..RegisterOptions::default() };
     let registered = py.detach(|| {
         let ptr = NonNull::new(address as *mut u8).expect("checked non-null above");
-        // SAFETY: `address` and `nbytes` come from `owner`'s array interface (a C-contiguous,
-        // writable array): the bytes live while `owner` does, and `owner` moves into the
+        // SAFETY: `address` and `nbytes` come from `owner`'s array interface or DLPack capsule
+        // (a C-contiguous, writable array in host memory): the bytes live while `owner` does, and `owner` moves into the
         // buffer, which lets it go only after unregistering. A page already registered is
         // refused by the driver.
         unsafe { HostBuf::register_in_place(&device.inner, owner, ptr, nbytes, options) }

@@ -92,31 +92,37 @@ def test_a_file_window_reaches_torch_in_place(rng, torch, tmp_path):
     np.testing.assert_array_equal(window.numpy(), 255 - data)
 
 
-@pytest.mark.parametrize("mode", ["mapped", "staged"])
-def test_the_loader_matches_a_numpy_reference(rng, torch, tmp_path, mode):
-    from hetmem import loader
+def test_hetmem_stream_drives_torch_work(rng, torch):
+    stream = hetmem.stream()
+    assert stream.__cuda_stream__() == (0, stream.handle) and stream.handle != 0
+    values = rng.standard_normal(1 << 16).astype(np.float32)
+    buf = hetmem.register(values.copy())
+    external = torch.cuda.ExternalStream(stream.handle)
+    assert external.cuda_stream == stream.handle
+    with buf.lend(stream) as view, torch.cuda.stream(external):
+        torch.from_dlpack(view).mul_(-3.0)  # queued on hetmem's stream; the lease waits for it
+    np.testing.assert_array_equal(buf.numpy(), values * -3.0)
+    assert stream.query()
 
-    shape = (32, 40, 3)
-    images, labels = tmp_path / "images.u8", tmp_path / "labels.i64"
-    loader.write_records(images, labels, count=50, record_shape=shape, seed=int(rng.integers(2**31)))
-    data = np.fromfile(images, np.uint8).reshape((50,) + shape)
-    truth = np.fromfile(labels, np.int64)
-    mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
-    feed = loader.RecordLoader(images, labels, 8, shape, seed=7, mode=mode, dtype=torch.float32, mean=mean, std=std)
-    assert len(feed) == 6
-    indices, flips = feed.order(0)
-    seen = 0
-    for number, (batch, batch_labels) in enumerate(feed):
-        assert batch.is_cuda and batch.shape == (8, 3, 32, 40)
-        assert batch.is_contiguous(memory_format=torch.channels_last)
-        chosen = indices[number * 8:(number + 1) * 8]
-        reference = data[chosen].astype(np.float32)
-        reference[flips[number * 8:(number + 1) * 8]] = reference[flips[number * 8:(number + 1) * 8], :, ::-1]
-        reference = (reference / 255.0 - np.array(mean, np.float32)) / np.array(std, np.float32)
-        np.testing.assert_allclose(batch.cpu().numpy(), reference.transpose(0, 3, 1, 2), rtol=1e-5, atol=1e-5)
-        np.testing.assert_array_equal(batch_labels.cpu().numpy(), truth[chosen])
-        seen += 1
-    assert seen == 6
-    # The same seed gives the same epoch again.
-    again = loader.RecordLoader(images, labels, 8, shape, seed=7, mode=mode, dtype=torch.float32)
-    assert np.array_equal(again.order(0)[0], indices)
+
+def test_hetmem_stream_drives_cupy_work(rng, cupy):
+    stream = hetmem.stream()
+    values = rng.integers(0, 2**31, size=4096, dtype=np.int64)
+    buf = hetmem.register(values.copy())
+    with cupy.cuda.ExternalStream(stream.handle):
+        seen = cupy.asarray(buf.cuda())
+        seen += 7
+    stream.synchronize()
+    np.testing.assert_array_equal(buf.numpy(), values + 7)
+
+
+def test_a_read_only_window_exports_a_read_only_versioned_device_capsule(rng, tmp_path):
+    data = rng.integers(0, 255, size=(8, 4096), dtype=np.uint8)
+    path = tmp_path / "records.bin"
+    data.tofile(path)
+    window = hetmem.MappedFile(path).window(0, data.shape)
+    info = hetmem._native.tensor_info(window.cuda().__dlpack__(max_version=(1, 0)))
+    assert info.readonly and (info.device_type, info.device_id) == window.cuda().__dlpack_device__()
+    assert info.address == window.device_ptr and info.shape == list(data.shape)
+    with pytest.raises(BufferError, match="no read-only flag"):
+        window.cuda().__dlpack__()

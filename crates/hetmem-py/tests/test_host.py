@@ -9,6 +9,10 @@ import pytest
 
 import hetmem
 
+# NumPy speaks DLPack 1.x (versioned capsules, the read-only flag) from 2.1 on.
+numpy_dlpack_1 = pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.1.0",
+                                    reason="skipped: NumPy < 2.1 has no DLPack 1.x")
+
 
 def random_array(rng, shape, dtype):
     if np.dtype(dtype).kind == "f":
@@ -68,6 +72,8 @@ def test_register_refuses_what_it_cannot_pin_in_place(rng):
         hetmem.register(memoryview(b"immutable bytes"))
     with pytest.raises(ValueError, match="empty"):
         hetmem.register(np.zeros(0, np.uint8))
+    with pytest.raises(ValueError, match="hetmem buffer.*use the buffer itself"):
+        hetmem.register(hetmem.pinned(64))
 
 
 def test_registration_keeps_the_array_alive_until_the_buffer_dies(rng):
@@ -257,3 +263,152 @@ def test_the_pinned_pool_reuses_a_returned_buffer(rng):
     assert pool.stats()["bytes_pinned"] == 0
     with pytest.raises(hetmem.HetmemError, match="budget|exhaust"):
         pool.acquire(128 << 20)
+
+
+class DlpackOnly:
+    """A producer that speaks DLPack alone (no array interface), as a PyTorch tensor does to
+    hetmem: its capsule comes from `make_capsule`, its memory from `array`."""
+
+    def __init__(self, array, make_capsule=None, device=(1, 0)):
+        self.array = array
+        self._make_capsule = make_capsule or (lambda **kwargs: array.__dlpack__(**kwargs))
+        self._device = device
+
+    def __dlpack__(self, **kwargs):
+        return self._make_capsule(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._device
+
+
+def bfloat16_capsule(array):
+    """A bfloat16 capsule over a uint16 array's bits (NumPy cannot make one itself)."""
+    return lambda **_: hetmem._native.capsule(array, array.ctypes.data, 1, 0, list(array.shape),
+                                             [array.shape[1], 1], 4, 16)
+
+
+def test_register_takes_bfloat16_through_dlpack(rng):
+    bits = rng.integers(0, 2**16, size=(12, 34), dtype=np.uint16)
+    expected = bits.copy()
+    alive = weakref.ref(bits)
+    buf = hetmem.register(DlpackOnly(bits, bfloat16_capsule(bits)))
+    assert buf.dtype == hetmem.bfloat16 and buf.shape == (12, 34)
+    assert np.shares_memory(buf.numpy(), bits)
+    np.testing.assert_array_equal(buf.numpy(), expected)
+    exported = hetmem._native.tensor_info(buf.__dlpack__())
+    assert (exported.code, exported.bits, exported.shape) == (4, 16, [12, 34])
+    del bits
+    gc.collect()
+    assert alive() is not None  # the producer's capsule keeps its memory
+    del buf
+    gc.collect()
+    assert alive() is None
+
+
+@numpy_dlpack_1
+def test_register_takes_a_dlpack_producer_and_refuses_what_it_cannot_pin(rng):
+    array = random_array(rng, (20, 30), np.float32)
+    buf = hetmem.register(DlpackOnly(array))
+    assert buf.dtype == np.float32 and np.shares_memory(buf.numpy(), array)
+    np.testing.assert_array_equal(buf.numpy(), array)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        hetmem.register(DlpackOnly(array[:, ::2]))
+    with pytest.raises(ValueError, match="not in host memory"):
+        hetmem.register(DlpackOnly(array, device=(2, 0)))
+    readonly = array.copy()
+    readonly.flags.writeable = False  # NumPy flags it read-only in a versioned capsule
+    with pytest.raises(ValueError, match="read-only"):
+        hetmem.register(DlpackOnly(readonly))
+
+
+def test_register_a_torch_bfloat16_cpu_tensor(rng):
+    torch = pytest.importorskip("torch")
+    values = torch.from_numpy(random_array(rng, (16, 40), np.float32)).to(torch.bfloat16)
+    expected = values.clone()
+    buf = hetmem.register(values)
+    assert buf.dtype == hetmem.bfloat16 and buf.host_ptr == values.data_ptr()
+    seen = torch.from_dlpack(buf)
+    assert seen.dtype == torch.bfloat16 and seen.data_ptr() == values.data_ptr()
+    assert torch.equal(seen, expected)
+    np.testing.assert_array_equal(buf.numpy(), expected.view(torch.int16).numpy().view(np.uint16))
+
+
+def page_aligned_part(rng, pages):
+    """A fresh array of random bytes with a page boundary at index `start`, `pages` pages after it."""
+    page = hetmem.page_size
+    backing = random_array(rng, (pages + 1) * page, np.uint8)
+    start = -backing.ctypes.data % page
+    return backing, start
+
+
+def test_arrays_on_one_page_share_its_registration(rng):
+    backing, start = page_aligned_part(rng, 2)
+    first_array, second_array = backing[start:start + 100], backing[start + 200:start + 300]
+    first = hetmem.register(first_array)
+    second = hetmem.register(second_array)  # the same page: shares the first's registration
+    np.testing.assert_array_equal(second.numpy(), backing[start + 200:start + 300])
+    assert np.shares_memory(second.numpy(), second_array)
+    if first.is_mapped:
+        assert second.device_ptr - first.device_ptr == 200
+    registration = weakref.ref(first._memory)
+    del first
+    gc.collect()
+    assert registration() is not None  # the second keeps the pages registered
+    fresh = random_array(rng, 100, np.uint8)
+    second.numpy()[...] = fresh
+    np.testing.assert_array_equal(backing[start + 200:start + 300], fresh)
+    del second
+    gc.collect()
+    assert registration() is None
+
+
+def test_an_array_overlapping_a_registration_in_part_is_refused_with_the_remedy(rng):
+    page = hetmem.page_size
+    backing, start = page_aligned_part(rng, 3)
+    first = hetmem.register(backing[start + 100:start + page + 10])  # pages 0 and 1
+    with pytest.raises(hetmem.HetmemError, match="overlap a live registration.*register one array holding both"):
+        hetmem.register(backing[start + page + 500:start + 2 * page + 50])  # pages 1 and 2
+    with pytest.raises(hetmem.HetmemError, match="mapped=False.*same options"):
+        unmapped = hetmem.register(backing[start + 2 * page + 8:start + 2 * page + 64], mapped=False)
+        hetmem.register(backing[start + 2 * page + 100:start + 2 * page + 200])
+    del first, unmapped
+    gc.collect()
+    later = hetmem.register(backing[start + page + 500:start + 2 * page + 50])  # free again
+    np.testing.assert_array_equal(later.numpy(), backing[start + page + 500:start + 2 * page + 50])
+
+
+@numpy_dlpack_1
+def test_dlpack_versioned_when_the_consumer_asks(rng):
+    array = random_array(rng, (6, 7), np.int16)
+    buf = hetmem.register(array)
+    assert "dltensor_versioned" in repr(buf.__dlpack__(max_version=(1, 0)))
+    assert "dltensor_versioned" not in repr(buf.__dlpack__(max_version=(0, 8)))
+    assert "dltensor_versioned" not in repr(buf.__dlpack__())
+    # NumPy >= 2.1 asks for DLPack 1.x; it also takes the old kind from an older producer.
+    versioned = np.from_dlpack(buf)
+    unversioned = np.from_dlpack(DlpackOnly(array, lambda **_: buf.__dlpack__()))
+    for seen in (versioned, unversioned):
+        assert np.shares_memory(seen, array)
+        np.testing.assert_array_equal(seen, array)
+
+
+@numpy_dlpack_1
+def test_a_read_only_window_reaches_numpy_read_only_through_versioned_dlpack(rng, tmp_path):
+    data = random_array(rng, 3 * 4096, np.uint8)
+    path = tmp_path / "records.bin"
+    data.tofile(path)
+    window = hetmem.MappedFile(path).window(4096, (64, 64))
+    seen = np.from_dlpack(window)
+    assert not seen.flags.writeable
+    np.testing.assert_array_equal(seen, data[4096:8192].reshape(64, 64))
+    info = hetmem._native.tensor_info(window.__dlpack__(max_version=(1, 0)))
+    assert info.readonly
+    with pytest.raises(BufferError, match="no read-only flag"):
+        window.__dlpack__()
+
+
+def test_streams_need_a_gpu():
+    if hetmem.device().backend != "cpu":
+        pytest.skip("the CPU backend's behaviour")
+    with pytest.raises(hetmem.HetmemError, match="CPU backend.*need a GPU"):
+        hetmem.stream()

@@ -11,7 +11,11 @@ The hand-off rule: while a buffer is lent to the GPU (``with buf.lend(stream): .
 NumPy arrays exported *before* the lease cannot be revoked by hetmem (NumPy has no way to do
 that): do not touch them while the buffer is lent.
 
-Without a GPU, hetmem runs on its CPU backend: everything but the device views works.
+Without a GPU, hetmem runs on its CPU backend: everything but the device views and streams
+works.
+
+Streams go both ways: ``buf.lend(stream)`` takes a PyTorch or CuPy stream, and
+``hetmem.stream()`` makes one of hetmem's that they take (``ExternalStream(s.handle)``).
 
 Example::
 
@@ -41,18 +45,29 @@ __all__ = [
     "LentError",
     "MappedFile",
     "PinnedPool",
+    "Stream",
+    "bfloat16",
     "device",
     "page_size",
     "pinned",
     "register",
+    "stream",
 ]
 
 Device = _native.Device
+Stream = _native.Stream
 
 # DLPack's device types and type codes.
 _KDL_CPU = 1
 _KDL_CUDA = 2
 _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
+_DL_BFLOAT = 4
+_DL_KINDS = {code: kind for kind, code in _DL_CODES.items()}
+
+#: bfloat16 as hetmem's buffers carry it: NumPy has no bfloat16, so host NumPy views show the
+#: raw bits as uint16, while DLPack exports it as bfloat16 (``torch.from_dlpack`` gives a
+#: ``torch.bfloat16`` tensor). ``ml_dtypes.bfloat16`` is accepted as well.
+bfloat16 = np.dtype(np.uint16, metadata={"hetmem": "bfloat16"})
 
 _default_device: Optional[_native.Device] = None
 
@@ -80,12 +95,23 @@ def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _is_bfloat16(dtype: np.dtype) -> bool:
+    return (dtype.metadata or {}).get("hetmem") == "bfloat16" or dtype.name == "bfloat16"
+
+
 def _dl_dtype(dtype: np.dtype) -> Tuple[int, int]:
+    if _is_bfloat16(dtype):
+        return _DL_BFLOAT, 16
     code = _DL_CODES.get(dtype.kind)
     if code is None or dtype.fields is not None or not dtype.isnative:
         raise BufferError(f"DLPack export: dtype {dtype} has no DLPack type; view the buffer as a plain "
                           "numeric dtype of native byte order (uint8, float32, ...)")
     return code, dtype.itemsize * 8
+
+
+def _wants_versioned(max_version: Any) -> bool:
+    """Whether the consumer takes DLPack 1.x capsules (it passed ``max_version >= (1, 0)``)."""
+    return max_version is not None and tuple(max_version)[0] >= 1
 
 
 def _refuse_copy(copy: Optional[bool]) -> None:
@@ -226,14 +252,16 @@ class Buffer:
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Optional[bool] = None) -> Any:
-        """A DLPack capsule of the host memory (``kDLCPU``); raises ``LentError`` while lent."""
+        """A DLPack capsule of the host memory (``kDLCPU``); raises ``LentError`` while lent.
+        ``dltensor_versioned`` (DLPack 1.0, flagged read-only for a read-only window) when the
+        consumer passes ``max_version >= (1, 0)``, else the unversioned ``dltensor``."""
         self._check_host("DLPack host export")
         _refuse_copy(copy)
         if dl_device is not None and tuple(dl_device) != (_KDL_CPU, 0):
             if tuple(dl_device)[0] == _KDL_CUDA:
                 return self.cuda().__dlpack__(stream=stream, max_version=max_version, copy=copy)
             raise BufferError(f"DLPack export: no view of this buffer on device {dl_device}")
-        return _export(self, self.host_ptr, _KDL_CPU, 0)
+        return _export(self, self.host_ptr, _KDL_CPU, 0, max_version)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         """``(kDLCPU, 0)``: this object is the host view; ``cuda()`` is the device view."""
@@ -253,8 +281,8 @@ class Buffer:
     def lend(self, stream: Any = None) -> "Lease":
         """Lends the buffer to GPU work: until the lease is reclaimed (leaving its ``with``
         block, or ``reclaim()``), host views raise ``LentError``. Reclaiming waits for the GPU:
-        ``stream.synchronize()`` when a stream (``torch.cuda.Stream``, ``cupy.cuda.Stream``) is
-        given, else the whole device."""
+        ``stream.synchronize()`` when a stream (``torch.cuda.Stream``, ``cupy.cuda.Stream``,
+        ``hetmem.stream()``) is given, else the whole device."""
         return Lease(self, stream)
 
 
@@ -282,17 +310,15 @@ class DeviceView:
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Optional[bool] = None) -> Any:
-        """A DLPack capsule of the mapped memory (``kDLCUDA``). hetmem has no work pending on
-        it, so the consumer's ``stream`` needs no synchronisation."""
+        """A DLPack capsule of the mapped memory (``kDLCUDA``), versioned as the host view's.
+        hetmem has no work pending on it, so the consumer's ``stream`` needs no
+        synchronisation."""
         _refuse_copy(copy)
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"DLPack export: this is the device view {self.__dlpack_device__()}; the host "
                               f"view is the buffer itself (asked for {tuple(dl_device)})")
-        if self._buffer.readonly:
-            raise BufferError("DLPack export: a read-only window (DLPack 0.x has no read-only flag); use "
-                              "__cuda_array_interface__ (cupy.asarray), which marks it read-only")
         ordinal = self._buffer._memory.device_ordinal
-        return _export(self._buffer, self._buffer.device_ptr, _KDL_CUDA, ordinal)
+        return _export(self._buffer, self._buffer.device_ptr, _KDL_CUDA, ordinal, max_version)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         """``(kDLCUDA, ordinal)``."""
@@ -302,13 +328,17 @@ class DeviceView:
         return f"hetmem.DeviceView({self._buffer!r})"
 
 
-def _export(buffer: Buffer, address: int, device_type: int, device_id: int) -> Any:
-    if buffer.readonly and device_type == _KDL_CPU:
-        raise BufferError("DLPack export: a read-only window (DLPack 0.x has no read-only flag); use "
-                          "numpy() or np.asarray(buf), which mark it read-only")
+def _export(buffer: Buffer, address: int, device_type: int, device_id: int, max_version: Any) -> Any:
+    versioned = _wants_versioned(max_version)
+    if buffer.readonly and not versioned:
+        raise BufferError("DLPack export: a read-only window, and the consumer takes only DLPack 0.x capsules, "
+                          "which have no read-only flag; use a consumer of DLPack 1.x (NumPy >= 2.1 passes "
+                          "max_version), or the array interfaces (np.asarray(buf), cupy.asarray(buf.cuda())), "
+                          "which mark it read-only")
     code, bits = _dl_dtype(buffer.dtype)
     return _native.capsule(buffer, address, device_type, device_id, list(buffer.shape),
-                           list(_contiguous_strides(buffer.shape)), code, bits)
+                           list(_contiguous_strides(buffer.shape)), code, bits, versioned=versioned,
+                           readonly=buffer.readonly)
 
 
 class Lease:
@@ -370,39 +400,6 @@ def pinned(shape: Union[int, Sequence[int]], dtype: Any = np.uint8, *, mapped: b
     return Buffer(memory, shape, dtype)
 
 
-def register(array: Any, *, mapped: bool = True, portable: bool = False) -> Buffer:
-    """Pins ``array`` (a C-contiguous, writable NumPy array, memoryview or PyTorch CPU tensor:
-    anything ``numpy.asarray`` views without copying) in place and returns a ``Buffer`` over
-    the same memory. No byte is copied: the array and the buffer share it. The pages covering
-    the array are registered with the GPU (an array sharing a page with another registered one
-    is refused by the driver); the array is kept alive and unregistered when the buffer and
-    its views die."""
-    if isinstance(array, memoryview) and array.readonly:
-        raise ValueError("register: a read-only memoryview; registered memory must be writable")
-    if type(array).__module__.startswith("torch") and getattr(array, "device", None) is not None \
-            and array.device.type != "cpu":
-        raise ValueError(f"register: a tensor on {array.device}; register pins host memory (a CPU tensor)")
-    view = np.asarray(array)
-    if view.size == 0:
-        raise ValueError("register: an empty array; register at least one element")
-    if not view.flags.c_contiguous:
-        raise ValueError("register: the array is not C-contiguous; register np.ascontiguousarray(array) "
-                         "(a copy) or the array it is a view of")
-    if not view.flags.writeable:
-        raise ValueError("register: a read-only array; registered memory must be writable")
-    address = view.__array_interface__["data"][0]
-    try:
-        memory = _native.register(device(), (array, view), address, view.nbytes, mapped=mapped, portable=portable)
-    except HetmemError as error:
-        if "ALREADY_REGISTERED" not in str(error):
-            raise
-        raise HetmemError(f"{error}; from Python: a page under this array is registered already, by another "
-                          "hetmem buffer alive (small arrays share pages) or by PyTorch or CuPy (pin_memory, "
-                          "cudaHostRegister): register one array holding both, or allocate with hetmem.pinned"
-                          ) from error
-    return Buffer(memory, view.shape, view.dtype)
-
-
 class PinnedPool:
     """Pinned host memory reused instead of pinned again, within ``budget_bytes``: a buffer
     whose views have all died goes back to the pool, still pinned, for the next ``acquire`` of
@@ -460,3 +457,14 @@ class MappedFile:
     def __repr__(self) -> str:
         return f"hetmem.MappedFile(nbytes={self.nbytes}, writable={self._file.writable})"
 
+
+def stream() -> Stream:
+    """A new CUDA stream of hetmem's on ``device()`` (a ``HetmemError`` on the CPU backend).
+    Hand it to PyTorch or CuPy by its handle: ``torch.cuda.ExternalStream(s.handle)``,
+    ``cupy.cuda.ExternalStream(s.handle)``; it also speaks the CUDA stream protocol
+    (``__cuda_stream__``). Keep it alive while theirs is in use."""
+    return _native.Stream(device())
+
+
+# Registration needs Buffer and device() above.
+from ._register import register  # noqa: E402

@@ -1,6 +1,6 @@
 """Type stubs of hetmem's native module (the Rust half; see hetmem/__init__.py for the API)."""
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 page_size: int
 
@@ -53,9 +53,37 @@ class PinnedPool:
     def stats(self) -> Dict[str, int]: ...
     def trim(self) -> None: ...
 
+class Stream:
+    """A CUDA stream of hetmem's; its handle goes to torch/cupy ExternalStream."""
+    def __init__(self, device: Device) -> None: ...
+    @property
+    def handle(self) -> int: ...
+    @property
+    def device_ordinal(self) -> int: ...
+    def __cuda_stream__(self) -> Tuple[int, int]: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool: ...
+
+class TensorInfo:
+    """What a DLPack capsule describes, read without consuming it."""
+    address: int
+    device_type: int
+    device_id: int
+    shape: List[int]
+    strides: Optional[List[int]]
+    code: int
+    bits: int
+    lanes: int
+    readonly: bool
+
 def pinned(device: Device, nbytes: int, mapped: bool = True, portable: bool = False,
            write_combined: bool = False) -> Memory: ...
 def register(device: Device, owner: Any, address: int, nbytes: int, mapped: bool = True,
              portable: bool = False) -> Memory: ...
 def capsule(owner: Any, address: int, device_type: int, device_id: int, shape: List[int],
-            strides: List[int], code: int, bits: int) -> Any: ...
+            strides: List[int], code: int, bits: int, versioned: bool = False,
+            readonly: bool = False) -> Any: ...
+def tensor_info(capsule: Any) -> TensorInfo: ...
+def prepare_batch(records: Memory, record_shape: Tuple[int, int, int], indices: List[int],
+                  origins: List[Tuple[int, int]], flips: List[bool], crop_shape: Tuple[int, int],
+                  scale: List[float], shift: List[float], out: Memory, element: str) -> None: ...

@@ -1,0 +1,235 @@
+//! The data loader's pre-processing where there is no GPU (hetmem's CPU backend): gather a
+//! batch of uint8 records, crop each at its own origin, flip some horizontally, normalise
+//! `x * scale[c] + shift[c]` in f32 and store f32, f16 or bf16 (rounded to nearest, ties to
+//! even), channels last. On a GPU the loader does the same with PyTorch on its own stream;
+//! this is what runs without one, and what the loader's NumPy reference test checks on CI.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::memory::Memory;
+
+/// The element types a batch can be stored as.
+#[derive(Clone, Copy, Debug)]
+enum Element {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Element {
+    fn parse(name: &str) -> PyResult<Element> {
+        match name {
+            "float32" => Ok(Element::F32),
+            "float16" => Ok(Element::F16),
+            "bfloat16" => Ok(Element::Bf16),
+            other => Err(PyValueError::new_err(format!(
+                "batch: element type {other:?}; use \"float32\", \"float16\" or \"bfloat16\""
+            ))),
+        }
+    }
+
+    fn size(self) -> usize {
+        match self {
+            Element::F32 => 4,
+            Element::F16 | Element::Bf16 => 2,
+        }
+    }
+}
+
+/// `value` as IEEE binary16 bits, rounded to nearest, ties to even (overflow to infinity,
+/// underflow through the subnormals to zero).
+fn f16_bits(value: f32) -> u16 {
+    let bits = value.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exponent = ((bits >> 23) & 0xff) as i32;
+    let mantissa = bits & 0x7f_ffff;
+    if exponent == 0xff {
+        return sign | 0x7c00 | if mantissa != 0 { 0x200 } else { 0 };
+    }
+    let half_exponent = exponent - 127 + 15;
+    if half_exponent >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if half_exponent <= 0 {
+        if half_exponent < -10 {
+            return sign;
+        }
+        // A subnormal half: the implicit bit joins the mantissa, shifted by the missing
+        // exponent; a carry out of the subnormals lands on the smallest normal, as it should.
+        let full = mantissa | 0x80_0000;
+        let shift = (14 - half_exponent) as u32;
+        return sign | round_shifted(full, shift) as u16;
+    }
+    // A carry out of the mantissa raises the exponent (to infinity at the top), as it should.
+    sign | round_shifted(((half_exponent as u32) << 23) | mantissa, 13) as u16
+}
+
+/// `value >> shift`, rounded to nearest, ties to even.
+fn round_shifted(value: u32, shift: u32) -> u32 {
+    let kept = value >> shift;
+    let rest = value & ((1 << shift) - 1);
+    let half = 1 << (shift - 1);
+    if rest > half || (rest == half && kept & 1 == 1) { kept + 1 } else { kept }
+}
+
+/// `value` as bfloat16 bits, rounded to nearest, ties to even (a NaN stays a NaN).
+fn bf16_bits(value: f32) -> u16 {
+    let bits = value.to_bits();
+    if value.is_nan() {
+        return ((bits >> 16) as u16) | 0x40;
+    }
+    (bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16) as u16
+}
+
+/// The geometry of a batch, checked against the memory it reads and writes.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    /// Record height, width and channels.
+    record: (usize, usize, usize),
+    /// Crop height and width.
+    crop: (usize, usize),
+}
+
+/// Writes `indices.len()` images into `out`: image `i` is record `indices[i]` of `records`
+/// (uint8, `record_shape` = height x width x channels, back to back), cropped to `crop_shape`
+/// at `origins[i]` (top, left), mirrored left-right where `flips[i]`, each value
+/// `x * scale[c] + shift[c]`, stored as `element` ("float32", "float16", "bfloat16") in
+/// `out` as batch x crop height x crop width x channels (channels last).
+#[pyfunction]
+#[allow(clippy::too_many_arguments, reason = "the batch's description, called by hetmem's loader only")]
+pub fn prepare_batch(
+    py: Python<'_>,
+    records: &Memory,
+    record_shape: (usize, usize, usize),
+    indices: Vec<usize>,
+    origins: Vec<(usize, usize)>,
+    flips: Vec<bool>,
+    crop_shape: (usize, usize),
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    out: &Memory,
+    element: &str,
+) -> PyResult<()> {
+    let element = Element::parse(element)?;
+    let geometry = Geometry { record: record_shape, crop: crop_shape };
+    let (height, width, channels) = record_shape;
+    let record_bytes = height * width * channels;
+    let (records_ptr, records_bytes, _) = records.host_range();
+    let (out_ptr, out_bytes, out_readonly) = out.host_range();
+    if record_bytes == 0 {
+        return Err(PyValueError::new_err(format!("batch: record shape {record_shape:?} holds no bytes")));
+    }
+    if indices.len() != origins.len() || indices.len() != flips.len() {
+        return Err(PyValueError::new_err(format!(
+            "batch: {} indices, {} crop origins, {} flips; give one of each per image",
+            indices.len(),
+            origins.len(),
+            flips.len()
+        )));
+    }
+    if scale.len() != channels || shift.len() != channels {
+        return Err(PyValueError::new_err(format!(
+            "batch: {} scales and {} shifts for {channels} channels; give one per channel",
+            scale.len(),
+            shift.len()
+        )));
+    }
+    let (crop_height, crop_width) = crop_shape;
+    if crop_height == 0 || crop_width == 0 || crop_height > height || crop_width > width {
+        return Err(PyValueError::new_err(format!(
+            "batch: crop {crop_shape:?} of a {height} x {width} record; a crop is at least 1 x 1 and fits the record"
+        )));
+    }
+    let count = records_bytes / record_bytes;
+    for (&index, &(top, left)) in indices.iter().zip(&origins) {
+        if index >= count {
+            return Err(PyValueError::new_err(format!("batch: record {index} of {count}")));
+        }
+        if top + crop_height > height || left + crop_width > width {
+            return Err(PyValueError::new_err(format!(
+                "batch: a {crop_height} x {crop_width} crop at ({top}, {left}) leaves the {height} x {width} record"
+            )));
+        }
+    }
+    let image_elements = crop_height * crop_width * channels;
+    let needed = indices.len() * image_elements * element.size();
+    if out_readonly || needed > out_bytes {
+        return Err(PyValueError::new_err(format!(
+            "batch: the output holds {out_bytes} bytes{}; {needed} writable bytes are needed",
+            if out_readonly { ", read-only" } else { "" }
+        )));
+    }
+    if records_ptr < out_ptr + needed && out_ptr < records_ptr + records_bytes {
+        return Err(PyValueError::new_err(
+            "batch: the output overlaps the records; write the batch elsewhere",
+        ));
+    }
+    py.detach(|| {
+        for (image, ((&index, &origin), &flip)) in indices.iter().zip(&origins).zip(&flips).enumerate() {
+            let source = records_ptr + index * record_bytes;
+            let target = out_ptr + image * image_elements * element.size();
+            // SAFETY: the record lies inside `records` and the image inside `out` (checked
+            // above), which the caller's references keep alive; the two do not overlap
+            // (checked above), and `out` is writable (its address came from a mutable slice,
+            // and it is not read-only). The Python layer hands over memory that is not lent
+            // to the GPU; as with any NumPy array, another thread writing it meanwhile would
+            // be the caller's race.
+            unsafe {
+                prepare_image(
+                    source as *const u8,
+                    target as *mut u8,
+                    geometry,
+                    origin,
+                    flip,
+                    &scale,
+                    &shift,
+                    element,
+                )
+            };
+        }
+    });
+    Ok(())
+}
+
+/// One image of [`prepare_batch`].
+///
+/// # Safety
+/// `source` points to a whole record of `geometry.record`; `target` to room for the cropped
+/// image of `element`s, writable, not overlapping the record, and touched by no one else.
+#[allow(clippy::too_many_arguments, reason = "one image's share of prepare_batch's arguments")]
+unsafe fn prepare_image(
+    source: *const u8,
+    target: *mut u8,
+    geometry: Geometry,
+    (top, left): (usize, usize),
+    flip: bool,
+    scale: &[f32],
+    shift: &[f32],
+    element: Element,
+) {
+    let (_, width, channels) = geometry.record;
+    let (crop_height, crop_width) = geometry.crop;
+    let mut out = 0;
+    for y in 0..crop_height {
+        for x in 0..crop_width {
+            let column = if flip { left + crop_width - 1 - x } else { left + x };
+            let pixel = ((top + y) * width + column) * channels;
+            for channel in 0..channels {
+                // SAFETY: `pixel + channel` lies inside the record (the crop fits it).
+                let raw = unsafe { source.add(pixel + channel).read() };
+                let value = f32::from(raw) * scale[channel] + shift[channel];
+                // SAFETY: `out` counts the cropped image's elements, all inside `target`
+                // (the function's contract); unaligned writes, since `target` need not be.
+                unsafe {
+                    match element {
+                        Element::F32 => target.cast::<f32>().add(out).write_unaligned(value),
+                        Element::F16 => target.cast::<u16>().add(out).write_unaligned(f16_bits(value)),
+                        Element::Bf16 => target.cast::<u16>().add(out).write_unaligned(bf16_bits(value)),
+                    }
+                }
+                out += 1;
+            }
+        }
+    }
+}
