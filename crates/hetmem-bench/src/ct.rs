@@ -19,26 +19,24 @@
 use std::time::Instant;
 
 use hetmem::backend::Device;
+use hetmem::backend::cuda::CudaDevice;
 use hetmem::error::{Error, Result};
 use hetmem::ops::ct::{
     self, HuWindow, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape, gaussian_weights,
     masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
 };
-use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer, Where};
+use hetmem::placement::{
+    AccessPattern, BufferUse, LinkProfile, Placement, Placer, ProfileCache, ProfileSource, Where,
+};
 use hetmem::{Buffer, DeviceBuf, HostBuf, Lease, Lent, PinOptions, Queue};
 
 use crate::Summary;
-use crate::link::{self, LinkOptions, LinkReport, Path};
+use crate::link::{self, LinkOptions, LinkReport};
 
 /// The organ smoothed.
 pub const SMOOTHED_ORGAN: Organ = Organ::Liver;
 /// The smoothing's standard deviation, in voxels.
 pub const SIGMA: f32 = 1.5;
-/// What `placed` assumes a kernel reads device memory at when no rate is given: not measured
-/// by `hetmem bench link`, and no decision of this computation depends on it (decisions
-/// follow link bytes saved; it enters the predicted seconds only).
-pub const ASSUMED_DEVICE_READ_GB_S: f64 = 3000.0;
-
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct CtOptions {
@@ -54,7 +52,8 @@ pub struct CtOptions {
     pub device_budget: u64,
     /// Seed of the phantom.
     pub seed: u64,
-    /// The link profile `placed` decides from; `None`: measured in this run.
+    /// The link profile `placed` decides from; `None`: the one `hetmem bench link` saved for
+    /// this GPU, else measured in this run (and saved); the built-in one without a GPU.
     pub profile: Option<LinkProfile>,
     /// A volume read from files, instead of the phantom (its shape replaces `shape`; labels 0 to
     /// 6 are read as [`Organ`]s).
@@ -238,47 +237,40 @@ pub fn volume_stack(options: &CtOptions) -> Result<LabelledVolume> {
     Ok(LabelledVolume { shape: volume, hu, labels })
 }
 
-/// A link profile from a `hetmem bench link` report: the largest size measured of
-/// `zero_copy_read`, `zero_copy_read_strided` and `pinned_async_h2d`.
-///
-/// # Errors
-/// A report without those cells (a CPU-only run, or paths left out).
-pub fn profile_from_link(report: &LinkReport, device_read_gb_s: f64) -> Result<LinkProfile> {
-    let rate = |path: Path| {
-        report
-            .bandwidth
-            .iter()
-            .filter(|cell| cell.path == path)
-            .max_by_key(|cell| cell.bytes)
-            .map(|cell| cell.gb_s.median)
-    };
-    match (rate(Path::ZeroCopyRead), rate(Path::ZeroCopyReadStrided), rate(Path::PinnedAsyncH2d)) {
-        (Some(mapped), Some(scattered), Some(copy)) => {
-            LinkProfile::new(device_read_gb_s, mapped, scattered, copy)
-        }
-        _ => Err(Error::invalid(
-            "link profile",
-            "the link report lacks zero_copy_read, zero_copy_read_strided or pinned_async_h2d cells: run \
-             `hetmem bench link --json` on a GPU with those paths",
-        )),
-    }
-}
-
-/// Measures the three rates placement needs (256 MiB cells, 3 runs each: a few seconds).
+/// Measures the rates placement needs (256 MiB cells, 3 runs each: a few seconds).
 ///
 /// # Errors
 /// As [`link::measure`].
-pub fn measure_profile(device: &Device) -> Result<LinkProfile> {
+pub fn measure_profile(device: &Device) -> Result<LinkReport> {
     let options = LinkOptions {
         sizes: vec![256 << 20],
-        paths: vec![Path::ZeroCopyRead, Path::ZeroCopyReadStrided, Path::PinnedAsyncH2d],
+        paths: link::PROFILE_PATHS.to_vec(),
         repeats: 3,
         warm_up: 1,
         latency_sizes: Vec::new(),
         latency_samples: 1,
         completion: false,
     };
-    profile_from_link(&link::measure(device, &options)?, ASSUMED_DEVICE_READ_GB_S)
+    link::measure(device, &options)
+}
+
+/// The profile `hetmem bench link` saved for `gpu`; else one measured now, and saved for the
+/// next run; with where it came from.
+///
+/// # Errors
+/// As [`link::measure`], when measured now.
+fn cached_or_measured(device: &Device, gpu: &CudaDevice) -> Result<(LinkProfile, String)> {
+    let cached = ProfileCache::hetmem_default().load_for(gpu);
+    if matches!(cached.source, ProfileSource::Measured { .. }) {
+        return Ok((cached.profile, cached.source.to_string()));
+    }
+    let report = measure_profile(device)?;
+    let profile = report.profile()?;
+    let saved = match link::save_profile(gpu, &report) {
+        Ok(path) => format!("saved to {}", path.display()),
+        Err(error) => format!("not saved: {error}"),
+    };
+    Ok((profile, format!("measured in this run (bench link cells, 256 MiB; {saved})")))
 }
 
 /// The buffers as placement sees them: the template read whole by every pass, the volume read
@@ -522,14 +514,11 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     };
 
     let (profile, profile_source) = match (options.profile, device.as_cuda()) {
-        (Some(profile), _) => (profile, "given".to_string()),
-        (None, Some(_)) => {
-            (measure_profile(device)?, "measured in this run (bench link cells, 256 MiB)".into())
+        (Some(profile), _) => (profile, ProfileSource::Given.to_string()),
+        (None, Some(gpu)) => cached_or_measured(device, gpu)?,
+        (None, None) => {
+            (LinkProfile::built_in(), ProfileSource::BuiltIn { why: "no GPU".into() }.to_string())
         }
-        (None, None) => (
-            LinkProfile::new(ASSUMED_DEVICE_READ_GB_S, 50.0, 2.5, 55.0)?,
-            "not measured (no GPU): round H200 figures".into(),
-        ),
     };
     let placement = declared_buffers(volume, windows.len())
         .into_iter()
