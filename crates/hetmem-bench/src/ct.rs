@@ -22,13 +22,13 @@ use hetmem::backend::Device;
 use hetmem::backend::cuda::CudaDevice;
 use hetmem::error::{Error, Result};
 use hetmem::ops::ct::{
-    self, HuWindow, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape, gaussian_weights,
-    masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
+    self, HuLease, HuWindow, LabelLease, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape,
+    gaussian_weights, masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
 };
 use hetmem::placement::{
     AccessPattern, BufferUse, LinkProfile, Placement, Placer, ProfileCache, ProfileSource, Where,
 };
-use hetmem::{Buffer, DeviceBuf, HostBuf, Lease, Lent, PinOptions, Queue};
+use hetmem::{DeviceBuf, HostBuf, Lent, PinOptions, Queue};
 
 use crate::Summary;
 use crate::link::{self, LinkOptions, LinkReport};
@@ -421,7 +421,7 @@ impl Outputs {
 }
 
 /// One GPU run of the computation: every pass, the smoothing, the projection.
-fn gpu_run<H, L>(
+fn gpu_run<H: HuLease, L: LabelLease>(
     queue: &Queue,
     volume: VolumeShape,
     hu: &H,
@@ -429,13 +429,7 @@ fn gpu_run<H, L>(
     weights: &hetmem::Shared<DeviceBuf<f32>>,
     windows: &[HuWindow],
     outputs: &mut Outputs,
-) -> Result<()>
-where
-    H: Lease,
-    H::Buf: Buffer<Elem = i16>,
-    L: Lease,
-    L::Buf: Buffer<Elem = u8>,
-{
+) -> Result<()> {
     let mut pass = 0;
     for &window in windows {
         for organ in Organ::ALL {

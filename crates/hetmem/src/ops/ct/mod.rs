@@ -31,6 +31,19 @@ pub use volume_file::{read_nifti_hu, read_nifti_labels};
 pub use volume_file::{read_raw_hu, read_raw_labels};
 
 use crate::error::{Error, Result};
+use crate::handoff::Lease;
+use crate::memory::Buffer;
+
+/// A lease of a volume of HU values (`i16`) that the CT operations read: device memory, mapped
+/// host memory or a file window. The bounds every operation puts on its volume, said once.
+pub trait HuLease: Lease<Buf: Buffer<Elem = i16>> {}
+
+impl<T: Lease<Buf: Buffer<Elem = i16>>> HuLease for T {}
+
+/// A lease of a label template (`u8`, a label per voxel) that the CT operations read.
+pub trait LabelLease: Lease<Buf: Buffer<Elem = u8>> {}
+
+impl<T: Lease<Buf: Buffer<Elem = u8>>> LabelLease for T {}
 
 /// The size of a volume: `depth` slices of `height` rows of `width` voxels, x fastest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

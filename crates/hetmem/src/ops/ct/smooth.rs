@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::VolumeShape;
+use super::{HuLease, LabelLease, VolumeShape};
 use crate::backend::cuda::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue};
@@ -116,7 +116,7 @@ pub fn masked_gaussian_cpu(
 /// # Errors
 /// Buffers that do not hold `shape`, weights not from [`gaussian_weights`], leases of another
 /// queue, device memory exhausted, or a kernel that fails to compile or launch.
-pub fn masked_gaussian<H, L, W, O>(
+pub fn masked_gaussian<H: HuLease, L: LabelLease, W, O>(
     queue: &Queue,
     shape: VolumeShape,
     hu: &H,
@@ -126,10 +126,6 @@ pub fn masked_gaussian<H, L, W, O>(
     out: &mut Lent<O>,
 ) -> Result<()>
 where
-    H: Lease,
-    H::Buf: Buffer<Elem = i16>,
-    L: Lease,
-    L::Buf: Buffer<Elem = u8>,
     W: Lease,
     W::Buf: Buffer<Elem = f32>,
     O: WritableBuffer<Elem = f32>,
