@@ -115,7 +115,10 @@ impl SourcedProfile {
     }
 }
 
-/// A folder of measured link profiles, one file per GPU. See the [module documentation](self).
+/// A folder of measured link profiles: one small text file per GPU, `link-profile-<bus id>.txt`,
+/// naming the GPU and driver it was measured under. A file for another GPU or driver, or one
+/// that does not parse, is ignored with a warning, and the built-in profile is used with the
+/// reason ([`ProfileSource::BuiltIn`]); loading never fails.
 #[derive(Debug, Clone)]
 pub struct ProfileCache {
     dir: Option<PathBuf>,
