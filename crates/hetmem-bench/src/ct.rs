@@ -19,19 +19,16 @@
 use std::time::Instant;
 
 use hetmem::backend::Device;
-use hetmem::backend::cuda::CudaDevice;
 use hetmem::error::{Error, Result};
 use hetmem::ops::ct::{
     self, HuLease, HuWindow, LabelLease, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape,
     gaussian_weights, masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
 };
-use hetmem::placement::{
-    AccessPattern, BufferUse, LinkProfile, Placement, Placer, ProfileCache, ProfileSource, Where,
-};
+use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer, ProfileSource, Where};
 use hetmem::{DeviceBuf, HostBuf, Lent, PinOptions, Queue};
 
 use crate::Summary;
-use crate::link::{self, LinkOptions, LinkReport};
+use crate::link;
 
 /// The organ smoothed.
 pub const SMOOTHED_ORGAN: Organ = Organ::Liver;
@@ -235,42 +232,6 @@ pub fn volume_stack(options: &CtOptions) -> Result<LabelledVolume> {
         labels.extend_from_slice(&one.labels);
     }
     Ok(LabelledVolume { shape: volume, hu, labels })
-}
-
-/// Measures the rates placement needs (256 MiB cells, 3 runs each: a few seconds).
-///
-/// # Errors
-/// As [`link::measure`].
-pub fn measure_profile(device: &Device) -> Result<LinkReport> {
-    let options = LinkOptions {
-        sizes: vec![256 << 20],
-        paths: link::PROFILE_PATHS.to_vec(),
-        repeats: 3,
-        warm_up: 1,
-        latency_sizes: Vec::new(),
-        latency_samples: 1,
-        completion: false,
-    };
-    link::measure(device, &options)
-}
-
-/// The profile `hetmem bench link` saved for `gpu`; else one measured now, and saved for the
-/// next run; with where it came from.
-///
-/// # Errors
-/// As [`link::measure`], when measured now.
-fn cached_or_measured(device: &Device, gpu: &CudaDevice) -> Result<(LinkProfile, String)> {
-    let cached = ProfileCache::hetmem_default().load_for(gpu);
-    if matches!(cached.source, ProfileSource::Measured { .. }) {
-        return Ok((cached.profile, cached.source.to_string()));
-    }
-    let report = measure_profile(device)?;
-    let profile = report.profile()?;
-    let saved = match link::save_profile(gpu, &report) {
-        Ok(path) => format!("saved to {}", path.display()),
-        Err(error) => format!("not saved: {error}"),
-    };
-    Ok((profile, format!("measured in this run (bench link cells, 256 MiB; {saved})")))
 }
 
 /// The buffers as placement sees them: the template read whole by every pass, the volume read
@@ -509,7 +470,7 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
 
     let (profile, profile_source) = match (options.profile, device.as_cuda()) {
         (Some(profile), _) => (profile, ProfileSource::Given.to_string()),
-        (None, Some(gpu)) => cached_or_measured(device, gpu)?,
+        (None, Some(gpu)) => link::cached_or_measured(device, gpu)?,
         (None, None) => {
             (LinkProfile::built_in(), ProfileSource::BuiltIn { why: "no GPU".into() }.to_string())
         }

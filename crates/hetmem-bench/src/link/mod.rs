@@ -13,15 +13,16 @@
 
 mod gpu;
 mod host;
+mod profile;
+
+pub use profile::{PROFILE_PATHS, cached_or_measured, measure_profile, save_profile};
 
 use std::str::FromStr;
 
 use super::completion::CompletionReport;
 use super::{Summary, sizes};
 use hetmem::backend::Device;
-use hetmem::backend::cuda::CudaDevice;
 use hetmem::error::{Error, Result};
-use hetmem::placement::{GpuKey, LinkProfile, ProfileCache};
 
 /// The smallest bandwidth size.
 pub const MIN_SIZE: usize = 4 << 10;
@@ -400,51 +401,6 @@ pub struct LinkReport {
     pub completion: Option<CompletionReport>,
 }
 
-/// The cells a [`LinkProfile`] is made of, in the order of its rates.
-pub const PROFILE_PATHS: [Path; 4] =
-    [Path::DeviceRead, Path::ZeroCopyRead, Path::ZeroCopyReadStrided, Path::PinnedAsyncH2d];
-
-impl LinkReport {
-    /// The rates placement decides from ([`hetmem::placement`]): the median at the largest
-    /// size measured of each of [`PROFILE_PATHS`].
-    ///
-    /// # Errors
-    /// A report without those cells (a CPU-only run, or paths left out), naming them.
-    pub fn profile(&self) -> Result<LinkProfile> {
-        let rate = |path: Path| {
-            self.bandwidth
-                .iter()
-                .filter(|cell| cell.path == path)
-                .max_by_key(|cell| cell.bytes)
-                .map(|cell| cell.gb_s.median)
-        };
-        match PROFILE_PATHS.map(rate) {
-            [Some(device), Some(mapped), Some(scattered), Some(copy)] => {
-                LinkProfile::new(device, mapped, scattered, copy)
-            }
-            _ => {
-                let names: Vec<&str> = PROFILE_PATHS.iter().map(|path| path.name()).collect();
-                Err(Error::invalid(
-                    "link profile",
-                    format!(
-                        "the link report lacks one of the cells {}: run `hetmem bench link` on a GPU with those paths",
-                        names.join(", ")
-                    ),
-                ))
-            }
-        }
-    }
-}
-
-/// Keeps the profile of `report`, measured on `gpu`, in hetmem's cache
-/// ([`ProfileCache::hetmem_default`]), where placements on that GPU find it.
-///
-/// # Errors
-/// A report without the profile's cells, no cache folder, or a file that cannot be written.
-pub fn save_profile(gpu: &CudaDevice, report: &LinkReport) -> Result<std::path::PathBuf> {
-    ProfileCache::hetmem_default().save(&GpuKey::of(gpu), &report.profile()?)
-}
-
 /// Measures the link of `device` as `options` say.
 ///
 /// # Errors
@@ -604,57 +560,6 @@ pub(crate) fn first_pattern_mismatch(words: &[u32], seed: u32) -> Option<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn report_of(cells: Vec<BandwidthCell>) -> LinkReport {
-        LinkReport {
-            device: "NVIDIA Test".into(),
-            gpu_measured: true,
-            gpu_not_measured_because: None,
-            repeats: 1,
-            ceiling: None,
-            bandwidth: cells,
-            latency: Vec::new(),
-            completion: None,
-        }
-    }
-
-    fn cell(path: Path, bytes: usize, gb_s: f64) -> BandwidthCell {
-        BandwidthCell {
-            path,
-            direction: path.direction(),
-            bytes,
-            gb_s: Summary::of(&[gb_s]).unwrap(),
-            ratio_to_ceiling: None,
-            verified_by: "test",
-        }
-    }
-
-    #[test]
-    fn the_profile_takes_each_rate_at_the_largest_size_and_names_missing_cells() {
-        let seed = fastrand::u64(..);
-        eprintln!("seed {seed:#x}");
-        let mut rng = fastrand::Rng::with_seed(seed);
-        let largest: Vec<f64> = PROFILE_PATHS.iter().map(|_| 1.0 + rng.f64() * 4000.0).collect();
-        let mut cells = Vec::new();
-        for (path, &rate) in PROFILE_PATHS.iter().zip(&largest) {
-            cells.push(cell(*path, 256 << 20, rate));
-            cells.push(cell(*path, 4 << 10, 1.0 + rng.f64() * 4000.0));
-        }
-        cells.push(cell(Path::ZeroCopyWrite, 1 << 30, 1.0 + rng.f64()));
-        rng.shuffle(&mut cells);
-        let profile = report_of(cells.clone()).profile().unwrap();
-        let got = [
-            profile.device_read_gb_s,
-            profile.mapped_read_gb_s,
-            profile.mapped_random_read_gb_s,
-            profile.copy_gb_s,
-        ];
-        assert_eq!(got.to_vec(), largest);
-        let missing = PROFILE_PATHS[rng.usize(..PROFILE_PATHS.len())];
-        cells.retain(|cell| cell.path != missing);
-        let error = report_of(cells).profile().unwrap_err().to_string();
-        assert!(error.contains("device_read") && error.contains("hetmem bench link"), "{error}");
-    }
 
     #[test]
     fn path_names_round_trip_and_unknown_names_list_the_valid_ones() {
