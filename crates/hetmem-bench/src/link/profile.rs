@@ -74,7 +74,7 @@ pub fn measure_profile(device: &Device) -> Result<LinkReport> {
 /// next run; with where it came from.
 ///
 /// # Errors
-/// As [`link::measure`], when measured now.
+/// As [`super::measure`], when measured now.
 pub fn cached_or_measured(device: &Device, gpu: &CudaDevice) -> Result<(LinkProfile, String)> {
     let cached = ProfileCache::hetmem_default().load_for(gpu);
     if matches!(cached.source, ProfileSource::Measured { .. }) {
