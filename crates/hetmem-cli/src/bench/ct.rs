@@ -225,3 +225,51 @@ pub fn read_scan(volume: &Path, labels: &Path, shape: Option<&str>) -> anyhow::R
         volume: LabelledVolume::new(hu_shape, hu, template)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(path: &str, bytes: u64, median: f64) -> serde_json::Value {
+        serde_json::json!({ "path": path, "bytes": bytes, "gb_s": { "median": median } })
+    }
+
+    #[test]
+    fn a_link_json_gives_its_largest_cells_and_an_old_one_the_device_rate_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("link.json");
+        let rates: Vec<f64> = PROFILE_PATHS.iter().map(|_| 1.0 + fastrand::f64() * 4000.0).collect();
+        let mut cells: Vec<_> = PROFILE_PATHS
+            .iter()
+            .zip(&rates)
+            .flat_map(|(link_path, &rate)| {
+                [cell(link_path.name(), 1 << 28, rate), cell(link_path.name(), 1 << 12, rate / 7.0)]
+            })
+            .collect();
+        std::fs::write(&path, serde_json::json!({ "bandwidth": cells }).to_string()).unwrap();
+        let profile = profile_from_json(&path, None).unwrap();
+        let got = [
+            profile.device_read_gb_s,
+            profile.mapped_read_gb_s,
+            profile.mapped_random_read_gb_s,
+            profile.copy_gb_s,
+        ];
+        assert_eq!(got.to_vec(), rates);
+
+        // From a bench link before device_read: the rate given, else the built-in profile's.
+        cells.retain(|cell| cell["path"] != "device_read");
+        std::fs::write(&path, serde_json::json!({ "bandwidth": cells }).to_string()).unwrap();
+        let given = 1.0 + fastrand::f64() * 4000.0;
+        assert_eq!(profile_from_json(&path, Some(given)).unwrap().device_read_gb_s, given);
+        let built_in = LinkProfile::built_in().device_read_gb_s;
+        assert_eq!(profile_from_json(&path, None).unwrap().device_read_gb_s, built_in);
+
+        cells.retain(|cell| cell["path"] != "zero_copy_read_strided");
+        std::fs::write(&path, serde_json::json!({ "bandwidth": cells }).to_string()).unwrap();
+        let error = format!("{:#}", profile_from_json(&path, None).unwrap_err());
+        assert!(
+            error.contains("zero_copy_read_strided") && error.contains("hetmem bench link --json"),
+            "{error}"
+        );
+    }
+}
