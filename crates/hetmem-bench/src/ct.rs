@@ -21,24 +21,19 @@ use std::time::Instant;
 use hetmem::backend::Device;
 use hetmem::error::{Error, Result};
 use hetmem::ops::ct::{
-    self, HuWindow, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape, gaussian_weights,
-    masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
+    self, HuLease, HuWindow, LabelLease, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape,
+    gaussian_weights, masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
 };
-use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer, Where};
-use hetmem::{Buffer, DeviceBuf, HostBuf, Lease, Lent, PinOptions, Queue};
+use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer, ProfileSource, Where};
+use hetmem::{DeviceBuf, HostBuf, Lent, PinOptions, Queue};
 
 use crate::Summary;
-use crate::link::{self, LinkOptions, LinkReport, Path};
+use crate::link;
 
 /// The organ smoothed.
 pub const SMOOTHED_ORGAN: Organ = Organ::Liver;
 /// The smoothing's standard deviation, in voxels.
 pub const SIGMA: f32 = 1.5;
-/// What `placed` assumes a kernel reads device memory at when no rate is given: not measured
-/// by `hetmem bench link`, and no decision of this computation depends on it (decisions
-/// follow link bytes saved; it enters the predicted seconds only).
-pub const ASSUMED_DEVICE_READ_GB_S: f64 = 3000.0;
-
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct CtOptions {
@@ -54,7 +49,8 @@ pub struct CtOptions {
     pub device_budget: u64,
     /// Seed of the phantom.
     pub seed: u64,
-    /// The link profile `placed` decides from; `None`: measured in this run.
+    /// The link profile `placed` decides from; `None`: the one `hetmem bench link` saved for
+    /// this GPU, else measured in this run (and saved); the built-in one without a GPU.
     pub profile: Option<LinkProfile>,
     /// A volume read from files, instead of the phantom (its shape replaces `shape`; labels 0 to
     /// 6 are read as [`Organ`]s).
@@ -238,49 +234,6 @@ pub fn volume_stack(options: &CtOptions) -> Result<LabelledVolume> {
     Ok(LabelledVolume { shape: volume, hu, labels })
 }
 
-/// A link profile from a `hetmem bench link` report: the largest size measured of
-/// `zero_copy_read`, `zero_copy_read_strided` and `pinned_async_h2d`.
-///
-/// # Errors
-/// A report without those cells (a CPU-only run, or paths left out).
-pub fn profile_from_link(report: &LinkReport, device_read_gb_s: f64) -> Result<LinkProfile> {
-    let rate = |path: Path| {
-        report
-            .bandwidth
-            .iter()
-            .filter(|cell| cell.path == path)
-            .max_by_key(|cell| cell.bytes)
-            .map(|cell| cell.gb_s.median)
-    };
-    match (rate(Path::ZeroCopyRead), rate(Path::ZeroCopyReadStrided), rate(Path::PinnedAsyncH2d)) {
-        (Some(mapped), Some(scattered), Some(copy)) => {
-            LinkProfile::new(device_read_gb_s, mapped, scattered, copy)
-        }
-        _ => Err(Error::invalid(
-            "link profile",
-            "the link report lacks zero_copy_read, zero_copy_read_strided or pinned_async_h2d cells: run \
-             `hetmem bench link --json` on a GPU with those paths",
-        )),
-    }
-}
-
-/// Measures the three rates placement needs (256 MiB cells, 3 runs each: a few seconds).
-///
-/// # Errors
-/// As [`link::measure`].
-pub fn measure_profile(device: &Device) -> Result<LinkProfile> {
-    let options = LinkOptions {
-        sizes: vec![256 << 20],
-        paths: vec![Path::ZeroCopyRead, Path::ZeroCopyReadStrided, Path::PinnedAsyncH2d],
-        repeats: 3,
-        warm_up: 1,
-        latency_sizes: Vec::new(),
-        latency_samples: 1,
-        completion: false,
-    };
-    profile_from_link(&link::measure(device, &options)?, ASSUMED_DEVICE_READ_GB_S)
-}
-
 /// The buffers as placement sees them: the template read whole by every pass, the volume read
 /// where the pass's organ is (on average a 1/organs share) by every pass.
 pub fn declared_buffers(volume: VolumeShape, windows: usize) -> [BufferUse; 2] {
@@ -429,7 +382,7 @@ impl Outputs {
 }
 
 /// One GPU run of the computation: every pass, the smoothing, the projection.
-fn gpu_run<H, L>(
+fn gpu_run<H: HuLease, L: LabelLease>(
     queue: &Queue,
     volume: VolumeShape,
     hu: &H,
@@ -437,13 +390,7 @@ fn gpu_run<H, L>(
     weights: &hetmem::Shared<DeviceBuf<f32>>,
     windows: &[HuWindow],
     outputs: &mut Outputs,
-) -> Result<()>
-where
-    H: Lease,
-    H::Buf: Buffer<Elem = i16>,
-    L: Lease,
-    L::Buf: Buffer<Elem = u8>,
-{
+) -> Result<()> {
     let mut pass = 0;
     for &window in windows {
         for organ in Organ::ALL {
@@ -522,14 +469,11 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     };
 
     let (profile, profile_source) = match (options.profile, device.as_cuda()) {
-        (Some(profile), _) => (profile, "given".to_string()),
-        (None, Some(_)) => {
-            (measure_profile(device)?, "measured in this run (bench link cells, 256 MiB)".into())
+        (Some(profile), _) => (profile, ProfileSource::Given.to_string()),
+        (None, Some(gpu)) => link::cached_or_measured(device, gpu)?,
+        (None, None) => {
+            (LinkProfile::built_in(), ProfileSource::BuiltIn { why: "no GPU".into() }.to_string())
         }
-        (None, None) => (
-            LinkProfile::new(ASSUMED_DEVICE_READ_GB_S, 50.0, 2.5, 55.0)?,
-            "not measured (no GPU): round H200 figures".into(),
-        ),
     };
     let placement = declared_buffers(volume, windows.len())
         .into_iter()
@@ -538,163 +482,143 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
 
     let mip = window_to_gray(&expected.mip, HuWindow { lo: -200, hi: 1200 });
     let mut rows = Vec::new();
-    if device.as_cuda().is_none() {
-        let why = format!(
-            "no GPU ({})",
-            device
-                .cpu_fallback_reason()
-                .map_or("the CPU backend was chosen".to_string(), ToString::to_string)
-        );
-        rows.push(not_run(Placing::AllCopy, "copied per pass", "copied per pass", why.clone()));
-        rows.push(not_run(Placing::AllMapped, "mapped", "mapped", why.clone()));
-        rows.push(not_run(Placing::Hybrid, "mapped", "device", why.clone()));
-        rows.push(not_run(Placing::Placed, "", "", why));
-    } else {
-        let queue = Queue::new(device)?;
-        let weights_buf = {
-            let mut buf = DeviceBuf::new(device, weights.len())?;
-            buf.copy_from_slice(&weights)?;
-            queue.share(buf)
-        };
-        let mut outputs = Some(Outputs::new(device, &queue, passes, smoothing, volume)?);
-        let hu_host = queue.share(mapped(device, &phantom.hu)?);
-        let labels_host = queue.share(mapped(device, &phantom.labels)?);
-        let budget = hetmem::DeviceBudget::new(options.device_budget);
-        let fits = |bytes: u64| {
-            (bytes <= options.device_budget).then_some(()).ok_or_else(|| {
-                format!(
-                    "needs {bytes} bytes of device memory, more than the {} byte budget",
-                    options.device_budget
-                )
-            })
-        };
-        let volume_bytes = volume.voxels() as u64 * 2;
-        let template_bytes = volume.voxels() as u64;
+    // On the CPU backend the placements' rows run too, each operation's CPU path on that
+    // placement's buffers (plain memory standing in for device memory): the budget's refusals
+    // and the results are the GPU run's, the seconds are not.
+    let checked = match device.as_cuda() {
+        Some(_) => "statistics bit for bit, smoothing within 1e-5, projection exactly, against the CPU",
+        None => {
+            "CPU backend (the CPU path on this placement's buffers; not GPU seconds): results as the reference"
+        }
+    };
+    let queue = Queue::new(device)?;
+    let weights_buf = {
+        let mut buf = DeviceBuf::new(device, weights.len())?;
+        buf.copy_from_slice(&weights)?;
+        queue.share(buf)
+    };
+    let mut outputs = Some(Outputs::new(device, &queue, passes, smoothing, volume)?);
+    let hu_host = queue.share(mapped(device, &phantom.hu)?);
+    let labels_host = queue.share(mapped(device, &phantom.labels)?);
+    let budget = hetmem::DeviceBudget::new(options.device_budget);
+    let fits = |bytes: u64| {
+        (bytes <= options.device_budget).then_some(()).ok_or_else(|| {
+            format!(
+                "does not fit: needs {bytes} bytes of device memory, more than the {} byte budget \
+                 (--device-budget); the placements that leave the volume mapped can run",
+                options.device_budget
+            )
+        })
+    };
+    let volume_bytes = volume.voxels() as u64 * 2;
+    let template_bytes = volume.voxels() as u64;
 
-        let mut run_row = |placing: Placing,
-                           volume_at: &str,
-                           template_at: &str,
-                           needs: u64,
-                           body: &mut dyn FnMut(&mut Outputs) -> Result<()>|
-         -> Result<Row> {
-            if let Err(why) = fits(needs) {
-                return Ok(not_run(placing, volume_at, template_at, why));
-            }
-            let taken = outputs.take().ok_or_else(|| Error::invalid("bench ct", "outputs lost"))?;
-            let mut out = taken.poison(&queue)?;
-            body(&mut out)?;
-            let mut out = out.check(&queue, &expected, &windows)?;
-            let seconds = time(Box::new(|| body(&mut out)))?;
-            outputs = Some(out);
-            Ok(Row {
-                placing,
-                volume: volume_at.into(),
-                template: template_at.into(),
-                seconds_per_study: Some(seconds),
-                speedup_over_all_copy: None,
-                not_run_because: None,
-                checked: "statistics bit for bit, smoothing within 1e-5, projection exactly, against the CPU"
-                    .into(),
-            })
-        };
+    let mut run_row = |placing: Placing,
+                       volume_at: &str,
+                       template_at: &str,
+                       needs: u64,
+                       body: &mut dyn FnMut(&mut Outputs) -> Result<()>|
+     -> Result<Row> {
+        if let Err(why) = fits(needs) {
+            return Ok(not_run(placing, volume_at, template_at, why));
+        }
+        let taken = outputs.take().ok_or_else(|| Error::invalid("bench ct", "outputs lost"))?;
+        let mut out = taken.poison(&queue)?;
+        body(&mut out)?;
+        let mut out = out.check(&queue, &expected, &windows)?;
+        let seconds = time(Box::new(|| body(&mut out)))?;
+        outputs = Some(out);
+        Ok(Row {
+            placing,
+            volume: volume_at.into(),
+            template: template_at.into(),
+            seconds_per_study: Some(seconds),
+            speedup_over_all_copy: None,
+            not_run_because: None,
+            checked: checked.into(),
+        })
+    };
 
-        // All copy: device buffers of both, refilled from pinned memory before every pass.
-        let row = run_row(
-            Placing::AllCopy,
-            "copied per pass",
-            "copied per pass",
-            volume_bytes + template_bytes,
-            &mut |out| {
-                let mut hu_dev = queue.lend(DeviceBuf::<i16>::with_budget(device, volume.voxels(), &budget)?);
-                let mut labels_dev =
-                    queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
-                let refill = |hu_dev: &mut Lent<DeviceBuf<i16>>, labels_dev: &mut Lent<DeviceBuf<u8>>| {
-                    queue.copy(&hu_host, hu_dev)?;
-                    queue.copy(&labels_host, labels_dev)
-                };
-                for pass in 0..passes {
-                    refill(&mut hu_dev, &mut labels_dev)?;
-                    let (window, organ) =
-                        (windows[pass / Organ::ALL.len()], Organ::ALL[pass % Organ::ALL.len()]);
-                    ct::organ_stats(
-                        &queue,
-                        &hu_dev,
-                        &labels_dev,
-                        organ.label(),
-                        window,
-                        &mut out.stats[pass],
-                    )?;
-                }
-                if let Some(smoothed) = &mut out.smoothed {
-                    refill(&mut hu_dev, &mut labels_dev)?;
-                    let organ = SMOOTHED_ORGAN.label();
-                    ct::masked_gaussian(&queue, volume, &hu_dev, &labels_dev, organ, &weights_buf, smoothed)?;
-                }
-                // The projection reads the volume only.
-                queue.copy(&hu_host, &mut hu_dev)?;
-                ct::mip_height(&queue, volume, &hu_dev, &mut out.mip)?;
-                queue.synchronize()
-            },
-        )?;
-        rows.push(row);
-
-        let row = run_row(Placing::AllMapped, "mapped", "mapped", 0, &mut |out| {
-            gpu_run(&queue, volume, &hu_host, &labels_host, &weights_buf, &windows, out)
-        })?;
-        rows.push(row);
-
-        // The template's one copy into device memory is part of each timed run.
-        let row = run_row(Placing::Hybrid, "mapped", "device", template_bytes, &mut |out| {
+    // All copy: device buffers of both, refilled from pinned memory before every pass.
+    let row = run_row(
+        Placing::AllCopy,
+        "copied per pass",
+        "copied per pass",
+        volume_bytes + template_bytes,
+        &mut |out| {
+            let mut hu_dev = queue.lend(DeviceBuf::<i16>::with_budget(device, volume.voxels(), &budget)?);
             let mut labels_dev = queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
-            queue.copy(&labels_host, &mut labels_dev)?;
-            gpu_run(&queue, volume, &hu_host, &labels_dev, &weights_buf, &windows, out)
-        })?;
-        rows.push(row);
+            let refill = |hu_dev: &mut Lent<DeviceBuf<i16>>, labels_dev: &mut Lent<DeviceBuf<u8>>| {
+                queue.copy(&hu_host, hu_dev)?;
+                queue.copy(&labels_host, labels_dev)
+            };
+            for pass in 0..passes {
+                refill(&mut hu_dev, &mut labels_dev)?;
+                let (window, organ) = (windows[pass / Organ::ALL.len()], Organ::ALL[pass % Organ::ALL.len()]);
+                ct::organ_stats(&queue, &hu_dev, &labels_dev, organ.label(), window, &mut out.stats[pass])?;
+            }
+            if let Some(smoothed) = &mut out.smoothed {
+                refill(&mut hu_dev, &mut labels_dev)?;
+                let organ = SMOOTHED_ORGAN.label();
+                ct::masked_gaussian(&queue, volume, &hu_dev, &labels_dev, organ, &weights_buf, smoothed)?;
+            }
+            // The projection reads the volume only.
+            queue.copy(&hu_host, &mut hu_dev)?;
+            ct::mip_height(&queue, volume, &hu_dev, &mut out.mip)?;
+            queue.synchronize()
+        },
+    )?;
+    rows.push(row);
 
-        let volume_place = placement.place_of("volume").unwrap_or(Where::Mapped);
-        let template_place = placement.place_of("template").unwrap_or(Where::Mapped);
-        let row = run_row(
-            Placing::Placed,
-            &volume_place.to_string(),
-            &template_place.to_string(),
-            placement.device_bytes,
-            &mut |out| {
-                let held_hu = match volume_place {
-                    Where::Device => {
-                        let mut dev =
-                            queue.lend(DeviceBuf::<i16>::with_budget(device, volume.voxels(), &budget)?);
-                        queue.copy(&hu_host, &mut dev)?;
-                        Some(dev)
-                    }
-                    Where::Mapped => None,
-                };
-                let held_labels = match template_place {
-                    Where::Device => {
-                        let mut dev =
-                            queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
-                        queue.copy(&labels_host, &mut dev)?;
-                        Some(dev)
-                    }
-                    Where::Mapped => None,
-                };
-                match (&held_hu, &held_labels) {
-                    (Some(hu), Some(labels)) => {
-                        gpu_run(&queue, volume, hu, labels, &weights_buf, &windows, out)
-                    }
-                    (Some(hu), None) => {
-                        gpu_run(&queue, volume, hu, &labels_host, &weights_buf, &windows, out)
-                    }
-                    (None, Some(labels)) => {
-                        gpu_run(&queue, volume, &hu_host, labels, &weights_buf, &windows, out)
-                    }
-                    (None, None) => {
-                        gpu_run(&queue, volume, &hu_host, &labels_host, &weights_buf, &windows, out)
-                    }
+    let row = run_row(Placing::AllMapped, "mapped", "mapped", 0, &mut |out| {
+        gpu_run(&queue, volume, &hu_host, &labels_host, &weights_buf, &windows, out)
+    })?;
+    rows.push(row);
+
+    // The template's one copy into device memory is part of each timed run.
+    let row = run_row(Placing::Hybrid, "mapped", "device", template_bytes, &mut |out| {
+        let mut labels_dev = queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
+        queue.copy(&labels_host, &mut labels_dev)?;
+        gpu_run(&queue, volume, &hu_host, &labels_dev, &weights_buf, &windows, out)
+    })?;
+    rows.push(row);
+
+    let volume_place = placement.place_of("volume").unwrap_or(Where::Mapped);
+    let template_place = placement.place_of("template").unwrap_or(Where::Mapped);
+    let row = run_row(
+        Placing::Placed,
+        &volume_place.to_string(),
+        &template_place.to_string(),
+        placement.device_bytes,
+        &mut |out| {
+            let held_hu = match volume_place {
+                Where::Device => {
+                    let mut dev =
+                        queue.lend(DeviceBuf::<i16>::with_budget(device, volume.voxels(), &budget)?);
+                    queue.copy(&hu_host, &mut dev)?;
+                    Some(dev)
                 }
-            },
-        )?;
-        rows.push(row);
-    }
+                Where::Mapped => None,
+            };
+            let held_labels = match template_place {
+                Where::Device => {
+                    let mut dev = queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
+                    queue.copy(&labels_host, &mut dev)?;
+                    Some(dev)
+                }
+                Where::Mapped => None,
+            };
+            match (&held_hu, &held_labels) {
+                (Some(hu), Some(labels)) => gpu_run(&queue, volume, hu, labels, &weights_buf, &windows, out),
+                (Some(hu), None) => gpu_run(&queue, volume, hu, &labels_host, &weights_buf, &windows, out),
+                (None, Some(labels)) => {
+                    gpu_run(&queue, volume, &hu_host, labels, &weights_buf, &windows, out)
+                }
+                (None, None) => gpu_run(&queue, volume, &hu_host, &labels_host, &weights_buf, &windows, out),
+            }
+        },
+    )?;
+    rows.push(row);
     rows.push(cpu_row);
     let all_copy = rows
         .iter()
@@ -761,7 +685,7 @@ mod tests {
     }
 
     #[test]
-    fn on_the_cpu_backend_only_the_cpu_row_runs_and_the_gpu_rows_say_why() {
+    fn on_the_cpu_backend_every_placement_runs_and_matches_the_reference() {
         let cpu = Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap();
         let options = CtOptions {
             shape: VolumeShape::new(6, 20, 24).unwrap(),
@@ -774,18 +698,73 @@ mod tests {
         let report = &run.report;
         assert_eq!(report.passes, 2 * Organ::ALL.len());
         assert_eq!(run.stats.len(), report.passes);
+        assert_eq!(report.rows.len(), 5);
         for row in &report.rows {
-            match row.placing {
-                Placing::Cpu => assert!(row.seconds_per_study.as_ref().is_some_and(|s| s.median > 0.0)),
-                _ => assert!(
-                    row.not_run_because.as_deref().is_some_and(|why| why.contains("no GPU")),
-                    "{row:?}"
-                ),
+            assert!(row.seconds_per_study.as_ref().is_some_and(|s| s.median > 0.0), "{row:?}");
+            assert!(row.not_run_because.is_none(), "{row:?}");
+            if row.placing != Placing::Cpu {
+                assert!(row.checked.contains("CPU backend"), "{row:?}");
             }
         }
+        assert!(report.profile_source.contains("built-in"), "{}", report.profile_source);
         assert_eq!(run.mip.len(), run.mip_width * run.mip_height);
         assert_eq!(run.mip_width * run.mip_height, 6 * 24);
         let counted: u64 = report.organs.iter().map(|organ| organ.count).sum();
         assert_eq!(counted, options.shape.voxels() as u64);
+    }
+
+    /// The stacked run larger than the budget (issue 14), small: copying everything does not
+    /// fit and says so; mapped, hybrid (while the template fits) and placed run, and match the
+    /// CPU.
+    #[test]
+    fn a_stack_larger_than_the_budget_refuses_all_copy_and_runs_mapped_and_hybrid() {
+        let cpu = Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap();
+        let seed = fastrand::u64(..);
+        eprintln!("seed {seed:#x}");
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let options = CtOptions {
+            shape: VolumeShape::new(rng.usize(3..6), rng.usize(8..20), rng.usize(8..24)).unwrap(),
+            studies: rng.usize(3..6),
+            windows: 2,
+            repeats: 1,
+            seed,
+            ..CtOptions::quick()
+        };
+        let template_bytes = options.volume().unwrap().voxels() as u64;
+        let row = |report: &CtReport, placing| {
+            report.rows.iter().find(|row| row.placing == placing).cloned().unwrap()
+        };
+        let ran = |row: &Row| row.seconds_per_study.is_some() && row.not_run_because.is_none();
+
+        // Room for the template, not for the volume beside it.
+        let budget = template_bytes + rng.u64(0..2 * template_bytes);
+        let run = measure(&cpu, &CtOptions { device_budget: budget, ..options.clone() }).unwrap();
+        let report = &run.report;
+        assert!(!report.smoothing);
+        let all_copy = row(report, Placing::AllCopy);
+        let why = all_copy.not_run_because.clone().unwrap_or_default();
+        assert!(all_copy.seconds_per_study.is_none(), "{all_copy:?}");
+        assert!(why.contains("does not fit") && why.contains(&budget.to_string()), "{why}");
+        for placing in [Placing::AllMapped, Placing::Hybrid, Placing::Placed, Placing::Cpu] {
+            assert!(ran(&row(report, placing)), "{:?}", row(report, placing));
+        }
+        assert_eq!(report.placement.place_of("template"), Some(Where::Device), "{}", report.placement);
+        assert_eq!(report.placement.place_of("volume"), Some(Where::Mapped), "{}", report.placement);
+
+        // No room for the template either: only the mapped placements run.
+        let budget = rng.u64(0..template_bytes);
+        let run = measure(&cpu, &CtOptions { device_budget: budget, ..options }).unwrap();
+        let report = &run.report;
+        for placing in [Placing::AllCopy, Placing::Hybrid] {
+            let refused = row(report, placing);
+            assert!(
+                refused.not_run_because.as_deref().is_some_and(|why| why.contains("does not fit")),
+                "{refused:?}"
+            );
+        }
+        for placing in [Placing::AllMapped, Placing::Placed, Placing::Cpu] {
+            assert!(ran(&row(report, placing)), "{:?}", row(report, placing));
+        }
+        assert_eq!(report.placement.device_bytes, 0, "{}", report.placement);
     }
 }

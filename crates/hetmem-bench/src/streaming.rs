@@ -77,6 +77,10 @@ pub struct StreamingRun {
     pub host_bytes: usize,
     /// Device memory the ring allocated.
     pub device_bytes: usize,
+    /// By the hybrid strategy, where each slot's buffers went and why, on the first device
+    /// ([`hetmem::FrameRing::placement`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<hetmem::placement::Placement>,
     /// Each device the frames were fanned out over, in the order frames were dealt (one
     /// entry for one device; the totals above are over all of them).
     pub devices: Vec<DeviceShare>,
@@ -276,6 +280,7 @@ pub fn measure_stage<S: Stage + Clone>(
         link_bytes_per_s: devices.iter().map(|share| share.link_bytes_per_s).sum(),
         host_bytes: ring.rings().iter().map(|one| one.host_bytes()).sum(),
         device_bytes: ring.rings().iter().map(|one| one.device_bytes()).sum(),
+        placement: ring.rings()[0].placement().cloned(),
         devices,
     })
 }

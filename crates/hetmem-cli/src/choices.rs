@@ -100,7 +100,7 @@ impl ValueEnum for StrategyName {
             Strategy::PinnedAsync => "pinned memory; copies overlap the kernel",
             Strategy::ZeroCopy => "the kernel reads and writes mapped host memory",
             Strategy::Managed => "managed memory, prefetched to the GPU and back",
-            Strategy::Hybrid => "frames mapped, constant data in device memory",
+            Strategy::Hybrid => "frames mapped, constant data placed (device memory where it pays and fits)",
         };
         Some(PossibleValue::new(self.0.name()).help(help))
     }
@@ -117,6 +117,7 @@ impl ValueEnum for LinkPathName {
             Direction::D2h => "device to host",
             Direction::Both => "both ways at once",
             Direction::Host => "host to host (no GPU)",
+            Direction::Device => "within device memory (no link)",
         };
         Some(PossibleValue::new(self.0.name()).help(help))
     }

@@ -8,7 +8,8 @@ use anyhow::bail;
 use hetmem::kernels::KernelCache;
 use hetmem::ops::gaussian::{MAX_SEGMENTS, Segments};
 
-/// Where compiled kernels are cached (default: the user's cache folder, `~/.cache/hetmem`).
+/// Where compiled kernels and the link profiles `hetmem bench link` measures are cached
+/// (default: the user's cache folder, `~/.cache/hetmem`).
 pub const CACHE_DIR_ENV: &str = "HETMEM_CACHE_DIR";
 /// How many segments the PinnedAsync strategy cuts a frame into (1 to 64; default about one
 /// per MiB, 1 to 16).

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use hetmem::backend::nvml::NvmlSession;
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage, gaussian_cpu};
+use hetmem::placement::Placement;
 use hetmem::{Device, FrameFilter, Strategy};
 use hetmem_bench::Summary;
 
@@ -28,6 +29,9 @@ pub struct Row {
     pub host_bytes: usize,
     pub device_bytes: usize,
     pub verified_bit_exact: bool,
+    /// By the hybrid strategy, where each buffer went and why ([`FrameFilter::placement`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -110,6 +114,7 @@ pub fn measure(
             host_bytes: filter.host_bytes(),
             device_bytes: filter.device_bytes(),
             verified_bit_exact: verified,
+            placement: filter.placement().cloned(),
         });
     }
     if device.as_cuda().is_none() {
@@ -277,6 +282,23 @@ pub fn table(report: &Report) -> Table {
     }
     for note in &report.skipped {
         table.note(format!("skipped: {note}"));
+    }
+    for row in &report.rows {
+        if let Some(placement) = &row.placement {
+            // The constant data's decisions: the frames stay mapped by the hybrid strategy's
+            // definition, and listing them would only repeat it.
+            for decision in placement
+                .decisions
+                .iter()
+                .filter(|d| !d.name.starts_with("input ") && !d.name.starts_with("output "))
+            {
+                table.note(format!(
+                    "{}: {} in {} memory: {}",
+                    row.strategy, decision.name, decision.place, decision.reason
+                ));
+            }
+            table.note(format!("{}: link profile {}", row.strategy, placement.profile_source));
+        }
     }
     table
 }

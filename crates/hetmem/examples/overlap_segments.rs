@@ -9,9 +9,9 @@
 use std::time::{Duration, Instant};
 
 use hetmem::ops::gaussian::{
-    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, Segments, TablePlacement, gaussian,
-    gaussian_cpu,
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, Segments, gaussian, gaussian_cpu,
 };
+use hetmem::placement::Where;
 use hetmem::{Device, DeviceBuf, HostBuf, PinMethod, PinOptions, Queue};
 
 mod support;
@@ -79,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (mut dev_in, mut dev_out) =
             (DeviceBuf::<u8>::new(&device, frame)?, DeviceBuf::<u8>::new(&device, frame)?);
         // The plain sequence for reference: copy in, blur, copy out, one after the other.
-        let table = plan.upload_table(&queue, TablePlacement::Device)?;
+        let table = plan.upload_table(&queue, Where::Device)?;
         let mut timings = Timings::default();
         for index in 0..WARM_UP + FRAMES {
             host_out.as_mut_slice().fill(0xA5);

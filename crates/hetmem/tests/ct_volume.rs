@@ -4,10 +4,11 @@
 //! reference (integers bit for bit, f32 within 1e-5 relative).
 
 use hetmem::ops::ct::{
-    self, HuWindow, LabelledVolume, OrganStats, STATS_WORDS, VolumeShape, gaussian_weights,
-    masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu,
+    self, HuWindow, LabelledVolume, MaskedGaussianStage, OrganStats, STATS_WORDS, VolumeShape,
+    gaussian_weights, masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu,
 };
-use hetmem::{Device, DeviceBuf, HostBuf, PinOptions, Queue};
+use hetmem::placement::Where;
+use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy};
 
 use crate::support::{POISON, on_every_backend};
 
@@ -99,6 +100,57 @@ fn the_masked_gaussian_equals_the_cpu_reference_within_1e_5() {
         }
         let inside = labels.iter().zip(&expected).zip(&hu).filter(|((l, _), _)| **l == organ);
         assert!(inside.clone().any(|((_, e), h)| *e != f32::from(*h)), "the smoothing changed nothing");
+    });
+}
+
+/// The masked Gaussian as a stage over volume frames (i16 and u8 in, f32 out), run by a
+/// FrameFilter by every strategy the device has, equal to the CPU closure (bit for bit on the
+/// CPU, within 1e-5 relative on a GPU), outputs poisoned; by the hybrid strategy the weights,
+/// read by every voxel, are placed in device memory.
+#[test]
+fn the_masked_gaussian_stage_runs_volumes_by_every_strategy_equal_to_the_cpu_closure() {
+    let test = "the_masked_gaussian_stage_runs_volumes_by_every_strategy_equal_to_the_cpu_closure";
+    on_every_backend(test, |device| {
+        let mut rng = seeded(test);
+        let (shape, hu, labels) = random_volume(&mut rng);
+        let (organ, sigma) = (rng.u8(0..5), 0.5 + rng.f32() * 2.0);
+        let stage = MaskedGaussianStage::new(shape, organ, sigma).unwrap();
+        let expected =
+            masked_gaussian_cpu(shape, &hu, &labels, organ, &gaussian_weights(sigma).unwrap()).unwrap();
+        let strategies: Vec<Strategy> = match device.as_cuda() {
+            None => vec![Strategy::Cpu],
+            Some(_) => Strategy::ALL.into_iter().filter(|strategy| strategy.check(device).is_ok()).collect(),
+        };
+        for strategy in strategies {
+            let mut filter = FrameFilter::with_stage(device, strategy, stage.clone()).unwrap();
+            filter.input_mut_at(0).unwrap().copy_from_slice(bytemuck::cast_slice(&hu));
+            filter.input_mut_at(1).unwrap().copy_from_slice(&labels);
+            // Every byte of POISON is 0xA5: the output is f32::from_bits(POISON) throughout.
+            filter.fill_output(POISON.to_le_bytes()[0]).unwrap();
+            filter.run().unwrap();
+            let got: Vec<f32> = filter
+                .output()
+                .unwrap()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            assert_eq!(got.len(), expected.len());
+            for (i, (&got, &want)) in got.iter().zip(&expected).enumerate() {
+                match strategy {
+                    Strategy::Cpu => assert_eq!(got.to_bits(), want.to_bits(), "{strategy}, voxel {i}"),
+                    _ => assert!(
+                        (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                        "{strategy}, voxel {i}: {got} vs {want}"
+                    ),
+                }
+            }
+            if strategy == Strategy::Hybrid {
+                let placement = filter.placement().expect("the hybrid strategy places");
+                assert_eq!(placement.place_of("gaussian weights"), Some(Where::Device), "{placement}");
+                assert_eq!(placement.place_of("input 0"), Some(Where::Mapped), "{placement}");
+            }
+            eprintln!("{test}: {strategy} equal to the CPU closure");
+        }
     });
 }
 

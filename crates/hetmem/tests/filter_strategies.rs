@@ -6,6 +6,7 @@ use hetmem::ops::gaussian::{
     Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, SampleType, Segments,
     gaussian_cpu,
 };
+use hetmem::placement::Where;
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy};
 
@@ -37,6 +38,17 @@ fn check_strategy(device: &Device, strategy: Strategy) {
     for (format, kernel) in cases() {
         let mut filter = FrameFilter::new(device, strategy, format, &kernel)
             .unwrap_or_else(|error| panic!("{strategy} {format:?}: {error}"));
+        // The hybrid strategy places the frames and the table, which every tile reads: the
+        // table in device memory, the frames mapped; the other strategies place by definition.
+        match (filter.strategy(), filter.placement()) {
+            (Strategy::Hybrid, Some(placement)) => {
+                assert_eq!(placement.place_of("gaussian table"), Some(Where::Device), "{placement}");
+                assert_eq!(placement.place_of("input 0"), Some(Where::Mapped), "{placement}");
+                assert_eq!(placement.place_of("output 0"), Some(Where::Mapped), "{placement}");
+            }
+            (Strategy::Hybrid, None) => panic!("the hybrid filter has no placement"),
+            (other, placement) => assert!(placement.is_none(), "{other} has a placement"),
+        }
         for frame in 0..3 {
             let seed = fastrand::u64(..);
             let mut rng = fastrand::Rng::with_seed(seed);

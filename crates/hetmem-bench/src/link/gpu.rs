@@ -485,6 +485,9 @@ impl Rig {
                     self.queue_read(false, alloc.ptr(), bytes, rep)
                 })?
             }
+            Path::DeviceRead => {
+                self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, dev_out, bytes, rep))?
+            }
             Path::ZeroCopyWrite => {
                 let seed = b.dev_seed ^ 0x5A5A_0001;
                 let n16 = bytes / 16;
@@ -567,6 +570,13 @@ impl Rig {
             Path::RegisteredFileRead => self.check_slots(count, xor_checksum(&b.file.as_slice()[..words]))?,
             Path::ManagedRead | Path::ManagedPrefetchRead => {
                 self.check_slots(count, xor_checksum(&b.managed.as_slice()[..words]))?
+            }
+            Path::DeviceRead => {
+                use rayon::prelude::*;
+                let seed = b.dev_seed;
+                let want =
+                    (0..words as u64).into_par_iter().map(|i| bench_word(i, seed)).reduce(|| 0, |a, b| a ^ b);
+                self.check_slots(count, want)?
             }
             Path::HostMemcpy | Path::ZeroCopyWrite | Path::ZeroCopyReadWrite => {
                 unreachable!("returned above")

@@ -13,6 +13,9 @@
 
 mod gpu;
 mod host;
+mod profile;
+
+pub use profile::{PROFILE_PATHS, cached_or_measured, measure_profile, save_profile};
 
 use std::str::FromStr;
 
@@ -44,6 +47,8 @@ pub enum Direction {
     Both,
     /// Host memory to host memory (no GPU).
     Host,
+    /// Within device memory: no link crossed, so no copy-engine ceiling.
+    Device,
 }
 
 /// A way of moving bytes, one row of the bandwidth table.
@@ -88,11 +93,14 @@ pub enum Path {
     /// `cuMemPrefetchAsync` of managed memory to the device, then the kernel's read, timed
     /// together.
     ManagedPrefetchRead,
+    /// A kernel reading device memory with coalesced 16-byte loads: the rate placement
+    /// predicts reads of a buffer in device memory from ([`LinkReport::profile`]).
+    DeviceRead,
 }
 
 impl Path {
     /// Every path, in table order.
-    pub const ALL: [Path; 16] = [
+    pub const ALL: [Path; 17] = [
         Path::HostMemcpy,
         Path::PageableH2d,
         Path::PageableD2h,
@@ -109,6 +117,7 @@ impl Path {
         Path::RegisteredFileRead,
         Path::ManagedRead,
         Path::ManagedPrefetchRead,
+        Path::DeviceRead,
     ];
 
     /// The name used in tables, JSON and `--paths`.
@@ -130,6 +139,7 @@ impl Path {
             Path::RegisteredFileRead => "registered_file_read",
             Path::ManagedRead => "managed_read",
             Path::ManagedPrefetchRead => "managed_prefetch_read",
+            Path::DeviceRead => "device_read",
         }
     }
 
@@ -141,6 +151,7 @@ impl Path {
                 Direction::D2h
             }
             Path::PinnedAsyncBoth | Path::ZeroCopyReadWrite => Direction::Both,
+            Path::DeviceRead => Direction::Device,
             _ => Direction::H2d,
         }
     }
@@ -358,7 +369,7 @@ impl Ceiling {
             Direction::H2d => Some(self.h2d_gb_s),
             Direction::D2h => Some(self.d2h_gb_s),
             Direction::Both => Some(self.h2d_gb_s.min(self.d2h_gb_s)),
-            Direction::Host => None,
+            Direction::Host | Direction::Device => None,
         }
     }
 }

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, bail};
 use hetmem::ops::ct::{self as ct_op, LabelledVolume, VolumeShape};
 use hetmem::placement::LinkProfile;
-use hetmem_bench::ct::{ASSUMED_DEVICE_READ_GB_S, CtReport, CtRun, Scan};
+use hetmem_bench::ct::{CtReport, CtRun, Scan};
+use hetmem_bench::link::{PROFILE_PATHS, Path as LinkPath};
 use image::ImageEncoder as _;
 use image::codecs::png::PngEncoder;
 
@@ -139,30 +140,31 @@ pub fn write_volume(run: &CtRun, dir: &Path, outputs: &Outputs) -> anyhow::Resul
     outputs.write(&meta, serde_json::to_vec_pretty(&json)?)
 }
 
-/// A profile from `hetmem bench link --json` output: the largest size of `zero_copy_read`,
-/// `zero_copy_read_strided` and `pinned_async_h2d`.
+/// A profile from `hetmem bench link --json` output: the largest size of each of the
+/// profile's cells ([`PROFILE_PATHS`]). Output of a bench link from before it measured
+/// `device_read` takes the device rate from `device_read_gb_s`, else the built-in profile's.
 pub fn profile_from_json(path: &Path, device_read_gb_s: Option<f64>) -> anyhow::Result<LinkProfile> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let json: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{} is not JSON from `hetmem bench link --json`", path.display()))?;
     let cells = json["bandwidth"].as_array().map(Vec::as_slice).unwrap_or_default();
-    let rate = |name: &str| {
+    let rate = |path: &LinkPath| {
         cells
             .iter()
-            .filter(|cell| cell["path"] == name)
+            .filter(|cell| cell["path"] == path.name())
             .max_by_key(|cell| cell["bytes"].as_u64().unwrap_or(0))
             .and_then(|cell| cell["gb_s"]["median"].as_f64())
     };
-    let (Some(mapped), Some(scattered), Some(copy)) =
-        (rate("zero_copy_read"), rate("zero_copy_read_strided"), rate("pinned_async_h2d"))
-    else {
+    let [device, Some(mapped), Some(scattered), Some(copy)] = PROFILE_PATHS.each_ref().map(rate) else {
+        let names: Vec<&str> = PROFILE_PATHS[1..].iter().map(|path| path.name()).collect();
         bail!(
-            "{} has no zero_copy_read, zero_copy_read_strided and pinned_async_h2d cells: give the JSON of \
-             `hetmem bench link --json` run on a GPU",
-            path.display()
+            "{} has no {} cells: give the JSON of `hetmem bench link --json` run on a GPU",
+            path.display(),
+            names.join(", ")
         );
     };
-    Ok(LinkProfile::new(device_read_gb_s.unwrap_or(ASSUMED_DEVICE_READ_GB_S), mapped, scattered, copy)?)
+    let device = device.or(device_read_gb_s).unwrap_or(LinkProfile::built_in().device_read_gb_s);
+    Ok(LinkProfile::new(device, mapped, scattered, copy)?)
 }
 
 fn is_nifti(path: &Path) -> bool {
@@ -222,4 +224,52 @@ pub fn read_scan(volume: &Path, labels: &Path, shape: Option<&str>) -> anyhow::R
         description: format!("{} with labels {}", volume.display(), labels.display()),
         volume: LabelledVolume::new(hu_shape, hu, template)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(path: &str, bytes: u64, median: f64) -> serde_json::Value {
+        serde_json::json!({ "path": path, "bytes": bytes, "gb_s": { "median": median } })
+    }
+
+    #[test]
+    fn a_link_json_gives_its_largest_cells_and_an_old_one_the_device_rate_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("link.json");
+        let rates: Vec<f64> = PROFILE_PATHS.iter().map(|_| 1.0 + fastrand::f64() * 4000.0).collect();
+        let mut cells: Vec<_> = PROFILE_PATHS
+            .iter()
+            .zip(&rates)
+            .flat_map(|(link_path, &rate)| {
+                [cell(link_path.name(), 1 << 28, rate), cell(link_path.name(), 1 << 12, rate / 7.0)]
+            })
+            .collect();
+        std::fs::write(&path, serde_json::json!({ "bandwidth": cells }).to_string()).unwrap();
+        let profile = profile_from_json(&path, None).unwrap();
+        let got = [
+            profile.device_read_gb_s,
+            profile.mapped_read_gb_s,
+            profile.mapped_random_read_gb_s,
+            profile.copy_gb_s,
+        ];
+        assert_eq!(got.to_vec(), rates);
+
+        // From a bench link before device_read: the rate given, else the built-in profile's.
+        cells.retain(|cell| cell["path"] != "device_read");
+        std::fs::write(&path, serde_json::json!({ "bandwidth": cells }).to_string()).unwrap();
+        let given = 1.0 + fastrand::f64() * 4000.0;
+        assert_eq!(profile_from_json(&path, Some(given)).unwrap().device_read_gb_s, given);
+        let built_in = LinkProfile::built_in().device_read_gb_s;
+        assert_eq!(profile_from_json(&path, None).unwrap().device_read_gb_s, built_in);
+
+        cells.retain(|cell| cell["path"] != "zero_copy_read_strided");
+        std::fs::write(&path, serde_json::json!({ "bandwidth": cells }).to_string()).unwrap();
+        let error = format!("{:#}", profile_from_json(&path, None).unwrap_err());
+        assert!(
+            error.contains("zero_copy_read_strided") && error.contains("hetmem bench link --json"),
+            "{error}"
+        );
+    }
 }

@@ -139,10 +139,11 @@ enum What {
         #[arg(long)]
         device_budget: Option<String>,
         /// The link profile placement decides from: JSON of `hetmem bench link --json` (default:
-        /// measured in this run).
+        /// the one `hetmem bench link` saved for this GPU, else measured in this run and saved).
         #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
         link_profile: Option<PathBuf>,
-        /// Device-memory read rate placement assumes, GB/s (bench link does not measure it).
+        /// Device-memory read rate, GB/s, for --link-profile JSON without a `device_read` cell
+        /// (from a bench link before it measured one).
         #[arg(long, requires = "link_profile")]
         device_read_gb_s: Option<f64>,
         /// Write the maximum-intensity projection as a PNG.
@@ -289,7 +290,17 @@ pub fn run(
             let spinner = ui.spinner("measuring the link (bench link)");
             let report = hetmem_bench::link::measure(device, &options).context("link benchmark")?;
             spinner.finish_and_clear();
-            emit.all(&report, &link::tables(&report), |dir| link::plots(&report, dir))
+            let mut tables = link::tables(&report);
+            if let Some(gpu) = device.as_cuda() {
+                tables[0].note(match hetmem_bench::link::save_profile(gpu, &report) {
+                    Ok(path) => format!(
+                        "link profile saved to {}: placements on this GPU decide from it",
+                        path.display()
+                    ),
+                    Err(error) => format!("link profile not saved: {error}"),
+                });
+            }
+            emit.all(&report, &tables, |dir| link::plots(&report, dir))
         }
         What::Compare { quick } => {
             let spinner = ui.spinner("measuring copy vs zero-copy vs mmap (bench compare)");

@@ -290,6 +290,7 @@ mod tests {
             link_bytes_per_s: 9e9,
             host_bytes: 1,
             device_bytes: 1,
+            placement: None,
             devices: (0..devices).map(share).collect(),
         }
     }

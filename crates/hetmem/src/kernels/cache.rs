@@ -101,7 +101,7 @@ impl KernelCache {
     fn compile_and_store(&self, source: &Code<'_>, arch: &str, path: Option<&Path>) -> Result<Vec<u8>> {
         let image = nvrtc::compile_cubin(source.name, source.source, arch, source.options)?;
         if let Some(path) = path
-            && let Err(error) = write_atomically(path, &image)
+            && let Err(error) = write_atomically(path, &[&image[..], &Sha256::digest(&image)[..]].concat())
         {
             tracing::debug!("kernel cache not written ({}): {error}", path.display());
         }
@@ -151,9 +151,9 @@ fn verified_image(mut file: Vec<u8>) -> Option<Vec<u8>> {
     Some(file)
 }
 
-/// Writes the image and its digest under a temporary name, syncs, then renames, so a crash
-/// never leaves a partial file under the real name.
-fn write_atomically(path: &Path, image: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` under a temporary name, syncs, then renames, so a crash never leaves a
+/// partial file under the real name.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -161,8 +161,7 @@ fn write_atomically(path: &Path, image: &[u8]) -> std::io::Result<()> {
     let temporary = path.with_extension(format!("tmp.{}", std::process::id()));
     let written = (|| {
         let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(image)?;
-        file.write_all(&Sha256::digest(image))?;
+        file.write_all(bytes)?;
         file.sync_all()?;
         std::fs::rename(&temporary, path)
     })();

@@ -10,6 +10,7 @@
 
 mod cache;
 
+pub(crate) use cache::write_atomically;
 pub use cache::{CacheOutcome, KernelCache};
 
 use std::sync::{Arc, RwLock};

@@ -8,12 +8,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::Strategy;
 use super::ring::link_bytes;
 use super::slot::{self, Slot, SlotOptions};
+use super::{Strategy, hybrid};
 use crate::backend::Device;
 use crate::error::{FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
+use crate::placement::Placement;
 use crate::stage::Stage;
 
 /// A stage run on frames one at a time, by one strategy, with its buffers allocated once.
@@ -21,6 +22,7 @@ pub struct FrameFilter<S: Stage> {
     slot: Slot<S>,
     stage: S,
     link_bytes_per_frame: u64,
+    placement: Option<Placement>,
 }
 
 impl<S: Stage> std::fmt::Debug for FrameFilter<S> {
@@ -34,17 +36,29 @@ impl<S: Stage> std::fmt::Debug for FrameFilter<S> {
 
 impl<S: Stage> FrameFilter<S> {
     /// A filter running `stage` on `device` by `strategy` (`Auto` resolved), with every buffer
-    /// allocated now.
+    /// allocated now. By the hybrid strategy, its buffers are placed within what the device has
+    /// free (see [`FrameFilter::placement`]).
     ///
     /// # Errors
     /// A strategy the device or the stage cannot run, or an allocation failing.
     pub fn with_stage(device: &Device, strategy: Strategy, stage: S) -> Result<FrameFilter<S>> {
         let strategy = slot::resolve(device, strategy, &stage)?;
+        let placement = match strategy {
+            Strategy::Hybrid => Some(hybrid::place(device, &stage, None, 1)?),
+            _ => None,
+        };
         let options =
             SlotOptions { fence: FenceKind::Event, timing: false, holder: FrameMemoryHolder::Filter };
-        let slot = Slot::new(device, strategy, &stage, options)?;
+        let slot = Slot::new(device, strategy, &stage, options, placement.as_ref())?;
         let link_bytes_per_frame = link_bytes(&stage, slot.prepared(), strategy);
-        Ok(FrameFilter { slot, stage, link_bytes_per_frame })
+        Ok(FrameFilter { slot, stage, link_bytes_per_frame, placement })
+    }
+
+    /// By the hybrid strategy, where each buffer went and why: the frames (`input 0`,
+    /// `output 0`, ...) and the stage's constant data ([`Stage::constants`]), with the link
+    /// profile decided from. `None` by the other strategies, which place by definition.
+    pub fn placement(&self) -> Option<&Placement> {
+        self.placement.as_ref()
     }
 
     /// The stage.

@@ -7,6 +7,7 @@
 
 mod fan_out;
 mod frame_filter;
+mod hybrid;
 mod ring;
 mod slot;
 mod strategy;

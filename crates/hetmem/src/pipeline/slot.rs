@@ -10,7 +10,7 @@
 //! | `PinnedAsync` | pinned | one per buffer | copy-engine uploads, the stage, downloads, queued together; a stage that can overlaps them within the frame ([`Stage::queue_pinned`]) |
 //! | `ZeroCopy` | pinned, mapped | none | the stage's kernels read and write host memory; its constant data mapped too |
 //! | `Managed` | managed | (migrates) | prefetched to the GPU, the stage, outputs prefetched back |
-//! | `Hybrid` | pinned, mapped | the stage's constant data | as `ZeroCopy`, constant data read from device memory |
+//! | `Hybrid` | pinned, mapped | the stage's constant data, where placed | as `ZeroCopy`; constant data placed by `hybrid.rs` (device memory when it saves link reads and fits the budget) |
 
 use std::sync::Arc;
 
@@ -20,6 +20,8 @@ use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::{Fence, FenceKind, Lent, Queue, Shared};
 use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions};
 use crate::pipeline::Strategy;
+use crate::pipeline::hybrid;
+use crate::placement::Placement;
 use crate::stage::{FrameLayout, PinnedFrame, Stage};
 
 /// How a slot is built.
@@ -239,7 +241,8 @@ impl Memory {
 
 impl<S: Stage> Slot<S> {
     /// A slot for `stage` by `strategy` (resolved) on `device`: its queue, the stage prepared
-    /// for it, and one frame's buffers.
+    /// for it (its constant data where `placement` put it, by the hybrid strategy), and one
+    /// frame's buffers.
     ///
     /// # Errors
     /// Creating the queue, preparing the stage or allocating the buffers failed.
@@ -248,14 +251,16 @@ impl<S: Stage> Slot<S> {
         strategy: Strategy,
         stage: &S,
         options: SlotOptions,
+        placement: Option<&Placement>,
     ) -> Result<Slot<S>> {
         let queue = match strategy {
             Strategy::Cpu => None,
             _ => Some(Queue::with_fence_kind(device, options.fence)?),
         };
+        let places = hybrid::constant_places(strategy, &stage.constants(device), placement);
         let prepared = match &queue {
-            Some(queue) => stage.prepare(queue, strategy)?,
-            None => stage.prepare(&Queue::new(&cpu_device())?, strategy)?,
+            Some(queue) => stage.prepare(queue, strategy, &places)?,
+            None => stage.prepare(&Queue::new(&cpu_device())?, strategy, &places)?,
         };
         let memory = Memory::new(device, strategy, stage.inputs(), stage.outputs())?;
         let (host_bytes, device_bytes) = memory.footprint(stage.inputs(), stage.outputs());

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// | `PinnedAsync` | pinned | frame-sized | in + out, by the copy engines, overlapped with the kernel in segments ([`crate::ops::gaussian::GaussianOverlap`]) |
 /// | `ZeroCopy` | mapped pinned (frames and the kernel's table) | none | in + out, read and written by the kernel itself |
 /// | `Managed` | managed | migrates | in + out, by prefetch |
-/// | `Hybrid` | mapped pinned (frames) | the kernel's table | in + out by the kernel; constant data read from device memory |
+/// | `Hybrid` | mapped pinned (frames) | the stage's constant data, placed | in + out by the kernel; constant data from device memory where placement put it |
 ///
 /// [`Strategy::Auto`] picks (see [`Strategy::resolve`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,7 +32,9 @@ pub enum Strategy {
     ZeroCopy,
     /// Managed memory, prefetched to the device and back.
     Managed,
-    /// Frames mapped, constant data in device memory.
+    /// Frames mapped; the stage's constant data placed by [`crate::placement`] from the
+    /// measured link profile: in device memory when its reads save link bytes and it fits the
+    /// device budget, else mapped ([`crate::FrameFilter::placement`] says which, and why).
     Hybrid,
     /// Chosen from the device's attributes.
     Auto,
@@ -68,8 +70,8 @@ impl Strategy {
     /// written once, so the kernel reading and writing mapped memory moves each byte over the
     /// link once with no copy to wait for, and beats copying in and out.
     /// - CPU backend: `Cpu`.
-    /// - The GPU can map host memory: `Hybrid` (frames mapped, the kernel's table in device
-    ///   memory, so blocks do not fetch it over the link).
+    /// - The GPU can map host memory: `Hybrid` (frames mapped, the kernel's table placed,
+    ///   normally in device memory, so blocks do not fetch it over the link).
     /// - Otherwise: `PinnedAsync`.
     pub fn resolve(self, device: &Device) -> Strategy {
         match (self, device.as_cuda()) {

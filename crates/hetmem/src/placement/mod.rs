@@ -7,10 +7,14 @@
 //! seconds both ways and puts in device memory the buffers that save the most seconds per byte
 //! of device memory, within the budget; the rest stay mapped (host memory or a file window,
 //! read by the kernel over the link). Every decision carries its reason and its predicted
-//! seconds, and the caller can override any of them.
+//! seconds, and the caller can override any of them. The rates come from the caller, or from
+//! the profile `hetmem bench link` measured on this GPU ([`ProfileCache`]), else from the
+//! built-in one ([`LinkProfile::built_in`]), and the placement names which.
 //!
-//! [`crate::Strategy::Hybrid`] is the two-buffer case: frames read once (mapped), a constant
-//! table read by every block (device memory).
+//! [`crate::Strategy::Hybrid`] is an instance: each slot of a filter or ring declares its frames
+//! (read or written once per frame) and its stage's constant data (read by every block of every
+//! frame, [`crate::stage::Stage::constants`]) and places them by what the placer decides
+//! ([`crate::FrameFilter::placement`]).
 //!
 //! # Example
 //! ```
@@ -27,8 +31,10 @@
 //! # Ok::<(), hetmem::Error>(())
 //! ```
 
+mod cache;
 mod plan;
 mod profile;
 
+pub use cache::{GpuKey, ProfileCache, ProfileSource, SourcedProfile};
 pub use plan::{AccessPattern, BufferUse, Decision, Placement, Placer, Where};
 pub use profile::LinkProfile;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::LinkProfile;
+use super::{LinkProfile, ProfileSource, SourcedProfile};
 use crate::error::{Error, Result};
 use crate::memory::DeviceBudget;
 
@@ -128,6 +128,10 @@ pub struct Placement {
     pub budget: u64,
     /// Device memory the placement takes.
     pub device_bytes: u64,
+    /// The rates it decided from.
+    pub profile: LinkProfile,
+    /// Where they came from.
+    pub profile_source: ProfileSource,
 }
 
 impl Placement {
@@ -151,10 +155,11 @@ impl fmt::Display for Placement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "placement: {} of {} bytes of device memory, predicted {:.6} s",
+            "placement: {} of {} bytes of device memory, predicted {:.6} s; link profile {}",
             self.device_bytes,
             self.budget,
-            self.predicted_s()
+            self.predicted_s(),
+            self.profile_source
         )?;
         for decision in &self.decisions {
             writeln!(
@@ -180,15 +185,28 @@ impl fmt::Display for Placement {
 #[derive(Debug, Clone)]
 pub struct Placer {
     profile: LinkProfile,
+    source: ProfileSource,
     budget: u64,
     buffers: Vec<BufferUse>,
     overrides: Vec<(String, Where)>,
 }
 
 impl Placer {
-    /// A placer with `budget` bytes of device memory.
+    /// A placer with `budget` bytes of device memory, deciding from the caller's `profile`.
     pub fn new(profile: LinkProfile, budget: u64) -> Placer {
-        Placer { profile, budget, buffers: Vec::new(), overrides: Vec::new() }
+        Placer::sourced(SourcedProfile { profile, source: ProfileSource::Given }, budget)
+    }
+
+    /// A placer with `budget` bytes of device memory, deciding from a profile whose source
+    /// the placement names (one from [`super::ProfileCache::load`], say).
+    pub fn sourced(profile: SourcedProfile, budget: u64) -> Placer {
+        Placer {
+            profile: profile.profile,
+            source: profile.source,
+            budget,
+            buffers: Vec::new(),
+            overrides: Vec::new(),
+        }
     }
 
     /// A placer with what `budget` has free now.
@@ -348,7 +366,13 @@ impl Placer {
                 }
             })
             .collect();
-        Ok(Placement { decisions, budget: self.budget, device_bytes: used })
+        Ok(Placement {
+            decisions,
+            budget: self.budget,
+            device_bytes: used,
+            profile: *profile,
+            profile_source: self.source.clone(),
+        })
     }
 }
 

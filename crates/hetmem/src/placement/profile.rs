@@ -6,7 +6,8 @@ use crate::error::{Error, Result};
 ///
 /// The mapped rates and the copy rate are what `hetmem bench link` measures (rows
 /// `zero_copy_read`, `zero_copy_read_strided` and `pinned_async_h2d` at their largest size);
-/// the device-memory rate is the GPU's memory bandwidth. Tests build fake profiles.
+/// the device-memory rate is `device_read` (a kernel reading device memory). Measured
+/// profiles are kept per GPU by [`super::ProfileCache`]; tests build fake ones.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LinkProfile {
@@ -49,6 +50,19 @@ impl LinkProfile {
             }
         }
         Ok(LinkProfile { device_read_gb_s, mapped_read_gb_s, mapped_random_read_gb_s, copy_gb_s })
+    }
+
+    /// The rates of the H200 machine this project measures on (`hetmem bench link`,
+    /// bench/results/2026-11-30-h200-ct), rounded, with device memory read at an assumed
+    /// 3000 GB/s: what placements decide from where no profile was measured for the GPU
+    /// ([`super::ProfileCache`]).
+    pub fn built_in() -> LinkProfile {
+        LinkProfile {
+            device_read_gb_s: 3000.0,
+            mapped_read_gb_s: 50.0,
+            mapped_random_read_gb_s: 2.5,
+            copy_gb_s: 55.0,
+        }
     }
 
     /// Seconds to read `bytes` from device memory.

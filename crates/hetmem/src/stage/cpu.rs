@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
 use crate::pipeline::Strategy;
+use crate::placement::Where;
 
 /// A closure that reads one frame's inputs and writes its outputs.
 pub(crate) type CpuFn = dyn Fn(&[&[u8]], &mut [&mut [u8]]) -> Result<()> + Send + Sync;
@@ -95,7 +96,7 @@ impl Stage for CpuStage {
         Runs { gpu: false, cpu: true }
     }
 
-    fn prepare(&self, _queue: &Queue, _strategy: Strategy) -> Result<()> {
+    fn prepare(&self, _queue: &Queue, _strategy: Strategy, _constants: &[Where]) -> Result<()> {
         Ok(())
     }
 

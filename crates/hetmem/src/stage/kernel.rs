@@ -6,12 +6,13 @@ use bytemuck::Pod;
 use sha2::{Digest, Sha256};
 
 use super::cpu::{CpuFn, check_buffers};
-use super::{FrameLayout, Runs, Stage};
+use super::{ConstantUse, FrameLayout, Runs, Stage};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Module};
 use crate::error::{Error, Result};
 use crate::handoff::{KernelArgs, Lease, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
 use crate::pipeline::Strategy;
+use crate::placement::Where;
 
 /// Where a kernel's code comes from.
 #[derive(Debug, Clone)]
@@ -50,7 +51,8 @@ pub enum Param {
     Output(usize),
     /// A pointer to the first byte of the stage's constant buffer `index`
     /// ([`KernelStage::with_constants`]), which the kernel may only read: uploaded once per
-    /// queue, into device memory (mapped host memory by the zero-copy strategy).
+    /// queue, into device memory (mapped host memory by the zero-copy strategy, where its
+    /// placement decides by the hybrid strategy).
     Constant(usize),
     /// A value of at most 8 bytes, passed by value (see [`Param::value`]).
     Value {
@@ -219,7 +221,8 @@ impl KernelStage {
 
     /// Gives the constant buffers the kernel reads through [`Param::Constant`] (filter taps,
     /// a lookup table, a template): uploaded once per queue, into device memory, or mapped
-    /// host memory by the zero-copy strategy.
+    /// host memory by the zero-copy strategy (by the hybrid strategy, where its placement
+    /// decides: see [`Stage::constants`]).
     ///
     /// # Errors
     /// A parameter naming a constant that is not given, or an empty constant.
@@ -295,7 +298,24 @@ impl Stage for KernelStage {
         Runs { gpu: true, cpu: self.cpu.is_some() }
     }
 
-    fn prepare(&self, queue: &Queue, strategy: Strategy) -> Result<KernelPrepared> {
+    /// Each constant buffer, read whole by every block of the launch (what a kernel that
+    /// takes a table by pointer typically does; a kernel that reads less only makes device
+    /// memory look more worth it).
+    fn constants(&self, _device: &crate::backend::Device) -> Vec<ConstantUse> {
+        let (x, y, z) = self.config.grid;
+        let blocks = u64::from(x) * u64::from(y) * u64::from(z);
+        self.constants
+            .iter()
+            .enumerate()
+            .map(|(index, bytes)| ConstantUse {
+                name: format!("constant {index}"),
+                bytes: bytes.len() as u64,
+                bytes_read_per_frame: bytes.len() as u64 * blocks,
+            })
+            .collect()
+    }
+
+    fn prepare(&self, queue: &Queue, _strategy: Strategy, places: &[Where]) -> Result<KernelPrepared> {
         let Some(gpu) = queue.cuda_device() else {
             return Ok(KernelPrepared { kernel: None, constants: Vec::new() });
         };
@@ -308,12 +328,19 @@ impl Stage for KernelStage {
                 format!("the kernel reads constant {index}, and {} are given", self.constants.len()),
             ));
         }
+        if places.len() != self.constants.len() {
+            return Err(Error::invalid(
+                "kernel stage",
+                format!("{} constant places for {} constants", places.len(), self.constants.len()),
+            ));
+        }
         let device = crate::backend::Device::Cuda(gpu.clone());
         let constants = self
             .constants
             .iter()
-            .map(|bytes| -> Result<Constant> {
-                Ok(if strategy == Strategy::ZeroCopy {
+            .zip(places)
+            .map(|(bytes, place)| -> Result<Constant> {
+                Ok(if *place == Where::Mapped {
                     let mut buffer = HostBuf::<u8>::pinned(&device, bytes.len(), PinOptions::default())?;
                     buffer.as_mut_slice().copy_from_slice(bytes);
                     Constant::Host(queue.share(buffer))

@@ -164,6 +164,28 @@ impl FrameLayout {
         FrameLayout::new(vec![PlaneLayout::packed(0, width, height, channels, element)])
     }
 
+    /// A 3-D frame: `depth` packed planes of `height` rows of `width` samples, one after
+    /// another (x fastest, then y, then z), as a CT or MR volume is stored.
+    ///
+    /// # Examples
+    /// ```
+    /// use hetmem::stage::{Element, FrameLayout};
+    /// let ct = FrameLayout::volume(300, 512, 512, Element::I16)?;
+    /// assert_eq!((ct.planes().len(), ct.bytes()), (300, 300 * 512 * 512 * 2));
+    /// # Ok::<(), hetmem::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A side of 0, or as for [`FrameLayout::new`].
+    pub fn volume(depth: usize, height: usize, width: usize, element: Element) -> Result<FrameLayout> {
+        if depth == 0 {
+            return Err(Error::invalid("frame layout", "a volume of depth 0: it has at least one slice"));
+        }
+        let slice = PlaneLayout::packed(0, width, height, 1, element);
+        let slice_bytes = slice.span();
+        FrameLayout::new((0..depth).map(|z| PlaneLayout { offset: z * slice_bytes, ..slice }).collect())
+    }
+
     /// `len` samples in a row: a signal block, a vector.
     ///
     /// # Errors
@@ -205,5 +227,20 @@ mod tests {
         assert!(FrameLayout::packed(0, 1, 1, Element::U8).is_err());
         assert!(FrameLayout::packed(usize::MAX / 2, 3, 1, Element::U16).is_err());
         assert_eq!(FrameLayout::samples(1024, Element::F32).unwrap().bytes(), 4096);
+    }
+
+    #[test]
+    fn a_volume_is_its_slices_packed_one_after_another() {
+        for element in [Element::I16, Element::U16, Element::F32, Element::U8] {
+            let (d, h, w) = (fastrand::usize(1..20), fastrand::usize(1..40), fastrand::usize(1..40));
+            let volume = FrameLayout::volume(d, h, w, element).unwrap();
+            assert_eq!(volume.bytes(), d * h * w * element.size(), "{element:?}");
+            assert_eq!(volume.planes().len(), d);
+            for (z, plane) in volume.planes().iter().enumerate() {
+                assert_eq!((plane.offset, plane.width, plane.height), (z * h * w * element.size(), w, h));
+            }
+        }
+        assert!(FrameLayout::volume(0, 4, 4, Element::I16).unwrap_err().to_string().contains("depth 0"));
+        assert!(FrameLayout::volume(3, 0, 4, Element::F32).is_err());
     }
 }

@@ -24,10 +24,12 @@ pub use cpu::CpuStage;
 pub use kernel::{KernelCode, KernelPrepared, KernelStage, Param};
 pub use layout::{Element, FrameLayout, MAX_FRAME_BYTES, PlaneLayout};
 
+use crate::backend::Device;
 use crate::error::Result;
 use crate::handoff::{Lease, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, WritableBuffer};
 use crate::pipeline::Strategy;
+use crate::placement::Where;
 
 /// Where a stage can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,19 @@ pub struct Runs {
     pub gpu: bool,
     /// It has a CPU path ([`Stage::run_cpu`]).
     pub cpu: bool,
+}
+
+/// One buffer of a stage's constant data (filter taps, a lookup table, a template), as the
+/// stage declares it ([`Stage::constants`]) for the hybrid strategy to place: the same bytes
+/// for every frame, read by the stage's kernels on each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConstantUse {
+    /// The name its placement decision carries.
+    pub name: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Bytes of it one frame's work reads (more than `bytes` when every block reads it).
+    pub bytes_read_per_frame: u64,
 }
 
 /// The buffers of one frame by the pinned-async strategy, for a stage that overlaps the
@@ -71,13 +86,23 @@ pub trait Stage: Send + Sync + 'static {
     /// Where it can run.
     fn runs(&self) -> Runs;
 
+    /// The stage's constant data on `device`, one entry per buffer in the order
+    /// [`Stage::prepare`] receives their places: what the hybrid strategy declares to its
+    /// [`crate::placement::Placer`] beside the frames. By default none.
+    fn constants(&self, device: &Device) -> Vec<ConstantUse> {
+        let _ = device;
+        Vec::new()
+    }
+
     /// Loads the stage's kernels and uploads its constant data for work on `queue` by
-    /// `strategy` (constant data mapped for [`Strategy::ZeroCopy`], in device memory for the
-    /// other GPU strategies). Called on a CPU-backend queue too, when the stage runs there.
+    /// `strategy`, constant buffer `i` of [`Stage::constants`] to `constants[i]`: mapped host
+    /// memory for [`Strategy::ZeroCopy`], device memory for the copying strategies, and where
+    /// the placement decided for [`Strategy::Hybrid`]. Called on a CPU-backend queue too, when
+    /// the stage runs there.
     ///
     /// # Errors
     /// A kernel that fails to compile or load, an allocation failing.
-    fn prepare(&self, queue: &Queue, strategy: Strategy) -> Result<Self::Prepared>;
+    fn prepare(&self, queue: &Queue, strategy: Strategy, constants: &[Where]) -> Result<Self::Prepared>;
 
     /// Queues one frame's work on `queue`: reads `inputs`, writes `outputs`.
     ///
@@ -103,7 +128,7 @@ pub trait Stage: Send + Sync + 'static {
 
     /// Bytes the stage's kernel reads per frame when its inputs are mapped host memory (what
     /// crosses the link inbound by the zero-copy and hybrid strategies): by default every input
-    /// byte once. `prepared` is the stage as prepared for `strategy`, which says where its
+    /// byte once. `prepared` is the stage as prepared for `strategy`, which knows where its
     /// constant data lives.
     fn mapped_bytes_read(&self, prepared: &Self::Prepared, strategy: Strategy) -> u64 {
         let _ = (prepared, strategy);

@@ -2,12 +2,12 @@
 
 use rayon::prelude::*;
 
-use super::{HuWindow, VolumeShape};
+use super::{HuLease, HuWindow, VolumeShape};
 use crate::backend::cuda::LaunchConfig;
 use crate::error::Result;
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue};
 use crate::kernels::{self, CT};
-use crate::memory::{Buffer, WritableBuffer};
+use crate::memory::WritableBuffer;
 
 /// The CPU path: the brightest voxel of each column front to back, a `depth x width` picture
 /// (`out[z * width + x]`), like a coronal X-ray.
@@ -34,10 +34,8 @@ pub fn mip_height_cpu(shape: VolumeShape, hu: &[i16]) -> Result<Vec<i16>> {
 /// # Errors
 /// Buffers that do not hold `shape` or the picture, leases of another queue, or a kernel that
 /// fails to compile or launch.
-pub fn mip_height<H, O>(queue: &Queue, shape: VolumeShape, hu: &H, out: &mut Lent<O>) -> Result<()>
+pub fn mip_height<H: HuLease, O>(queue: &Queue, shape: VolumeShape, hu: &H, out: &mut Lent<O>) -> Result<()>
 where
-    H: Lease,
-    H::Buf: Buffer<Elem = i16>,
     O: WritableBuffer<Elem = i16>,
 {
     shape.check_len("maximum-intensity projection", hu.len())?;

@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::VolumeShape;
+use super::{HuLease, LabelLease, VolumeShape};
 use crate::backend::cuda::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue};
@@ -38,7 +38,11 @@ pub fn gaussian_weights(sigma: f32) -> Result<Vec<f32>> {
     Ok(raw.iter().map(|w| (w / total) as f32).collect())
 }
 
-fn radius_of(weights_len: usize) -> Result<i32> {
+/// The radius of `weights_len` weights from [`gaussian_weights`].
+///
+/// # Errors
+/// A count [`gaussian_weights`] does not make.
+pub(super) fn radius_of(weights_len: usize) -> Result<i32> {
     if weights_len.is_multiple_of(2) || weights_len > 2 * (3 * MAX_SIGMA as usize) + 1 {
         return Err(Error::invalid(
             "Gaussian weights",
@@ -116,7 +120,7 @@ pub fn masked_gaussian_cpu(
 /// # Errors
 /// Buffers that do not hold `shape`, weights not from [`gaussian_weights`], leases of another
 /// queue, device memory exhausted, or a kernel that fails to compile or launch.
-pub fn masked_gaussian<H, L, W, O>(
+pub fn masked_gaussian<H: HuLease, L: LabelLease, W, O>(
     queue: &Queue,
     shape: VolumeShape,
     hu: &H,
@@ -126,10 +130,6 @@ pub fn masked_gaussian<H, L, W, O>(
     out: &mut Lent<O>,
 ) -> Result<()>
 where
-    H: Lease,
-    H::Buf: Buffer<Elem = i16>,
-    L: Lease,
-    L::Buf: Buffer<Elem = u8>,
     W: Lease,
     W::Buf: Buffer<Elem = f32>,
     O: WritableBuffer<Elem = f32>,
@@ -146,7 +146,47 @@ where
         })????;
         return out.cpu_write(|out| out.copy_from_slice(&smoothed));
     };
+    queue_masked_gaussian(queue, device, shape, hu, labels, organ, weights, radius, out)
+}
+
+/// The GPU work of [`masked_gaussian`] on `device`, on leases of any element type (the volume
+/// stage's are bytes): `hu` must hold `shape`'s voxels as i16, `labels` as u8 and `out` as f32,
+/// and `weights` the `2 * radius + 1` f32 weights of [`gaussian_weights`], which is checked
+/// here in bytes.
+#[allow(clippy::too_many_arguments, reason = "the kernel's own arguments, passed through")]
+pub(super) fn queue_masked_gaussian<H, L, W, O>(
+    queue: &Queue,
+    device: &crate::backend::cuda::CudaDevice,
+    shape: VolumeShape,
+    hu: &H,
+    labels: &L,
+    organ: u8,
+    weights: &W,
+    radius: i32,
+    out: &mut Lent<O>,
+) -> Result<()>
+where
+    H: Lease,
+    L: Lease,
+    W: Lease,
+    O: WritableBuffer,
+{
     let n = shape.voxels();
+    let sizes = [
+        ("HU volume", bytes_of(hu), 2 * n),
+        ("label template", bytes_of(labels), n),
+        ("weights", bytes_of(weights), 4 * (2 * radius as usize + 1)),
+        ("output", bytes_of(&*out), 4 * n),
+    ];
+    if let Some((what, got, want)) = sizes.into_iter().find(|(_, got, want)| got != want) {
+        return Err(Error::invalid(
+            "masked Gaussian",
+            format!(
+                "the {what} holds {got} bytes; a {}x{}x{} volume needs {want}",
+                shape.depth, shape.height, shape.width
+            ),
+        ));
+    }
     let gpu = crate::backend::Device::Cuda(device.clone());
     let mut scratch = Vec::with_capacity(4);
     for _ in 0..4 {
@@ -167,7 +207,8 @@ where
         .write(&mut num)
         .write(&mut den);
     // SAFETY: mask_organ(const i16* hu, const u8* labels, u64 n, u32 organ, f32* num, f32* den):
-    // the arguments match in order and type; every buffer holds n elements (checked above).
+    // the arguments match in order and type; every buffer holds n elements (checked above in
+    // bytes; the scratch buffers were made so).
     unsafe { queue.launch(&mask, config, args)? };
     for axis in 0..3u32 {
         let args = KernelArgs::new()
@@ -200,4 +241,9 @@ where
     // SAFETY: masked_finish(const i16* hu, const u8* labels, u64 n, u32 organ, const f32* num,
     // const f32* den, f32* out): the arguments match in order and type; all hold n elements.
     unsafe { queue.launch(&finish, config, args) }
+}
+
+/// The bytes a lease's buffer holds, whatever its elements.
+fn bytes_of<L: Lease>(lease: &L) -> usize {
+    lease.region().bytes
 }

@@ -2,11 +2,12 @@
 
 use rayon::prelude::*;
 
+use super::{HuLease, LabelLease};
 use crate::backend::cuda::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue};
 use crate::kernels::{self, CT};
-use crate::memory::{Buffer, WritableBuffer};
+use crate::memory::WritableBuffer;
 
 /// Bins of an organ's histogram.
 pub const HISTOGRAM_BINS: usize = 256;
@@ -158,7 +159,7 @@ pub fn organ_stats_cpu(hu: &[i16], labels: &[u8], organ: u8, window: HuWindow) -
 /// # Errors
 /// Buffers of different lengths, an output of another length, leases of another queue, a
 /// buffer the device cannot address, or a kernel that fails to compile or launch.
-pub fn organ_stats<H, L, O>(
+pub fn organ_stats<H: HuLease, L: LabelLease, O>(
     queue: &Queue,
     hu: &H,
     labels: &L,
@@ -167,10 +168,6 @@ pub fn organ_stats<H, L, O>(
     out: &mut Lent<O>,
 ) -> Result<()>
 where
-    H: Lease,
-    H::Buf: Buffer<Elem = i16>,
-    L: Lease,
-    L::Buf: Buffer<Elem = u8>,
     O: WritableBuffer<Elem = u64>,
 {
     let len = hu.len();

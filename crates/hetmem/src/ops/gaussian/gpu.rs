@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue, Shared};
 use crate::kernels::{self, GAUSSIAN};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
+use crate::placement::Where;
 
 /// Rows per chunk in the kernel (`CHUNK` in gaussian.cu).
 const CHUNK: usize = 16;
@@ -203,16 +204,6 @@ impl GaussianPlan {
     }
 }
 
-/// Where a [`GaussianTable`] is kept for the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TablePlacement {
-    /// Mapped pinned host memory: every tile reads it across the link (the zero-copy
-    /// strategy, which keeps nothing in device memory).
-    Host,
-    /// Device memory: read once across the link, when uploaded.
-    Device,
-}
-
 /// The memory of an uploaded table, shared read-only with one queue's work for its lifetime.
 enum TableMemory {
     Host(Shared<HostBuf<u32>>),
@@ -260,24 +251,26 @@ impl GaussianTable {
 }
 
 impl GaussianPlan {
-    /// Uploads the plan's table for kernels on `queue`, into mapped host memory or device
-    /// memory. On a CPU-backend queue nothing is allocated: the CPU path reads the plan.
+    /// Uploads the plan's table for kernels on `queue`, into mapped host memory
+    /// ([`Where::Mapped`]: every tile reads it across the link) or device memory
+    /// ([`Where::Device`]: read once across the link, when uploaded). On a CPU-backend queue
+    /// nothing is allocated: the CPU path reads the plan.
     ///
     /// # Errors
     /// The allocation or the upload failing.
-    pub fn upload_table(&self, queue: &Queue, placement: TablePlacement) -> Result<GaussianTable> {
+    pub fn upload_table(&self, queue: &Queue, place: Where) -> Result<GaussianTable> {
         let words = Arc::clone(&self.table);
         let Some(gpu) = queue.cuda_device() else {
             return Ok(GaussianTable { memory: TableMemory::Cpu, words });
         };
         let device = Device::Cuda(gpu.clone());
-        let memory = match placement {
-            TablePlacement::Host => {
+        let memory = match place {
+            Where::Mapped => {
                 let mut table = HostBuf::<u32>::pinned(&device, words.len(), PinOptions::default())?;
                 table.as_mut_slice().copy_from_slice(&words);
                 TableMemory::Host(queue.share(table))
             }
-            TablePlacement::Device => {
+            Where::Device => {
                 let mut table = DeviceBuf::<u32>::new(&device, words.len())?;
                 table.copy_from_slice(&words)?;
                 TableMemory::Device(queue.share(table))

@@ -28,7 +28,7 @@ mod stage;
 
 pub use cpu::gaussian_cpu;
 pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane, SampleType};
-pub use gpu::{GaussianPlan, GaussianTable, TablePlacement, gaussian};
+pub use gpu::{GaussianPlan, GaussianTable, gaussian};
 pub use overlap::{GaussianOverlap, MAX_SEGMENTS, Segments};
 pub use stage::{GaussianPrepared, GaussianStage};
 

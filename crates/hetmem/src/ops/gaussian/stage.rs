@@ -2,15 +2,16 @@
 //! that run it.
 
 use super::{
-    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, SampleType, Segments,
-    TablePlacement, gaussian, gaussian_cpu,
+    FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, SampleType, Segments, gaussian,
+    gaussian_cpu,
 };
 use crate::backend::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
 use crate::pipeline::{FanOutRing, FrameFilter, FrameRing, RingOptions, Strategy};
-use crate::stage::{Element, FrameLayout, PinnedFrame, PlaneLayout, Runs, Stage};
+use crate::placement::Where;
+use crate::stage::{ConstantUse, Element, FrameLayout, PinnedFrame, PlaneLayout, Runs, Stage};
 
 /// The Gaussian blur of one frame format as a stage: one input and one output buffer per
 /// frame, bit-exact on the CPU and the GPU. By the pinned-async strategy it overlaps the
@@ -123,15 +124,31 @@ impl Stage for GaussianStage {
         Runs { gpu: true, cpu: true }
     }
 
-    fn prepare(&self, queue: &Queue, strategy: Strategy) -> Result<GaussianPrepared> {
+    /// The table of tile offsets and weights, which every tile reads.
+    fn constants(&self, device: &Device) -> Vec<ConstantUse> {
+        let multiprocessors = device.as_cuda().map_or(1, |gpu| gpu.attributes().multiprocessor_count);
+        let plan = GaussianPlan::new(&self.format, &self.kernel, multiprocessors)
+            .expect("the constructor planned this format and kernel");
+        vec![ConstantUse {
+            name: "gaussian table".into(),
+            bytes: std::mem::size_of_val(plan.table()) as u64,
+            bytes_read_per_frame: plan.bytes_read_of_table(),
+        }]
+    }
+
+    fn prepare(&self, queue: &Queue, strategy: Strategy, constants: &[Where]) -> Result<GaussianPrepared> {
         let Some(gpu) = queue.cuda_device() else {
             let plan = GaussianPlan::new(&self.format, &self.kernel, 1)?;
             return Ok(GaussianPrepared { plan, table: None, overlap: None });
         };
+        let &[place] = constants else {
+            return Err(Error::invalid(
+                "gaussian stage",
+                format!("{} places for its one constant buffer, the table", constants.len()),
+            ));
+        };
         let plan = GaussianPlan::new(&self.format, &self.kernel, gpu.attributes().multiprocessor_count)?;
-        let placement =
-            if strategy == Strategy::ZeroCopy { TablePlacement::Host } else { TablePlacement::Device };
-        let table = plan.upload_table(queue, placement)?;
+        let table = plan.upload_table(queue, place)?;
         let overlap = match strategy {
             // One segment is the plain copy, blur, copy sequence: no overlap kernel for it.
             Strategy::PinnedAsync if self.segments != Segments::Count(1) => {
@@ -163,12 +180,12 @@ impl Stage for GaussianStage {
         gaussian_cpu(&self.format, &self.kernel, inputs[0], outputs[0])
     }
 
-    fn mapped_bytes_read(&self, prepared: &GaussianPrepared, strategy: Strategy) -> u64 {
+    fn mapped_bytes_read(&self, prepared: &GaussianPrepared, _strategy: Strategy) -> u64 {
         let plan = &prepared.plan;
-        match strategy {
-            // The table is read across the link by every tile only when it is mapped.
-            Strategy::ZeroCopy => plan.bytes_read(),
-            _ => plan.bytes_read() - plan.bytes_read_of_table(),
+        // The table is read across the link by every tile only when it is mapped.
+        match prepared.table.as_ref().is_some_and(|table| table.host_bytes() > 0) {
+            true => plan.bytes_read(),
+            false => plan.bytes_read() - plan.bytes_read_of_table(),
         }
     }
 

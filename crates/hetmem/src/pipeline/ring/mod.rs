@@ -18,12 +18,13 @@ use state::{RingState, Stall};
 pub use frames::{InputSlot, OutputFrame};
 pub use future::NextOutput;
 
-use super::Strategy;
 use super::slot::{self, Slot, SlotOptions};
+use super::{Strategy, hybrid};
 use crate::backend::Device;
 use crate::backend::cuda::Event;
 use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
+use crate::placement::Placement;
 use crate::retry::RetryPolicy;
 use crate::stage::{CpuStage, FrameLayout, Stage};
 
@@ -51,6 +52,10 @@ pub struct RingOptions {
     /// many), logs a warning, and [`FrameRing::slots`] says how many. Results are the same,
     /// only fewer frames overlap. Default 1; `slots` refuses any shortfall.
     pub min_slots: usize,
+    /// The device memory the hybrid strategy places the slots' buffers within, shared evenly
+    /// by the slots (see [`FrameRing::placement`]). Default `None`: what the device has free
+    /// when the ring is made.
+    pub device_budget: Option<u64>,
 }
 
 impl Default for RingOptions {
@@ -61,6 +66,7 @@ impl Default for RingOptions {
             fence: FenceKind::Event,
             retry: RetryPolicy::default(),
             min_slots: 1,
+            device_budget: None,
         }
     }
 }
@@ -127,6 +133,8 @@ pub struct FrameRing<S: Stage> {
     link_bytes_per_frame: u64,
     host_bytes: usize,
     device_bytes: usize,
+    /// By the hybrid strategy, where each slot's buffers went and why.
+    placement: Option<Placement>,
     /// When the GPU worked on the frames drained so far, when timed.
     busy: Mutex<BusyTime>,
     /// Tasks awaiting [`FrameRing::next_output_async`] on an empty ring, woken with `changed`.
@@ -205,13 +213,17 @@ impl<S: Stage> FrameRing<S> {
     ) -> Result<FrameRing<S>> {
         check_slots(options.slots)?;
         let strategy = slot::resolve(device, strategy, &stage)?;
+        let placement = match strategy {
+            Strategy::Hybrid => Some(hybrid::place(device, &stage, options.device_budget, options.slots)?),
+            _ => None,
+        };
         let slot_options =
             SlotOptions { fence: options.fence, timing: options.timing, holder: FrameMemoryHolder::RingSlot };
         let mut slots: Vec<Mutex<Slot<S>>> = Vec::with_capacity(options.slots);
         for _ in 0..options.slots {
-            let made = options
-                .retry
-                .run("allocating a frame ring slot", || Slot::new(device, strategy, &stage, slot_options));
+            let made = options.retry.run("allocating a frame ring slot", || {
+                Slot::new(device, strategy, &stage, slot_options, placement.as_ref())
+            });
             match made {
                 Ok(slot) => slots.push(Mutex::new(slot)),
                 Err(error)
@@ -249,6 +261,7 @@ impl<S: Stage> FrameRing<S> {
             link_bytes_per_frame,
             host_bytes,
             device_bytes,
+            placement,
             busy: Mutex::new(BusyTime::default()),
             wakers: Mutex::new(Vec::new()),
         })
@@ -284,6 +297,13 @@ impl<S: Stage> FrameRing<S> {
     /// Host memory the ring's frame buffers take, in bytes.
     pub fn host_bytes(&self) -> usize {
         self.host_bytes
+    }
+
+    /// By the hybrid strategy, where each slot's buffers went and why (every slot places
+    /// alike, each within its share of [`RingOptions::device_budget`]); `None` by the other
+    /// strategies, which place by definition.
+    pub fn placement(&self) -> Option<&Placement> {
+        self.placement.as_ref()
     }
 
     /// Device memory the ring's frame buffers take, in bytes.

@@ -1,0 +1,176 @@
+//! [`Strategy::Hybrid`] as an instance of placement: a filter or ring declares one slot's
+//! frame buffers (each read or written once per frame, in order) and its stage's constant data
+//! (read by every block of every frame, [`Stage::constants`]) to a [`Placer`] under a
+//! device-memory budget, and each slot places its buffers by the [`Placement`], which the
+//! filter or ring keeps with its reasons.
+//!
+//! By the placer's rule a frame stays mapped (streamed once, device memory would save no link
+//! bytes), and a constant buffer goes to device memory when its reads save link bytes and it
+//! fits; the other strategies place constant data by their own definition
+//! ([`constant_places`]).
+
+use super::Strategy;
+use crate::backend::Device;
+use crate::error::{Error, Result};
+use crate::placement::{AccessPattern, BufferUse, Placement, Placer, ProfileCache, SourcedProfile, Where};
+use crate::stage::{ConstantUse, FrameLayout, Stage};
+
+/// Where each of the stage's `constants` goes by `strategy`: mapped by zero-copy (which keeps
+/// nothing in device memory), where `placement` decided by hybrid, and in device memory by the
+/// strategies that put frames there (the CPU strategy ignores the places).
+pub(crate) fn constant_places(
+    strategy: Strategy,
+    constants: &[ConstantUse],
+    placement: Option<&Placement>,
+) -> Vec<Where> {
+    constants
+        .iter()
+        .map(|constant| match (strategy, placement) {
+            (Strategy::ZeroCopy, _) => Where::Mapped,
+            (Strategy::Hybrid, Some(placement)) => {
+                placement.place_of(&constant.name).unwrap_or(Where::Mapped)
+            }
+            _ => Where::Device,
+        })
+        .collect()
+}
+
+/// The hybrid placement of one slot of `stage` on `device`, within `budget` bytes of device
+/// memory (`None`: what the device has free now, shared by `slots` slots), from the link profile
+/// measured for this GPU ([`ProfileCache::hetmem_default`]), else the built-in one.
+///
+/// # Errors
+/// A device without a GPU (the hybrid strategy is refused there before), or its free memory
+/// cannot be read.
+pub(crate) fn place<S: Stage>(
+    device: &Device,
+    stage: &S,
+    budget: Option<u64>,
+    slots: usize,
+) -> Result<Placement> {
+    let Some(gpu) = device.as_cuda() else {
+        return Err(Error::invalid("strategy", "hybrid: needs a GPU, and this run is on the CPU backend"));
+    };
+    let budget = match budget {
+        Some(bytes) => bytes,
+        None => gpu.memory_info()?.0,
+    } / slots.max(1) as u64;
+    let profile = ProfileCache::hetmem_default().load_for(gpu);
+    placer(stage.inputs(), stage.outputs(), &stage.constants(device), profile, budget).place()
+}
+
+/// One slot's declarations: each frame buffer once, sequentially, and each constant buffer
+/// read as often as the stage says, per frame.
+fn placer(
+    inputs: &[FrameLayout],
+    outputs: &[FrameLayout],
+    constants: &[ConstantUse],
+    profile: SourcedProfile,
+    budget: u64,
+) -> Placer {
+    let frames = |what: &'static str, layouts: &[FrameLayout]| -> Vec<BufferUse> {
+        layouts
+            .iter()
+            .enumerate()
+            .map(|(index, layout)| {
+                let bytes = layout.bytes() as u64;
+                BufferUse::new(format!("{what} {index}"), bytes, bytes, 1, AccessPattern::Sequential)
+            })
+            .collect()
+    };
+    let constants = constants.iter().map(|constant| {
+        BufferUse::new(
+            &constant.name,
+            constant.bytes,
+            constant.bytes_read_per_frame,
+            1,
+            AccessPattern::Reused,
+        )
+    });
+    frames("input", inputs)
+        .into_iter()
+        .chain(frames("output", outputs))
+        .chain(constants)
+        .fold(Placer::sourced(profile, budget), Placer::buffer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::{LinkProfile, ProfileSource};
+    use crate::stage::Element;
+
+    fn seeded(test: &str) -> fastrand::Rng {
+        let seed = fastrand::u64(..);
+        eprintln!("{test}: seed {seed:#x}");
+        fastrand::Rng::with_seed(seed)
+    }
+
+    /// A fake profile in the order real machines have the rates: device memory far faster
+    /// than the link.
+    fn fake_profile(rng: &mut fastrand::Rng) -> SourcedProfile {
+        let link = 10.0 + rng.f64() * 90.0;
+        let profile =
+            LinkProfile::new(link * (20.0 + rng.f64() * 80.0), link, link / 20.0, link * 1.1).unwrap();
+        SourcedProfile { profile, source: ProfileSource::Given }
+    }
+
+    fn frames(rng: &mut fastrand::Rng) -> Vec<FrameLayout> {
+        (0..rng.usize(1..4))
+            .map(|_| FrameLayout::samples(rng.usize(1..1 << 22), Element::U8).unwrap())
+            .collect()
+    }
+
+    fn constant(rng: &mut fastrand::Rng, name: &str, reads: u64) -> ConstantUse {
+        let bytes = rng.u64(4..1 << 16);
+        ConstantUse { name: name.into(), bytes, bytes_read_per_frame: bytes * reads }
+    }
+
+    #[test]
+    fn frames_stay_mapped_and_a_table_every_block_reads_goes_to_the_device() {
+        let mut rng = seeded("frames_stay_mapped_and_a_table_every_block_reads_goes_to_the_device");
+        for _ in 0..100 {
+            let (inputs, outputs) = (frames(&mut rng), frames(&mut rng));
+            let reads = rng.u64(2..2000);
+            let constants = vec![constant(&mut rng, "table", reads), constant(&mut rng, "once", 1)];
+            let placement =
+                placer(&inputs, &outputs, &constants, fake_profile(&mut rng), 1 << 30).place().unwrap();
+            for (what, count) in [("input", inputs.len()), ("output", outputs.len())] {
+                for index in 0..count {
+                    let name = format!("{what} {index}");
+                    assert_eq!(placement.place_of(&name), Some(Where::Mapped), "{placement}");
+                }
+            }
+            assert_eq!(placement.place_of("table"), Some(Where::Device), "{placement}");
+            assert!(placement.decision("table").unwrap().reason.contains("saves"));
+            assert_eq!(placement.place_of("once"), Some(Where::Mapped), "{placement}");
+            assert_eq!(placement.device_bytes, constants[0].bytes);
+            let places = constant_places(Strategy::Hybrid, &constants, Some(&placement));
+            assert_eq!(places, [Where::Device, Where::Mapped]);
+        }
+    }
+
+    #[test]
+    fn a_table_larger_than_the_budget_stays_mapped_and_says_so() {
+        let mut rng = seeded("a_table_larger_than_the_budget_stays_mapped_and_says_so");
+        let (inputs, outputs) = (frames(&mut rng), frames(&mut rng));
+        let constants = vec![constant(&mut rng, "table", 64)];
+        let budget = rng.u64(0..constants[0].bytes);
+        let placement =
+            placer(&inputs, &outputs, &constants, fake_profile(&mut rng), budget).place().unwrap();
+        let table = placement.decision("table").unwrap();
+        assert_eq!(table.place, Where::Mapped);
+        assert!(table.reason.contains("do not fit"), "{}", table.reason);
+        assert_eq!(constant_places(Strategy::Hybrid, &constants, Some(&placement)), [Where::Mapped]);
+    }
+
+    #[test]
+    fn the_other_strategies_place_constants_by_their_definition() {
+        let mut rng = seeded("the_other_strategies_place_constants_by_their_definition");
+        let constants = vec![constant(&mut rng, "a", 9), constant(&mut rng, "b", 1)];
+        assert_eq!(constant_places(Strategy::ZeroCopy, &constants, None), [Where::Mapped; 2]);
+        for strategy in [Strategy::Copy, Strategy::PinnedAsync, Strategy::Managed] {
+            assert_eq!(constant_places(strategy, &constants, None), [Where::Device; 2]);
+        }
+    }
+}
