@@ -5,6 +5,8 @@
   hetmem-mapped   hetmem.loader.RecordLoader, mode "mapped": the GPU gathers each batch's crops
                   from the registered memmap (no CPU copy), flips and normalises on the GPU, on
                   the loader's own stream
+  hetmem-copied   RecordLoader, mode "copied": copy engines bring each chosen record from the
+                  registered memmap into device memory, the crop reads it there
   hetmem-staged   RecordLoader, mode "staged": one thread gathers into pinned mapped staging
   dataloader-N    torch.utils.data.DataLoader over the same memmap, pin_memory=True,
                   num_workers=N (each N of --workers): crop and flip in the workers, as
@@ -171,7 +173,7 @@ def main():
     parser.add_argument("--models", default="resnet50,resnet18")
     parser.add_argument("--batches", default="64,256")
     parser.add_argument("--workers", default="2,4,8,12", help="DataLoader num_workers values to measure")
-    parser.add_argument("--sources", default="synthetic,hetmem-mapped,hetmem-staged,dataloader")
+    parser.add_argument("--sources", default="synthetic,hetmem-mapped,hetmem-copied,hetmem-staged,dataloader")
     parser.add_argument("--iters", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)

@@ -70,7 +70,7 @@ def make_records(rng, tmp_path, count, shape):
 
 @pytest.mark.parametrize("output", OUTPUTS)
 @pytest.mark.parametrize("element", ELEMENTS)
-@pytest.mark.parametrize("mode", ["mapped", "staged"])
+@pytest.mark.parametrize("mode", ["mapped", "staged", "copied"])
 def test_the_loader_matches_a_numpy_reference(rng, tmp_path, mode, element, output):
     torch = pytest.importorskip("torch") if output == "torch" else None
     shape, crop, batch = (32, 40, 3), (24, 29), 8
