@@ -330,7 +330,7 @@ impl LinkOptions {
     /// of 100. On the H200 machine, mid-size cells ran slow for stretches of milliseconds at a
     /// time (23-39 GB/s for one cell from run to run with 20 repetitions): the link is shared
     /// with the rest of the host.
-    pub(crate) fn repeats_at(&self, bytes: usize) -> usize {
+    pub fn repeats_at(&self, bytes: usize) -> usize {
         let scaled = self.repeats * (64 << 20) / bytes.max(1);
         scaled.clamp(self.repeats.min(3), MID_SIZE_REPEATS_FACTOR * self.repeats)
     }
