@@ -65,9 +65,11 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
         bandwidth
             .note("every cell was checked against the CPU (kernel XOR checksums, word-for-word compares)");
     }
+    let samples = report.bandwidth.iter().map(|cell| cell.gb_s.samples);
     bandwidth.note(format!(
-        "median of up to {} timed repetitions after warm-up; 1 GB/s = 10^9 B/s",
-        report.repeats
+        "median of {} to {} timed repetitions after warm-up (more for smaller cells); 1 GB/s = 10^9 B/s",
+        samples.clone().min().unwrap_or(0),
+        samples.max().unwrap_or(0)
     ));
     if let Some(because) = &report.gpu_not_measured_because {
         bandwidth.note(because.clone());

@@ -473,19 +473,9 @@ fn gpu_only_benches_say_gpu_cells_were_not_measured_on_the_cpu() {
 /// studies (1.97 MB of template, 3.9 MB of volume) under a 4 MiB budget.
 #[test]
 fn bench_ct_stacked_beyond_the_budget_refuses_all_copy_and_runs_the_mapped_placements() {
-    let output = bench_on_cpu(&[
-        "ct",
-        "--quick",
-        "--studies",
-        "3",
-        "--device-budget",
-        "4MiB",
-        "--windows",
-        "1",
-        "--repeats",
-        "1",
-        "--json",
-    ]);
+    let args =
+        ["ct", "--quick", "--studies", "3", "--device-budget", "4MiB", "--windows", "1", "--repeats", "1"];
+    let output = bench_on_cpu(&[&args[..], &["--json"]].concat());
     assert!(output.status.success(), "{}", stderr(&output));
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     let rows = report["rows"].as_array().unwrap();
@@ -495,18 +485,7 @@ fn bench_ct_stacked_beyond_the_budget_refuses_all_copy_and_runs_the_mapped_place
     for placing in ["all_mapped", "hybrid", "placed", "cpu"] {
         assert!(positive(&row(placing)["seconds_per_study"]["median"]), "{}", row(placing));
     }
-    let table = bench_on_cpu(&[
-        "ct",
-        "--quick",
-        "--studies",
-        "3",
-        "--device-budget",
-        "4MiB",
-        "--windows",
-        "1",
-        "--repeats",
-        "1",
-    ]);
+    let table = bench_on_cpu(&args);
     assert!(table.status.success(), "{}", stderr(&table));
     let text = String::from_utf8(table.stdout).unwrap();
     assert!(text.contains("not run: does not fit"), "{text}");

@@ -155,20 +155,38 @@ impl fmt::Display for Placement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "placement: {} of {} bytes of device memory, predicted {:.6} s; link profile {}",
+            "placement: {} of {} bytes of device memory, predicted {}; link profile {}",
             self.device_bytes,
             self.budget,
-            self.predicted_s(),
+            Seconds(self.predicted_s()),
             self.profile_source
         )?;
         for decision in &self.decisions {
             writeln!(
                 f,
-                "  {}: {} ({:.6} s): {}",
-                decision.name, decision.place, decision.predicted_s, decision.reason
+                "  {}: {} ({}): {}",
+                decision.name,
+                decision.place,
+                Seconds(decision.predicted_s),
+                decision.reason
             )?;
         }
         Ok(())
+    }
+}
+
+/// Predicted seconds in words, in the unit that keeps them readable: a 60-byte table's
+/// microseconds printed as seconds read "0.000000 s".
+struct Seconds(f64);
+
+impl fmt::Display for Seconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            s if s >= 1.0 => write!(f, "{s:.3} s"),
+            s if s >= 1e-3 => write!(f, "{:.3} ms", s * 1e3),
+            s if s >= 1e-6 => write!(f, "{:.3} us", s * 1e6),
+            s => write!(f, "{:.1} ns", s * 1e9),
+        }
     }
 }
 
@@ -314,8 +332,10 @@ impl Placer {
                     Where::Mapped,
                     format!(
                         "read {} time(s) ({:?}): copying it in would move as many bytes over the link as \
-                         reading it mapped ({mapped_s:.6} s), and take device memory",
-                        buffer.passes, buffer.pattern
+                         reading it mapped ({}), and take device memory",
+                        buffer.passes,
+                        buffer.pattern,
+                        Seconds(mapped_s)
                     ),
                 )
             } else if used + buffer.bytes <= self.budget {
@@ -323,11 +343,13 @@ impl Placer {
                 (
                     Where::Device,
                     format!(
-                        "read {} time(s) ({:?}): device memory saves {:.0} bytes of link reads ({device_s:.6} s \
-                         instead of {mapped_s:.6} s mapped), and it fits ({used} of {} bytes)",
+                        "read {} time(s) ({:?}): device memory saves {:.0} bytes of link reads ({} instead \
+                         of {} mapped), and it fits ({used} of {} bytes)",
                         buffer.passes,
                         buffer.pattern,
                         buffer.link_bytes_saved(profile),
+                        Seconds(device_s),
+                        Seconds(mapped_s),
                         self.budget
                     ),
                 )
@@ -335,10 +357,11 @@ impl Placer {
                 (
                     Where::Mapped,
                     format!(
-                        "device memory would save {:.0} bytes of link reads ({device_s:.6} s instead of \
-                         {mapped_s:.6} s), but its {} bytes do not fit beside {used} bytes placed before it \
-                         (budget {} bytes)",
+                        "device memory would save {:.0} bytes of link reads ({} instead of {}), but its {} \
+                         bytes do not fit beside {used} bytes placed before it (budget {} bytes)",
                         buffer.link_bytes_saved(profile),
+                        Seconds(device_s),
+                        Seconds(mapped_s),
                         buffer.bytes,
                         self.budget
                     ),
@@ -379,6 +402,13 @@ impl Placer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn predicted_seconds_print_in_a_unit_that_keeps_their_digits() {
+        let printed: Vec<String> =
+            [2.5, 0.0201, 7.62e-6, 3e-9].iter().map(|&s| Seconds(s).to_string()).collect();
+        assert_eq!(printed, ["2.500 s", "20.100 ms", "7.620 us", "3.0 ns"]);
+    }
 
     /// A fake profile of random rates in the order real machines have them: device memory far
     /// faster than the link, scattered mapped reads far slower than coalesced ones.
