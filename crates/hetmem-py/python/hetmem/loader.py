@@ -1,18 +1,19 @@
 """A data loader for fixed-size uint8 image records (N x H x W x C, plus int64 labels) read
 through hetmem: batches go to GPU tensors without a worker pool.
 
-Two paths on a GPU, both with one CPU thread:
+Three paths on a GPU, each with one CPU thread:
 
 - ``"mapped"``: the records file is one registered window; the GPU gathers each batch's
   crops straight from the page cache (one indexing kernel over the mapped memory), so the
   CPU copies nothing.
 - ``"staged"``: one background thread gathers each batch's records into one of two pinned,
   mapped staging buffers while the GPU reads the other in place.
-- ``"copied"``: the records file is one registered window, as for ``"mapped"``, but a copy
-  engine brings each chosen record whole into device memory (one asynchronous copy per
-  record, on the loader's stream) and the crop reads device memory. The SMs then spend
-  nothing on the link: on the H200 machine the mapped gather, one byte per thread over the
-  link, took about 2 ms of GPU time per batch of 64 from the training running beside it.
+- ``"copied"`` (the default): the records file is one registered window, as for
+  ``"mapped"``, but a copy engine brings each chosen record whole into device memory (one
+  asynchronous copy per record, on the loader's stream) and the crop reads device memory. The
+  SMs then spend nothing on the link: on the H200 machine the mapped gather, one byte per
+  thread over the link, took 2-3 ms of GPU time per batch of 64 from the training running
+  beside it, and ResNet-18 ran 10.0 ms per iteration copied against 12.7 mapped.
 
 On the GPU, on the loader's own stream (overlapped with training on the current stream): a
 random crop of ``crop`` (height, width) and a random horizontal flip per image, read in the
@@ -84,7 +85,7 @@ class RecordLoader:
 
     def __init__(self, images_path: Union[str, "os.PathLike[str]"], labels_path: Union[str, "os.PathLike[str]"],
                  batch_size: int, record_shape: Sequence[int] = (224, 224, 3), *, seed: int = 0,
-                 mode: str = "mapped", dtype: Any = "bfloat16", crop: Optional[Sequence[int]] = None,
+                 mode: str = "copied", dtype: Any = "bfloat16", crop: Optional[Sequence[int]] = None,
                  mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD, flip: bool = True,
                  shuffle: bool = True, drop_last: bool = True, output: str = "torch"):
         if mode not in ("mapped", "staged", "copied"):
