@@ -3,8 +3,8 @@
 //! poisoned before each frame.
 
 use hetmem::ops::gaussian::{
-    Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, SampleType, Segments,
-    gaussian_cpu,
+    Border, FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianStage, PixelLayout, SampleType,
+    Segments, gaussian_cpu,
 };
 use hetmem::placement::Where;
 use hetmem::testing::cuda_device_or_skip;
@@ -79,6 +79,40 @@ fn every_strategy_matches_the_cpu_path() {
         }
         check_strategy(device, Strategy::Auto);
     });
+}
+
+/// The hybrid strategy with its placement overridden: the Gaussian's table forced to stay
+/// mapped (where the placer would put it in device memory) still filters exactly as the CPU
+/// does, and the placement says the decision was the caller's; a frame forced into device
+/// memory is refused by name.
+#[test]
+fn a_hybrid_filter_follows_its_overrides() {
+    let Some(gpu) = cuda_device_or_skip("a_hybrid_filter_follows_its_overrides") else {
+        return;
+    };
+    let device = Device::Cuda(gpu);
+    let (format, kernel) = cases().swap_remove(1);
+    let stage = GaussianStage::new(format, &kernel).unwrap();
+    let mut filter =
+        FrameFilter::with_placement(&device, stage.clone(), None, &[("gaussian table", Where::Mapped)])
+            .unwrap();
+    let placement = filter.placement().expect("a hybrid filter has a placement");
+    let table = placement.decision("gaussian table").unwrap();
+    assert!(table.place == Where::Mapped && table.overridden, "{placement}");
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let input: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.u8(..)).collect();
+    filter.input_mut().unwrap().copy_from_slice(&input);
+    filter.fill_output(0xA5).unwrap();
+    filter.run().unwrap();
+    let mut want = vec![0u8; input.len()];
+    gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
+    assert_eq!(first_mismatch(filter.output().unwrap(), &want), None, "seed {seed:#x}");
+
+    let error = FrameFilter::with_placement(&device, stage, None, &[("output 0", Where::Device)])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("output 0") && error.contains("pinned-async"), "{error}");
 }
 
 #[test]

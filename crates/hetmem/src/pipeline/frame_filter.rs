@@ -14,7 +14,7 @@ use super::{Strategy, hybrid};
 use crate::backend::Device;
 use crate::error::{FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
-use crate::placement::Placement;
+use crate::placement::{Placement, Where};
 use crate::stage::Stage;
 
 /// A stage run on frames one at a time, by one strategy, with its buffers allocated once.
@@ -42,9 +42,39 @@ impl<S: Stage> FrameFilter<S> {
     /// # Errors
     /// A strategy the device or the stage cannot run, or an allocation failing.
     pub fn with_stage(device: &Device, strategy: Strategy, stage: S) -> Result<FrameFilter<S>> {
+        FrameFilter::build(device, strategy, stage, None, &[])
+    }
+
+    /// A filter by the hybrid strategy whose placement the caller steers: within `budget`
+    /// bytes of device memory (`None`: what the device has free), with `overrides` putting
+    /// named buffers where the caller says whatever the profile predicts ([`Placer::force`]):
+    /// the stage's constants ([`Stage::constants`] names them) either way, the frames
+    /// (`input 0`, `output 0`, ...) only mapped, as the hybrid strategy keeps them.
+    ///
+    /// # Errors
+    /// As for [`FrameFilter::with_stage`]; an override naming no buffer, putting a frame in
+    /// device memory, or forcing more into device memory than `budget`.
+    ///
+    /// [`Placer::force`]: crate::placement::Placer::force
+    pub fn with_placement(
+        device: &Device,
+        stage: S,
+        budget: Option<u64>,
+        overrides: &[(&str, Where)],
+    ) -> Result<FrameFilter<S>> {
+        FrameFilter::build(device, Strategy::Hybrid, stage, budget, overrides)
+    }
+
+    fn build(
+        device: &Device,
+        strategy: Strategy,
+        stage: S,
+        budget: Option<u64>,
+        overrides: &[(&str, Where)],
+    ) -> Result<FrameFilter<S>> {
         let strategy = slot::resolve(device, strategy, &stage)?;
         let placement = match strategy {
-            Strategy::Hybrid => Some(hybrid::place(device, &stage, None, 1)?),
+            Strategy::Hybrid => Some(hybrid::place(device, &stage, budget, 1, overrides)?),
             _ => None,
         };
         let options =

@@ -37,17 +37,21 @@ pub(crate) fn constant_places(
 
 /// The hybrid placement of one slot of `stage` on `device`, within `budget` bytes of device
 /// memory (`None`: what the device has free now, shared by `slots` slots), from the link profile
-/// measured for this GPU ([`ProfileCache::hetmem_default`]), else the built-in one.
+/// measured for this GPU ([`ProfileCache::hetmem_default`]), else the built-in one, with the
+/// caller's `overrides` ([`Placer::force`]).
 ///
 /// # Errors
-/// A device without a GPU (the hybrid strategy is refused there before), or its free memory
-/// cannot be read.
+/// A device without a GPU (the hybrid strategy is refused there before), its free memory
+/// cannot be read, or an override the hybrid strategy cannot honour ([`check_overrides`]) or
+/// the placer refuses (an undeclared name, forced buffers beyond the budget).
 pub(crate) fn place<S: Stage>(
     device: &Device,
     stage: &S,
     budget: Option<u64>,
     slots: usize,
+    overrides: &[(&str, Where)],
 ) -> Result<Placement> {
+    check_overrides(stage.inputs().len(), stage.outputs().len(), overrides)?;
     let Some(gpu) = device.as_cuda() else {
         return Err(Error::invalid("strategy", "hybrid: needs a GPU, and this run is on the CPU backend"));
     };
@@ -56,7 +60,36 @@ pub(crate) fn place<S: Stage>(
         None => gpu.memory_info()?.0,
     } / slots.max(1) as u64;
     let profile = ProfileCache::hetmem_default().load_for(gpu);
-    placer(stage.inputs(), stage.outputs(), &stage.constants(device), profile, budget).place()
+    overrides
+        .iter()
+        .fold(
+            placer(stage.inputs(), stage.outputs(), &stage.constants(device), profile, budget),
+            |placer, &(name, place)| placer.force(name, place),
+        )
+        .place()
+}
+
+/// Refuses an override that puts a frame in device memory: by the hybrid strategy the frames
+/// are mapped host memory the CPU fills and reads (the pinned-async strategy keeps them in
+/// device memory and copies them). Constants may go either way; unknown names are the
+/// placer's to refuse.
+pub(crate) fn check_overrides(inputs: usize, outputs: usize, overrides: &[(&str, Where)]) -> Result<()> {
+    let is_frame = |name: &str| {
+        let index = |prefix: &str, count: usize| {
+            name.strip_prefix(prefix).and_then(|rest| rest.parse::<usize>().ok()).is_some_and(|i| i < count)
+        };
+        index("input ", inputs) || index("output ", outputs)
+    };
+    match overrides.iter().find(|&&(name, place)| place == Where::Device && is_frame(name)) {
+        Some((name, _)) => Err(Error::invalid(
+            "placement override",
+            format!(
+                "{name:?} into device memory: the hybrid strategy keeps frames mapped; use the \
+                 pinned-async strategy to keep them in device memory"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// One slot's declarations: each frame buffer once, sequentially, and each constant buffer
@@ -162,6 +195,43 @@ mod tests {
         assert_eq!(table.place, Where::Mapped);
         assert!(table.reason.contains("do not fit"), "{}", table.reason);
         assert_eq!(constant_places(Strategy::Hybrid, &constants, Some(&placement)), [Where::Mapped]);
+    }
+
+    #[test]
+    fn overrides_move_a_constant_and_refuse_a_frame_in_device_memory() {
+        let mut rng = seeded("overrides_move_a_constant_and_refuse_a_frame_in_device_memory");
+        let (inputs, outputs) = (frames(&mut rng), frames(&mut rng));
+        let reads = rng.u64(2..2000);
+        let constants = vec![constant(&mut rng, "table", reads), constant(&mut rng, "once", 1)];
+        let overrides = [("table", Where::Mapped), ("once", Where::Device), ("input 0", Where::Mapped)];
+        check_overrides(inputs.len(), outputs.len(), &overrides).unwrap();
+        let placement = overrides
+            .iter()
+            .fold(
+                placer(&inputs, &outputs, &constants, fake_profile(&mut rng), 1 << 30),
+                |placer, &(name, place)| placer.force(name, place),
+            )
+            .place()
+            .unwrap();
+        assert_eq!(
+            constant_places(Strategy::Hybrid, &constants, Some(&placement)),
+            [Where::Mapped, Where::Device]
+        );
+        assert!(placement.decision("table").unwrap().overridden, "{placement}");
+        assert!(!placement.decision("output 0").unwrap().overridden, "{placement}");
+
+        let frame = format!("output {}", rng.usize(..outputs.len()));
+        let error =
+            check_overrides(inputs.len(), outputs.len(), &[(frame.as_str(), Where::Device)]).unwrap_err();
+        assert!(error.to_string().contains("pinned-async"), "{error}");
+        // A name past the frames is not a frame: the placer says it is undeclared.
+        let past = format!("input {}", inputs.len());
+        check_overrides(inputs.len(), outputs.len(), &[(past.as_str(), Where::Device)]).unwrap();
+        let error = placer(&inputs, &outputs, &constants, fake_profile(&mut rng), 1 << 30)
+            .force(past, Where::Device)
+            .place()
+            .unwrap_err();
+        assert!(error.to_string().contains("not declared"), "{error}");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::backend::Device;
 use crate::backend::cuda::Event;
 use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
-use crate::placement::Placement;
+use crate::placement::{Placement, Where};
 use crate::retry::RetryPolicy;
 use crate::stage::{CpuStage, FrameLayout, Stage};
 
@@ -211,10 +211,39 @@ impl<S: Stage> FrameRing<S> {
         stage: S,
         options: RingOptions,
     ) -> Result<FrameRing<S>> {
+        FrameRing::build(device, strategy, stage, options, &[])
+    }
+
+    /// A ring by the hybrid strategy whose placement the caller steers, as
+    /// [`crate::FrameFilter::with_placement`] does for a filter: `overrides` put named buffers
+    /// (the stage's constants either way, the frames only mapped) where the caller says, within
+    /// `options.device_budget`.
+    ///
+    /// # Errors
+    /// As for [`FrameRing::with_stage`]; an override naming no buffer, putting a frame in device
+    /// memory, or forcing more into device memory than a slot's share of the budget.
+    pub fn with_placement(
+        device: &Device,
+        stage: S,
+        options: RingOptions,
+        overrides: &[(&str, Where)],
+    ) -> Result<FrameRing<S>> {
+        FrameRing::build(device, Strategy::Hybrid, stage, options, overrides)
+    }
+
+    fn build(
+        device: &Device,
+        strategy: Strategy,
+        stage: S,
+        options: RingOptions,
+        overrides: &[(&str, Where)],
+    ) -> Result<FrameRing<S>> {
         check_slots(options.slots)?;
         let strategy = slot::resolve(device, strategy, &stage)?;
         let placement = match strategy {
-            Strategy::Hybrid => Some(hybrid::place(device, &stage, options.device_budget, options.slots)?),
+            Strategy::Hybrid => {
+                Some(hybrid::place(device, &stage, options.device_budget, options.slots, overrides)?)
+            }
             _ => None,
         };
         let slot_options =
