@@ -50,23 +50,33 @@ fn check_strategy(device: &Device, strategy: Strategy) {
             (other, placement) => assert!(placement.is_none(), "{other} has a placement"),
         }
         for frame in 0..3 {
-            let seed = fastrand::u64(..);
-            let mut rng = fastrand::Rng::with_seed(seed);
-            let input: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.u8(..)).collect();
-            filter.input_mut().unwrap().copy_from_slice(&input);
-            filter.fill_output(0xA5).unwrap();
-            filter.run().unwrap();
-            let mut want = vec![0u8; input.len()];
-            gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
-            assert_eq!(
-                first_mismatch(filter.output().unwrap(), &want),
-                None,
-                "{strategy}, {}, radius {}, frame {frame}, seed {seed:#x}",
-                format.describe(),
-                kernel.radius()
-            );
+            filter_random_frame(&mut filter, &format, &kernel, &format!("{strategy}, frame {frame}"));
         }
     }
+}
+
+/// Filters a fresh random frame, the output poisoned first, and checks it against the CPU path.
+fn filter_random_frame(
+    filter: &mut FrameFilter<GaussianStage>,
+    format: &FrameFormat,
+    kernel: &Gaussian,
+    what: &str,
+) {
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let input: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.u8(..)).collect();
+    filter.input_mut().unwrap().copy_from_slice(&input);
+    filter.fill_output(0xA5).unwrap();
+    filter.run().unwrap();
+    let mut want = vec![0u8; input.len()];
+    gaussian_cpu(format, kernel, &input, &mut want).unwrap();
+    assert_eq!(
+        first_mismatch(filter.output().unwrap(), &want),
+        None,
+        "{what}, {}, radius {}, seed {seed:#x}",
+        format.describe(),
+        kernel.radius()
+    );
 }
 
 #[test]
@@ -99,15 +109,7 @@ fn a_hybrid_filter_follows_its_overrides() {
     let placement = filter.placement().expect("a hybrid filter has a placement");
     let table = placement.decision("gaussian table").unwrap();
     assert!(table.place == Where::Mapped && table.overridden, "{placement}");
-    let seed = fastrand::u64(..);
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let input: Vec<u8> = (0..format.frame_bytes()).map(|_| rng.u8(..)).collect();
-    filter.input_mut().unwrap().copy_from_slice(&input);
-    filter.fill_output(0xA5).unwrap();
-    filter.run().unwrap();
-    let mut want = vec![0u8; input.len()];
-    gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
-    assert_eq!(first_mismatch(filter.output().unwrap(), &want), None, "seed {seed:#x}");
+    filter_random_frame(&mut filter, &format, &kernel, "hybrid, table forced mapped");
 
     let error = FrameFilter::with_placement(&device, stage, None, &[("output 0", Where::Device)])
         .unwrap_err()

@@ -30,6 +30,14 @@ fn host(device: &Device, data: &[u32]) -> HostBuf<u32> {
     buf
 }
 
+/// A file of `LEN` random words in `dir`: its path and its words.
+fn words_file(dir: &tempfile::TempDir, name: &str) -> (std::path::PathBuf, Vec<u32>) {
+    let path = dir.path().join(name);
+    let data = random_words(LEN);
+    std::fs::write(&path, bytemuck::cast_slice(&data)).unwrap();
+    (path, data)
+}
+
 /// Words `words` of a file, as the window at that range must show them.
 fn byte_range(words: std::ops::Range<usize>) -> std::ops::Range<u64> {
     words.start as u64 * 4..words.end as u64 * 4
@@ -39,9 +47,7 @@ fn byte_range(words: std::ops::Range<usize>) -> std::ops::Range<u64> {
 fn a_window_at_an_offset_is_read_by_a_kernel_and_a_copy() {
     on_every_backend("a_window_at_an_offset_is_read_by_a_kernel_and_a_copy", |device| {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("words.bin");
-        let data = random_words(LEN);
-        std::fs::write(&path, bytemuck::cast_slice(&data)).unwrap();
+        let (path, data) = words_file(&dir, "words.bin");
         let queue = Queue::new(device).unwrap();
         // SAFETY: the test owns the file and does not change it while windows of it live.
         let file = unsafe { WindowedFile::open(device, &path) }.unwrap();
@@ -68,9 +74,7 @@ fn a_window_at_an_offset_is_read_by_a_kernel_and_a_copy() {
 fn what_a_kernel_and_a_copy_write_into_a_read_write_window_reaches_the_file() {
     on_every_backend("what_a_kernel_and_a_copy_write_into_a_read_write_window_reaches_the_file", |device| {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out.bin");
-        let before = random_words(LEN);
-        std::fs::write(&path, bytemuck::cast_slice(&before)).unwrap();
+        let (path, before) = words_file(&dir, "out.bin");
         let queue = Queue::new(device).unwrap();
         // SAFETY: the test owns the file; it reads it through std::fs only after the flush.
         let file = unsafe { WindowedFile::open_rw(device, &path) }.unwrap();
@@ -143,9 +147,7 @@ fn a_read_write_window_written_chunk_by_chunk_reaches_the_file() {
 fn cached_windows_are_read_by_kernels_within_the_pinned_budget() {
     on_every_backend("cached_windows_are_read_by_kernels_within_the_pinned_budget", |device| {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("words.bin");
-        let data = random_words(LEN);
-        std::fs::write(&path, bytemuck::cast_slice(&data)).unwrap();
+        let (path, data) = words_file(&dir, "words.bin");
         let queue = Queue::new(device).unwrap();
         // SAFETY: the test owns the file and does not change it while windows of it live.
         let file = unsafe { WindowedFile::open(device, &path) }.unwrap();

@@ -73,10 +73,7 @@ impl<S: Stage> FrameFilter<S> {
         overrides: &[(&str, Where)],
     ) -> Result<FrameFilter<S>> {
         let strategy = slot::resolve(device, strategy, &stage)?;
-        let placement = match strategy {
-            Strategy::Hybrid => Some(hybrid::place(device, &stage, budget, 1, overrides)?),
-            _ => None,
-        };
+        let placement = hybrid::placement_for(strategy, device, &stage, budget, 1, overrides)?;
         let options =
             SlotOptions { fence: FenceKind::Event, timing: false, holder: FrameMemoryHolder::Filter };
         let slot = Slot::new(device, strategy, &stage, options, placement.as_ref())?;

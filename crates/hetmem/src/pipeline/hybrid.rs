@@ -35,22 +35,27 @@ pub(crate) fn constant_places(
         .collect()
 }
 
-/// The hybrid placement of one slot of `stage` on `device`, within `budget` bytes of device
-/// memory (`None`: what the device has free now, shared by `slots` slots), from the link profile
-/// measured for this GPU ([`ProfileCache::hetmem_default`]), else the built-in one, with the
-/// caller's `overrides` ([`Placer::force`]).
+/// By the hybrid strategy, the placement of one slot of `stage` on `device`, within `budget`
+/// bytes of device memory (`None`: what the device has free now, shared by `slots` slots),
+/// from the link profile measured for this GPU ([`ProfileCache::hetmem_default`]), else the
+/// built-in one, with the caller's `overrides` ([`Placer::force`]). `None` by the other
+/// strategies, which place by definition.
 ///
 /// # Errors
 /// A device without a GPU (the hybrid strategy is refused there before), its free memory
 /// cannot be read, or an override the hybrid strategy cannot honour ([`check_overrides`]) or
 /// the placer refuses (an undeclared name, forced buffers beyond the budget).
-pub(crate) fn place<S: Stage>(
+pub(crate) fn placement_for<S: Stage>(
+    strategy: Strategy,
     device: &Device,
     stage: &S,
     budget: Option<u64>,
     slots: usize,
     overrides: &[(&str, Where)],
-) -> Result<Placement> {
+) -> Result<Option<Placement>> {
+    if strategy != Strategy::Hybrid {
+        return Ok(None);
+    }
     check_overrides(stage.inputs().len(), stage.outputs().len(), overrides)?;
     let Some(gpu) = device.as_cuda() else {
         return Err(Error::invalid("strategy", "hybrid: needs a GPU, and this run is on the CPU backend"));
@@ -60,13 +65,13 @@ pub(crate) fn place<S: Stage>(
         None => gpu.memory_info()?.0,
     } / slots.max(1) as u64;
     let profile = ProfileCache::hetmem_default().load_for(gpu);
-    overrides
-        .iter()
-        .fold(
-            placer(stage.inputs(), stage.outputs(), &stage.constants(device), profile, budget),
-            |placer, &(name, place)| placer.force(name, place),
-        )
-        .place()
+    let declared = placer(stage.inputs(), stage.outputs(), &stage.constants(device), profile, budget);
+    forced(declared, overrides).place().map(Some)
+}
+
+/// `placer` with each of `overrides` forced, in order.
+fn forced(placer: Placer, overrides: &[(&str, Where)]) -> Placer {
+    overrides.iter().fold(placer, |placer, &(name, place)| placer.force(name, place))
 }
 
 /// Refuses an override that puts a frame in device memory: by the hybrid strategy the frames
@@ -205,14 +210,8 @@ mod tests {
         let constants = vec![constant(&mut rng, "table", reads), constant(&mut rng, "once", 1)];
         let overrides = [("table", Where::Mapped), ("once", Where::Device), ("input 0", Where::Mapped)];
         check_overrides(inputs.len(), outputs.len(), &overrides).unwrap();
-        let placement = overrides
-            .iter()
-            .fold(
-                placer(&inputs, &outputs, &constants, fake_profile(&mut rng), 1 << 30),
-                |placer, &(name, place)| placer.force(name, place),
-            )
-            .place()
-            .unwrap();
+        let declared = placer(&inputs, &outputs, &constants, fake_profile(&mut rng), 1 << 30);
+        let placement = forced(declared, &overrides).place().unwrap();
         assert_eq!(
             constant_places(Strategy::Hybrid, &constants, Some(&placement)),
             [Where::Mapped, Where::Device]

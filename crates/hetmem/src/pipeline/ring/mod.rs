@@ -240,12 +240,8 @@ impl<S: Stage> FrameRing<S> {
     ) -> Result<FrameRing<S>> {
         check_slots(options.slots)?;
         let strategy = slot::resolve(device, strategy, &stage)?;
-        let placement = match strategy {
-            Strategy::Hybrid => {
-                Some(hybrid::place(device, &stage, options.device_budget, options.slots, overrides)?)
-            }
-            _ => None,
-        };
+        let placement =
+            hybrid::placement_for(strategy, device, &stage, options.device_budget, options.slots, overrides)?;
         let slot_options =
             SlotOptions { fence: options.fence, timing: options.timing, holder: FrameMemoryHolder::RingSlot };
         let mut slots: Vec<Mutex<Slot<S>>> = Vec::with_capacity(options.slots);
