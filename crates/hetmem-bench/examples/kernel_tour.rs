@@ -106,6 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         latency_sizes: vec![64, 64 << 10],
         latency_samples: 2,
         completion: true,
+        cold_cpu_cache: true,
     };
     let report = link::measure(&device, &options)?;
     println!("bench kernels, gate and doorbell: {} cells checked", report.bandwidth.len());

@@ -68,6 +68,7 @@ pub fn measure(device: &Device, quick: bool) -> Result<CompareReport> {
         latency_sizes: vec![SMALL_BYTES],
         latency_samples: if quick { 200 } else { 1000 },
         completion: false,
+        cold_cpu_cache: true,
     };
     Ok(table(&link::measure(device, &options)?, large_bytes))
 }

@@ -19,6 +19,7 @@ fn tiny() -> LinkOptions {
         latency_sizes: vec![4, 4096],
         latency_samples: 20,
         completion: true,
+        cold_cpu_cache: true,
     }
 }
 

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, Path, bench_word, doorbell_round_trip,
-    fill_random, first_pattern_mismatch, fresh_seed, xor_checksum,
+    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, Path, bench_word, cpu_cache,
+    doorbell_round_trip, fill_random, first_pattern_mismatch, fresh_seed, xor_checksum,
 };
 use crate::Summary;
 use crate::completion::{self, CompletionReport};
@@ -233,6 +233,28 @@ impl Buffers {
         rig.stream.synchronize()?;
         Ok(buffers)
     }
+
+    /// Evicts the first `words` of every host buffer `path` reads or writes from the CPU's
+    /// caches (see [`cpu_cache`]). Managed memory is left alone: touching it from the CPU, even
+    /// to flush it, would move its pages.
+    fn evict_from_cpu_caches(&self, path: Path, words: usize) {
+        let (src, dst) = (&self.src.as_slice()[..words], &self.dst.as_slice()[..words]);
+        let used: &[&[u32]] = match path {
+            Path::PageableH2d => &[&self.pageable[..words]],
+            Path::PageableD2h => &[&self.pageable_out[..words]],
+            Path::PinnedSyncH2d | Path::PinnedAsyncH2d | Path::ZeroCopyRead | Path::ZeroCopyReadStrided => {
+                &[src]
+            }
+            Path::PinnedSyncD2h | Path::PinnedAsyncD2h | Path::ZeroCopyWrite => &[dst],
+            Path::PinnedAsyncBoth | Path::ZeroCopyReadWrite => &[src, dst],
+            Path::RegisteredVecRead => &[&self.registered.as_slice()[..words]],
+            Path::RegisteredFileRead => &[&self.file.as_slice()[..words]],
+            Path::HostMemcpy | Path::ManagedRead | Path::ManagedPrefetchRead | Path::DeviceRead => &[],
+        };
+        for buffer in used {
+            cpu_cache::flush(bytemuck::cast_slice(buffer));
+        }
+    }
 }
 
 /// `words` random words in a fresh temporary file, mapped and registered read-only; the file is
@@ -410,6 +432,12 @@ impl Rig {
         if matches!(path.direction(), Direction::D2h | Direction::Both) {
             b.dst.as_mut_slice()[..words].fill(POISON);
         }
+        if path == Path::PageableD2h {
+            b.pageable_out[..words].fill(POISON);
+        }
+        if options.cold_cpu_cache {
+            b.evict_from_cpu_caches(path, words);
+        }
         if matches!(
             path,
             Path::PageableH2d | Path::PinnedSyncH2d | Path::PinnedAsyncH2d | Path::PinnedAsyncBoth
@@ -427,7 +455,6 @@ impl Rig {
                 Rig::timed_cpu(bytes, runs, || dev.upload_sync(bytemuck::cast_slice(src)))?
             }
             Path::PageableD2h => {
-                b.pageable_out[..words].fill(POISON);
                 let (dev, dst) = (&b.dev_out, &mut b.pageable_out[..words]);
                 Rig::timed_cpu(bytes, runs, || dev.download_sync(bytemuck::cast_slice_mut(dst)))?
             }

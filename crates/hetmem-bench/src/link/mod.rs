@@ -11,6 +11,7 @@
 //! Without a GPU only the host-side cells run, and the report says plainly that the GPU cells
 //! were not measured.
 
+mod cpu_cache;
 mod gpu;
 mod host;
 mod profile;
@@ -249,6 +250,10 @@ pub struct LinkOptions {
     pub latency_samples: usize,
     /// Also measure every completion signal (with latency sizes, on a GPU).
     pub completion: bool,
+    /// Evict each GPU cell's host buffers from the CPU's caches before the cell, so every cell
+    /// starts alike (the default). Off, a cell sees whatever the cell or check before it left
+    /// in the caches: the GPU's reads of lines a core holds are slower.
+    pub cold_cpu_cache: bool,
 }
 
 impl LinkOptions {
@@ -262,6 +267,7 @@ impl LinkOptions {
             latency_sizes: sizes::log_steps(MIN_LATENCY_SIZE, MAX_LATENCY_SIZE, 4).expect("constant range"),
             latency_samples: 1000,
             completion: true,
+            cold_cpu_cache: true,
         }
     }
 
@@ -275,6 +281,7 @@ impl LinkOptions {
             latency_sizes: vec![4, 64 << 10],
             latency_samples: 200,
             completion: true,
+            cold_cpu_cache: true,
         }
     }
 
@@ -398,6 +405,9 @@ pub struct LinkReport {
     pub gpu_not_measured_because: Option<String>,
     /// Timed repetitions per bandwidth cell (the most; large sizes use fewer).
     pub repeats: usize,
+    /// Whether each GPU cell's host buffers were evicted from the CPU's caches before it
+    /// ([`LinkOptions::cold_cpu_cache`]).
+    pub cold_cpu_cache: bool,
     /// The copy-engine ceiling, on a GPU.
     pub ceiling: Option<Ceiling>,
     /// Bandwidth cells, by size then path.
@@ -430,6 +440,7 @@ pub fn measure(device: &Device, options: &LinkOptions) -> Result<LinkReport> {
             gpu_measured: false,
             gpu_not_measured_because: Some(format!("GPU cells were not measured: {because}")),
             repeats: options.repeats,
+            cold_cpu_cache: options.cold_cpu_cache,
             ceiling: None,
             bandwidth,
             latency,
@@ -456,6 +467,7 @@ pub fn measure(device: &Device, options: &LinkOptions) -> Result<LinkReport> {
         gpu_measured: true,
         gpu_not_measured_because: None,
         repeats: options.repeats,
+        cold_cpu_cache: options.cold_cpu_cache,
         ceiling,
         bandwidth,
         latency,

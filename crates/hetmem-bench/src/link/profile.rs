@@ -66,6 +66,7 @@ pub fn measure_profile(device: &Device) -> Result<LinkReport> {
         latency_sizes: Vec::new(),
         latency_samples: 1,
         completion: false,
+        cold_cpu_cache: true,
     };
     super::measure(device, &options)
 }
@@ -101,6 +102,7 @@ mod tests {
             gpu_measured: true,
             gpu_not_measured_because: None,
             repeats: 1,
+            cold_cpu_cache: true,
             ceiling: None,
             bandwidth: cells,
             latency: Vec::new(),

@@ -71,6 +71,13 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
         samples.clone().min().unwrap_or(0),
         samples.max().unwrap_or(0)
     ));
+    if report.gpu_measured {
+        bandwidth.note(if report.cold_cpu_cache {
+            "each GPU cell's host buffers were evicted from the CPU's caches before it"
+        } else {
+            "host buffers left in the CPU's caches between cells (--warm-cpu-cache)"
+        });
+    }
     if let Some(because) = &report.gpu_not_measured_because {
         bandwidth.note(because.clone());
     }

@@ -76,6 +76,11 @@ enum What {
         /// Timed repetitions per bandwidth cell of 64 MiB (up to 5x as many for smaller cells, fewer for larger ones, at least 3).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
         repeats: Option<u64>,
+        /// Leave the host buffers in the CPU's caches between cells instead of evicting them
+        /// before each GPU cell: each cell then sees what the cell or check before it left there
+        /// (the GPU reads lines a core holds more slowly).
+        #[arg(long)]
+        warm_cpu_cache: bool,
     },
     /// Copy vs zero-copy vs a file mapping, side by side: latency of a small transfer and
     /// bandwidth of a large one.
@@ -285,8 +290,9 @@ pub fn run(
     }
     let emit = Emit { args, ui, outputs, files };
     match &args.what {
-        What::Link { quick, sizes, latency_sizes, paths, repeats } => {
-            let options = link_options(*quick, sizes, latency_sizes, paths, *repeats)?;
+        What::Link { quick, sizes, latency_sizes, paths, repeats, warm_cpu_cache } => {
+            let mut options = link_options(*quick, sizes, latency_sizes, paths, *repeats)?;
+            options.cold_cpu_cache = !warm_cpu_cache;
             let spinner = ui.spinner("measuring the link (bench link)");
             let report = hetmem_bench::link::measure(device, &options).context("link benchmark")?;
             spinner.finish_and_clear();
