@@ -1,6 +1,6 @@
 // Probe (issue 16, item 2): where the 8-10 us each extra segment adds to one pipelined frame
-// comes from. One 1080p RGB frame (6,220,800 bytes) of random data crosses the link in N
-// pieces (N = 1, 6, 12, 24), in five arrangements, each timed over 200 frames after 20 warm-ups
+// comes from. One RGB frame of random data (1080p by default: 6,220,800 bytes; give WIDTH
+// HEIGHT for another) crosses the link in N pieces (N = 1, 6, 12, 16, 24), in five arrangements, each timed over 200 frames after 20 warm-ups
 // (median GPU span from events, and median wall time from the first call to the stream's end):
 //   up          N uploads back to back on one stream (pinned -> device)
 //   down        N downloads back to back on one stream (device -> pinned)
@@ -15,7 +15,7 @@
 // the copy engine (up/down grow with N), a cost per cross-stream wait (chain grows faster than
 // both), a cost per kernel in the chain (chain+k grows faster than chain).
 //
-//     nvcc -O3 -arch=sm_90 -o /tmp/copy_chain scripts/probes/copy_chain.cu && /tmp/copy_chain
+//     nvcc -O3 -arch=sm_90 -o /tmp/copy_chain scripts/probes/copy_chain.cu && /tmp/copy_chain [WIDTH HEIGHT]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,7 +31,7 @@
 using Clock = std::chrono::steady_clock;
 static double median(std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; }
 
-static const size_t FRAME = 1920 * 1080 * 3;
+static size_t FRAME = 1920 * 1080 * 3;
 static const int FRAMES = 200, WARMUP = 20;
 static const unsigned KEY = 0x5A;
 
@@ -43,7 +43,9 @@ __global__ void xor_copy(const unsigned char* in, unsigned char* out, size_t n, 
 enum Mode { UP, DOWN, BOTH, CHAIN, CHAIN_K };
 static const char* NAMES[] = {"up", "down", "both", "chain", "chain+k"};
 
-int main() {
+int main(int argc, char** argv) {
+    if (argc == 3) FRAME = (size_t)atoi(argv[1]) * atoi(argv[2]) * 3;
+    printf("frame: %zu bytes\n", FRAME);
     unsigned char *h_in, *h_out, *d_a, *d_b, *d_src;
     CHECK(cudaHostAlloc(&h_in, FRAME, cudaHostAllocDefault));
     CHECK(cudaHostAlloc(&h_out, FRAME, cudaHostAllocDefault));
@@ -73,7 +75,7 @@ int main() {
     printf("%-8s %4s %10s %10s %12s\n", "mode", "N", "gpu us", "wall us", "us/extra seg");
     for (int mode = UP; mode <= CHAIN_K; ++mode) {
         double gpu1 = 0;
-        for (int n : {1, 6, 12, 24}) {
+        for (int n : {1, 6, 12, 16, 24}) {
             size_t piece = (FRAME + n - 1) / n;
             std::vector<double> gpu, wall;
             for (int f = 0; f < WARMUP + FRAMES; ++f) {
