@@ -221,6 +221,7 @@ fn bench_link_on_the_cpu_measures_host_cells_and_says_gpu_cells_were_not_measure
     let report: Value = serde_json::from_slice(&output.stdout).expect("valid JSON");
     assert_eq!(report["gpu_measured"], false);
     assert!(report["gpu_not_measured_because"].as_str().unwrap().contains("GPU cells were not measured"));
+    assert_eq!(report["cold_cpu_cache"], true, "cells start from cold caches by default");
     assert!(report["ceiling"].is_null() && report["completion"].is_null());
     let cells = report["bandwidth"].as_array().unwrap();
     let sizes: Vec<u64> = cells.iter().map(|cell| cell["bytes"].as_u64().unwrap()).collect();
@@ -235,6 +236,11 @@ fn bench_link_on_the_cpu_measures_host_cells_and_says_gpu_cells_were_not_measure
     let latency_sizes: Vec<u64> = latency.iter().map(|cell| cell["bytes"].as_u64().unwrap()).collect();
     assert_eq!(latency_sizes, [4, 65536]);
     assert!(latency.iter().all(|cell| cell["path"] == "host_memcpy" && positive(&cell["us"]["median"])));
+
+    let warm = bench_on_cpu(&["link", "--quick", "--sizes", "4KiB", "--warm-cpu-cache", "--json"]);
+    assert!(warm.status.success(), "{}", stderr(&warm));
+    let warm: Value = serde_json::from_slice(&warm.stdout).expect("valid JSON");
+    assert_eq!(warm["cold_cpu_cache"], false, "--warm-cpu-cache is recorded in the report");
 
     let text = bench_on_cpu(&["link", "--quick", "--sizes", "4KiB"]);
     assert!(text.status.success(), "{}", stderr(&text));
