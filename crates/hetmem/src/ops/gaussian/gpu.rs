@@ -47,6 +47,40 @@ fn band_px(channels: usize, sample: SampleType) -> usize {
     px / sample.bytes()
 }
 
+/// Shared memory a block of the mapped tiling may use, static included: what every GPU since
+/// Turing lets a block opt into (64 KiB there, 99 KiB on consumer Ampere and Ada, 227 KiB on
+/// the H100 and H200).
+const MAPPED_SHARED: usize = 64 << 10;
+
+/// Pixels per band when the input is mapped host memory: twice [`band_px`] where a block's
+/// shared memory stays within [`MAPPED_SHARED`] (RGB 8-bit up to radius 2), else `band_px`.
+/// Halo columns are re-read across the link by both neighbouring tiles, and a wider band
+/// re-reads fewer: on the H200 machine a 4K RGB frame blurred from and into mapped memory took
+/// 722 us with 256-pixel bands against 779 with 128 (`scripts/probes/blur_mapped_shape.cu`).
+fn mapped_band_px(channels: usize, radius: usize, sample: SampleType) -> usize {
+    let wide = 2 * band_px(channels, sample);
+    if shared_for(wide, channels, radius, sample) + STATIC_SHARED <= MAPPED_SHARED {
+        wide
+    } else {
+        band_px(channels, sample)
+    }
+}
+
+/// How a plan cuts planes into tiles; the kernel and its result are the same for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tiling {
+    /// About one tile per SM, one block per tile.
+    Plain,
+    /// For input and output in mapped host memory: bands of [`mapped_band_px`] and about one
+    /// tile per two SMs, one block per tile. The link, not the SMs, bounds such a frame, and
+    /// fewer, longer tiles re-read fewer halo rows and columns: on the H200 machine a 1080p RGB
+    /// frame took 202.8 us this way against 213.5 with the plain tiling (which suits device
+    /// memory, where the kernel wants every SM).
+    Mapped,
+    /// Ranges of [`OVERLAP_RANGE_ROWS`] rows taken in order by one block per SM.
+    Overlap,
+}
+
 /// How one frame format is cut into tiles for the kernel, and what that costs on the link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GaussianPlan {
@@ -71,7 +105,18 @@ impl GaussianPlan {
     /// # Errors
     /// None for a valid [`FrameFormat`]: any radius fits any frame, since the borders fold.
     pub fn new(format: &FrameFormat, kernel: &Gaussian, multiprocessors: u32) -> Result<GaussianPlan> {
-        GaussianPlan::tiled(format, kernel, multiprocessors, None)
+        GaussianPlan::tiled(format, kernel, multiprocessors, Tiling::Plain)
+    }
+
+    /// Tiles `format` for a kernel reading and writing mapped host memory (the zero-copy and
+    /// hybrid strategies): bands twice as wide where shared memory allows, and about one tile
+    /// per two SMs, so fewer halo bytes cross the link twice. The result is the same as
+    /// [`GaussianPlan::new`]'s.
+    ///
+    /// # Errors
+    /// As [`GaussianPlan::new`].
+    pub fn for_mapped(format: &FrameFormat, kernel: &Gaussian, multiprocessors: u32) -> Result<GaussianPlan> {
+        GaussianPlan::tiled(format, kernel, multiprocessors, Tiling::Mapped)
     }
 
     /// Tiles `format` for the overlap kernel ([`super::GaussianOverlap`]): ranges of
@@ -83,14 +128,14 @@ impl GaussianPlan {
         kernel: &Gaussian,
         multiprocessors: u32,
     ) -> Result<GaussianPlan> {
-        GaussianPlan::tiled(format, kernel, multiprocessors, Some(OVERLAP_RANGE_ROWS))
+        GaussianPlan::tiled(format, kernel, multiprocessors, Tiling::Overlap)
     }
 
     fn tiled(
         format: &FrameFormat,
         kernel: &Gaussian,
         multiprocessors: u32,
-        range_rows: Option<usize>,
+        tiling: Tiling,
     ) -> Result<GaussianPlan> {
         let frame = format.frame_bytes();
         check(format, kernel, frame, frame)?;
@@ -99,14 +144,25 @@ impl GaussianPlan {
         let (mut tiles, mut shared_bytes, mut bytes_read) = (0usize, 0usize, 0u64);
         let planes = format.planes();
         for plane in &planes {
-            let band_px = band_px(plane.channels, plane.sample);
+            let band_px = match tiling {
+                Tiling::Mapped => mapped_band_px(plane.channels, r, plane.sample),
+                Tiling::Plain | Tiling::Overlap => band_px(plane.channels, plane.sample),
+            };
             let bands = plane.width.div_ceil(band_px);
             // At most one tile per SM (one block fits an SM, and a second wave of a few tiles
-            // would run alone at the end), ranges of at least 64 rows so the re-read halo rows
-            // stay few.
-            let share = (multiprocessors as usize * plane.bytes() / frame).max(1);
+            // would run alone at the end), or per two SMs for mapped memory; ranges of at
+            // least 64 rows so the re-read halo rows stay few.
+            let tile_sms = match tiling {
+                Tiling::Mapped => (multiprocessors as usize / 2).max(1),
+                Tiling::Plain | Tiling::Overlap => multiprocessors as usize,
+            };
+            let share = (tile_sms * plane.bytes() / frame).max(1);
             let ranges = (share / bands).clamp(1, plane.height.div_ceil(64).max(1));
-            let range_rows = range_rows.unwrap_or(plane.height.div_ceil(ranges)).min(plane.height);
+            let range_rows = match tiling {
+                Tiling::Overlap => OVERLAP_RANGE_ROWS,
+                Tiling::Plain | Tiling::Mapped => plane.height.div_ceil(ranges),
+            }
+            .min(plane.height);
             let ranges = plane.height.div_ceil(range_rows);
             table.extend_from_slice(&[
                 plane.offset as u32,
@@ -141,10 +197,9 @@ impl GaussianPlan {
             kernel: kernel.clone(),
             table: table.into(),
             tiles: tiles as u32,
-            blocks: if range_rows.is_some() {
-                tiles.min(multiprocessors as usize) as u32
-            } else {
-                tiles as u32
+            blocks: match tiling {
+                Tiling::Overlap => tiles.min(multiprocessors as usize) as u32,
+                Tiling::Plain | Tiling::Mapped => tiles as u32,
             },
             shared_bytes,
             bytes_read,
@@ -624,10 +679,12 @@ mod tests {
         gaussian_cpu(&format, &kernel, &input, &mut want).unwrap();
         let frame = input.len();
         let plain = GaussianPlan::new(&format, &kernel, sms).unwrap();
+        let mapped = GaussianPlan::for_mapped(&format, &kernel, sms).unwrap();
         let overlap = GaussianPlan::for_overlap(&format, &kernel, sms).unwrap();
-        assert!(overlap.blocks <= sms && plain.blocks == plain.tiles);
+        assert!(overlap.blocks <= sms && plain.blocks == plain.tiles && mapped.blocks == mapped.tiles);
         for (plan, segment_bytes) in [
             (&plain, frame),
+            (&mapped, frame),
             (&overlap, frame.div_ceil(6).next_multiple_of(16)),
             (&overlap, 16),
             (&overlap, frame.next_multiple_of(16)),
@@ -662,6 +719,29 @@ mod tests {
             }
         }
         assert!(plan.shared_bytes > 0);
+    }
+
+    #[test]
+    fn mapped_frames_get_wider_bands_and_half_the_tiles_where_shared_memory_allows() {
+        let default = Gaussian::new(None, None, Border::default()).unwrap();
+        for (width, height, tiles, band) in [(1920, 1080, 64, 256), (3840, 2160, 60, 256)] {
+            let format = FrameFormat::new(width, height, PixelLayout::Rgb).unwrap();
+            let plain = GaussianPlan::new(&format, &default, 132).unwrap();
+            let mapped = GaussianPlan::for_mapped(&format, &default, 132).unwrap();
+            assert_eq!((mapped.tiles, mapped.table()[5 + 5]), (tiles, band), "{width}x{height}");
+            assert!(mapped.bytes_read() < plain.bytes_read(), "{width}x{height}: fewer halo bytes");
+            assert!(mapped.shared_bytes + STATIC_SHARED <= MAPPED_SHARED);
+        }
+        // Where the wider band would not fit, the band stays as it was: radius 3 on RGB, every
+        // radius on RGBA; the tiles still halve.
+        let format = FrameFormat::new(1920, 1080, PixelLayout::Rgba).unwrap();
+        let mapped = GaussianPlan::for_mapped(&format, &default, 132).unwrap();
+        assert_eq!(mapped.table()[5 + 5] as usize, band_px(4, SampleType::U8));
+        let format = FrameFormat::new(1920, 1080, PixelLayout::Rgb).unwrap();
+        let wide = Gaussian::new(Some(3), None, Border::default()).unwrap();
+        let mapped = GaussianPlan::for_mapped(&format, &wide, 132).unwrap();
+        assert_eq!(mapped.table()[7 + 5] as usize, band_px(3, SampleType::U8));
+        assert!(mapped.tiles <= GaussianPlan::new(&format, &wide, 132).unwrap().tiles / 2 + 15);
     }
 
     #[test]

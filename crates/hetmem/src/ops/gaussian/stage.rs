@@ -124,7 +124,8 @@ impl Stage for GaussianStage {
         Runs { gpu: true, cpu: true }
     }
 
-    /// The table of tile offsets and weights, which every tile reads.
+    /// The table of tile offsets and weights, which every tile reads. Its size is the same for
+    /// every tiling; its reads per frame are the plain tiling's, the most of any.
     fn constants(&self, device: &Device) -> Vec<ConstantUse> {
         let multiprocessors = device.as_cuda().map_or(1, |gpu| gpu.attributes().multiprocessor_count);
         let plan = GaussianPlan::new(&self.format, &self.kernel, multiprocessors)
@@ -147,7 +148,15 @@ impl Stage for GaussianStage {
                 format!("{} places for its one constant buffer, the table", constants.len()),
             ));
         };
-        let plan = GaussianPlan::new(&self.format, &self.kernel, gpu.attributes().multiprocessor_count)?;
+        let multiprocessors = gpu.attributes().multiprocessor_count;
+        // Zero-copy and hybrid frames are mapped host memory (the hybrid placement keeps frames
+        // mapped), which the mapped tiling suits; the others' frames are in device memory.
+        let plan = match strategy {
+            Strategy::ZeroCopy | Strategy::Hybrid => {
+                GaussianPlan::for_mapped(&self.format, &self.kernel, multiprocessors)?
+            }
+            _ => GaussianPlan::new(&self.format, &self.kernel, multiprocessors)?,
+        };
         let table = plan.upload_table(queue, place)?;
         let overlap = match strategy {
             // One segment is the plain copy, blur, copy sequence: no overlap kernel for it.
