@@ -1,5 +1,9 @@
-//! Evicting a cell's host buffers from the CPU's caches before it runs, so that every cell
-//! starts alike whatever the cell or the check before it did.
+//! Evicting a bandwidth cell's host buffers from the CPU's caches before it runs, so that every
+//! cell starts alike whatever the cell or the check before it did.
+//!
+//! Once per cell, before its warm-up: a path whose own work passes the data through the CPU
+//! (the pageable copies stage it through the driver's buffers) warms it again as it runs.
+//! Managed memory is not evicted (see `Buffers::evict_from_cpu_caches`).
 //!
 //! Why: the GPU reads host memory through the CPU's coherence machinery. A line the CPU holds
 //! in a core's private cache has to be snooped out of that core, and on the H200 machine a
@@ -23,41 +27,55 @@ pub(super) fn flush(bytes: &[u8]) {
         // so on a mapped page.
         let mut line = start & !(LINE - 1);
         while line < start + chunk.len() {
-            flush_line(line as *const u8);
+            // SAFETY: `line` is the cache line of a byte of `chunk`, a live slice: a line never
+            // crosses a page, so it is on that byte's mapped page.
+            unsafe { flush_line(line as *const u8) };
             line += LINE;
         }
         fence();
     });
 }
 
+/// Writes back and evicts the cache line holding `line` (CLFLUSH; every x86-64 CPU has it).
+///
+/// # Safety
+/// `line` must point into a mapped page of this process (no data is read or written).
 #[cfg(target_arch = "x86_64")]
-fn flush_line(line: *const u8) {
-    // SAFETY: CLFLUSH (SSE2, part of x86-64) reads no data and writes none; `line` is in the
-    // cache line of a byte of a live slice, so on a mapped page, which is all it requires.
+unsafe fn flush_line(line: *const u8) {
+    // SAFETY: the caller's contract; CLFLUSH needs only the address to be mapped.
     unsafe { std::arch::x86_64::_mm_clflush(line) }
 }
 
 #[cfg(target_arch = "x86_64")]
 fn fence() {
-    // SAFETY: MFENCE has no operands; it orders this thread's flushes before what follows.
+    // SAFETY: MFENCE needs SSE2, which every x86-64 CPU has; it orders this thread's flushes
+    // before what follows.
     unsafe { std::arch::x86_64::_mm_mfence() }
 }
 
+/// Cleans and invalidates the cache line holding `line` to the point of coherence (DC CIVAC).
+///
+/// # Safety
+/// `line` must point into a mapped page of this process (no data is changed).
 #[cfg(target_arch = "aarch64")]
-fn flush_line(line: *const u8) {
-    // SAFETY: DC CIVAC cleans and invalidates the line to the point of coherence; it changes no
-    // data, and `line` is in the cache line of a byte of a live slice, so on a mapped page.
+unsafe fn flush_line(line: *const u8) {
+    // SAFETY: the caller's contract; DC CIVAC changes no data and needs the address mapped.
     unsafe { std::arch::asm!("dc civac, {0}", in(reg) line, options(nostack, preserves_flags)) }
 }
 
 #[cfg(target_arch = "aarch64")]
 fn fence() {
-    // SAFETY: DSB has no operands; it waits for this thread's cache maintenance to complete.
-    unsafe { std::arch::asm!("dsb ish", options(nostack, preserves_flags)) }
+    // SAFETY: DSB SY takes no memory operand; it waits until this thread's cache maintenance is
+    // complete for every observer, the GPU included.
+    unsafe { std::arch::asm!("dsb sy", options(nostack, preserves_flags)) }
 }
 
+/// Does nothing: no cache maintenance instruction is used on this architecture.
+///
+/// # Safety
+/// None needed; `unsafe` only to match the other architectures' signature.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn flush_line(_line: *const u8) {}
+unsafe fn flush_line(_line: *const u8) {}
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn fence() {}

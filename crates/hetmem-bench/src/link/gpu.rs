@@ -235,8 +235,9 @@ impl Buffers {
     }
 
     /// Evicts the first `words` of every host buffer `path` reads or writes from the CPU's
-    /// caches (see [`cpu_cache`]). Managed memory is left alone: touching it from the CPU, even
-    /// to flush it, would move its pages.
+    /// caches (see [`cpu_cache`]). Managed memory is left alone: where its pages are on the GPU
+    /// (after a prefetch or a kernel's faults), touching them from the CPU, even to flush
+    /// them, would move them back; so the managed cells still see what the previous check left.
     fn evict_from_cpu_caches(&self, path: Path, words: usize) {
         let (src, dst) = (&self.src.as_slice()[..words], &self.dst.as_slice()[..words]);
         let used: &[&[u32]] = match path {

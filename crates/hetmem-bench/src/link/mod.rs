@@ -250,9 +250,10 @@ pub struct LinkOptions {
     pub latency_samples: usize,
     /// Also measure every completion signal (with latency sizes, on a GPU).
     pub completion: bool,
-    /// Evict each GPU cell's host buffers from the CPU's caches before the cell, so every cell
-    /// starts alike (the default). Off, a cell sees whatever the cell or check before it left
-    /// in the caches: the GPU's reads of lines a core holds are slower.
+    /// Evict each GPU bandwidth cell's host buffers (managed memory excepted) from the CPU's
+    /// caches before the cell, so every cell starts alike (the default). Off, a cell sees
+    /// whatever the cell or check before it left in the caches: the GPU's reads of lines a core
+    /// holds are slower. Without a GPU there is nothing to evict.
     pub cold_cpu_cache: bool,
 }
 
@@ -405,8 +406,8 @@ pub struct LinkReport {
     pub gpu_not_measured_because: Option<String>,
     /// Timed repetitions per bandwidth cell (the most; large sizes use fewer).
     pub repeats: usize,
-    /// Whether each GPU cell's host buffers were evicted from the CPU's caches before it
-    /// ([`LinkOptions::cold_cpu_cache`]).
+    /// [`LinkOptions::cold_cpu_cache`] as asked: whether each GPU bandwidth cell's host buffers
+    /// were evicted from the CPU's caches before it (when GPU cells were measured).
     pub cold_cpu_cache: bool,
     /// The copy-engine ceiling, on a GPU.
     pub ceiling: Option<Ceiling>,

@@ -73,7 +73,7 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
     ));
     if report.gpu_measured {
         bandwidth.note(if report.cold_cpu_cache {
-            "each GPU cell's host buffers were evicted from the CPU's caches before it"
+            "each GPU bandwidth cell's host buffers (managed memory excepted) were evicted from the CPU's caches before it"
         } else {
             "host buffers left in the CPU's caches between cells (--warm-cpu-cache)"
         });

@@ -35,8 +35,9 @@ impl fmt::Display for ComputeCapability {
     }
 }
 
-/// The device attributes that decide how hetmem moves data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The device attributes that decide how hetmem moves data. `Default` is a device with none of
+/// them (for tests of decisions made from them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DeviceAttributes {
     /// Host memory can be mapped into the device's address space (zero-copy).

@@ -1,7 +1,8 @@
 //! Loaded GPU code: modules (a compiled image) and kernels (an entry point in one).
 
+use std::collections::BTreeMap;
 use std::ffi::{CString, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{result, sys};
 
@@ -14,6 +15,9 @@ use crate::error::{Error, Result};
 pub struct Module {
     raw: sys::CUmodule,
     ctx: Arc<Context>,
+    /// The dynamic shared memory each of its functions has been allowed, by function handle
+    /// (see [`Kernel::allow_dynamic_shared`]).
+    shared_allowed: Mutex<BTreeMap<usize, u32>>,
 }
 
 // SAFETY: module handles are plain driver handles, usable from any thread with the context
@@ -52,7 +56,7 @@ impl Module {
         // SAFETY: the caller guarantees a complete ELF image, or PTX text, which is
         // NUL-terminated here; it lives for the call and the driver copies what it keeps.
         let raw = unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?;
-        Ok(Arc::new(Module { raw, ctx: Arc::clone(device.context()) }))
+        Ok(Arc::new(Module { raw, ctx: Arc::clone(device.context()), shared_allowed: Mutex::default() }))
     }
 
     /// The kernel named `name` (an `extern "C"` entry point).
@@ -161,20 +165,40 @@ impl Kernel {
     /// Allows launches with up to `bytes` of dynamic shared memory (above the default 48 KiB
     /// needs this opt-in).
     ///
+    /// The allowance belongs to the function, which every `Kernel` of one loaded module's entry
+    /// point shares, not to a launch. So for hetmem's modules it only grows: a thread allowing
+    /// less never undercuts a larger allowance another thread has just set for its own launch
+    /// (which the driver would then refuse). For a foreign kernel it is set as asked.
+    ///
     /// # Errors
     /// More than the device offers per block.
     pub fn allow_dynamic_shared(&self, bytes: u32) -> Result<()> {
-        self.owner.ctx().bind()?;
-        // SAFETY: the function handle is live (its code is held); the attribute takes an int.
-        unsafe {
-            result::function::set_function_attribute(
-                self.raw,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
-            )
+        let set = |bytes: u32| -> Result<()> {
+            self.owner.ctx().bind()?;
+            // SAFETY: the function handle is live (its code is held); the attribute takes an int.
+            unsafe {
+                result::function::set_function_attribute(
+                    self.raw,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )
+            }
+            .call("cuFuncSetAttribute")?;
+            Ok(())
+        };
+        match &self.owner {
+            Owner::Module(module) => {
+                // Held across the driver call, so no two threads interleave a read and a set.
+                let mut allowed = module.shared_allowed.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = allowed.entry(self.raw as usize).or_insert(0);
+                if *now < bytes {
+                    set(bytes)?;
+                    *now = bytes;
+                }
+                Ok(())
+            }
+            Owner::Foreign { .. } => set(bytes),
         }
-        .call("cuFuncSetAttribute")?;
-        Ok(())
     }
 
     /// Queues the kernel on `stream`.

@@ -47,16 +47,18 @@ fn band_px(channels: usize, sample: SampleType) -> usize {
     px / sample.bytes()
 }
 
-/// Shared memory a block of the mapped tiling may use, static included: what every GPU since
-/// Turing lets a block opt into (64 KiB there, 99 KiB on consumer Ampere and Ada, 227 KiB on
-/// the H100 and H200).
+/// Shared memory a block of the mapped tiling may use, static included: the least any GPU the
+/// shipped PTX runs on (compute 7.0 on) lets a block opt into: Turing's 64 KiB (Volta 96 KiB,
+/// consumer Ampere and Ada 99 KiB, the H100 and H200 227 KiB).
 const MAPPED_SHARED: usize = 64 << 10;
 
 /// Pixels per band when the input is mapped host memory: twice [`band_px`] where a block's
-/// shared memory stays within [`MAPPED_SHARED`] (RGB 8-bit up to radius 2), else `band_px`.
-/// Halo columns are re-read across the link by both neighbouring tiles, and a wider band
-/// re-reads fewer: on the H200 machine a 4K RGB frame blurred from and into mapped memory took
-/// 722 us with 256-pixel bands against 779 with 128 (`scripts/probes/blur_mapped_shape.cu`).
+/// shared memory stays within [`MAPPED_SHARED`], else `band_px`. That is RGB planes (8- or
+/// 16-bit) up to radius 2 and one-channel planes (gray, the planes of YUV) up to radius 8;
+/// RGBA keeps its band. Halo columns are re-read across the link by both neighbouring tiles,
+/// and a wider band re-reads fewer: on the H200 machine a 4K RGB 8-bit frame blurred from and
+/// into mapped memory took 722 us with 256-pixel bands against 779 with 128
+/// (`scripts/probes/blur_mapped_shape.cu`; the other formats were not measured).
 fn mapped_band_px(channels: usize, radius: usize, sample: SampleType) -> usize {
     let wide = 2 * band_px(channels, sample);
     if shared_for(wide, channels, radius, sample) + STATIC_SHARED <= MAPPED_SHARED {
@@ -655,6 +657,8 @@ mod tests {
             (2, 3, PixelLayout::Rgb, Some(2), None, Border::Reflect101, 132),
             (2, 3, PixelLayout::Rgba, Some(9), Some(3.0), Border::Reflect101, 8),
             (3, 1, PixelLayout::Gray, Some(5), None, Border::Reflect101, 132),
+            // Several bands of the mapped tiling's widest one-channel band (512 px at radius 8).
+            (1100, 40, PixelLayout::Gray, Some(8), None, Border::Reflect101, 132),
             (3, 1, PixelLayout::Rgb, Some(7), None, Border::Replicate, 16),
             (5, 4, PixelLayout::Yuv420, Some(6), None, Border::Reflect101, 132),
             (3, 2, PixelLayout::Yuv422, Some(3), None, Border::Replicate, 16),
@@ -733,15 +737,24 @@ mod tests {
             assert!(mapped.shared_bytes + STATIC_SHARED <= MAPPED_SHARED);
         }
         // Where the wider band would not fit, the band stays as it was: radius 3 on RGB, every
-        // radius on RGBA; the tiles still halve.
+        // radius on RGBA; the tiles still halve (15 bands of 128 RGBA pixels: 4 ranges, not 8).
         let format = FrameFormat::new(1920, 1080, PixelLayout::Rgba).unwrap();
         let mapped = GaussianPlan::for_mapped(&format, &default, 132).unwrap();
         assert_eq!(mapped.table()[5 + 5] as usize, band_px(4, SampleType::U8));
+        assert_eq!((mapped.tiles, GaussianPlan::new(&format, &default, 132).unwrap().tiles), (60, 120));
         let format = FrameFormat::new(1920, 1080, PixelLayout::Rgb).unwrap();
         let wide = Gaussian::new(Some(3), None, Border::default()).unwrap();
         let mapped = GaussianPlan::for_mapped(&format, &wide, 132).unwrap();
         assert_eq!(mapped.table()[7 + 5] as usize, band_px(3, SampleType::U8));
-        assert!(mapped.tiles <= GaussianPlan::new(&format, &wide, 132).unwrap().tiles / 2 + 15);
+        assert_eq!((mapped.tiles, GaussianPlan::new(&format, &wide, 132).unwrap().tiles), (60, 120));
+        // One-channel planes widen up to radius 8, where the block takes just under 64 KiB.
+        let gray = FrameFormat::new(1920, 1080, PixelLayout::Gray).unwrap();
+        for (radius, band) in [(8, 512), (9, 256)] {
+            let kernel = Gaussian::new(Some(radius), None, Border::default()).unwrap();
+            let mapped = GaussianPlan::for_mapped(&gray, &kernel, 132).unwrap();
+            assert_eq!(mapped.table()[(2 * radius + 1) as usize + 5], band, "radius {radius}");
+            assert!(mapped.shared_bytes + STATIC_SHARED <= MAPPED_SHARED);
+        }
     }
 
     #[test]

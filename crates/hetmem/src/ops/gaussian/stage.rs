@@ -6,6 +6,7 @@ use super::{
     gaussian_cpu,
 };
 use crate::backend::Device;
+use crate::backend::cuda::{CudaDevice, DeviceAttributes};
 use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
@@ -109,6 +110,31 @@ impl GaussianStage {
     }
 }
 
+impl GaussianStage {
+    /// The tiling `strategy`'s frames suit on `gpu` (see [`mapped_tiling`]).
+    fn plan(&self, gpu: &CudaDevice, strategy: Strategy) -> Result<GaussianPlan> {
+        let multiprocessors = gpu.attributes().multiprocessor_count;
+        if mapped_tiling(strategy, gpu.attributes()) {
+            GaussianPlan::for_mapped(&self.format, &self.kernel, multiprocessors)
+        } else {
+            GaussianPlan::new(&self.format, &self.kernel, multiprocessors)
+        }
+    }
+}
+
+/// Whether `strategy`'s frames take [`GaussianPlan::for_mapped`]'s tiling on a GPU with
+/// `attributes`. Only the zero-copy and hybrid strategies keep frames in mapped host memory (the
+/// hybrid placement never moves a frame into device memory). And only on a discrete GPU whose
+/// host memory lies across PCIe, where that tiling was measured: on an integrated GPU mapped
+/// memory is its own memory, and across a coherent link (NVLink-C2C, which reads host memory
+/// through the CPU's page tables) the SMs rather than the link may bound a frame, and the
+/// plain tiling uses every SM.
+fn mapped_tiling(strategy: Strategy, attributes: &DeviceAttributes) -> bool {
+    matches!(strategy, Strategy::ZeroCopy | Strategy::Hybrid)
+        && !attributes.integrated
+        && !attributes.pageable_memory_access_uses_host_page_tables
+}
+
 impl Stage for GaussianStage {
     type Prepared = GaussianPrepared;
 
@@ -124,12 +150,14 @@ impl Stage for GaussianStage {
         Runs { gpu: true, cpu: true }
     }
 
-    /// The table of tile offsets and weights, which every tile reads. Its size is the same for
-    /// every tiling; its reads per frame are the plain tiling's, the most of any.
+    /// The table of tile offsets and weights, which every tile reads. Only the hybrid strategy
+    /// places it, so its reads per frame are those of the hybrid strategy's tiling.
     fn constants(&self, device: &Device) -> Vec<ConstantUse> {
-        let multiprocessors = device.as_cuda().map_or(1, |gpu| gpu.attributes().multiprocessor_count);
-        let plan = GaussianPlan::new(&self.format, &self.kernel, multiprocessors)
-            .expect("the constructor planned this format and kernel");
+        let plan = match device.as_cuda() {
+            Some(gpu) => self.plan(gpu, Strategy::Hybrid),
+            None => GaussianPlan::new(&self.format, &self.kernel, 1),
+        }
+        .expect("the constructor planned this format and kernel");
         vec![ConstantUse {
             name: "gaussian table".into(),
             bytes: std::mem::size_of_val(plan.table()) as u64,
@@ -148,15 +176,7 @@ impl Stage for GaussianStage {
                 format!("{} places for its one constant buffer, the table", constants.len()),
             ));
         };
-        let multiprocessors = gpu.attributes().multiprocessor_count;
-        // Zero-copy and hybrid frames are mapped host memory (the hybrid placement keeps frames
-        // mapped), which the mapped tiling suits; the others' frames are in device memory.
-        let plan = match strategy {
-            Strategy::ZeroCopy | Strategy::Hybrid => {
-                GaussianPlan::for_mapped(&self.format, &self.kernel, multiprocessors)?
-            }
-            _ => GaussianPlan::new(&self.format, &self.kernel, multiprocessors)?,
-        };
+        let plan = self.plan(gpu, strategy)?;
         let table = plan.upload_table(queue, place)?;
         let overlap = match strategy {
             // One segment is the plain copy, blur, copy sequence: no overlap kernel for it.
@@ -278,6 +298,21 @@ mod tests {
             let stage =
                 GaussianStage::new(format, &Gaussian::new(None, None, Border::default()).unwrap()).unwrap();
             assert_eq!(stage.inputs()[0].bytes(), format.frame_bytes());
+        }
+    }
+
+    #[test]
+    fn only_mapped_frames_across_pcie_take_the_mapped_tiling() {
+        let discrete = DeviceAttributes::default();
+        for strategy in Strategy::ALL {
+            let mapped = matches!(strategy, Strategy::ZeroCopy | Strategy::Hybrid);
+            assert_eq!(mapped_tiling(strategy, &discrete), mapped, "{strategy:?}");
+            let integrated = DeviceAttributes { integrated: true, ..DeviceAttributes::default() };
+            let coherent = DeviceAttributes {
+                pageable_memory_access_uses_host_page_tables: true,
+                ..DeviceAttributes::default()
+            };
+            assert!(!mapped_tiling(strategy, &integrated) && !mapped_tiling(strategy, &coherent));
         }
     }
 }
