@@ -5,11 +5,13 @@
 //! (the pageable copies stage it through the driver's buffers) warms it again as it runs.
 //! Managed memory is not evicted (see `Buffers::evict_from_cpu_caches`).
 //!
-//! Why: the GPU reads host memory through the CPU's coherence machinery. A line the CPU holds
-//! in a core's private cache has to be snooped out of that core, and on the H200 machine a
-//! kernel reading mapped memory that the previous cell's check had just read on several cores
-//! ran at two thirds of its cold rate (see `bench/results/2026-12-01-h200-link-cold-cache`).
-//! Cells ran in a fixed order, so one cell measured that penalty and its neighbours did not.
+//! Why: the GPU reads host memory through the CPU's coherence machinery, and a line a core
+//! holds in its private cache likely has to be snooped out of it. On the H200 machine every
+//! full sweep that left the caches as the previous cells' checks had left them had one read
+//! cell at 55-87% of its rate with the buffers evicted (4 MiB at 26.0 and 31.5 GB/s against
+//! 47, 16 MiB at 43.5 against 50); no sweep with eviction did
+//! (`bench/results/2026-12-01-h200-link-cold-cache`). Which earlier cell sets it up is not
+//! isolated.
 
 /// Bytes per cache line: the step of the flush. Lines are 64 bytes on every x86-64 and on the
 /// Arm server cores NVIDIA pairs with its GPUs (Grace's Neoverse V2); a shorter line elsewhere
@@ -18,7 +20,7 @@ const LINE: usize = 64;
 
 /// Writes back and evicts every cache line holding part of `bytes` from every level of the
 /// CPU's caches, on every core: CLFLUSH on x86-64, DC CIVAC on AArch64, nothing elsewhere.
-/// Spread over rayon's threads (about a millisecond for 64 MiB); the data is unchanged.
+/// Spread over rayon's threads; the data is unchanged.
 pub(super) fn flush(bytes: &[u8]) {
     use rayon::prelude::*;
     bytes.par_chunks(1 << 20).for_each(|chunk| {

@@ -108,9 +108,7 @@ impl GaussianStage {
     pub fn kernel(&self) -> &Gaussian {
         &self.kernel
     }
-}
 
-impl GaussianStage {
     /// The tiling `strategy`'s frames suit on `gpu` (see [`mapped_tiling`]).
     fn plan(&self, gpu: &CudaDevice, strategy: Strategy) -> Result<GaussianPlan> {
         let multiprocessors = gpu.attributes().multiprocessor_count;
@@ -304,14 +302,11 @@ mod tests {
     #[test]
     fn only_mapped_frames_across_pcie_take_the_mapped_tiling() {
         let discrete = DeviceAttributes::default();
+        let integrated = DeviceAttributes { integrated: true, ..discrete };
+        let coherent = DeviceAttributes { pageable_memory_access_uses_host_page_tables: true, ..discrete };
         for strategy in Strategy::ALL {
             let mapped = matches!(strategy, Strategy::ZeroCopy | Strategy::Hybrid);
             assert_eq!(mapped_tiling(strategy, &discrete), mapped, "{strategy:?}");
-            let integrated = DeviceAttributes { integrated: true, ..DeviceAttributes::default() };
-            let coherent = DeviceAttributes {
-                pageable_memory_access_uses_host_page_tables: true,
-                ..DeviceAttributes::default()
-            };
             assert!(!mapped_tiling(strategy, &integrated) && !mapped_tiling(strategy, &coherent));
         }
     }
