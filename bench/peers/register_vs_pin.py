@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 15's registration goal: pinning 1 GiB in place with `hetmem.register` against
+"""The registration goal: pinning 1 GiB in place with `hetmem.register` against
 `tensor.pin_memory()` (which allocates pinned memory and copies), and against the bare
 driver call hetmem makes, so the note can say how much of hetmem's time is the driver's.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The seed's deep-learning input case (issue 15): torchvision ResNet training iterations
+"""The seed's deep-learning input case: torchvision ResNet training iterations
 (bf16 autocast, channels-last, SGD) fed by
 
   hetmem-mapped   hetmem.loader.RecordLoader, mode "mapped": the GPU gathers each batch's crops

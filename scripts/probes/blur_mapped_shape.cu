@@ -1,4 +1,4 @@
-// Probe (issue 16, items 1 and 2): why hetmem's blur kernel moves a frame across the link at
+// Probe: why hetmem's blur kernel moves a frame across the link at
 // about 30 GB/s each way when it reads and writes mapped memory, where a plain read+write
 // copy kernel moves 40. hetmem's own kernel (crates/hetmem/kernels/gaussian.cu, included
 // whole) on one random RGB 8-bit frame, 5x5, input and output in mapped pinned memory, at

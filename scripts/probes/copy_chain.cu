@@ -1,4 +1,4 @@
-// Probe (issue 16, item 2): where the 8-10 us each extra segment adds to one pipelined frame
+// Probe: where the 8-10 us each extra segment adds to one pipelined frame
 // comes from. One RGB frame of random data (1080p by default: 6,220,800 bytes; give WIDTH
 // HEIGHT for another) crosses the link in N pieces (N = 1, 6, 12, 16, 24), in five arrangements, each timed over 200 frames after 20 warm-ups
 // (median GPU span from events, and median wall time from the first call to the stream's end):

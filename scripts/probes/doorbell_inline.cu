@@ -1,4 +1,4 @@
-// Probe (issue 16, item 4): what a doorbell round trip for a 64-byte request costs, by protocol.
+// Probe: what a doorbell round trip for a 64-byte request costs, by protocol.
 //
 // A persistent one-block kernel serves requests the CPU writes into mapped pinned memory and
 // replies there; the CPU times submit-to-reply over many requests. Protocols:

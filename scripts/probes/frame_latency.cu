@@ -1,4 +1,4 @@
-// Probe (issue 16, item 2): where one frame's latency goes, and what a launch-free or
+// Probe: where one frame's latency goes, and what a launch-free or
 // graph-launched frame would save. hetmem's own blur kernels (crates/hetmem/kernels/gaussian.cu,
 // included whole) on one RGB 8-bit frame, 5x5, one frame at a time, timed from handing the frame
 // over to the result readable by the CPU:

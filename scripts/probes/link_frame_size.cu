@@ -1,4 +1,4 @@
-// Probe (issue 16, item 2): the link's rates at frame sizes, by the kind of pinned memory and
+// Probe: the link's rates at frame sizes, by the kind of pinned memory and
 // whether the CPU has just written it (a producer writes each frame just before handing it over;
 // a consumer's buffer was just read or poisoned). frame_latency.cu showed that one frame's wall
 // time is its GPU span plus a few microseconds: what is left is the transfers themselves.

@@ -1,4 +1,4 @@
-// Probe (issue 16, item 1): why a zero-copy kernel's rate at 4-8 MiB depends on what ran before
+// Probe: why a zero-copy kernel's rate at 4-8 MiB depends on what ran before
 // it, and which launch shape reads, and reads while writing, fastest at those sizes.
 //   shape:  grid x block for a read (XOR-reduce) and a read+write (copy) of mapped pinned memory,
 //           timed back to back with events, the buffers untouched by the CPU (cold)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Probe (issue 16, item 1): how the launch shape sets mid-size zero-copy bandwidth.
+"""Probe: how the launch shape sets mid-size zero-copy bandwidth.
 
 Runs hetmem's bench kernels (crates/hetmem-bench/kernels/bench.cu) on mapped pinned memory
 through CuPy with several grids (blocks per SM) and block sizes, at 1-64 MiB, and prints the

@@ -1,7 +1,7 @@
 //! Doorbell round trips against one kernel launch per request, printed as one JSON object.
 //!
 //! - `round_trip_us`: a 64-byte request (gain over 16 f32) submitted and waited for, one at a
-//!   time: the doorbell's latency. Goal on the H200 machine (issue 16): median <= 3 µs.
+//!   time: the doorbell's latency. Goal on the H200 machine: median <= 3 µs.
 //! - `doorbell_requests_per_s`: the same requests with the queue kept full (depth in flight).
 //! - `launch_round_trip_us` / `launch_requests_per_s`: one `affine_u32` kernel launch over 16
 //!   mapped words per request, waited for on its event: what the doorbell saves.

@@ -1,7 +1,7 @@
 //! Streaming throughput of the frame ring: RGB frames through the 5x5 Gaussian blur, by every
 //! strategy the device runs, printed as one JSON object per run (one per line).
 //!
-//! The goals on the H200 machine (issue 6): 1080p >= 7,000 frames/s, 4K >= 1,750 frames/s.
+//! The goals on the H200 machine: 1080p >= 7,000 frames/s, 4K >= 1,750 frames/s.
 //! Each run reports frames/s, kernel busy time (CUDA events) and link bytes/s. Runs with
 //! `"refill": false` leave each slot's random input in place after its first use (the ring and
 //! the link alone); `"refill": true` copies a whole frame into the slot every time (a CPU

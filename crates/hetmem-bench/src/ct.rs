@@ -1,4 +1,4 @@
-//! `hetmem bench ct`: the CT computation of issue 14 (per-organ statistics over a sweep of HU
+//! `hetmem bench ct`: the CT computation (per-organ statistics over a sweep of HU
 //! windows, a masked Gaussian of one organ, a maximum-intensity projection) with its buffers
 //! placed five ways, seconds per study each:
 //! - `all_copy`: each pass copies what it reads into device memory first, as a program without
@@ -70,7 +70,7 @@ impl CtOptions {
     /// The seed's case: one 512x512x300 study, 8 windows, 3 runs.
     pub fn full() -> CtOptions {
         CtOptions {
-            shape: VolumeShape { depth: 300, height: 512, width: 512 },
+            shape: VolumeShape::new(300, 512, 512).expect("the seed's study is a valid shape"),
             studies: 1,
             windows: 8,
             repeats: 3,
@@ -84,7 +84,7 @@ impl CtOptions {
     /// A small study (40x128x128), for a quick look and for machines without a GPU.
     pub fn quick() -> CtOptions {
         CtOptions {
-            shape: VolumeShape { depth: 40, height: 128, width: 128 },
+            shape: VolumeShape::new(40, 128, 128).expect("a valid shape"),
             repeats: 2,
             ..CtOptions::full()
         }
@@ -96,15 +96,15 @@ impl CtOptions {
     /// No studies, or a stack too large to address.
     pub fn volume(&self) -> Result<VolumeShape> {
         let study = self.study();
-        let depth = study.depth.checked_mul(self.studies).filter(|_| self.studies > 0);
+        let depth = study.depth().checked_mul(self.studies).filter(|_| self.studies > 0);
         let depth =
             depth.ok_or_else(|| Error::invalid("studies", format!("{}: give 1 or more", self.studies)))?;
-        VolumeShape::new(depth, study.height, study.width)
+        VolumeShape::new(depth, study.height(), study.width())
     }
 
     /// One study's shape: the scan's, or the phantom's.
     pub fn study(&self) -> VolumeShape {
-        self.scan.as_ref().map_or(self.shape, |scan| scan.volume.shape)
+        self.scan.as_ref().map_or(self.shape, |scan| scan.volume.shape())
     }
 }
 
@@ -113,7 +113,7 @@ pub fn window_sweep(count: usize) -> Vec<HuWindow> {
     (0..count)
         .map(|i| {
             let centre = if count == 1 { 40 } else { -900 + (2000 * i / (count - 1)) as i32 };
-            HuWindow { lo: (centre - 200) as i16, hi: (centre + 199) as i16 }
+            HuWindow::new((centre - 200) as i16, (centre + 199) as i16).expect("400 HU wide, low end first")
         })
         .collect()
 }
@@ -228,10 +228,10 @@ pub fn volume_stack(options: &CtOptions) -> Result<LabelledVolume> {
                 &generated
             }
         };
-        hu.extend_from_slice(&one.hu);
-        labels.extend_from_slice(&one.labels);
+        hu.extend_from_slice(one.hu());
+        labels.extend_from_slice(one.labels());
     }
-    Ok(LabelledVolume { shape: volume, hu, labels })
+    LabelledVolume::new(volume, hu, labels)
 }
 
 /// The buffers as placement sees them: the template read whole by every pass, the volume read
@@ -267,21 +267,21 @@ fn cpu_run(
     let mut stats = Vec::with_capacity(windows.len() * Organ::ALL.len());
     for &window in windows {
         for organ in Organ::ALL {
-            stats.push(organ_stats_cpu(&phantom.hu, &phantom.labels, organ.label(), window)?);
+            stats.push(organ_stats_cpu(phantom.hu(), phantom.labels(), organ.label(), window)?);
         }
     }
     let smoothed = if smoothing {
         Some(masked_gaussian_cpu(
-            phantom.shape,
-            &phantom.hu,
-            &phantom.labels,
+            phantom.shape(),
+            phantom.hu(),
+            phantom.labels(),
             SMOOTHED_ORGAN.label(),
             weights,
         )?)
     } else {
         None
     };
-    Ok(Expected { stats, smoothed, mip: mip_height_cpu(phantom.shape, &phantom.hu)? })
+    Ok(Expected { stats, smoothed, mip: mip_height_cpu(phantom.shape(), phantom.hu())? })
 }
 
 fn mapped<T: hetmem::Element>(device: &Device, data: &[T]) -> Result<HostBuf<T>> {
@@ -313,7 +313,8 @@ impl Outputs {
             true => Some(queue.lend(HostBuf::pinned(device, volume.voxels(), PinOptions::default())?)),
             false => None,
         };
-        let mip = queue.lend(HostBuf::pinned(device, volume.depth * volume.width, PinOptions::default())?);
+        let mip =
+            queue.lend(HostBuf::pinned(device, volume.depth() * volume.width(), PinOptions::default())?);
         Ok(Outputs { stats, smoothed, mip })
     }
 
@@ -480,7 +481,7 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
         .fold(Placer::new(profile, options.device_budget), Placer::buffer)
         .place()?;
 
-    let mip = window_to_gray(&expected.mip, HuWindow { lo: -200, hi: 1200 });
+    let mip = window_to_gray(&expected.mip, HuWindow::new(-200, 1200)?);
     let mut rows = Vec::new();
     // On the CPU backend the placements' rows run too, each operation's CPU path on that
     // placement's buffers (plain memory standing in for device memory): the budget's refusals
@@ -498,8 +499,8 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
         queue.share(buf)
     };
     let mut outputs = Some(Outputs::new(device, &queue, passes, smoothing, volume)?);
-    let hu_host = queue.share(mapped(device, &phantom.hu)?);
-    let labels_host = queue.share(mapped(device, &phantom.labels)?);
+    let hu_host = queue.share(mapped(device, phantom.hu())?);
+    let labels_host = queue.share(mapped(device, phantom.labels())?);
     let budget = hetmem::DeviceBudget::new(options.device_budget);
     let fits = |bytes: u64| {
         (bytes <= options.device_budget).then_some(()).ok_or_else(|| {
@@ -649,8 +650,8 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     Ok(CtRun {
         report,
         mip,
-        mip_width: volume.width,
-        mip_height: volume.depth,
+        mip_width: volume.width(),
+        mip_height: volume.depth(),
         phantom,
         stats: expected.stats,
     })
@@ -666,8 +667,8 @@ mod tests {
         let count = fastrand::usize(2..40);
         let windows = window_sweep(count);
         assert_eq!(windows.len(), count);
-        assert_eq!((windows[0].lo, windows[count - 1].hi), (-1100, 1299));
-        assert!(windows.iter().all(|w| i32::from(w.hi) - i32::from(w.lo) == 399));
+        assert_eq!((windows[0].lo(), windows[count - 1].hi()), (-1100, 1299));
+        assert!(windows.iter().all(|w| i32::from(w.hi()) - i32::from(w.lo()) == 399));
     }
 
     #[test]
@@ -713,7 +714,7 @@ mod tests {
         assert_eq!(counted, options.shape.voxels() as u64);
     }
 
-    /// The stacked run larger than the budget (issue 14), small: copying everything does not
+    /// The stacked run larger than the budget, small: copying everything does not
     /// fit and says so; mapped, hybrid (while the template fits) and placed run, and match the
     /// CPU.
     #[test]

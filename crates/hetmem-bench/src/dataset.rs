@@ -1,4 +1,4 @@
-//! An 8K data set larger than a GPU's memory (issue 13, item 5): frames of interleaved 8-bit
+//! An 8K data set larger than a GPU's memory: frames of interleaved 8-bit
 //! RGB held whole in one buffer, filtered frame by frame, against a run
 //! that copies each frame to the device and back.
 //!

@@ -14,7 +14,7 @@
 //!   [`compare`]: the same paths as a recommendation.
 //! - [`file`](mod@file): a file into GPU memory by every method of `hetmem::data`, cold and warm,
 //!   against the storage's and the link's own rates.
-//! - [`ct`]: the CT computation of issue 14 with its buffers copied, mapped, hybrid and
+//! - [`ct`]: the CT computation with its buffers copied, mapped, hybrid and
 //!   placed by [`hetmem::placement`], against the CPU.
 //! - [`streaming`]: frames per second through a frame ring, by strategy.
 //! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning

@@ -268,8 +268,8 @@ pub fn measure_stage<S: Stage + Clone>(
     Ok(StreamingRun {
         stage: name.to_string(),
         strategy,
-        width: setup.format.width,
-        height: setup.format.height,
+        width: setup.format.width(),
+        height: setup.format.height(),
         frame_bytes,
         slots: setup.slots,
         refill: setup.refill,

@@ -110,16 +110,16 @@ impl Picture {
 
     /// Writes the centre of frame 0, before and after the blur, side by side.
     fn write(&mut self, filter: &mut FrameFilter<GaussianStage>, format: &FrameFormat) -> anyhow::Result<()> {
-        render(filter.input_mut()?, format.width, format.height, 0);
+        render(filter.input_mut()?, format.width(), format.height(), 0);
         filter.run()?;
-        let (cw, ch) = (format.width.min(640), format.height.min(360));
-        let (x0, y0) = ((format.width - cw) / 2, (format.height - ch) / 2);
+        let (cw, ch) = (format.width().min(640), format.height().min(360));
+        let (x0, y0) = ((format.width() - cw) / 2, (format.height() - ch) / 2);
         let mut image = image::RgbImage::new(2 * cw as u32, ch as u32);
         let input = filter.input_mut()?.to_vec();
         for (half, frame) in [(0, &input[..]), (1, filter.output()?)] {
             for y in 0..ch {
                 for x in 0..cw {
-                    let at = ((y0 + y) * format.width + x0 + x) * 3;
+                    let at = ((y0 + y) * format.width() + x0 + x) * 3;
                     let pixel = image::Rgb([frame[at], frame[at + 1], frame[at + 2]]);
                     image.put_pixel((half * cw + x) as u32, y as u32, pixel);
                 }

@@ -1,5 +1,5 @@
-//! The environment variables the CLI reads for the library. The library reads none of them
-//! (issue 12): each is turned here into the option it stands for. (`HETMEM_BACKEND` is read by
+//! The environment variables the CLI reads for the library. The library reads none of them:
+//! each is turned here into the option it stands for. (`HETMEM_BACKEND` is read by
 //! clap, `HETMEM_LOG` by the log setup in main.rs.)
 
 use std::ffi::OsString;

@@ -23,6 +23,8 @@
 mod budget;
 mod endpoint;
 mod frame_io;
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;
 mod image;
 mod interrupt;
 mod raw;

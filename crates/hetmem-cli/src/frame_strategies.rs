@@ -83,7 +83,7 @@ pub fn measure(
     let mut rows = Vec::new();
     for (index, strategy) in strategies.into_iter().enumerate() {
         let bar = ui.bar(u64::from(frames), "frames");
-        bar.set_message(format!("{strategy} at {}x{}", format.width, format.height));
+        bar.set_message(format!("{strategy} at {}x{}", format.width(), format.height()));
         let setting_up = || format!("setting up the {strategy} strategy");
         let segments = crate::environment::segments().with_context(setting_up)?;
         let stage = GaussianStage::new(format, kernel).with_context(setting_up)?.with_segments(segments);
@@ -96,7 +96,7 @@ pub fn measure(
         let mut latencies = Vec::with_capacity(frames as usize);
         let mut busy = Duration::ZERO;
         for frame in 0..frames {
-            render(filter.input_mut()?, format.width, format.height, frame);
+            render(filter.input_mut()?, format.width(), format.height(), frame);
             let latency = filter.run().with_context(|| format!("{strategy}, frame {frame}"))?;
             busy += latency;
             latencies.push(latency.as_secs_f64() * 1e3);
@@ -130,8 +130,8 @@ pub fn measure(
     }
     Ok(Report {
         device: device.name(),
-        width: format.width,
-        height: format.height,
+        width: format.width(),
+        height: format.height(),
         radius: kernel.radius(),
         sigma: kernel.sigma(),
         skipped,

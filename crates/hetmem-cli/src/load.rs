@@ -71,6 +71,13 @@ pub struct Args {
     /// Print JSON (under "schema": "hetmem.load/1") instead of text.
     #[arg(long)]
     json: bool,
+    /// Test hook (built with the `testing` feature only): once BYTES are loaded, truncate the
+    /// first file to LEN bytes, as BYTES:LEN: a file shrinking under the load, at a point the
+    /// CLI's tests choose (with one thread and one buffer in flight, before the next piece is
+    /// read or mapped).
+    #[cfg(feature = "testing")]
+    #[arg(long, hide = true, value_name = "BYTES:LEN")]
+    truncate_after: Option<String>,
 }
 
 /// `--stage`.
@@ -160,10 +167,17 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
         None => (link_h2d_gb_per_s(device, &queue).context("measuring the link")?, true),
     };
     let bar = ui.bytes(total, format!("loading {} file(s)", args.files.len()));
-    let progress = |done: u64| bar.set_position(done);
+    #[cfg(feature = "testing")]
+    let truncate = truncate_hook::parse(args)?;
+    let progress = |done: u64| {
+        bar.set_position(done);
+        #[cfg(feature = "testing")]
+        truncate.fire(done);
+    };
+    let loading = || format!("loading {} file(s) by method {}", args.files.len(), args.method.0);
     let (report, tensors, checksums, verified) = match args.stage {
         Stage::Copy if as_tensors => {
-            let loaded = stream.load_safetensors(&args.files, &progress)?;
+            let loaded = stream.load_safetensors(&args.files, &progress).with_context(loading)?;
             let mut verified = false;
             if args.verify {
                 let parts = place(&loaded.tensors, &ranges, &args.files)?;
@@ -173,7 +187,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
             (loaded.report, Some(loaded.tensors), None, verified)
         }
         Stage::Copy => {
-            let (buffer, report) = stream.load(&ranges, &progress)?;
+            let (buffer, report) = stream.load(&ranges, &progress).with_context(loading)?;
             let mut verified = false;
             if args.verify {
                 let mut offset = 0;
@@ -191,7 +205,8 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
             (report, None, None, verified)
         }
         Stage::Checksum => {
-            let (report, checksums) = checksum_stage(device, &mut stream, &ranges, &progress)?;
+            let (report, checksums) =
+                checksum_stage(device, &mut stream, &ranges, &progress).with_context(loading)?;
             (report, None, Some(checksums), true)
         }
     };
@@ -377,4 +392,50 @@ fn text(loaded: &Loaded, list_tensors: bool) -> String {
         }
     }
     out
+}
+
+/// `--truncate-after`, with the `testing` feature: the CLI's tests shrink a file under a load.
+#[cfg(feature = "testing")]
+mod truncate_hook {
+    use std::path::PathBuf;
+    use std::sync::Once;
+
+    use anyhow::Context as _;
+
+    /// Where and how far to truncate, once.
+    pub(super) struct Truncate {
+        rule: Option<(u64, u64, PathBuf)>,
+        once: Once,
+    }
+
+    pub(super) fn parse(args: &super::Args) -> anyhow::Result<Truncate> {
+        let rule = args
+            .truncate_after
+            .as_deref()
+            .map(|rule| {
+                let (after, len) = rule
+                    .split_once(':')
+                    .and_then(|(after, len)| Some((after.parse().ok()?, len.parse().ok()?)))
+                    .with_context(|| format!("--truncate-after {rule}: give BYTES:LEN"))?;
+                anyhow::Ok((after, len, args.files[0].clone()))
+            })
+            .transpose()?;
+        Ok(Truncate { rule, once: Once::new() })
+    }
+
+    impl Truncate {
+        /// Truncates the file the first time the load has done the bytes asked for.
+        pub(super) fn fire(&self, done: u64) {
+            let Some((after, len, path)) = &self.rule else { return };
+            if done >= *after {
+                self.once.call_once(|| {
+                    let truncated =
+                        std::fs::OpenOptions::new().write(true).open(path).and_then(|f| f.set_len(*len));
+                    if let Err(error) = truncated {
+                        eprintln!("--truncate-after: cannot truncate {}: {error}", path.display());
+                    }
+                });
+            }
+        }
+    }
 }

@@ -8,6 +8,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::memory::Memory;
+use crate::size::{Int, checked_add, product, sizes};
+use crate::truncation;
 
 /// The element types a batch can be stored as.
 #[derive(Clone, Copy, Debug)]
@@ -96,25 +98,45 @@ struct Geometry {
 /// at `origins[i]` (top, left), mirrored left-right where `flips[i]`, each value
 /// `x * scale[c] + shift[c]`, stored as `element` ("float32", "float16", "bfloat16") in
 /// `out` as batch x crop height x crop width x channels (channels last).
+///
+/// Every integer is checked here and every size derived with checked arithmetic: the loops
+/// below trust nothing else.
 #[pyfunction]
-#[allow(clippy::too_many_arguments, reason = "the batch's description, called by hetmem's loader only")]
+#[allow(clippy::too_many_arguments, reason = "the batch's description, as the loader keeps it")]
 pub fn prepare_batch(
     py: Python<'_>,
     records: &Memory,
-    record_shape: (usize, usize, usize),
-    indices: Vec<usize>,
-    origins: Vec<(usize, usize)>,
+    record_shape: (Int, Int, Int),
+    indices: Vec<Int>,
+    origins: Vec<(Int, Int)>,
     flips: Vec<bool>,
-    crop_shape: (usize, usize),
+    crop_shape: (Int, Int),
     scale: Vec<f32>,
     shift: Vec<f32>,
     out: &Memory,
     element: &str,
 ) -> PyResult<()> {
     let element = Element::parse(element)?;
+    let record_shape = (
+        record_shape.0.size("batch record height")?,
+        record_shape.1.size("batch record width")?,
+        record_shape.2.size("batch record channels")?,
+    );
+    let crop_shape = (crop_shape.0.size("batch crop height")?, crop_shape.1.size("batch crop width")?);
+    let indices = sizes(&indices, "batch indices")?;
+    let origins = origins
+        .iter()
+        .enumerate()
+        .map(|(at, (top, left))| {
+            Ok((
+                top.size(&format!("batch origins[{at}] top"))?,
+                left.size(&format!("batch origins[{at}] left"))?,
+            ))
+        })
+        .collect::<PyResult<Vec<(usize, usize)>>>()?;
     let geometry = Geometry { record: record_shape, crop: crop_shape };
     let (height, width, channels) = record_shape;
-    let record_bytes = height * width * channels;
+    let record_bytes = product([height, width, channels], "batch record shape")?;
     let (records_ptr, records_bytes, _) = records.host_range();
     let (out_ptr, out_bytes, out_readonly) = out.host_range();
     if record_bytes == 0 {
@@ -146,39 +168,47 @@ pub fn prepare_batch(
         if index >= count {
             return Err(PyValueError::new_err(format!("batch: record {index} of {count}")));
         }
-        if top + crop_height > height || left + crop_width > width {
+        let bottom = checked_add(top, crop_height, "batch crop top + height")?;
+        let right = checked_add(left, crop_width, "batch crop left + width")?;
+        if bottom > height || right > width {
             return Err(PyValueError::new_err(format!(
                 "batch: a {crop_height} x {crop_width} crop at ({top}, {left}) leaves the {height} x {width} record"
             )));
         }
     }
-    let image_elements = crop_height * crop_width * channels;
-    let needed = indices.len() * image_elements * element.size();
+    // The crop fits the record, so it holds no more elements than the record has bytes; the
+    // image sizes are derived checked all the same.
+    let image_bytes = product([crop_height, crop_width, channels, element.size()], "batch image")?;
+    let needed = product([indices.len(), image_bytes], "batch output")?;
     if out_readonly || needed > out_bytes {
         return Err(PyValueError::new_err(format!(
             "batch: the output holds {out_bytes} bytes{}; {needed} writable bytes are needed",
             if out_readonly { ", read-only" } else { "" }
         )));
     }
+    // Both ranges lie inside their memories (checked above), so these sums do not overflow.
     if records_ptr < out_ptr + needed && out_ptr < records_ptr + records_bytes {
         return Err(PyValueError::new_err(
             "batch: the output overlaps the records; write the batch elsewhere",
         ));
     }
-    py.detach(|| {
+    // A window's file is checked, and a truncation while the loop runs recovered: an
+    // exception, not SIGBUS.
+    let batch = || {
         for (image, ((&index, &origin), &flip)) in indices.iter().zip(&origins).zip(&flips).enumerate() {
+            // index < count and image < indices.len(): both products lie inside their memory.
             let source = records_ptr + index * record_bytes;
-            let target = out_ptr + image * image_elements * element.size();
+            let target = out_ptr + image * image_bytes;
             // SAFETY: the record lies inside `records` and the image inside `out` (checked
-            // above), which the caller's references keep alive; the two do not overlap
-            // (checked above), and `out` is writable (its address came from a mutable slice,
-            // and it is not read-only). The Python layer hands over memory that is not lent
-            // to the GPU; as with any NumPy array, another thread writing it meanwhile would
-            // be the caller's race.
+            // above, with checked arithmetic), which the caller's references keep alive; the
+            // two do not overlap (checked above), and `out` is writable (its address came from
+            // a mutable slice, and it is not read-only). As with any NumPy array, another
+            // thread (or GPU work through a view handed out earlier) writing the memory
+            // meanwhile would be the caller's race on its contents; it cannot move or free it.
             unsafe {
                 prepare_image(
-                    source as *const u8,
-                    target as *mut u8,
+                    std::ptr::with_exposed_provenance::<u8>(source),
+                    std::ptr::with_exposed_provenance_mut::<u8>(target),
                     geometry,
                     origin,
                     flip,
@@ -188,8 +218,10 @@ pub fn prepare_batch(
                 )
             };
         }
-    });
-    Ok(())
+    };
+    py.detach(|| truncation::guarded(records, || truncation::guarded(out, batch)))
+        .and_then(|inner| inner)
+        .map_err(crate::to_py_err)
 }
 
 /// One image of [`prepare_batch`].

@@ -1,84 +1,94 @@
-//! DLPack capsules both ways. Export: over memory a Python object owns, either the unversioned
-//! `DLManagedTensor` (`dltensor`, what every DLPack consumer takes) or, for a consumer that asks
-//! for DLPack 1.x, `DLManagedTensorVersioned` (`dltensor_versioned`, which can say read-only);
-//! the capsule keeps the owner alive until the consumer calls the deleter, or until the capsule
-//! dies unconsumed. Import: the fields of a producer's capsule, read without consuming it.
+//! DLPack's structures, and capsules exported: over memory a Python object owns, either the
+//! unversioned `DLManagedTensor` (`dltensor`, what every DLPack consumer takes) or, for a
+//! consumer that asks for DLPack 1.x, `DLManagedTensorVersioned` (`dltensor_versioned`, which
+//! can say read-only); the capsule keeps the owner alive until the consumer calls the deleter,
+//! or until the capsule dies unconsumed. Other producers' capsules are read in `import`.
 
 use std::ffi::{CStr, c_void};
+use std::sync::Arc;
 
+use hetmem::backend::cuda::Stream;
+use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+
+use crate::memory::Memory;
+use crate::release::followed_stream;
+use crate::size::Int;
 
 /// DLPack's `DLDevice`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct DlDevice {
-    device_type: i32,
-    device_id: i32,
+pub(crate) struct DlDevice {
+    pub(crate) device_type: i32,
+    pub(crate) device_id: i32,
 }
 
 /// DLPack's `DLDataType`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct DlDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
+pub(crate) struct DlDataType {
+    pub(crate) code: u8,
+    pub(crate) bits: u8,
+    pub(crate) lanes: u16,
 }
 
 /// DLPack's `DLTensor`.
 #[repr(C)]
-struct DlTensor {
-    data: *mut c_void,
-    device: DlDevice,
-    ndim: i32,
-    dtype: DlDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
+pub(crate) struct DlTensor {
+    pub(crate) data: *mut c_void,
+    pub(crate) device: DlDevice,
+    pub(crate) ndim: i32,
+    pub(crate) dtype: DlDataType,
+    pub(crate) shape: *mut i64,
+    pub(crate) strides: *mut i64,
+    pub(crate) byte_offset: u64,
 }
 
 /// DLPack's `DLManagedTensor` (DLPack 0.x).
 #[repr(C)]
-struct DlManagedTensor {
-    dl_tensor: DlTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
+pub(crate) struct DlManagedTensor {
+    pub(crate) dl_tensor: DlTensor,
+    pub(crate) manager_ctx: *mut c_void,
+    pub(crate) deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
 }
 
 /// DLPack's `DLPackVersion`.
 #[repr(C)]
-struct DlPackVersion {
-    major: u32,
-    minor: u32,
+pub(crate) struct DlPackVersion {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
 }
 
 /// DLPack's `DLManagedTensorVersioned` (DLPack 1.x).
 #[repr(C)]
-struct DlManagedTensorVersioned {
-    version: DlPackVersion,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
-    flags: u64,
-    dl_tensor: DlTensor,
+pub(crate) struct DlManagedTensorVersioned {
+    pub(crate) version: DlPackVersion,
+    pub(crate) manager_ctx: *mut c_void,
+    pub(crate) deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
+    pub(crate) flags: u64,
+    pub(crate) dl_tensor: DlTensor,
 }
 
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write the memory.
-const FLAG_READ_ONLY: u64 = 1;
+pub(crate) const FLAG_READ_ONLY: u64 = 1;
 
 /// The DLPack version hetmem's versioned capsules declare.
-const VERSION: DlPackVersion = DlPackVersion { major: 1, minor: 0 };
+pub(crate) const VERSION: DlPackVersion = DlPackVersion { major: 1, minor: 0 };
 
 /// What a capsule's tensor points into, freed by its deleter.
 struct Context {
     shape: Vec<i64>,
     strides: Vec<i64>,
-    /// Keeps the memory alive; only dropped.
-    _owner: Py<PyAny>,
+    /// Keeps the memory alive; only dropped, after noting the consumer's stream.
+    memory: Py<Memory>,
+    /// The consumer's stream, when hetmem can follow it: the memory's release waits for the
+    /// work queued on it until the consumer's view died.
+    consumer: Option<Arc<Stream>>,
 }
 
-const NAME: &CStr = c"dltensor";
-const NAME_VERSIONED: &CStr = c"dltensor_versioned";
+pub(crate) const NAME: &CStr = c"dltensor";
+pub(crate) const NAME_VERSIONED: &CStr = c"dltensor_versioned";
 
 /// Drops a capsule's context, attached to the interpreter (consumers may call deleters from
 /// any thread), or leaks it while the interpreter is shutting down.
@@ -90,7 +100,12 @@ fn release_context(context: Box<Context>) {
         std::mem::forget(context);
         return;
     }
-    Python::attach(|_| drop(context));
+    Python::attach(|_| {
+        if let Some(stream) = &context.consumer {
+            context.memory.get().uses.note_stream(stream);
+        }
+        drop(context);
+    });
 }
 
 /// The unversioned tensor's deleter: called once, by the consumer or by the unconsumed capsule.
@@ -144,49 +159,128 @@ unsafe extern "C" fn destroy_versioned_capsule(capsule: *mut ffi::PyObject) {
     unsafe { delete_versioned(tensor) };
 }
 
-/// A capsule of the memory at `address` (owned by `owner`, kept alive until the consumer is
-/// done), on DLPack device `(device_type, device_id)`, with `shape` and `strides` in elements
-/// and the element type `(code, bits)`: `dltensor_versioned` (DLPack 1.0, flagged read-only
-/// when `readonly`) when `versioned`, else `dltensor` (which cannot say read-only, so a
-/// read-only export is refused by the Python layer before it gets here).
+/// DLPack's device types.
+pub(crate) const KDL_CPU: i32 = 1;
+const KDL_CUDA: i32 = 2;
+pub(crate) const KDL_CUDA_HOST: i32 = 3;
+
+/// DLPack type `(code, bits)` checked, with its element size (lanes are always 1 here).
+///
+/// # Errors
+/// A type code DLPack does not define, or a bit count that is not whole bytes.
+fn element_type(code: Int, bits: Int) -> PyResult<(u8, u8, usize)> {
+    // Int, UInt, Float, Bfloat, Complex, Bool.
+    let code = code
+        .value()
+        .and_then(|code| u8::try_from(code).ok())
+        .filter(|code| matches!(code, 0 | 1 | 2 | 4 | 5 | 6))
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "DLPack export: type code {code} is not one of DLPack's (0 int, 1 uint, 2 float, 4 bfloat, 5 \
+                 complex, 6 bool)"
+            ))
+        })?;
+    let bits = bits
+        .value()
+        .and_then(|bits| u8::try_from(bits).ok())
+        .filter(|bits| *bits != 0 && bits.is_multiple_of(8))
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "DLPack export: {bits}-bit elements; give whole bytes (8, 16, 32, 64 or 128 bits)"
+            ))
+        })?;
+    Ok((code, bits, usize::from(bits / 8)))
+}
+
+/// A capsule of `shape` elements of DLPack type `(code, bits)` from byte `offset` of `memory`
+/// (C-contiguous; checked to lie inside it), the host view (`kDLCPU`) or, with `cuda`, the
+/// mapped device view (`kDLCUDA`). The capsule keeps the memory alive until the consumer is
+/// done: `dltensor_versioned` (DLPack 1.0, flagged read-only for read-only memory) when
+/// `versioned`, else `dltensor`, which cannot say read-only, so read-only memory is refused
+/// unless `unflagged_readonly`: device views only, of a read-only window opened for it
+/// (`WindowedFile.window(..., unflagged_device_view=True)`, the data loader's), for a
+/// consumer that only reads; a GPU write to it faults the kernel (the memory is not changed)
+/// and leaves the CUDA context unusable.
+///
+/// `stream` is the consumer's, as `__dlpack__(stream=...)` gives it: `1` (the legacy default
+/// stream) and hetmem's own streams are followed (the memory's release waits for the work
+/// queued on them until the consumer's tensor died); any other value makes the release wait
+/// for the whole device. `0` is refused, as DLPack asks.
 #[pyfunction]
-#[pyo3(signature = (owner, address, device_type, device_id, shape, strides, code, bits, versioned = false, readonly = false))]
-#[allow(
-    clippy::too_many_arguments,
-    reason = "mirrors DLTensor's fields, called by hetmem's Python half only"
-)]
+#[pyo3(signature = (memory, offset, shape, code, bits, *, cuda = false, versioned = false, stream = None, unflagged_readonly = false))]
+#[allow(clippy::too_many_arguments, reason = "mirrors DLTensor's fields and __dlpack__'s keywords")]
 pub fn capsule(
     py: Python<'_>,
-    owner: Py<PyAny>,
-    address: u64,
-    device_type: i32,
-    device_id: i32,
-    shape: Vec<i64>,
-    strides: Vec<i64>,
-    code: u8,
-    bits: u8,
+    memory: Bound<'_, Memory>,
+    offset: Int,
+    shape: Vec<Int>,
+    code: Int,
+    bits: Int,
+    cuda: bool,
     versioned: bool,
-    readonly: bool,
+    stream: Option<Int>,
+    unflagged_readonly: bool,
 ) -> PyResult<Py<PyAny>> {
-    if shape.len() != strides.len() {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "DLPack export: {} dimensions but {} strides",
-            shape.len(),
-            strides.len()
-        )));
+    let held = memory.get();
+    let (code, bits, itemsize) = element_type(code, bits)?;
+    let range = held.range(offset, &shape, itemsize)?;
+    let readonly = held.host_range().2;
+    if unflagged_readonly && !cuda {
+        return Err(PyValueError::new_err(
+            "DLPack export: unflagged_readonly is for device views only (a CPU write to read-only host memory \
+             would crash the process)",
+        ));
     }
-    if readonly && !versioned {
-        return Err(pyo3::exceptions::PyBufferError::new_err(
+    if unflagged_readonly && readonly && !held.unflagged_device_view() {
+        return Err(PyBufferError::new_err(
+            "DLPack export: unflagged_readonly for a read-only window not opened for it: a GPU write through the \
+             unflagged (writable-looking) tensor would fault and lose the CUDA context; ask for max_version=(1, 0) \
+             for a capsule flagged read-only, or open the window with unflagged_device_view=True (what the data \
+             loader does) if the consumer only reads",
+        ));
+    }
+    if readonly && !versioned && !unflagged_readonly {
+        return Err(PyBufferError::new_err(
             "DLPack export: read-only memory in an unversioned capsule (DLPack 0.x has no read-only flag); \
              ask for max_version=(1, 0) or later",
         ));
     }
-    let ndim = i32::try_from(shape.len())
-        .map_err(|_| pyo3::exceptions::PyValueError::new_err("DLPack export: too many dimensions"))?;
-    let mut context = Box::new(Context { shape, strides, _owner: owner });
+    let (address, device) = if cuda {
+        let base = held.device_base()?;
+        let ordinal = held.device_ordinal_i32();
+        (base + range.offset as u64, DlDevice { device_type: KDL_CUDA, device_id: ordinal })
+    } else {
+        ((held.host_range().0 + range.offset) as u64, DlDevice { device_type: KDL_CPU, device_id: 0 })
+    };
+    // An int past 128 bits names no stream hetmem can follow, as any other unknown handle.
+    let stream = stream.map(|stream| stream.value().unwrap_or(i128::MAX));
+    if cuda && stream == Some(0) {
+        return Err(PyBufferError::new_err(
+            "DLPack export: stream 0 is ambiguous for CUDA, so DLPack forbids it; pass 1 for the legacy default \
+             stream, 2 for the per-thread one, or the stream's handle",
+        ));
+    }
+    let consumer = match (cuda, held.uses.cuda_device()) {
+        (true, Some(device)) => followed_stream(device, stream),
+        _ => None,
+    };
+    let shape_i64 = range
+        .shape
+        .iter()
+        .map(|&extent| i64::try_from(extent))
+        .collect::<Result<Vec<i64>, _>>()
+        .map_err(|_| PyValueError::new_err("DLPack export: an extent past DLPack's 64-bit range"))?;
+    let ndim = i32::try_from(shape_i64.len())
+        .map_err(|_| PyValueError::new_err("DLPack export: too many dimensions"))?;
+    let strides = range.strides_in_elements();
+    if consumer.is_none() {
+        held.uses.note_unknown();
+    }
+    let mut context =
+        Box::new(Context { shape: shape_i64, strides, memory: memory.clone().unbind(), consumer });
     let dl_tensor = DlTensor {
-        data: address as *mut c_void,
-        device: DlDevice { device_type, device_id },
+        data: std::ptr::with_exposed_provenance_mut::<c_void>(address as usize),
+        device,
         ndim,
         dtype: DlDataType { code, bits, lanes: 1 },
         // The vectors' heap blocks do not move when the box holding them does.
@@ -194,9 +288,9 @@ pub fn capsule(
         strides: context.strides.as_mut_ptr(),
         byte_offset: 0,
     };
+    let flags = if readonly && versioned { FLAG_READ_ONLY } else { 0 };
     let context = Box::into_raw(context).cast::<c_void>();
     let raw = if versioned {
-        let flags = if readonly { FLAG_READ_ONLY } else { 0 };
         let tensor = Box::into_raw(Box::new(DlManagedTensorVersioned {
             version: VERSION,
             manager_ctx: context,
@@ -232,81 +326,4 @@ pub fn capsule(
     }
     // SAFETY: `raw` is a new, owned reference (checked non-null above).
     Ok(unsafe { Bound::from_owned_ptr(py, raw) }.unbind())
-}
-
-/// What a producer's capsule describes, read without consuming it (the capsule stays the
-/// producer's: keeping it alive keeps the memory alive, and its destructor gives it back).
-#[pyclass(frozen, get_all, module = "hetmem._native")]
-#[derive(Debug)]
-pub struct TensorInfo {
-    /// The address of the first element (`data + byte_offset`).
-    address: u64,
-    device_type: i32,
-    device_id: i32,
-    shape: Vec<i64>,
-    /// In elements; None where the producer left them out (C-contiguous).
-    strides: Option<Vec<i64>>,
-    code: u8,
-    bits: u8,
-    lanes: u16,
-    /// Flagged read-only by a versioned producer.
-    readonly: bool,
-}
-
-/// Reads the tensor a `dltensor` or `dltensor_versioned` capsule describes, without consuming it.
-#[pyfunction]
-pub fn tensor_info(capsule: &Bound<'_, PyAny>) -> PyResult<TensorInfo> {
-    let raw = capsule.as_ptr();
-    // SAFETY: `raw` is a live object (borrowed from `capsule`); PyCapsule_IsValid accepts any
-    // object and sets no exception.
-    let unversioned = unsafe { ffi::PyCapsule_IsValid(raw, NAME.as_ptr()) } == 1;
-    // SAFETY: as above.
-    let versioned = unsafe { ffi::PyCapsule_IsValid(raw, NAME_VERSIONED.as_ptr()) } == 1;
-    let (tensor, flags) = if unversioned {
-        // SAFETY: a valid capsule of this name holds a DLManagedTensor (the DLPack contract).
-        let managed = unsafe { ffi::PyCapsule_GetPointer(raw, NAME.as_ptr()) }.cast::<DlManagedTensor>();
-        // SAFETY: as above; the tensor lives while the unconsumed capsule does.
-        (unsafe { &(*managed).dl_tensor }, 0)
-    } else if versioned {
-        // SAFETY: a valid capsule of this name holds a DLManagedTensorVersioned.
-        let managed = unsafe { ffi::PyCapsule_GetPointer(raw, NAME_VERSIONED.as_ptr()) }
-            .cast::<DlManagedTensorVersioned>();
-        // SAFETY: as above; the tensor lives while the unconsumed capsule does.
-        let managed = unsafe { &*managed };
-        if managed.version.major != VERSION.major {
-            return Err(pyo3::exceptions::PyBufferError::new_err(format!(
-                "DLPack import: a capsule of DLPack {}.{}; hetmem reads major version {}",
-                managed.version.major, managed.version.minor, VERSION.major
-            )));
-        }
-        (&managed.dl_tensor, managed.flags)
-    } else {
-        return Err(pyo3::exceptions::PyBufferError::new_err(
-            "DLPack import: not an unconsumed DLPack capsule (`dltensor` or `dltensor_versioned`); pass the \
-             object itself, not a capsule taken from it already",
-        ));
-    };
-    let ndim = usize::try_from(tensor.ndim)
-        .map_err(|_| pyo3::exceptions::PyBufferError::new_err("DLPack import: a negative ndim"))?;
-    let shape = if ndim == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: DLPack's contract: `shape` holds `ndim` extents, alive while the capsule is.
-        unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }.to_vec()
-    };
-    let strides = (!tensor.strides.is_null() && ndim > 0)
-        // SAFETY: DLPack's contract: a non-null `strides` holds `ndim` strides, alive while
-        // the capsule is.
-        .then(|| unsafe { std::slice::from_raw_parts(tensor.strides, ndim) }.to_vec());
-    Ok(TensorInfo {
-        address: (tensor.data as u64).wrapping_add(tensor.byte_offset),
-        device_type: tensor.device.device_type,
-        device_id: tensor.device.device_id,
-        shape,
-        strides,
-        code: tensor.dtype.code,
-        bits: tensor.dtype.bits,
-        lanes: tensor.dtype.lanes,
-        readonly: flags & FLAG_READ_ONLY != 0,
-    })
 }

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 use crate::device::Device;
 use crate::memory::Memory;
+use crate::size::Int;
 use crate::to_py_err;
 
 /// A file opened for windows (`hetmem::memory::WindowedFile`): each window maps a byte range
@@ -55,23 +56,50 @@ impl WindowedFile {
 
     /// Maps and registers the bytes `[offset, offset + nbytes)`; read-write (`MAP_SHARED`, so
     /// writes reach the file through the page cache) with `writable=True`.
-    #[pyo3(signature = (offset, nbytes, writable = false))]
-    fn window(&self, py: Python<'_>, offset: u64, nbytes: u64, writable: bool) -> PyResult<Memory> {
+    ///
+    /// `unflagged_device_view` (read-only windows only) lets the window's device view go out
+    /// in an unversioned DLPack capsule (`capsule(..., unflagged_readonly=True)`), which cannot
+    /// say read-only, for a consumer that only reads but takes no other kind (the data
+    /// loader's PyTorch view). The consumer's tensor then looks writable: a GPU write to it
+    /// faults the kernel (the file is not changed) and leaves the CUDA context unusable for
+    /// the rest of the process. Other windows are exported to device consumers only in
+    /// capsules flagged read-only.
+    #[pyo3(signature = (offset, nbytes, writable = false, unflagged_device_view = false))]
+    fn window(
+        &self,
+        py: Python<'_>,
+        offset: Int,
+        nbytes: Int,
+        writable: bool,
+        unflagged_device_view: bool,
+    ) -> PyResult<Memory> {
+        let (offset, nbytes) = window_range(offset, nbytes)?;
         let end = offset.checked_add(nbytes).ok_or_else(|| {
             pyo3::exceptions::PyValueError::new_err("file window: offset + nbytes overflows")
         })?;
-        let ordinal = self.device.get().inner.as_cuda().map(|cuda| cuda.ordinal());
         let memory = if writable {
             let mut window = py.detach(|| self.inner.window_mut::<u8>(offset..end)).map_err(to_py_err)?;
             let host_ptr = window.as_mut_slice().as_mut_ptr() as usize;
             let device_ptr = window.device_ptr();
-            Memory::from_window(Box::new(window), host_ptr, nbytes as usize, device_ptr, false)
+            Memory::from_window(Box::new(window), host_ptr, nbytes as usize, device_ptr, false, false)
         } else {
             let window = py.detach(|| self.inner.window::<u8>(offset..end)).map_err(to_py_err)?;
             let host_ptr = window.as_slice().as_ptr() as usize;
             let device_ptr = window.device_ptr();
-            Memory::from_window(Box::new(window), host_ptr, nbytes as usize, device_ptr, true)
+            Memory::from_window(
+                Box::new(window),
+                host_ptr,
+                nbytes as usize,
+                device_ptr,
+                true,
+                unflagged_device_view,
+            )
         };
-        Ok(memory.on_ordinal(ordinal))
+        Ok(memory.on_device(&self.device.get().inner))
     }
+}
+
+/// A window's offset and size from Python, checked (the window itself checks the file).
+fn window_range(offset: Int, nbytes: Int) -> PyResult<(u64, u64)> {
+    Ok((offset.size("file window offset")? as u64, nbytes.size("file window nbytes")? as u64))
 }

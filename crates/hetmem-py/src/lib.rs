@@ -1,17 +1,33 @@
 //! The native half of hetmem's Python package (`hetmem._native`): hetmem's devices, streams
-//! and memory (pinned, registered in place, file windows), DLPack capsules over them (and the
-//! reading of other producers' capsules), and the data loader's CPU pre-processing. The
-//! Python half (`python/hetmem/`) gives them shapes, dtypes, NumPy, DLPack and CUDA array
-//! interface views and the lend/reclaim rule; addresses cross into Python only as the integers
-//! those protocols carry.
+//! and memory (pinned, registered in place, file windows), the views over that memory (NumPy's
+//! and CUDA's array interfaces, DLPack capsules) and the reading of other producers' capsules,
+//! and the data loader's CPU pre-processing. The Python half (`python/hetmem/`) gives them
+//! shapes, dtypes and the lend/reclaim rule.
+//!
+//! Every function here is callable from Python, underscore or not, so none trusts what the
+//! Python half computed: no function takes an address (registration consumes the array's own
+//! DLPack capsule and pins what owns its memory, `owner`; views take an offset and a shape
+//! within a `Memory`, fixed in a frozen `View` that exports them), and every integer is
+//! checked here (`size`: negative values, products and sums that overflow, ranges that leave
+//! the memory). Addresses cross into Python only as the integers the protocols carry, for
+//! memory a `Memory` holds alive. A `Memory` waits for the GPU work that may use it before it
+//! lets its memory go (`release`), with the interpreter released (`attached`).
 
+mod attached;
 mod batch;
 mod device;
 mod dlpack;
 mod file;
+mod import;
 mod memory;
+mod owner;
 mod pool;
+mod register;
+mod release;
+mod size;
 mod stream;
+mod truncation;
+mod view;
 
 use pyo3::prelude::*;
 
@@ -39,12 +55,14 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<file::WindowedFile>()?;
     module.add_class::<pool::PinnedPool>()?;
     module.add_class::<stream::Stream>()?;
-    module.add_class::<dlpack::TensorInfo>()?;
+    module.add_class::<import::TensorInfo>()?;
+    module.add_class::<view::View>()?;
     module.add_function(wrap_pyfunction!(memory::pinned, module)?)?;
-    module.add_function(wrap_pyfunction!(memory::register, module)?)?;
+    module.add_function(wrap_pyfunction!(register::register, module)?)?;
     module.add_function(wrap_pyfunction!(dlpack::capsule, module)?)?;
-    module.add_function(wrap_pyfunction!(dlpack::tensor_info, module)?)?;
+    module.add_function(wrap_pyfunction!(import::tensor_info, module)?)?;
     module.add_function(wrap_pyfunction!(batch::prepare_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(truncation::check_file, module)?)?;
     module.add("page_size", hetmem::memory::page_size())?;
     Ok(())
 }

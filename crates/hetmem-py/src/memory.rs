@@ -1,29 +1,39 @@
 //! `Memory`: host memory hetmem made or registered, kept alive while Python (or a DLPack
-//! consumer) holds it.
+//! consumer) holds it, and let go only after the GPU work that may use it has finished.
 
 use std::any::Any;
-use std::ptr::NonNull;
+use std::mem::ManuallyDrop;
 
-use hetmem::{HostBuf, HostKind, PinOptions, RegisterOptions};
+use hetmem::{HostBuf, HostKind, PinOptions};
 use pyo3::prelude::*;
 
 use crate::device::Device;
-use crate::to_py_err;
+use crate::release::GpuUses;
+use crate::size::Int;
+use crate::view::Range;
+use crate::{HetmemError, to_py_err};
 
 /// Bytes of host memory that hetmem holds: pinned, registered in place, or a file window.
-/// Its addresses are what the buffer protocols (array interface, DLPack, CUDA array
-/// interface) hand to NumPy, PyTorch and CuPy; the memory lives as long as this object.
-/// Weak references to it let the Python layer find a live registration covering a page.
+/// Views of it (the array interface, the CUDA array interface, DLPack) are made here, in
+/// Rust, each checked to lie inside it; the memory lives as long as this object and every
+/// view. When it goes, it first waits for the GPU work that may still use it (see
+/// `release`), so a pooled block is not reused, a staged window not written back, and
+/// pinned memory not freed under a kernel.
 #[pyclass(frozen, weakref, module = "hetmem._native")]
 pub struct Memory {
-    /// The hetmem buffer (or window) that owns or pins the memory; only dropped.
-    _buffer: Box<dyn Any + Send + Sync>,
+    /// What owns or pins the memory (a hetmem buffer or window, or a registration's share):
+    /// only dropped, by `Drop`, after `uses` has been waited for.
+    holder: ManuallyDrop<Box<dyn Any + Send + Sync>>,
     host_ptr: usize,
     nbytes: usize,
     device_ptr: Option<u64>,
     device_ordinal: Option<usize>,
     readonly: bool,
+    /// A read-only window whose device view may go out in an unversioned capsule, which
+    /// cannot say read-only (see `WindowedFile.window`).
+    unflagged_device_view: bool,
     kind: &'static str,
+    pub(crate) uses: GpuUses,
 }
 
 impl std::fmt::Debug for Memory {
@@ -32,34 +42,83 @@ impl std::fmt::Debug for Memory {
     }
 }
 
+/// What a memory is, apart from what holds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    /// The CPU address of the first byte, taken from a mutable slice or a registration's
+    /// writable pointer where the memory is writable.
+    pub(crate) host_ptr: usize,
+    pub(crate) nbytes: usize,
+    pub(crate) device_ptr: Option<u64>,
+    pub(crate) readonly: bool,
+    pub(crate) kind: &'static str,
+}
+
+/// The name Python sees for a host buffer's kind.
+pub(crate) fn kind_name(kind: HostKind) -> &'static str {
+    match kind {
+        HostKind::Plain => "plain",
+        HostKind::DriverPinned => "pinned",
+        HostKind::Registered => "registered",
+    }
+}
+
 impl Memory {
-    pub(crate) fn from_host(mut buffer: HostBuf<u8>) -> Memory {
-        // Taken from the mutable slice: Python and GPU consumers write through it.
-        let host_ptr = buffer.as_mut_slice().as_mut_ptr() as usize;
-        let kind = match buffer.kind() {
-            HostKind::Plain => "plain",
-            HostKind::DriverPinned => "pinned",
-            HostKind::Registered => "registered",
-        };
+    /// Memory held by `holder`, described by `layout`, of `device`.
+    pub(crate) fn new(holder: Box<dyn Any + Send + Sync>, layout: Layout, device: &hetmem::Device) -> Memory {
         Memory {
-            host_ptr,
-            nbytes: buffer.len(),
-            device_ptr: buffer.device_ptr(),
-            device_ordinal: None,
-            readonly: false,
-            kind,
-            _buffer: Box::new(buffer),
+            holder: ManuallyDrop::new(holder),
+            host_ptr: layout.host_ptr,
+            nbytes: layout.nbytes,
+            device_ptr: layout.device_ptr,
+            device_ordinal: device.as_cuda().map(|cuda| cuda.ordinal()),
+            readonly: layout.readonly,
+            unflagged_device_view: false,
+            kind: layout.kind,
+            uses: GpuUses::new(device),
         }
     }
 
+    pub(crate) fn from_host(mut buffer: HostBuf<u8>, device: &hetmem::Device) -> Memory {
+        let layout = Layout {
+            // Taken from the mutable slice: Python and GPU consumers write through it.
+            host_ptr: buffer.as_mut_slice().as_mut_ptr() as usize,
+            nbytes: buffer.len(),
+            device_ptr: buffer.device_ptr(),
+            readonly: false,
+            kind: kind_name(buffer.kind()),
+        };
+        Memory::new(Box::new(buffer), layout, device)
+    }
+
+    /// A file window's memory, of no device until [`Memory::on_device`] says which;
+    /// `unflagged_device_view` only for a read-only window (see `WindowedFile.window`).
     pub(crate) fn from_window(
-        buffer: Box<dyn Any + Send + Sync>,
+        window: Box<dyn Any + Send + Sync>,
         host_ptr: usize,
         nbytes: usize,
         device_ptr: Option<u64>,
         readonly: bool,
+        unflagged_device_view: bool,
     ) -> Memory {
-        Memory { _buffer: buffer, host_ptr, nbytes, device_ptr, device_ordinal: None, readonly, kind: "file" }
+        Memory {
+            holder: ManuallyDrop::new(window),
+            host_ptr,
+            nbytes,
+            device_ptr,
+            device_ordinal: None,
+            readonly,
+            unflagged_device_view: readonly && unflagged_device_view,
+            kind: "file",
+            uses: GpuUses::none(),
+        }
+    }
+
+    /// The memory, belonging to `device`: its release waits for that device's work.
+    pub(crate) fn on_device(mut self, device: &hetmem::Device) -> Memory {
+        self.device_ordinal = device.as_cuda().map(|cuda| cuda.ordinal());
+        self.uses = GpuUses::new(device);
+        self
     }
 
     /// The host address of the first byte, the size in bytes, and whether it is read-only.
@@ -67,11 +126,64 @@ impl Memory {
         (self.host_ptr, self.nbytes, self.readonly)
     }
 
-    /// The memory, noted as mapped for CUDA device `ordinal` (None: the CPU backend).
-    pub(crate) fn on_ordinal(mut self, ordinal: Option<usize>) -> Memory {
-        self.device_ordinal = ordinal;
-        self
+    /// Whether this read-only window's device view may be exported in an unversioned capsule.
+    pub(crate) fn unflagged_device_view(&self) -> bool {
+        self.unflagged_device_view
     }
+
+    /// The hetmem buffer or window that holds the memory (`truncation` looks for windows).
+    pub(crate) fn owner(&self) -> &(dyn Any + Send + Sync) {
+        &**self.holder
+    }
+
+    /// The device address of the first byte, or an error naming why there is none.
+    pub(crate) fn device_base(&self) -> PyResult<u64> {
+        self.device_ptr.ok_or_else(|| {
+            HetmemError::new_err(
+                "no device view: the memory is not mapped for a GPU (the CPU backend, or made with mapped=False)",
+            )
+        })
+    }
+
+    /// The CUDA device ordinal as DLPack's `device_id` (0 on the CPU backend, which has no
+    /// device views).
+    pub(crate) fn device_ordinal_i32(&self) -> i32 {
+        self.device_ordinal.and_then(|ordinal| i32::try_from(ordinal).ok()).unwrap_or(0)
+    }
+
+    /// A checked range of this memory.
+    pub(crate) fn range(&self, offset: Int, shape: &[Int], itemsize: usize) -> PyResult<Range> {
+        Range::new(self.nbytes, offset, shape, itemsize)
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        // Waiting can take as long as the GPU's queued work, and letting the memory go (freeing
+        // or unregistering pinned memory, writing a staged window back) takes milliseconds:
+        // other Python threads run meanwhile. The holder's Python parts drop attached
+        // (`attached`).
+        let released = Python::try_attach(|py| py.detach(|| release(&self.uses, &mut self.holder)))
+            .unwrap_or_else(|| release(&self.uses, &mut self.holder));
+        if let Err(why) = released {
+            let message = format!(
+                "hetmem: {why}; the {} bytes of {} memory are leaked rather than released while GPU work may \
+                 still use them",
+                self.nbytes, self.kind
+            );
+            Python::try_attach(|py| HetmemError::new_err(message.clone()).write_unraisable(py, None))
+                .unwrap_or_else(|| eprintln!("{message}"));
+        }
+    }
+}
+
+/// Waits for the GPU work that may use the memory, then drops its holder; after a failed
+/// wait the holder is kept (leaked), since that work may still use the memory.
+fn release(uses: &GpuUses, holder: &mut ManuallyDrop<Box<dyn Any + Send + Sync>>) -> Result<(), String> {
+    uses.wait()?;
+    // SAFETY: called once, from drop, and `holder` is not used after it.
+    unsafe { ManuallyDrop::drop(holder) };
+    Ok(())
 }
 
 #[pymethods]
@@ -112,6 +224,10 @@ impl Memory {
     fn kind(&self) -> &'static str {
         self.kind
     }
+
+    fn __repr__(&self) -> String {
+        format!("hetmem._native.Memory(nbytes={}, kind={:?})", self.nbytes, self.kind)
+    }
 }
 
 /// `nbytes` zeroed bytes of pinned host memory (plain memory on the CPU backend).
@@ -120,42 +236,13 @@ impl Memory {
 pub fn pinned(
     py: Python<'_>,
     device: &Device,
-    nbytes: usize,
+    nbytes: Int,
     mapped: bool,
     portable: bool,
     write_combined: bool,
 ) -> PyResult<Memory> {
+    let nbytes = nbytes.size("pinned nbytes")?;
     let options = PinOptions { mapped, portable, write_combined, ..PinOptions::default() };
     let buffer = py.detach(|| HostBuf::<u8>::pinned(&device.inner, nbytes, options)).map_err(to_py_err)?;
-    Ok(Memory::from_host(buffer).on_ordinal(device.inner.as_cuda().map(|cuda| cuda.ordinal())))
-}
-
-/// Registers `nbytes` at `address`, memory that `owner` keeps alive, in place (the pages
-/// covering it are pinned). The Python layer takes `address` and `nbytes` from the owner's own
-/// array interface or DLPack capsule.
-#[pyfunction]
-#[pyo3(signature = (device, owner, address, nbytes, mapped = true, portable = false))]
-pub fn register(
-    py: Python<'_>,
-    device: &Device,
-    owner: Py<PyAny>,
-    address: usize,
-    nbytes: usize,
-    mapped: bool,
-    portable: bool,
-) -> PyResult<Memory> {
-    if address == 0 {
-        return Err(pyo3::exceptions::PyValueError::new_err("registration: a null address"));
-    }
-    let options = RegisterOptions { mapped, portable, ..RegisterOptions::default() };
-    let registered = py.detach(|| {
-        let ptr = NonNull::new(address as *mut u8).expect("checked non-null above");
-        // SAFETY: `address` and `nbytes` come from `owner`'s array interface or DLPack capsule
-        // (a C-contiguous, writable array in host memory): the bytes live while `owner` does, and `owner` moves into the
-        // buffer, which lets it go only after unregistering. A page already registered is
-        // refused by the driver.
-        unsafe { HostBuf::register_in_place(&device.inner, owner, ptr, nbytes, options) }
-    });
-    let buffer = registered.map_err(|failure| to_py_err(failure.error))?;
-    Ok(Memory::from_host(buffer).on_ordinal(device.inner.as_cuda().map(|cuda| cuda.ordinal())))
+    Ok(Memory::from_host(buffer, &device.inner))
 }

@@ -6,6 +6,7 @@ use pyo3::types::PyDict;
 
 use crate::device::Device;
 use crate::memory::Memory;
+use crate::size::Int;
 use crate::to_py_err;
 
 /// A pool of pinned host memory (`hetmem::PinnedPool`) within a byte budget: a buffer given
@@ -15,32 +16,37 @@ use crate::to_py_err;
 #[derive(Debug)]
 pub struct PinnedPool {
     inner: hetmem::PinnedPool,
-    ordinal: Option<usize>,
+    device: hetmem::Device,
 }
 
 #[pymethods]
 impl PinnedPool {
     /// A pool for `device` holding at most `budget_bytes` pinned.
     #[new]
-    fn new(device: &Device, budget_bytes: usize) -> PinnedPool {
-        let ordinal = device.inner.as_cuda().map(|cuda| cuda.ordinal());
-        PinnedPool { inner: hetmem::PinnedPool::new(&device.inner, budget_bytes), ordinal }
+    fn new(device: &Device, budget_bytes: Int) -> PyResult<PinnedPool> {
+        let budget_bytes = budget_bytes.size("pool budget_bytes")?;
+        Ok(PinnedPool {
+            inner: hetmem::PinnedPool::new(&device.inner, budget_bytes),
+            device: device.inner.clone(),
+        })
     }
 
     /// `nbytes` of pinned memory from the pool: a cached block of the size class when there
-    /// is one (holding what its last user left), else newly pinned (zeroed).
+    /// is one (holding what its last user left), else newly pinned (zeroed). A block goes
+    /// back to the pool only once the GPU work that may use it has finished (see `Memory`).
     #[pyo3(signature = (nbytes, mapped = true, portable = false, write_combined = false))]
     fn acquire(
         &self,
         py: Python<'_>,
-        nbytes: usize,
+        nbytes: Int,
         mapped: bool,
         portable: bool,
         write_combined: bool,
     ) -> PyResult<Memory> {
+        let nbytes = nbytes.size("pool acquire nbytes")?;
         let options = PinOptions { mapped, portable, write_combined, ..PinOptions::default() };
         let buffer = py.detach(|| self.inner.acquire::<u8>(nbytes, options)).map_err(to_py_err)?;
-        Ok(Memory::from_host(buffer).on_ordinal(self.ordinal))
+        Ok(Memory::from_host(buffer, &self.device))
     }
 
     /// The pool's counters: hits, misses, evictions, bytes_pinned, bytes_in_use,

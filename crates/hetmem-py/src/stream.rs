@@ -1,5 +1,7 @@
 //! `Stream`: a CUDA stream hetmem made, exported to PyTorch and CuPy by its handle.
 
+use std::sync::{Arc, Mutex, Weak};
+
 use pyo3::prelude::*;
 
 use crate::device::Device;
@@ -13,8 +15,19 @@ use crate::{HetmemError, to_py_err};
 #[pyclass(frozen, module = "hetmem._native")]
 #[derive(Debug)]
 pub struct Stream {
-    inner: hetmem::backend::cuda::Stream,
+    inner: Arc<hetmem::backend::cuda::Stream>,
     ordinal: usize,
+}
+
+/// hetmem's live streams, so that a DLPack consumer naming one by its handle
+/// (`__dlpack__(stream=s.handle)`) can be followed: a stream found here is alive, and the
+/// export holds it alive until the consumer's view dies.
+static LIVE: Mutex<Vec<Weak<hetmem::backend::cuda::Stream>>> = Mutex::new(Vec::new());
+
+/// The live stream of hetmem's whose handle is `handle`, if any.
+pub(crate) fn live_stream(handle: usize) -> Option<Arc<hetmem::backend::cuda::Stream>> {
+    let live = LIVE.lock().unwrap_or_else(|poison| poison.into_inner());
+    live.iter().filter_map(Weak::upgrade).find(|stream| stream.id() == handle)
 }
 
 #[pymethods]
@@ -28,7 +41,11 @@ impl Stream {
                 "no CUDA stream on the CPU backend ({why}): streams need a GPU; run where one is visible"
             )));
         };
-        let inner = hetmem::backend::cuda::Stream::new(cuda).map_err(|error| to_py_err(error.into()))?;
+        let inner =
+            Arc::new(hetmem::backend::cuda::Stream::new(cuda).map_err(|error| to_py_err(error.into()))?);
+        let mut live = LIVE.lock().unwrap_or_else(|poison| poison.into_inner());
+        live.retain(|stream| stream.strong_count() > 0);
+        live.push(Arc::downgrade(&inner));
         Ok(Stream { inner, ordinal: cuda.ordinal() })
     }
 

@@ -2,6 +2,7 @@
 and CuPy, writes seen from both sides. Skipped (visibly) without a GPU, PyTorch or CuPy; with
 HETMEM_REQUIRE_GPU=1 a missing GPU fails instead."""
 
+import gc
 import os
 
 import numpy as np
@@ -126,3 +127,162 @@ def test_a_read_only_window_exports_a_read_only_versioned_device_capsule(rng, tm
     assert info.address == window.device_ptr and info.shape == list(data.shape)
     with pytest.raises(BufferError, match="no read-only flag"):
         window.cuda().__dlpack__()
+
+
+# -- releases wait for the GPU work that may still use the memory --------------------------------
+# Each queues a long kernel (torch.cuda._sleep) and then a write through a view, drops every view
+# and the buffer at once, and checks that the release waited: the write is complete (its event
+# has fired) by the time the drop returns, and what is reused or written back holds its result.
+
+SLEEP_CYCLES = 2_000_000_000  # about a second at the H200's clock: far longer than a drop
+
+
+def queue_slow_fill(torch, tensor, value, stream=None):
+    """Queues a long sleep, then `tensor.fill_(value)`, on `stream` (default: the current one);
+    returns the event recorded after the fill."""
+    stream = stream or torch.cuda.current_stream()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        tensor.fill_(value)
+        done = torch.cuda.Event()
+        done.record(stream)
+    assert not done.query(), "the fill finished before the drop: lengthen SLEEP_CYCLES"
+    return done
+
+
+def consumer_streams(torch):
+    """The consumer streams hetmem follows differently: the default stream (DLPack stream 1,
+    followed by an event), a side stream of PyTorch's (not followed: the device), hetmem's own
+    stream (followed by an event)."""
+    own = hetmem.stream()
+    return {
+        "default": (lambda: torch.cuda.current_stream(), None),
+        "torch-side": (lambda: torch.cuda.Stream(), None),
+        "hetmem": (lambda: torch.cuda.ExternalStream(own.handle), own),
+    }
+
+
+@pytest.mark.parametrize("consumer", ["default", "torch-side", "hetmem"])
+def test_a_pooled_block_is_not_reused_while_a_kernel_still_writes_it(torch, consumer):
+    make_stream, keep = consumer_streams(torch)[consumer]
+    stream = make_stream()
+    pool = hetmem.PinnedPool(256 << 20)
+    buf = pool.acquire((16 << 20,), np.float32)
+    with torch.cuda.stream(stream):
+        gpu = torch.from_dlpack(buf.cuda())  # the consumer's stream goes to __dlpack__
+    done = queue_slow_fill(torch, gpu, 7.0, stream)
+    del gpu, buf
+    gc.collect()
+    assert done.query(), "the block went back to the pool while the kernel could still write it"
+    again = pool.acquire((16 << 20,), np.float32)
+    assert pool.stats()["hits"] == 1
+    assert (again.numpy() == 7.0).all()
+    del keep
+
+
+def test_a_pooled_block_seen_through_the_cuda_array_interface_waits_for_the_device(cupy):
+    pool = hetmem.PinnedPool(256 << 20)
+    buf = pool.acquire((16 << 20,), np.float32)
+    seen = cupy.asarray(buf.cuda())  # the interface names no consumer stream: the device is waited for
+    spin_then_fill = cupy.RawKernel(r"""
+        extern "C" __global__ void spin_then_fill(long long cycles, float* out, float value, long long n) {
+            long long start = clock64();
+            while (clock64() - start < cycles) {}
+            for (long long i = threadIdx.x; i < n; i += blockDim.x) out[i] = value;
+        }""", "spin_then_fill")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        spin_then_fill((1,), (256,), (np.int64(SLEEP_CYCLES), seen, np.float32(5.0), np.int64(seen.size)))
+        done = stream.record()
+    assert not done.done, "the kernel finished before the drop: lengthen SLEEP_CYCLES"
+    del seen, buf
+    gc.collect()
+    assert done.done, "the block went back to the pool while the kernel could still write it"
+    again = pool.acquire((16 << 20,), np.float32)
+    assert (again.numpy() == 5.0).all()
+
+
+def test_a_host_view_copied_asynchronously_is_not_reused_before_the_copy(torch, rng):
+    pool = hetmem.PinnedPool(256 << 20)
+    buf = pool.acquire((16 << 20,), np.float32)
+    values = rng.standard_normal(16 << 20).astype(np.float32)
+    buf.numpy()[...] = values
+    host = torch.from_dlpack(buf)  # a CPU tensor over pinned memory: PyTorch copies it asynchronously
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        device_copy = host.to("cuda", non_blocking=True)
+        done = torch.cuda.Event()
+        done.record(stream)
+    assert not done.query()
+    del host, buf
+    gc.collect()
+    assert done.query(), "the block went back to the pool while a copy engine could still read it"
+    reused = pool.acquire((16 << 20,), np.float32)
+    reused.numpy()[...] = 0.0  # the next user overwrites it: the copy has what was there before
+    np.testing.assert_array_equal(device_copy.cpu().numpy(), values)
+
+
+def test_a_staged_window_is_written_back_after_the_kernel(torch, tmp_path):
+    path = tmp_path / "data.bin"
+    np.zeros(16 << 20, np.float32).tofile(path)
+    window = hetmem.MappedFile(path, writable=True).window(0, (16 << 20,), np.float32, writable=True)
+    gpu = torch.from_dlpack(window.cuda())
+    done = queue_slow_fill(torch, gpu, 3.0)
+    del gpu, window
+    gc.collect()
+    assert done.query(), "the window was written back while the kernel could still write it"
+    assert (np.fromfile(path, np.float32) == 3.0).all()
+
+
+def test_pinned_memory_is_freed_only_after_the_kernel(torch):
+    buf = hetmem.pinned((16 << 20,), np.float32)
+    gpu = torch.from_dlpack(buf.cuda())
+    done = queue_slow_fill(torch, gpu, 1.0, torch.cuda.Stream())
+    del gpu, buf
+    gc.collect()
+    assert done.query(), "pinned memory was freed while the kernel could still write it"
+
+
+def test_a_device_view_from_a_lease_and_one_without(torch, rng):
+    # Both work; only the lease keeps host views off the memory while the GPU works.
+    values = rng.standard_normal(1 << 20).astype(np.float32)
+    buf = hetmem.register(values.copy())
+    stream = torch.cuda.Stream()
+    with buf.lend(stream) as view, torch.cuda.stream(stream):
+        torch.from_dlpack(view).mul_(2.0)
+        with pytest.raises(hetmem.LentError):
+            buf.numpy()
+    np.testing.assert_array_equal(buf.numpy(), values * 2.0)
+    outside = torch.from_dlpack(buf.cuda())  # outside the hand-off: host views stay available
+    outside.mul_(0.5)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(buf.numpy(), values)
+
+
+def test_registrations_racing_an_unregistration_of_their_pages_succeed(rng):
+    # Once: an entry whose last buffer was dying was skipped, and the new registration of the
+    # same page failed in the driver (ALREADY_REGISTERED), reported as pinned outside hetmem.
+    import threading
+
+    page = hetmem.page_size
+    backing = rng.integers(0, 255, size=3 * page, dtype=np.uint8)
+    start = -backing.ctypes.data % page
+    parts = [backing[start:start + 100], backing[start + 200:start + 300]]
+    errors = []
+
+    def churn(part):
+        try:
+            for _ in range(300):
+                buf = hetmem.register(part)
+                np.testing.assert_array_equal(buf.numpy(), part)
+                del buf
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=churn, args=(part,)) for part in parts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors

@@ -1,6 +1,7 @@
 """The binding on any machine (the CPU backend where there is no GPU): registration in place,
 pinned memory, file windows, host DLPack, and the lend rule."""
 
+import copy
 import gc
 import weakref
 
@@ -281,56 +282,83 @@ class DlpackOnly:
         return self._device
 
 
-def bfloat16_capsule(array):
-    """A bfloat16 capsule over a uint16 array's bits (NumPy cannot make one itself)."""
-    return lambda **_: hetmem._native.capsule(array, array.ctypes.data, 1, 0, list(array.shape),
-                                             [array.shape[1], 1], 4, 16)
-
-
-def test_register_takes_bfloat16_through_dlpack(rng):
-    bits = rng.integers(0, 2**16, size=(12, 34), dtype=np.uint16)
-    expected = bits.copy()
-    alive = weakref.ref(bits)
-    buf = hetmem.register(DlpackOnly(bits, bfloat16_capsule(bits)))
-    assert buf.dtype == hetmem.bfloat16 and buf.shape == (12, 34)
-    assert np.shares_memory(buf.numpy(), bits)
-    np.testing.assert_array_equal(buf.numpy(), expected)
-    exported = hetmem._native.tensor_info(buf.__dlpack__())
-    assert (exported.code, exported.bits, exported.shape) == (4, 16, [12, 34])
-    del bits
-    gc.collect()
-    assert alive() is not None  # the producer's capsule keeps its memory
-    del buf
-    gc.collect()
-    assert alive() is None
+def test_register_refuses_dlpack_producers_it_cannot_pin(rng):
+    # A capsule says nothing of what keeps its memory in place: only NumPy's and PyTorch's are
+    # taken, from those types' own methods, hetmem's own memory included.
+    array = random_array(rng, (20, 30), np.float32)
+    with pytest.raises(TypeError, match="a DlpackOnly is not an array in memory"):
+        hetmem.register(DlpackOnly(array))
+    memory = hetmem.pinned(4096)._memory
+    with pytest.raises(TypeError, match="not an array in memory"):
+        hetmem.register(DlpackOnly(None, lambda **_: hetmem._native.capsule(memory, 0, [12, 34], 4, 16)))
 
 
 @numpy_dlpack_1
-def test_register_takes_a_dlpack_producer_and_refuses_what_it_cannot_pin(rng):
+def test_the_native_registration_refuses_what_it_cannot_pin(rng):
     array = random_array(rng, (20, 30), np.float32)
-    buf = hetmem.register(DlpackOnly(array))
-    assert buf.dtype == np.float32 and np.shares_memory(buf.numpy(), array)
-    np.testing.assert_array_equal(buf.numpy(), array)
+    device = hetmem.device()
+    memory, info = hetmem._native.register(device, array)
+    assert (info.code, info.bits, info.shape) == (2, 32, [20, 30]) and memory.host_ptr == array.ctypes.data
     with pytest.raises(ValueError, match="not C-contiguous"):
-        hetmem.register(DlpackOnly(array[:, ::2]))
-    with pytest.raises(ValueError, match="not in host memory"):
-        hetmem.register(DlpackOnly(array, device=(2, 0)))
+        hetmem._native.register(device, array[:, ::2])
     readonly = array.copy()
     readonly.flags.writeable = False  # NumPy flags it read-only in a versioned capsule
     with pytest.raises(ValueError, match="read-only"):
-        hetmem.register(DlpackOnly(readonly))
+        hetmem._native.register(device, readonly)
+
+
+@pytest.mark.parametrize("dtype", [
+    np.dtype([("a", "<i4"), ("b", "<f4")]),
+    np.dtype([("x", "<u2", (3,)), ("y", ">f8")]),
+    np.dtype({"names": ["a"], "formats": ["<i4"], "offsets": [4], "itemsize": 12}),
+])
+def test_structured_dtypes_reach_numpy_as_themselves(rng, dtype):
+    # Once: NumPy saw them as opaque |V elements.
+    buf = hetmem.pinned(4 * dtype.itemsize).view(dtype)
+    view = buf.numpy()
+    assert view.shape == (4,) and view.dtype == dtype
+    # The array interface spells padding as fields of its own: the same layout.
+    seen = np.asarray(buf).dtype
+    assert seen.itemsize == dtype.itemsize
+    assert all(seen.fields[name][1] == offset for name, (_, offset) in dtype.fields.items())
+    name = dtype.names[0]
+    fresh = random_array(rng, view[name].shape, view[name].dtype)
+    view[name] = fresh
+    np.testing.assert_array_equal(buf.numpy()[name], fresh)
+    raw = buf.view(np.uint8).numpy().reshape(4, dtype.itemsize)
+    offset = dtype.fields[name][1]
+    np.testing.assert_array_equal(raw[:, offset:offset + fresh[0].nbytes].copy().view(fresh.dtype).reshape(fresh.shape),
+                                  fresh)
+
+
+def test_a_subarray_dtype_reaches_numpy_as_numpy_shows_it(rng):
+    buf = hetmem.pinned(24).view(np.dtype(("f4", (2,))))
+    assert buf.shape == (3,)
+    view = buf.numpy()
+    assert view.shape == (3, 2) and view.dtype == np.float32
+    fresh = random_array(rng, (3, 2), np.float32)
+    view[...] = fresh
+    np.testing.assert_array_equal(buf.view(np.float32).numpy(), fresh.reshape(-1))
+
+
+def test_a_dtype_the_array_interface_cannot_describe_is_refused_with_the_remedy():
+    overlapping = np.dtype({"names": ["a", "b"], "formats": ["<i4", "<i4"], "offsets": [0, 0], "itemsize": 4})
+    with pytest.raises(ValueError, match="overlapping or out-of-order fields"):
+        hetmem.pinned(8).view(overlapping)
 
 
 def test_register_a_torch_bfloat16_cpu_tensor(rng):
     torch = pytest.importorskip("torch")
-    values = torch.from_numpy(random_array(rng, (16, 40), np.float32)).to(torch.bfloat16)
+    bits = random_array(rng, (16, 40), np.int16)
+    # In shared memory, as registration needs (share_memory_ copies the NumPy array there).
+    values = torch.from_numpy(bits).view(torch.bfloat16).share_memory_()
     expected = values.clone()
     buf = hetmem.register(values)
     assert buf.dtype == hetmem.bfloat16 and buf.host_ptr == values.data_ptr()
     seen = torch.from_dlpack(buf)
     assert seen.dtype == torch.bfloat16 and seen.data_ptr() == values.data_ptr()
     assert torch.equal(seen, expected)
-    np.testing.assert_array_equal(buf.numpy(), expected.view(torch.int16).numpy().view(np.uint16))
+    np.testing.assert_array_equal(buf.numpy(), bits.view(np.uint16))
 
 
 def page_aligned_part(rng, pages):
@@ -350,16 +378,18 @@ def test_arrays_on_one_page_share_its_registration(rng):
     assert np.shares_memory(second.numpy(), second_array)
     if first.is_mapped:
         assert second.device_ptr - first.device_ptr == 200
-    registration = weakref.ref(first._memory)
+    across = backing[start + 50:start + hetmem.page_size + 10]  # page 0, where both lie, and page 1
     del first
     gc.collect()
-    assert registration() is not None  # the second keeps the pages registered
+    # The second keeps the page registered: an array overlapping it in part is still refused.
+    with pytest.raises(hetmem.HetmemError, match="overlap a live registration"):
+        hetmem.register(across)
     fresh = random_array(rng, 100, np.uint8)
     second.numpy()[...] = fresh
     np.testing.assert_array_equal(backing[start + 200:start + 300], fresh)
     del second
     gc.collect()
-    assert registration() is None
+    np.testing.assert_array_equal(hetmem.register(across).numpy(), backing[start + 50:start + hetmem.page_size + 10])
 
 
 def test_an_array_overlapping_a_registration_in_part_is_refused_with_the_remedy(rng):
@@ -412,3 +442,15 @@ def test_streams_need_a_gpu():
         pytest.skip("the CPU backend's behaviour")
     with pytest.raises(hetmem.HetmemError, match="CPU backend.*need a GPU"):
         hetmem.stream()
+
+
+def test_a_shallow_copy_of_a_buffer_shares_its_memory_and_lend_state(rng):
+    buf = hetmem.pinned((16,), np.int32)
+    twin = copy.copy(buf)
+    assert twin.host_ptr == buf.host_ptr and twin.shape == buf.shape and twin.dtype == buf.dtype
+    fresh = random_array(rng, 16, np.int32)
+    twin.numpy()[...] = fresh
+    np.testing.assert_array_equal(buf.numpy(), fresh)
+    with buf.lend():
+        with pytest.raises(hetmem.LentError):
+            twin.numpy()

@@ -1,6 +1,6 @@
 //! Speed of the CPU Gaussian (`gaussian_cpu`, the CPU backend) on 1080p and 4K frames, RGB
 //! and gray, 5x5 reflect-101, printed as one JSON object per case: the same cases and fields
-//! as `bench/peers/opencv_cpu.py`, which times `cv2.GaussianBlur` (issue 16 asks for >= 0.7x
+//! as `bench/peers/opencv_cpu.py`, which times `cv2.GaussianBlur` (the goal is >= 0.7x
 //! OpenCV's speed at the same thread count).
 //!
 //! The thread count is rayon's: set `RAYON_NUM_THREADS` to the count given to the peer's

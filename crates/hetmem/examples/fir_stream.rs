@@ -48,7 +48,8 @@ fn stage(taps: &[f32]) -> hetmem::Result<KernelStage> {
     let output = FrameLayout::samples(BLOCK, Element::F32)?;
     // SAFETY: fir(const float* x, float* y, const float* taps, u32 n, u32 t) takes these
     // parameters in this order; with n = BLOCK and t = TAPS it reads x[0..BLOCK + TAPS - 1) (the
-    // input's samples) and taps[0..TAPS) (the constant's), and writes y[0..BLOCK).
+    // input's samples) and taps[0..TAPS) (the constant, declared TAPS floats long), and writes
+    // y[0..BLOCK).
     let stage = unsafe {
         KernelStage::new(
             KernelCode::CudaC { name: "fir".into(), source: SOURCE.into() },
@@ -58,7 +59,7 @@ fn stage(taps: &[f32]) -> hetmem::Result<KernelStage> {
             vec![
                 Param::Input(0),
                 Param::Output(0),
-                Param::Constant(0),
+                Param::Constant { index: 0, bytes: TAPS * size_of::<f32>() },
                 Param::value(BLOCK as u32),
                 Param::value(TAPS as u32),
             ],

@@ -265,6 +265,27 @@ pub enum Error {
         /// What is wrong, from the format's parser.
         problem: String,
     },
+    /// A file no longer holds bytes that a mapping of it covers: it was truncated (or shrunk)
+    /// while hetmem mapped it. hetmem's own CPU loops over a mapping (copies, checksums,
+    /// operations' CPU paths, the loader's reads) check the file's size first and recover the
+    /// fault (SIGBUS) if it shrinks while they run; what they made of the missing bytes is
+    /// discarded. A window that faulted reads zeros past the file's end from then on: drop it.
+    #[error(
+        "{} no longer holds bytes {}..{} that hetmem maps: {detail}; remedy: do not truncate or \
+         rewrite a file in place while it is mapped (write a new file and rename it over the old \
+         one), then map it again",
+        path.as_ref().map_or_else(|| "a mapped file".to_string(), |path| path.display().to_string()),
+        range.start,
+        range.end
+    )]
+    FileTruncated {
+        /// The file, where the mapping knows it.
+        path: Option<std::path::PathBuf>,
+        /// The bytes of the file the access needed.
+        range: std::ops::Range<u64>,
+        /// What was found: the file's size now, or the fault.
+        detail: String,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {

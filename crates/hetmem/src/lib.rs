@@ -65,7 +65,9 @@ pub use backend::{BackendChoice, BackendKind, Device};
 pub use error::{
     BudgetKind, CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable,
 };
-pub use handoff::{CudarcView, CudarcViewMut, Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared};
+pub use handoff::{
+    CudarcHostMut, CudarcView, CudarcViewMut, Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared,
+};
 pub use memory::{
     Buffer, CachedWindow, Chunk, Chunked, DeviceBudget, DeviceBuf, Element, FileWindow, FileWindowMut,
     HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, PinnedBudget,

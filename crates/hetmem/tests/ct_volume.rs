@@ -1,4 +1,4 @@
-//! The CT computation (issue 14) on every backend: organ statistics, the masked Gaussian and
+//! The CT computation on every backend: organ statistics, the masked Gaussian and
 //! the maximum-intensity projection of fresh random volumes, with the HU volume and the label
 //! template each in device memory or mapped host memory, outputs poisoned, equal to the CPU
 //! reference (integers bit for bit, f32 within 1e-5 relative).
@@ -160,11 +160,13 @@ fn the_projection_equals_the_cpu_reference() {
         let mut rng = seeded("the_projection_equals_the_cpu_reference");
         let (shape, hu, _) = random_volume(&mut rng);
         let expected = mip_height_cpu(shape, &hu).unwrap();
-        let plain: Vec<i16> = (0..shape.depth * shape.width)
+        let plain: Vec<i16> = (0..shape.depth() * shape.width())
             .map(|i| {
-                (0..shape.height)
+                (0..shape.height())
                     .map(|y| {
-                        hu[(i / shape.width) * shape.height * shape.width + y * shape.width + i % shape.width]
+                        hu[(i / shape.width()) * shape.height() * shape.width()
+                            + y * shape.width()
+                            + i % shape.width()]
                     })
                     .max()
                     .unwrap()
@@ -185,14 +187,14 @@ fn a_phantom_reads_back_the_same_through_the_gpu_path() {
         let shape = VolumeShape::new(30, 64, 80).unwrap();
         let phantom = LabelledVolume::phantom(shape, fastrand::u64(..));
         let queue = Queue::new(device).unwrap();
-        let hu = queue.share(mapped(device, &phantom.hu));
-        let labels = queue.share(on_device(device, &phantom.labels));
+        let hu = queue.share(mapped(device, phantom.hu()));
+        let labels = queue.share(on_device(device, phantom.labels()));
         let window = HuWindow::new(-1000, 1000).unwrap();
         for organ in ct::Organ::ALL {
             let mut out = queue.lend(mapped(device, &vec![u64::from(POISON); STATS_WORDS]));
             ct::organ_stats(&queue, &hu, &labels, organ.label(), window, &mut out).unwrap();
             let got = OrganStats::from_words(out.reclaim().unwrap().as_slice()).unwrap();
-            assert_eq!(got, organ_stats_cpu(&phantom.hu, &phantom.labels, organ.label(), window).unwrap());
+            assert_eq!(got, organ_stats_cpu(phantom.hu(), phantom.labels(), organ.label(), window).unwrap());
             assert!(got.count > 0, "{}", organ.name());
         }
     });

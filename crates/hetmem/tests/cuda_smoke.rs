@@ -134,3 +134,52 @@ fn backend_errors_name_the_call_and_the_remedy() {
     small.download(&stream, &mut back).unwrap();
     assert_eq!(back, [7; 16]);
 }
+
+/// The legacy default stream, borrowed: an event recorded there marks the work launched on it
+/// (what the Python binding waits for when a DLPack consumer names `stream=1`), and dropping
+/// one handle to it leaves it usable.
+#[test]
+fn the_legacy_default_stream_is_borrowed_and_its_events_mark_its_work() {
+    const TEST: &str = "the_legacy_default_stream_is_borrowed_and_its_events_mark_its_work";
+    let Some(device) = cuda_device_or_skip(TEST) else { return };
+    let len = (1 << 22) + 13;
+    let x = random_words(len);
+    let ours = Stream::new(&device).unwrap();
+    let mut x_dev = DeviceAlloc::new(&device, len * 4).unwrap();
+    let mut y_dev = DeviceAlloc::new(&device, len * 4).unwrap();
+    x_dev.upload(&ours, bytemuck::cast_slice(&x)).unwrap();
+    ours.synchronize().unwrap();
+    let kernel = kernels::kernel(&device, &AFFINE, "affine_u32").unwrap();
+    for round in 0..2 {
+        y_dev.upload(&ours, &vec![POISON; len * 4]).unwrap();
+        ours.synchronize().unwrap();
+        let (a, b) = (fastrand::u32(..) | 1, fastrand::u32(..));
+        let expected: Vec<u32> = x.iter().map(|v| v.wrapping_mul(a).wrapping_add(b)).collect();
+        let legacy = Stream::legacy_default(&device).unwrap();
+        let (mut x_ptr, mut y_ptr, mut n, mut a_arg, mut b_arg) =
+            (x_dev.device_ptr(), y_dev.device_ptr(), len as u64, a, b);
+        let mut args = [
+            (&raw mut x_ptr).cast::<c_void>(),
+            (&raw mut y_ptr).cast(),
+            (&raw mut n).cast(),
+            (&raw mut a_arg).cast(),
+            (&raw mut b_arg).cast(),
+        ];
+        // SAFETY: the arguments match affine_u32(const u32*, u32*, u64, u32, u32) in order and
+        // type; both allocations hold `len` words and outlive the event's wait below.
+        unsafe { kernel.launch(&legacy, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
+        let done = Event::new(&device, false).unwrap();
+        done.record(&legacy).unwrap();
+        drop(legacy);
+        done.synchronize().unwrap();
+        // Read on another (non-blocking) stream, which orders nothing after the legacy one:
+        // only the event's wait makes the output complete here.
+        let mut y = vec![0u32; len];
+        y_dev.download(&ours, bytemuck::cast_slice_mut(&mut y)).unwrap();
+        assert_eq!(
+            first_mismatch(&y, &expected),
+            None,
+            "round {round}: the event fired before the kernel ended"
+        );
+    }
+}

@@ -6,14 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, HostSlice, LaunchConfig,
+    PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 use hetmem::backend::cuda::nvrtc;
 use hetmem::kernels::{DEFAULT_CHECK_ARCH, KernelSource};
 use hetmem::ops::{affine_u32, affine_u32_cpu};
 use hetmem::testing::{cuda_device_or_skip, nvrtc_or_skip};
-use hetmem::{CudarcView, CudarcViewMut, Device, HostBuf, Lent, MappedFile, PinOptions, Queue, Shared};
+use hetmem::{
+    CudarcHostMut, CudarcView, CudarcViewMut, Device, HostBuf, Lent, MappedFile, PinOptions, Queue, Shared,
+};
 
 use crate::support::{POISON, first_mismatch, random_words};
 
@@ -244,6 +247,61 @@ fn reclaiming_waits_for_a_cudarc_launch() {
 }
 
 #[test]
+fn reclaiming_waits_for_a_cudarc_copy_into_lent_host_memory() {
+    let Some(gpu) = gpu_or_skip("reclaiming_waits_for_a_cudarc_copy_into_lent_host_memory") else { return };
+    let run = gpu.setup();
+    let input = run.input();
+    let mut on_gpu = run.stream.alloc_zeros::<u32>(LEN).unwrap();
+    // Pinned memory that is not mapped: cudarc's copies need no device address for it.
+    let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
+    let mut host = HostBuf::<u32>::pinned(&gpu.device, LEN, unmapped).unwrap();
+    host.as_mut_slice().fill(POISON);
+    let mut lent = run.queue.lend(host);
+
+    // The copy is queued behind a kernel that spins SLOW_NANOS, so it is still pending when
+    // `memcpy_dtoh` returns: a reclaim that did not wait would find the poison.
+    let launched = Instant::now();
+    launch(
+        &gpu.slow_scale_add,
+        &run.stream,
+        &input.cudarc_view(&run.stream).unwrap(),
+        &mut on_gpu,
+        run.coefficients,
+        Some(SLOW_NANOS),
+    );
+    run.stream.memcpy_dtoh(&on_gpu, &mut lent.cudarc_host_mut(&run.stream).unwrap()).unwrap();
+    let host = lent.reclaim().unwrap();
+    let waited = launched.elapsed();
+    assert!(waited >= Duration::from_nanos(SLOW_NANOS), "reclaim returned {waited:?} after the launch began");
+    check("memcpy_dtoh into a lent HostBuf's host memory", host.as_slice(), &run.want);
+
+    // And the other way: cudarc reads the lent host memory into device memory.
+    let fresh = random_words(LEN);
+    let mut host = host;
+    host.as_mut_slice().copy_from_slice(&fresh);
+    let mut lent = run.queue.lend(host);
+    let copied = run.stream.clone_htod(&lent.cudarc_host_mut(&run.stream).unwrap()).unwrap();
+    check("clone_htod from a lent HostBuf", &run.stream.clone_dtoh(&copied).unwrap(), &fresh);
+    drop(lent.reclaim().unwrap());
+
+    // A host view is made only for the lease's own stream, and only of host memory.
+    let unrelated = gpu.ctx.new_stream().unwrap();
+    let mut lent = run.output();
+    let error = lent.cudarc_host_mut(&unrelated).unwrap_err().to_string();
+    assert!(error.contains("not the stream of the lease's queue"), "{error}");
+    let mut view = lent.cudarc_host_mut(&run.stream).unwrap();
+    assert_panics("other than its queue's", || {
+        let _ = unrelated.memcpy_dtoh(&on_gpu, &mut view);
+    });
+    drop(view);
+    drop(lent.reclaim().unwrap());
+    let mut device = run.queue.lend(hetmem::DeviceBuf::<u32>::new(&gpu.device, 64).unwrap());
+    let error = device.cudarc_host_mut(&run.stream).unwrap_err().to_string();
+    assert!(error.contains("no host memory"), "{error}");
+    drop(input.reclaim().unwrap());
+}
+
+#[test]
 fn a_lease_is_used_by_cudarc_on_its_queue_s_stream_only() {
     let Some(gpu) = gpu_or_skip("a_lease_is_used_by_cudarc_on_its_queue_s_stream_only") else { return };
     let run = gpu.setup();
@@ -386,6 +444,9 @@ fn views_are_refused_on_the_cpu_backend_by_name() {
     let shared = cpu_queue.share(HostBuf::<u32>::pinned(&cpu, 3, PinOptions::default()).unwrap());
     let error = shared.cudarc_view(&stream).unwrap_err().to_string();
     assert!(error.contains("CPU backend"), "{error}");
+    let mut lent = cpu_queue.lend(HostBuf::<u32>::pinned(&cpu, 3, PinOptions::default()).unwrap());
+    let error = lent.cudarc_host_mut(&stream).unwrap_err().to_string();
+    assert!(error.contains("CPU backend"), "{error}");
     let error = cpu_queue.cudarc_stream(&gpu.ctx).unwrap_err().to_string();
     assert!(error.contains("CPU backend"), "{error}");
 
@@ -410,13 +471,21 @@ fn the_interop_kernels_compile() {
     }
 }
 
-/// The views' types name what cudarc may do with them: both read, only the `Lent`'s writes.
+/// The views' types name what cudarc may do with them: both read, only the `Lent`'s writes;
+/// a lent buffer's host view is host memory for cudarc's copies.
 #[allow(dead_code, reason = "checked by the compiler, never run")]
-fn views_implement_cudarc_s_traits(read: CudarcView<'_, u32>, write: CudarcViewMut<'_, u32>) {
+fn views_implement_cudarc_s_traits(
+    read: CudarcView<'_, u32>,
+    write: CudarcViewMut<'_, u32>,
+    host: CudarcHostMut<'_, u32>,
+) {
     fn reads(_: &impl DevicePtr<u32>) {}
     fn writes(_: &mut impl DevicePtrMut<u32>) {}
+    fn host_memory(_: &mut impl HostSlice<u32>) {}
     let mut write = write;
+    let mut host = host;
     reads(&read);
     reads(&write);
     writes(&mut write);
+    host_memory(&mut host);
 }

@@ -240,6 +240,10 @@ fn resident_kernel_rules(device: &Device) {
     // H200 when kernels compiled slowly (an empty kernel cache).
     let big_bytes = (gpu.total_memory() / 8).clamp(512 << 20, 8 << 30);
     let big = DeviceBuf::<u8>::new(device, big_bytes as usize).unwrap();
+    // Another open of the same device (a library of its own, a second `CudaDevice::open`) must
+    // see the doorbell too.
+    let other_open = Device::Cuda(hetmem::backend::cuda::CudaDevice::open(gpu.ordinal()).unwrap());
+    let big_elsewhere = DeviceBuf::<u8>::new(&other_open, big_bytes as usize).unwrap();
     let bell = Doorbell::start(device, 4).unwrap();
     let free_before = gpu.memory_info().unwrap().0;
     drop(big);
@@ -254,6 +258,17 @@ fn resident_kernel_rules(device: &Device) {
     }
     let refused = gpu.synchronize().unwrap_err().to_string();
     assert!(refused.contains("cuCtxSynchronize") && refused.contains("shut it down"), "{refused}");
+    let refused = other_open.as_cuda().unwrap().synchronize().unwrap_err().to_string();
+    assert!(
+        refused.contains("cuCtxSynchronize"),
+        "another open of the device waited for the doorbell: {refused}"
+    );
+    drop(big_elsewhere);
+    let free_deferred_elsewhere = gpu.memory_info().unwrap().0;
+    assert!(
+        free_deferred_elsewhere < free_deferred + big_bytes / 2,
+        "a free through another open ran while the doorbell ran: {free_deferred} -> {free_deferred_elsewhere}"
+    );
     // Allocating, pinning, launching and copying on another queue go on meanwhile.
     let queue = Queue::new(device).unwrap();
     let data = random_words(1 << 20);
@@ -274,9 +289,10 @@ fn resident_kernel_rules(device: &Device) {
     bell.shutdown().unwrap();
     // The deferred frees ran at shutdown.
     let free_after = gpu.memory_info().unwrap().0;
+    // Both buffers, each allowed half its size of noise.
     assert!(
-        free_after >= free_deferred + big_bytes / 2,
-        "the deferred free did not run at shutdown: {free_deferred} -> {free_after} bytes free"
+        free_after >= free_deferred_elsewhere + big_bytes,
+        "the deferred frees did not run at shutdown: {free_deferred_elsewhere} -> {free_after} bytes free"
     );
     gpu.synchronize().unwrap();
     hetmem::kernels::kernel(gpu, &NOT_YET_LOADED, "not_yet_loaded").unwrap();

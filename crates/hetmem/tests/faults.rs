@@ -347,3 +347,75 @@ fn a_kernel_that_really_faults_loses_the_context_and_nothing_else() {
         || a_real_trap(&gpu()),
     );
 }
+
+/// A registration in pieces that fails after its first piece while a resident kernel runs
+/// cannot unregister that piece until the kernel ends: the memory it covers must be kept (not
+/// handed back, not freed) until then, and freed once the release has run.
+#[test]
+fn a_registration_failing_part_way_beside_a_resident_kernel_keeps_its_memory_until_unregistered() {
+    const TEST: &str =
+        "a_registration_failing_part_way_beside_a_resident_kernel_keeps_its_memory_until_unregistered";
+    if child_role().is_none() && hetmem::testing::cuda_device_or_skip(TEST).is_none() {
+        return;
+    }
+    in_child(TEST, "partial-registration", partial_registration);
+}
+
+fn partial_registration() {
+    use std::ptr::NonNull;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use hetmem::resident::Gate;
+    use hetmem::{PageBox, RegisterOptions};
+
+    /// Memory that says when it is freed.
+    struct Owner {
+        _memory: PageBox<u8>,
+        freed: Arc<AtomicBool>,
+    }
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.freed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    let device = gpu();
+    let queue = Queue::new(&device).unwrap();
+    let gate = Gate::new(&queue).unwrap();
+    gate.launch().unwrap();
+    gate.wait_started();
+
+    let bytes = 4 << 20;
+    let mut memory = PageBox::<u8>::zeroed(bytes).unwrap();
+    let ptr = NonNull::new(memory.as_mut_ptr()).unwrap();
+    let freed = Arc::new(AtomicBool::new(false));
+    let owner = Owner { _memory: memory, freed: Arc::clone(&freed) };
+    // The first registration check is the call's own, the second comes before its second piece.
+    faults::arm(FaultPoint::Registration, 2, FaultKind::Transient);
+    let options = RegisterOptions { max_piece_bytes: 1 << 20, ..RegisterOptions::default() };
+    // SAFETY: `owner` owns the page-aligned `bytes` at `ptr` (a PageBox does not move its
+    // memory) and moves into the call.
+    let failure =
+        unsafe { HostBuf::<u8>::register_in_place(&device, owner, ptr, bytes, options) }.unwrap_err();
+    assert!(failure.to_string().contains("injected"), "{failure}");
+    assert!(failure.memory.is_none(), "memory handed back while a piece of it is still registered");
+    drop(failure);
+    assert!(!freed.load(Ordering::SeqCst), "memory freed while a piece of it is still registered");
+
+    // The kernel let go, the deferred unregistration runs, and the memory goes with it.
+    gate.open();
+    assert!(freed.load(Ordering::SeqCst), "memory kept after its registration was undone");
+    drop(gate);
+    faults::clear();
+
+    // Without a resident kernel the same failure hands the memory back at once.
+    let mut memory = PageBox::<u8>::zeroed(bytes).unwrap();
+    let ptr = NonNull::new(memory.as_mut_ptr()).unwrap();
+    faults::arm(FaultPoint::Registration, 2, FaultKind::Transient);
+    // SAFETY: as above.
+    let failure =
+        unsafe { HostBuf::<u8>::register_in_place(&device, memory, ptr, bytes, options) }.unwrap_err();
+    assert!(failure.memory.is_some(), "no resident kernel: the memory comes back");
+    println!("a registration failing part-way kept its memory until its first piece was unregistered");
+}

@@ -255,4 +255,11 @@ fn malformed_safetensors_are_refused_with_the_problem() {
         assert!(matches!(error, Error::MalformedFile { .. }), "{name}: {text}");
         assert!(text.contains(expected) && text.contains(name), "{name}: {text}");
     }
+    // A header as long as a (sparse) file claims is not read into memory past the format's
+    // limit.
+    let path = dir.path().join("huge-header.safetensors");
+    std::fs::write(&path, 200_000_000u64.to_le_bytes()).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(200_000_008).unwrap();
+    let text = SafetensorsHeader::read(&path).unwrap_err().to_string();
+    assert!(text.contains("200000000-byte header") && text.contains("100000000 bytes"), "{text}");
 }

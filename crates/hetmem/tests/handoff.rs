@@ -329,9 +329,9 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     let ptr = memory.as_mut_ptr();
     let flags = RegisterFlags { device_map: true, ..RegisterFlags::default() };
     // SAFETY: `memory` outlives both registrations (dropped at the end of the test).
-    let first = unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX) }.unwrap();
+    let first = unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX, ()) }.unwrap();
     // SAFETY: as above; the driver refuses this second registration.
-    match unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX) } {
+    match unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX, ()) }.map_err(|f| f.error) {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.name, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED");
             assert!(error.to_string().contains("already registered"), "{error}");
@@ -350,7 +350,9 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     #[allow(clippy::as_ptr_cast_mut, reason = "a read-only mapping, registered to be read only")]
     let start = map.as_ptr().cast_mut();
     // SAFETY: `map` outlives the attempt; the driver refuses it.
-    match unsafe { Registration::register(&gpu, start, map.len(), flags, usize::MAX) } {
+    match unsafe { Registration::register(&gpu, start, map.len(), flags, usize::MAX, ()) }
+        .map_err(|f| f.error)
+    {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.name, "CUDA_ERROR_INVALID_VALUE");
             assert!(error.to_string().contains("read-only flag"), "{error}");
@@ -359,7 +361,7 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     }
     let read_only = RegisterFlags { read_only: true, ..flags };
     // SAFETY: as above; with the read-only flag it succeeds.
-    let registered = unsafe { Registration::register(&gpu, start, map.len(), read_only, usize::MAX) };
+    let registered = unsafe { Registration::register(&gpu, start, map.len(), read_only, usize::MAX, ()) };
     assert!(registered.is_ok(), "{registered:?}");
 }
 

@@ -217,7 +217,7 @@ fn closing_wakes_a_waiting_producer_and_ends_the_stream_after_the_last_frame() {
     assert!(matches!(ring.next_output(), Err(Error::RingClosed)));
 }
 
-/// Issue 6, async completions: a task awaits each frame without blocking its runtime's only
+/// Async completions: a task awaits each frame without blocking its runtime's only
 /// thread, whether the frame is still on the GPU (a fence through the poller) or not yet
 /// submitted (woken by the producer).
 #[test]
@@ -287,7 +287,7 @@ fn frames_can_be_awaited_in_order() {
 fn a_ring_refuses_what_the_filter_refuses() {
     let cpu = crate::support::cpu_device();
     let tiny = FrameFormat::new(7, 3, PixelLayout::Rgb).unwrap();
-    // A kernel wider than the frame is no reason to refuse: its borders fold (issue 11).
+    // A kernel wider than the frame is no reason to refuse: its borders fold.
     let wide = Gaussian::new(Some(9), None, Border::Reflect101).unwrap();
     assert!(FrameRing::new(&cpu, Strategy::Auto, tiny, &wide, RingOptions::default()).is_ok());
     let kernel = Gaussian::new(None, None, Border::Reflect101).unwrap();

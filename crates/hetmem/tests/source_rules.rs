@@ -15,7 +15,7 @@ fn rust_files(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
 
 /// A pointer the CPU or the GPU writes through must come from the owner (`as_mut_ptr`, the
 /// allocation), never from a shared slice: `as_ptr().cast_mut()` once gave registered memory
-/// a read-only provenance that later writes violated (issue 11). clippy's `as_ptr_cast_mut`
+/// a read-only provenance that later writes violated. clippy's `as_ptr_cast_mut`
 /// catches `as *mut` casts but not `.cast_mut()`, hence this scan. A read-only use carries
 /// `#[allow(clippy::as_ptr_cast_mut, reason = ...)]` on the line before.
 #[test]
@@ -50,4 +50,29 @@ fn no_written_pointer_comes_from_a_shared_slice() {
         }
     }
     assert!(offences.is_empty(), "pointers cast to *mut from as_ptr():\n{}", offences.join("\n"));
+}
+
+/// The driver leaves pinned memory unwritten, and a reference over bytes never written (an
+/// `&AtomicU32` over a flag word, a slice) is undefined behaviour: above the backend, pinned
+/// memory is allocated zeroed (`PinnedAlloc::zeroed`), never with the bare `PinnedAlloc::new`.
+#[test]
+fn pinned_memory_is_zeroed_before_anything_refers_to_it() {
+    // The library only: hetmem-bench times the bare driver call, and never reads what it made.
+    let mut files = Vec::new();
+    rust_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    assert!(files.len() > 20, "found only {} files", files.len());
+    let bare = ["PinnedAlloc::", "new("].concat();
+    let offences: Vec<String> = files
+        .iter()
+        .filter(|file| !file.ends_with("backend/cuda/host.rs"))
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            text.lines()
+                .enumerate()
+                .filter(|(_, line)| line.split("//").next().unwrap_or("").contains(&bare))
+                .map(|(at, line)| format!("{}:{}: {}", file.display(), at + 1, line.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(offences.is_empty(), "pinned memory allocated without zeroing:\n{}", offences.join("\n"));
 }

@@ -1,4 +1,4 @@
-//! Users' own stages through the filter, the ring and the fan-out (issue 12): a user kernel
+//! Users' own stages through the filter, the ring and the fan-out: a user kernel
 //! with several buffers, padded 16-bit planes and constant data, and CPU closures, by every
 //! strategy, each result equal to the CPU closure's on fresh random data, outputs poisoned.
 
@@ -43,6 +43,9 @@ extern "C" __global__ void mix(const unsigned char* in, unsigned char* out, unsi
 }
 "#;
 
+/// The bytes of the LUT `mix` reads: 1024 u16.
+const LUT_BYTES: usize = 1024 * 2;
+
 /// A LUT of 1024 random u16.
 fn lut() -> Vec<u16> {
     let mut rng = fastrand::Rng::new();
@@ -85,7 +88,7 @@ fn mix_params(key: u16) -> Vec<Param> {
         Param::Input(0),
         Param::Output(0),
         Param::Output(1),
-        Param::Constant(0),
+        Param::Constant { index: 0, bytes: LUT_BYTES },
         Param::value(WIDTH as u32),
         Param::value(HEIGHT as u32),
         Param::value(PITCH as u32),
@@ -99,7 +102,7 @@ fn mix_stage(lut: &[u16], key: u16) -> KernelStage {
     // SAFETY: mix(const u8*, u8*, u32*, const u16*, u32, u32, u32, u16) takes these parameters
     // in order; block y < HEIGHT reads row y of the input (y * PITCH + 2 * WIDTH bytes, inside
     // the plane), writes the same bytes of output 0 and word y of output 1 (HEIGHT words), and
-    // reads lut[0..1024) (the constant's 2048 bytes, indexed by v >> 6 < 1024).
+    // reads lut[0..1024) (the constant's LUT_BYTES, indexed by v >> 6 < 1024).
     let stage = unsafe {
         KernelStage::new(
             KernelCode::CudaC { name: "mix".into(), source: SOURCE.into() },

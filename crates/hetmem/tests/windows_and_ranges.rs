@@ -1,4 +1,4 @@
-//! File windows, buffer ranges and budgets end to end (issue 13): a kernel (or the CPU path on
+//! File windows, buffer ranges and budgets end to end: a kernel (or the CPU path on
 //! the CPU backend) reads a window at an offset, writes a read-write window that then reaches
 //! the file, processes a buffer chunk by chunk with several chunks lent at once, and streams a
 //! working set several times a device budget through it. Each test runs on the CPU backend and,

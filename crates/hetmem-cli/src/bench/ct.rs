@@ -31,9 +31,9 @@ pub fn tables(report: &CtReport) -> Vec<Table> {
             if report.smoothing { " + masked Gaussian + projection" } else { " + projection" },
             report.device,
             report.volume_kind,
-            study.depth,
-            study.height,
-            study.width,
+            study.depth(),
+            study.height(),
+            study.width(),
             "label template u8",
             report.studies
         ),
@@ -124,15 +124,15 @@ pub fn volume_files(dir: &Path) -> [PathBuf; 3] {
 pub fn write_volume(run: &CtRun, dir: &Path, outputs: &Outputs) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let [hu, labels, meta] = volume_files(dir);
-    let shape = run.phantom.shape;
-    let hu_bytes: Vec<u8> = run.phantom.hu.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let shape = run.phantom.shape();
+    let hu_bytes: Vec<u8> = run.phantom.hu().iter().flat_map(|v| v.to_le_bytes()).collect();
     outputs.write(&hu, hu_bytes)?;
-    outputs.write(&labels, &run.phantom.labels)?;
-    let windows: Vec<[i16; 2]> = run.report.windows.iter().map(|w| [w.lo, w.hi]).collect();
+    outputs.write(&labels, run.phantom.labels())?;
+    let windows: Vec<[i16; 2]> = run.report.windows.iter().map(|w| [w.lo(), w.hi()]).collect();
     let organs: Vec<u8> = hetmem::ops::ct::Organ::ALL.iter().map(|o| o.label()).collect();
     let stats: Vec<Vec<u64>> = run.stats.iter().map(|s| s.to_words()).collect();
     let json = serde_json::json!({
-        "depth": shape.depth, "height": shape.height, "width": shape.width, "studies": run.report.studies,
+        "depth": shape.depth(), "height": shape.height(), "width": shape.width(), "studies": run.report.studies,
         "windows": windows, "organs": organs, "bins": hetmem::ops::ct::HISTOGRAM_BINS,
         "stats_words": "count, sum (two's complement u64), sum of squares, then the histogram",
         "expected_stats": stats,
@@ -211,13 +211,13 @@ pub fn read_scan(volume: &Path, labels: &Path, shape: Option<&str>) -> anyhow::R
         bail!(
             "{} is {}x{}x{} but its labels {} are {}x{}x{}: give the template made for this volume",
             volume.display(),
-            hu_shape.depth,
-            hu_shape.height,
-            hu_shape.width,
+            hu_shape.depth(),
+            hu_shape.height(),
+            hu_shape.width(),
             labels.display(),
-            labels_shape.depth,
-            labels_shape.height,
-            labels_shape.width
+            labels_shape.depth(),
+            labels_shape.height(),
+            labels_shape.width()
         );
     }
     Ok(Scan {

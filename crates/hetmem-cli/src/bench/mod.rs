@@ -122,7 +122,7 @@ enum What {
         #[arg(long, value_delimiter = ',', default_value = "gaussian", requires = "pipelined")]
         stage: Vec<pipeline::StageChoice>,
     },
-    /// The CT case (issue 14): per-organ statistics over a sweep of HU windows, a masked
+    /// The CT case: per-organ statistics over a sweep of HU windows, a masked
     /// Gaussian of the liver and a maximum-intensity projection of a generated 512x512x300
     /// phantom, with the volume and the template copied per pass, mapped, hybrid (template in
     /// device memory) and placed by hetmem's placement, against the CPU; seconds per study.

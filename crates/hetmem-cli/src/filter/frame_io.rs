@@ -2,7 +2,7 @@
 //! the ring's frame memory, split over several threads where the endpoint is a regular file.
 //!
 //! An 8K 4:2:0 frame is 50 MB; at 60 frames/s that is 3 GB/s in and 3 GB/s out, more than one
-//! thread copies between the page cache and memory (issue 13, item 7: the single-threaded
+//! thread copies between the page cache and memory (the single-threaded
 //! reader and writer held 8K file to file at 42 frames/s while the GPU filtered 363). So a
 //! regular file is read and written by position (`pread`/`pwrite`): each frame's bytes are
 //! split into chunks that threads move at once, straight into (or out of) the ring's slot,

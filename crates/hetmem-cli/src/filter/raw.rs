@@ -37,7 +37,7 @@ pub enum PixFmt {
 }
 
 impl PixFmt {
-    const ALL: [PixFmt; 4] = [PixFmt::Gray, PixFmt::Rgb24, PixFmt::Yuv420p, PixFmt::Nv12];
+    pub(super) const ALL: [PixFmt; 4] = [PixFmt::Gray, PixFmt::Rgb24, PixFmt::Yuv420p, PixFmt::Nv12];
 
     fn name(self) -> &'static str {
         match self {

@@ -1,5 +1,5 @@
 //! Property tests of the two readers of untrusted bytes, the Y4M reader and the image decode
-//! path (issue 11): arbitrary bytes, and valid files with bytes flipped, inserted or deleted
+//! path: arbitrary bytes, and valid files with bytes flipped, inserted or deleted
 //! and the sizes in their headers changed to zero or huge values, never panic, and never
 //! allocate more than the pixel cap allows.
 //!

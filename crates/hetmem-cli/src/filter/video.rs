@@ -129,9 +129,9 @@ pub(super) fn filter(
 ) -> anyhow::Result<Report> {
     let (input, output) = (job.input.to_string(), job.output.to_string());
     let Video { format, container, pixels, mut warnings } = video;
-    let (width, height) = (format.width, format.height);
+    let (width, height) = (format.width(), format.height());
     let what = || format!("cannot filter {input} ({width}x{height} {pixels})");
-    let kernel = job.kernel_for(format.sample).with_context(what)?;
+    let kernel = job.kernel_for(format.sample()).with_context(what)?;
     let packing = container.packing();
     // Frames declare no size of their own: the ring's slots, allocated once, after this check,
     // hold every frame.
@@ -222,8 +222,8 @@ pub(super) fn filter(
         format: format!("{} {pixels}", container.name()),
         width,
         height,
-        layout: format.layout,
-        sample: format.sample,
+        layout: format.layout(),
+        sample: format.sample(),
         strategy: ring.strategy(),
         warnings,
     };
@@ -244,7 +244,7 @@ fn build_ring(
     pixels: &str,
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<FrameRing<GaussianStage>> {
-    let (width, height) = (format.width, format.height);
+    let (width, height) = (format.width(), format.height());
     let context = |strategy: Strategy| {
         format!("cannot filter {} ({width}x{height} {pixels}) by the {strategy} strategy", job.input)
     };

@@ -1,4 +1,4 @@
-//! Issue 17: the habits users of ffmpeg, ripgrep and hyperfine expect, on every command:
+//! The habits users of ffmpeg, ripgrep and hyperfine expect, on every command:
 //! choices listed and completed, completions and a man page, `-q`/`-v` beside `HETMEM_LOG`,
 //! progress only on a terminal, `-y` before an existing file is replaced, a schema in every
 //! JSON document, CSV tables. (The filter's own habits are in tests/filter/habits.rs.)

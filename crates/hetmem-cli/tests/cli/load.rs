@@ -1,4 +1,4 @@
-//! Issue 13: `hetmem load` and `hetmem bench file` on the CPU backend: files of fresh random
+//! `hetmem load` and `hetmem bench file` on the CPU backend: files of fresh random
 //! bytes land whole (checked by reading back), safetensors files tensor by tensor, the checksum
 //! stage agrees with a checksum computed here, and bad input is refused with its cause.
 
@@ -142,6 +142,47 @@ fn the_checksum_stage_agrees_with_the_files() {
             assert_eq!(report["checksums"][index]["stage"]["sum"], sum, "{method}");
             assert_eq!(report["checksums"][index]["stage"]["weighted"], weighted, "{method}");
         }
+    }
+}
+
+/// A file truncated part-way through a load ends it with exit 1 and a message naming the file
+/// and what happened, by windows (copied or checksummed in place) and by staged reads; by
+/// windows it was a SIGBUS. The binary's test hook truncates the file once the first piece is
+/// done: with one reader thread and one piece in flight, the next piece is read or mapped only
+/// after that, so the load always meets the truncation in its middle.
+#[cfg(feature = "testing")]
+#[test]
+fn a_file_truncated_mid_load_exits_1_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (method, stage, what) in [
+        ("windows", "copy", "the file is 1500000 bytes now"),
+        ("windows", "checksum", "the file is 1500000 bytes now"),
+        ("staged", "copy", "was it truncated while being read?"),
+    ] {
+        random_file(dir.path(), "shrinks.bin", 4 << 20);
+        let output = load_in(
+            dir.path(),
+            &[
+                "load",
+                "shrinks.bin",
+                "--method",
+                method,
+                "--stage",
+                stage,
+                "--threads",
+                "1",
+                "--depth",
+                "1",
+                "--chunk",
+                "1MiB",
+                "--truncate-after",
+                "1048576:1500000",
+            ],
+        );
+        let error = stderr(&output);
+        assert_eq!(output.status.code(), Some(1), "{method} {stage}: {:?}\n{error}", output.status);
+        assert!(error.contains("shrinks.bin") && error.contains(what), "{method} {stage}: {error}");
+        assert!(error.contains(&format!("by method {method}")), "{method} {stage}: {error}");
     }
 }
 

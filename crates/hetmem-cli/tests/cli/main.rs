@@ -475,7 +475,7 @@ fn gpu_only_benches_say_gpu_cells_were_not_measured_on_the_cpu() {
     assert!(stderr(&output).contains("GPU cells were not measured"), "{}", stderr(&output));
 }
 
-/// The stacked run larger than the device budget (issue 14), on the CPU backend: three quick
+/// The stacked run larger than the device budget, on the CPU backend: three quick
 /// studies (1.97 MB of template, 3.9 MB of volume) under a 4 MiB budget.
 #[test]
 fn bench_ct_stacked_beyond_the_budget_refuses_all_copy_and_runs_the_mapped_placements() {

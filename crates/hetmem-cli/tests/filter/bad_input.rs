@@ -1,4 +1,4 @@
-//! Issue 11: inputs that are not what they claim to be, and outputs that are the input under
+//! Inputs that are not what they claim to be, and outputs that are the input under
 //! another name. Each is refused with a message naming the cause and the remedy, and leaves
 //! nothing half-written behind.
 

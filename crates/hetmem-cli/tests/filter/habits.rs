@@ -1,4 +1,4 @@
-//! Issue 17, the filter's share of the CLI habits: images on stdin told by their first bytes,
+//! The filter's share of the CLI habits: images on stdin told by their first bytes,
 //! outputs and reports not replaced without `-y`, the summary as JSON on stdout or in a
 //! report, `-q`, and no progress on a stderr that is not a terminal.
 

@@ -1,4 +1,4 @@
-//! Issue 12: 9- to 16-bit video (Y4M `C420p10`, `C422p12`, `C444p16`, `Cmono10`) and 16-bit
+//! 9- to 16-bit video (Y4M `C420p10`, `C422p12`, `C444p16`, `Cmono10`) and 16-bit
 //! images (PNG, PNM) go through the same path as 8-bit ones, as 16-bit little-endian samples:
 //! never narrowed, headers kept byte for byte, every sample equal to hetmem's CPU path, the
 //! budget counting two bytes a sample.

@@ -4,7 +4,7 @@
 //! On the GPU machine the binary lives beside the test executable in the bundle, not where
 //! cargo built it: `HETMEM_BIN` points there.
 //!
-//! Bad input (issue 11) has its own modules: files that are not what they claim or alias the
+//! Bad input has its own modules: files that are not what they claim or alias the
 //! output, and pipes given as paths and Ctrl-C in a pipeline.
 
 mod bad_input;
@@ -313,7 +313,7 @@ fn c444_c422_and_cmono_files_are_filtered_plane_by_plane() {
 /// Writes `frames` of `format` as a `space` Y4M file in `dir`, filters it into another file
 /// (radius 4, sigma 2) and checks the result against the CPU path.
 fn filter_y4m_file_and_check(dir: &TempDir, space: &str, format: FrameFormat, frames: &[Vec<u8>]) {
-    let header = format!("YUV4MPEG2 W{} H{} F25:1 Ip A1:1 {space}\n", format.width, format.height);
+    let header = format!("YUV4MPEG2 W{} H{} F25:1 Ip A1:1 {space}\n", format.width(), format.height());
     let (input, output) = (dir.path(&format!("{space}.y4m")), dir.path(&format!("{space}-out.y4m")));
     std::fs::write(&input, y4m(&header, frames)).unwrap();
     let kernel = Gaussian::new(Some(4), Some(2.0), Border::Reflect101).unwrap();
@@ -325,7 +325,7 @@ fn filter_y4m_file_and_check(dir: &TempDir, space: &str, format: FrameFormat, fr
 
 #[test]
 fn an_unsupported_colour_space_is_refused_by_name() {
-    // 4:1:1 (10-bit 4:2:0, refused here before issue 12, is filtered now: high_bit_depth.rs).
+    // 4:1:1 (10-bit 4:2:0, once refused, is filtered now: high_bit_depth.rs).
     let dir = TempDir::new("c411");
     let input = dir.path("in.y4m");
     let mut stream = b"YUV4MPEG2 W32 H16 F25:1 C411\nFRAME\n".to_vec();
@@ -372,7 +372,7 @@ fn a_truncated_y4m_fails_naming_the_frame_after_writing_the_ones_before() {
     assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames[..1]);
 }
 
-/// Issue 13, item 7: frames larger than one I/O thread's share (4 MiB) are read and written
+/// Frames larger than one I/O thread's share (4 MiB) are read and written
 /// by several threads at once, by position, where input and output are regular files. Four
 /// such frames come out as the CPU path makes them, byte for byte and in order, from a file
 /// and from stdin redirected from a file; and a file cut inside its last frame still gets
@@ -598,7 +598,7 @@ fn every_strategy_the_gpu_runs_gives_the_cpu_result() {
     }
 }
 
-/// Issue 6: Ctrl-C stops reading; every frame read is still filtered and written, in order,
+/// Ctrl-C stops reading; every frame read is still filtered and written, in order,
 /// and hetmem exits with 130 on its own (its stdin still open).
 #[test]
 fn ctrl_c_ends_a_stream_cleanly_with_every_frame_read_written() {

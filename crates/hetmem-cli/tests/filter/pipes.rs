@@ -1,4 +1,4 @@
-//! Issue 11: pipes given as paths (a named FIFO, `/dev/stdin`), and Ctrl-C in a terminal
+//! Pipes given as paths (a named FIFO, `/dev/stdin`), and Ctrl-C in a terminal
 //! pipeline, where SIGINT reaches every process of the group and the upstream writer dies,
 //! perhaps mid-frame.
 

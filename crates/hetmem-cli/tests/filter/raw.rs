@@ -1,4 +1,4 @@
-//! Issue 17: raw video for ffmpeg users (`--raw WxH:pix_fmt`, ffmpeg's `-f rawvideo`): whole
+//! Raw video for ffmpeg users (`--raw WxH:pix_fmt`, ffmpeg's `-f rawvideo`): whole
 //! frames back to back, no header, the same format out. Each round trip is compared with the
 //! same frames filtered through the Y4M or image path (bit-exact).
 

@@ -1,4 +1,4 @@
-//! `--retries` (issue 11): a frame that fails is filtered again with the frames after it, the
+//! `--retries`: a frame that fails is filtered again with the frames after it, the
 //! output is the same as a run without faults byte for byte, each retry is reported; without
 //! retries the run ends at the failed frame after writing every frame before it. Faults come
 //! from the binary's own test hook (`--inject-fault`, feature `testing`); on the GPU one of

@@ -1,6 +1,6 @@
 """hetmem for Python: host memory shared with the GPU without copies.
 
-Pin a NumPy array (or a PyTorch CPU tensor, or a writable memoryview) in place, allocate
+Pin a NumPy array (or a PyTorch CPU tensor in shared memory, or a writable memoryview) in place, allocate
 pinned or mapped memory, or map windows of a file, and hand the same bytes to NumPy,
 PyTorch and CuPy: host views through the array interface and DLPack (``kDLCPU``), and, where
 the memory is mapped for a GPU, device views through DLPack (``kDLCUDA``) and the CUDA array
@@ -9,7 +9,13 @@ interface. Nothing is copied.
 The hand-off rule: while a buffer is lent to the GPU (``with buf.lend(stream): ...`` or a
 ``Lease``), every host view hetmem hands out raises ``LentError`` instead of racing the GPU.
 NumPy arrays exported *before* the lease cannot be revoked by hetmem (NumPy has no way to do
-that): do not touch them while the buffer is lent.
+that): do not touch them while the buffer is lent. A device view taken with ``buf.cuda()``
+outside a lease is outside the hand-off (see ``Buffer.cuda``).
+
+Whatever the views, memory outlives the GPU work that may use it: when the last view dies, a
+buffer's memory is reused (``PinnedPool``), written back (a staged file window) or freed only
+after that work, on the consumer's stream where hetmem can follow it (DLPack ``stream=1``, or
+a ``hetmem.stream()``), else on the whole device.
 
 Without a GPU, hetmem runs on its CPU backend: everything but the device views and streams
 works.
@@ -28,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import math
+import operator
 import os
 from typing import Any, Optional, Sequence, Tuple, Union
 
@@ -86,15 +93,6 @@ def device() -> _native.Device:
     return _default_device
 
 
-def _contiguous_strides(shape: Tuple[int, ...]) -> Tuple[int, ...]:
-    strides = []
-    step = 1
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= extent
-    return tuple(reversed(strides))
-
-
 def _is_bfloat16(dtype: np.dtype) -> bool:
     return (dtype.metadata or {}).get("hetmem") == "bfloat16" or dtype.name == "bfloat16"
 
@@ -126,30 +124,43 @@ class _LendState:
         self.lease: Optional["Lease"] = None
 
 
-class Buffer:
+class Buffer(_native.View):
     """Host memory held by hetmem (pinned, registered in place, or a file window), seen as an
     array of ``shape`` and ``dtype``.
 
     Host views: ``numpy()``, ``np.asarray(buf)`` (``__array_interface__``), and
     ``np.from_dlpack(buf)`` / ``torch.from_dlpack(buf)`` (``__dlpack__``, ``kDLCPU``). The
     device view, where mapped: ``cuda()``. The memory lives while the buffer or any view of it
-    does (a DLPack consumer holds it until its tensor dies).
+    does (a DLPack consumer holds it until its tensor dies). What a buffer is a view of (its
+    memory, offset, shape and dtype) is fixed when it is made, in the native half: NumPy keeps
+    the buffer as its array's base, so nothing may point the buffer elsewhere.
     """
 
-    def __init__(self, memory: _native.Memory, shape: Sequence[int], dtype: Any, keep: Any = None,
-                 offset: int = 0):
+    def __new__(cls, memory: _native.Memory, shape: Sequence[int], dtype: Any, keep: Any = None,
+                offset: int = 0) -> "Buffer":
+        if not isinstance(memory, _native.Memory):
+            raise TypeError(f"a Buffer is a view of hetmem memory (hetmem._native.Memory), not a {type(memory).__name__}")
         dtype = np.dtype(dtype)
-        shape = tuple(int(extent) for extent in shape)
+        shape = tuple(operator.index(extent) for extent in shape)
+        offset = operator.index(offset)
         if any(extent < 0 for extent in shape):
             raise ValueError(f"shape {shape}: extents must be >= 0")
+        if offset < 0:
+            raise ValueError(f"offset {offset}: a buffer starts at byte 0 of its memory or later")
+        if dtype.hasobject:
+            raise ValueError(f"dtype {dtype} holds Python objects, which raw memory cannot hold; use a numeric dtype")
         needed = math.prod(shape) * dtype.itemsize
         if offset + needed > memory.nbytes:
             raise ValueError(f"shape {shape} of {dtype} needs {needed} bytes from byte {offset}; the memory "
                              f"holds {memory.nbytes}")
-        self._offset = offset
-        self._memory = memory
-        self._shape = shape
-        self._dtype = dtype
+        # The native half checks the same again, in Rust: these checks give the clearer message.
+        return super().__new__(cls, memory, shape, dtype, offset)
+
+    def __init__(self, memory: _native.Memory, shape: Sequence[int], dtype: Any, keep: Any = None,
+                 offset: int = 0):
+        if "_state" in self.__dict__:
+            raise TypeError("a Buffer is made once: make a new one (hetmem.Buffer(memory, shape, dtype)) "
+                            "rather than calling __init__ again")
         self._keep = keep
         # Shared by every Buffer over the same memory (views): lending one lends them all.
         self._state: _LendState = keep._state if isinstance(keep, Buffer) else _LendState()
@@ -210,6 +221,10 @@ class Buffer:
             shape = (self.nbytes // dtype.itemsize,)
         return Buffer(self._memory, shape, dtype, keep=self, offset=self._offset)
 
+    def __copy__(self) -> "Buffer":
+        """Another buffer over the same memory (no byte copied), sharing the hand-off state."""
+        return Buffer(self._memory, self._shape, self._dtype, keep=self, offset=self._offset)
+
     def __getitem__(self, rows: slice) -> "Buffer":
         """A range of the first axis (``buf[start:stop]``, step 1): the same memory, no copy.
         It shares the buffer's hand-off state: lending either lends both."""
@@ -233,22 +248,27 @@ class Buffer:
         if self._state.lease is not None:
             raise LentError(f"{what}: the buffer is lent to the GPU; reclaim it first "
                             "(leave the `with buf.lend(...)` block, or call lease.reclaim())")
+        if isinstance(self._memory, _native.Memory) and self._memory.kind == "file":
+            # A window of a file truncated since it was made raises here, not SIGBUS when read.
+            _native.check_file(self._memory)
 
     @property
     def __array_interface__(self) -> dict:
-        """NumPy's array interface over the host memory (raises ``LentError`` while lent)."""
+        """NumPy's array interface over the host memory (raises ``LentError`` while lent); a
+        structured dtype's fields go in ``descr``, a subarray dtype's dimensions are appended
+        to the shape (as NumPy does)."""
         self._check_host("host view")
-        return {
-            "version": 3,
-            "shape": self._shape,
-            "typestr": self._dtype.str,
-            "data": (self.host_ptr, self._memory.readonly),
-            "strides": None,
-        }
+        # Made in Rust, from what the buffer holds there.
+        return self._host_interface()
 
     def numpy(self) -> np.ndarray:
-        """A NumPy array over the host memory, no copy (raises ``LentError`` while lent)."""
-        return np.asarray(self)
+        """A NumPy array over the host memory, no copy (raises ``LentError`` while lent), of
+        the buffer's dtype (a structured dtype's padding included, which the array interface
+        spells as fields of its own)."""
+        array = np.asarray(self)
+        if self._dtype.fields is not None and array.dtype != self._dtype:
+            array = array.view(self._dtype)
+        return array
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Optional[bool] = None) -> Any:
@@ -261,7 +281,7 @@ class Buffer:
             if tuple(dl_device)[0] == _KDL_CUDA:
                 return self.cuda().__dlpack__(stream=stream, max_version=max_version, copy=copy)
             raise BufferError(f"DLPack export: no view of this buffer on device {dl_device}")
-        return _export(self, self.host_ptr, _KDL_CPU, 0, max_version)
+        return _export(self, False, max_version, None)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         """``(kDLCPU, 0)``: this object is the host view; ``cuda()`` is the device view."""
@@ -270,7 +290,15 @@ class Buffer:
     # -- the device view and the hand-off --------------------------------------------------
     def cuda(self) -> "DeviceView":
         """The mapped device view (DLPack ``kDLCUDA``, ``__cuda_array_interface__``) of the
-        same memory. Raises ``HetmemError`` where the memory is not mapped for a GPU."""
+        same memory. Raises ``HetmemError`` where the memory is not mapped for a GPU.
+
+        A device view taken here is outside the hand-off: nothing stops the CPU (through
+        host views) and GPU work (through this view) from touching the memory at once, which
+        is a data race on its contents, as with any CUDA program. Take the view from a lease
+        instead (``with buf.lend(stream) as view:``) to have host views raise ``LentError``
+        until the GPU work is done. Either way the memory itself stays valid: it is not
+        reused, written back or freed until the GPU work that may use it has finished (the
+        consumer's stream where hetmem can follow it, else the whole device)."""
         if self._memory.device_ptr is None:
             reason = device().fallback_reason
             why = (f"hetmem runs on the CPU backend ({reason})" if reason else
@@ -286,59 +314,61 @@ class Buffer:
         return Lease(self, stream)
 
 
-class DeviceView:
+class DeviceView(_native.View):
     """A buffer's memory as the GPU addresses it (mapped, zero-copy): hand it to
     ``torch.from_dlpack``, ``cupy.from_dlpack`` or ``cupy.asarray`` (CUDA array interface). It
-    keeps the buffer alive."""
+    keeps the buffer's memory alive; like the buffer, what it is a view of is fixed in the
+    native half (CuPy keeps this object as its array's owner)."""
+
+    def __new__(cls, buffer: Buffer) -> "DeviceView":
+        return super().__new__(cls, buffer._memory, buffer._shape, buffer._dtype, buffer._offset)
 
     def __init__(self, buffer: Buffer):
+        if "_buffer" in self.__dict__:
+            raise TypeError("a DeviceView is made once: take a new one with buffer.cuda()")
         self._buffer = buffer
 
     @property
     def __cuda_array_interface__(self) -> dict:
         """The CUDA array interface (version 3) of the mapped memory."""
-        buffer = self._buffer
-        return {
-            "version": 3,
-            "shape": buffer.shape,
-            "typestr": buffer.dtype.str,
-            "data": (buffer.device_ptr, buffer.readonly),
-            "strides": None,
-            # Nothing of hetmem's is pending on the memory: no stream to wait on.
-            "stream": None,
-        }
+        # Made in Rust, from what the view holds there; the interface names no consumer
+        # stream, so the memory's release waits for the whole device.
+        return self._device_interface()
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
                    copy: Optional[bool] = None) -> Any:
         """A DLPack capsule of the mapped memory (``kDLCUDA``), versioned as the host view's.
         hetmem has no work pending on it, so the consumer's ``stream`` needs no
-        synchronisation."""
+        synchronisation; it tells hetmem what to wait for before the memory is reused, written
+        back or freed: ``stream=1`` (the legacy default stream, PyTorch's default) or a
+        stream of hetmem's (``hetmem.stream()``) is followed (an event recorded on it when the
+        consumer's tensor dies); any other stream, whose handle may be gone by then, makes the
+        release wait for the whole device."""
         _refuse_copy(copy)
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"DLPack export: this is the device view {self.__dlpack_device__()}; the host "
                               f"view is the buffer itself (asked for {tuple(dl_device)})")
-        ordinal = self._buffer._memory.device_ordinal
-        return _export(self._buffer, self._buffer.device_ptr, _KDL_CUDA, ordinal, max_version)
+        return _export(self, True, max_version, None if stream is None else operator.index(stream))
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         """``(kDLCUDA, ordinal)``."""
-        return (_KDL_CUDA, self._buffer._memory.device_ordinal)
+        return (_KDL_CUDA, self._memory.device_ordinal)
 
     def __repr__(self) -> str:
         return f"hetmem.DeviceView({self._buffer!r})"
 
 
-def _export(buffer: Buffer, address: int, device_type: int, device_id: int, max_version: Any) -> Any:
+def _export(view: _native.View, cuda: bool, max_version: Any, stream: Optional[int]) -> Any:
     versioned = _wants_versioned(max_version)
-    if buffer.readonly and not versioned:
+    if view._memory.readonly and not versioned:
         raise BufferError("DLPack export: a read-only window, and the consumer takes only DLPack 0.x capsules, "
                           "which have no read-only flag; use a consumer of DLPack 1.x (NumPy >= 2.1 passes "
                           "max_version), or the array interfaces (np.asarray(buf), cupy.asarray(buf.cuda())), "
                           "which mark it read-only")
-    code, bits = _dl_dtype(buffer.dtype)
-    return _native.capsule(buffer, address, device_type, device_id, list(buffer.shape),
-                           list(_contiguous_strides(buffer.shape)), code, bits, versioned=versioned,
-                           readonly=buffer.readonly)
+    code, bits = _dl_dtype(view._dtype)
+    # Made in Rust, which checks the range against the memory and keeps the memory alive.
+    return _native.capsule(view._memory, view._offset, list(view._shape), code, bits, cuda=cuda,
+                           versioned=versioned, stream=stream)
 
 
 class Lease:
@@ -403,7 +433,8 @@ def pinned(shape: Union[int, Sequence[int]], dtype: Any = np.uint8, *, mapped: b
 class PinnedPool:
     """Pinned host memory reused instead of pinned again, within ``budget_bytes``: a buffer
     whose views have all died goes back to the pool, still pinned, for the next ``acquire`` of
-    its size class. A reused buffer holds what its last user left (new ones are zeroed)."""
+    its size class, once the GPU work that may use it has finished. A reused buffer holds what
+    its last user left (new ones are zeroed)."""
 
     def __init__(self, budget_bytes: int):
         self._pool = _native.PinnedPool(device(), budget_bytes)
@@ -429,7 +460,15 @@ class MappedFile:
     """A file whose byte ranges are mapped and registered on demand (windows): kernels read
     (or, opened ``writable``, write) the page cache in place.
 
-    The file must not be truncated or changed by other processes while a window lives."""
+    The file must not be truncated or changed by other processes while a window lives. If it
+    is truncated anyway, hetmem raises ``HetmemError`` (naming the file) where it can: making a
+    window past the file's end, taking a host view (``numpy()``, ``__array_interface__``,
+    ``__dlpack__``) of a window the file no longer holds, and the loader's native batch
+    preparation (which recovers a truncation while it reads). A NumPy view taken before the
+    truncation and read after it still ends the process with SIGBUS, as with
+    ``numpy.memmap``. Overlapping windows are refused when either writes, within one
+    ``MappedFile``: two ``MappedFile`` objects of the same path do not see each other's
+    windows, so open a file once when its windows write."""
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], writable: bool = False):
         self._file = _native.WindowedFile(device(), os.fspath(path), writable=writable)
@@ -444,6 +483,12 @@ class MappedFile:
         """The bytes from ``offset`` as an array of ``shape`` and ``dtype`` (default: to the
         end of the file), mapped read-only, or read-write with ``writable=True``. Two windows
         that overlap cannot both live when either writes."""
+        return self._window(offset, shape, dtype, writable, False)
+
+    def _window(self, offset: int, shape: Union[int, Sequence[int], None], dtype: Any, writable: bool,
+                unflagged_device_view: bool) -> Buffer:
+        # unflagged_device_view: the data loader's read-only records, whose device view goes to
+        # PyTorch in a capsule that cannot say read-only (see _native.WindowedFile.window).
         dtype = np.dtype(dtype)
         if shape is None:
             shape = ((self.nbytes - offset) // dtype.itemsize,)
@@ -451,7 +496,7 @@ class MappedFile:
             shape = (int(shape),)
         shape = tuple(int(extent) for extent in shape)
         nbytes = math.prod(shape) * dtype.itemsize
-        memory = self._file.window(offset, nbytes, writable=writable)
+        memory = self._file.window(offset, nbytes, writable=writable, unflagged_device_view=unflagged_device_view)
         return Buffer(memory, shape, dtype, keep=self)
 
     def __repr__(self) -> str:

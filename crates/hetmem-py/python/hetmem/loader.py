@@ -36,7 +36,7 @@ from typing import Any, Iterator, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _KDL_CUDA, Buffer, MappedFile, _contiguous_strides, _native, bfloat16, device, pinned
+from . import _KDL_CUDA, Buffer, MappedFile, _native, bfloat16, device, pinned
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -129,7 +129,8 @@ class RecordLoader:
         self.on_gpu = device().backend == "cuda"
         if self.on_gpu and output != "torch":
             raise ValueError("output='buffer' is the CPU backend's; on a GPU the loader yields CUDA tensors")
-        self._window: Buffer = self._file.window(0, (self.records,) + self.record_shape)
+        # Opened for the unflagged device view _ReadOnlyView exports (PyTorch takes no other kind).
+        self._window: Buffer = self._file._window(0, (self.records,) + self.record_shape, np.uint8, False, True)
         if self.on_gpu:
             self._setup_gpu()
 
@@ -287,16 +288,20 @@ class RecordLoader:
 class _ReadOnlyView:
     """A read-only window's device view for the loader's own reads, as an unversioned
     capsule (which cannot say read-only, so the public ``cuda()`` exports it only to DLPack
-    1.x consumers)."""
+    1.x consumers). Only the device view may be exported so: a GPU write to the read-only
+    mapping faults the kernel instead of reaching the file."""
 
     def __init__(self, buffer: Buffer):
         buffer.cuda()  # raises where the window is not mapped for a GPU
         self._buffer = buffer
 
-    def __dlpack__(self, **_: Any) -> Any:
+    def __dlpack__(self, *, stream: Any = None, **_: Any) -> Any:
         buffer = self._buffer
-        return _native.capsule(buffer, buffer.device_ptr, _KDL_CUDA, buffer._memory.device_ordinal,
-                               list(buffer.shape), list(_contiguous_strides(buffer.shape)), 1, 8)
+        # Not the consumer's `stream` (PyTorch passes 1, its default stream): every read of the
+        # loader's runs on its own stream, which the release would not wait for. None makes the
+        # window's release, at the loader's teardown only, wait for the whole device.
+        return _native.capsule(buffer._memory, buffer._offset, list(buffer.shape), 1, 8, cuda=True, stream=None,
+                               unflagged_readonly=True)
 
     def __dlpack_device__(self) -> Tuple[int, int]:
         return (_KDL_CUDA, self._buffer._memory.device_ordinal)

@@ -71,8 +71,8 @@ pub struct StreamOptions {
     /// (a thread copies about 7 GB/s from the page cache on the H200 machine, its link takes
     /// 55 GB/s).
     pub threads: usize,
-    /// The bytes of one piece: one read, one staging buffer, one copy. A multiple of 4096.
-    /// Default: 8 MiB.
+    /// The bytes of one piece: one read, one staging buffer, one copy. A multiple of 4096, at
+    /// most 1 GiB. Default: 8 MiB.
     pub chunk_bytes: usize,
     /// Staging buffers (or windows) in the ring: pieces being read, waiting or being copied.
     /// Default: twice the threads.

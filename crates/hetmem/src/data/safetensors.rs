@@ -15,6 +15,10 @@ use crate::memory::DeviceBuf;
 /// tensor keeps the alignment its file gave it.
 const FILE_ALIGN: usize = 256;
 
+/// The longest header read (the reference `safetensors` crate's limit): the header is read
+/// into memory whole, so its length, which the file claims, is bounded.
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
 /// One tensor of a safetensors file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -67,6 +71,11 @@ impl SafetensorsHeader {
         if header_len > size - 8 {
             return Err(malformed(format!("a {header_len}-byte header in a {size}-byte file (truncated?)")));
         }
+        if header_len > MAX_HEADER_BYTES {
+            return Err(malformed(format!(
+                "a {header_len}-byte header, more than the {MAX_HEADER_BYTES} bytes the format allows"
+            )));
+        }
         let mut header = vec![0u8; header_len as usize];
         file.read_exact_at(&mut header, 8).map_err(io)?;
         let metadata: safetensors::tensor::Metadata =
@@ -87,7 +96,8 @@ impl SafetensorsHeader {
             );
         }
         let data_offset = 8 + header_len;
-        if data_offset + end as u64 != size {
+        // Checked: a header may describe tensors up to 2^64 bytes long, past any file.
+        if data_offset.checked_add(end as u64) != Some(size) {
             return Err(malformed(format!(
                 "the header describes {end} bytes of tensors, the file holds {} after the header",
                 size - data_offset

@@ -5,9 +5,10 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{Error, Result};
+use crate::memory::FileOrigin;
 
 /// The alignment `O_DIRECT` reads keep (offsets, lengths and buffer addresses): the largest
 /// logical block size of common devices. Staging buffers are page-aligned.
@@ -103,8 +104,8 @@ pub(crate) fn plan(ranges: &[FileRange], chunk: usize) -> Vec<Piece> {
 /// A range's file, opened for the stream's reads.
 #[derive(Debug)]
 pub(crate) struct OpenFile {
-    path: PathBuf,
-    pub(crate) buffered: File,
+    /// The file read through the page cache (and mapped, for windows), and its path.
+    pub(crate) origin: Arc<FileOrigin>,
     direct: Option<File>,
 }
 
@@ -154,7 +155,7 @@ impl OpenFile {
         } else {
             None
         };
-        Ok(OpenFile { path: path.clone(), buffered, direct })
+        Ok(OpenFile { origin: Arc::new(FileOrigin::new(buffered, path)), direct })
     }
 
     /// Whether reads of this file go past the page cache.
@@ -184,7 +185,7 @@ impl OpenFile {
                 Err(error) if error.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
                     let reason = format!(
                         "{} refuses O_DIRECT reads ({error}): read through the page cache",
-                        self.path.display()
+                        self.origin.path().display()
                     );
                     tracing::debug!("{reason}");
                     refused.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(reason);
@@ -193,14 +194,14 @@ impl OpenFile {
                 Err(source) => return Err(self.read_error(piece, source)),
             }
         }
-        read_fully(&self.buffered, &mut buf[..piece.len], piece.file_offset, piece.len)
+        read_fully(self.origin.file(), &mut buf[..piece.len], piece.file_offset, piece.len)
             .map_err(|source| self.read_error(piece, source))?;
         Ok(0)
     }
 
     fn read_error(&self, piece: &Piece, source: std::io::Error) -> Error {
         Error::Io {
-            context: format!("reading {} at byte {}", self.path.display(), piece.file_offset),
+            context: format!("reading {} at byte {}", self.origin.path().display(), piece.file_offset),
             source,
         }
     }

@@ -19,6 +19,10 @@ use super::source::{DIRECT_ALIGN, FileRange, OpenFile, Piece, ReadMode, plan};
 use super::windows::map_piece;
 use crate::backend::Device;
 use crate::error::{Error, Result};
+
+/// The largest piece a stream reads at once: one pinned staging buffer each, and 128 times the
+/// default piece.
+const MAX_CHUNK_BYTES: usize = 1 << 30;
 use crate::handoff::{Lease, Lent, Queue, Shared};
 use crate::memory::{DeviceBuf, HostBuf, MappedFile, PinOptions, WritableBuffer};
 
@@ -100,7 +104,8 @@ impl FileStream {
     /// the first run that needs it.
     ///
     /// # Errors
-    /// No threads, no ring, or a chunk that is not a positive multiple of 4096 bytes.
+    /// No threads, no ring, or a chunk that is not a positive multiple of 4096 bytes up to
+    /// 1 GiB.
     pub fn new(device: &Device, queue: &Queue, options: StreamOptions) -> Result<FileStream> {
         if options.threads == 0 || options.ring_depth == 0 {
             return Err(Error::invalid("stream options", "threads and ring depth must be at least 1"));
@@ -110,6 +115,16 @@ impl FileStream {
                 "stream options",
                 format!(
                     "a chunk of {} bytes: give a positive multiple of 4096 (O_DIRECT reads whole blocks)",
+                    options.chunk_bytes
+                ),
+            ));
+        }
+        // A staging buffer holds a chunk and the block an unaligned direct read starts in.
+        if options.chunk_bytes > MAX_CHUNK_BYTES {
+            return Err(Error::invalid(
+                "stream options",
+                format!(
+                    "a chunk of {} bytes: give at most {MAX_CHUNK_BYTES} (each is one pinned staging buffer)",
                     options.chunk_bytes
                 ),
             ));
@@ -125,9 +140,16 @@ impl FileStream {
 
     /// Lets the stream map the files it reads ([`LoadMethod::Windows`]).
     ///
+    /// A file truncated while a run reads it anyway ends the run with
+    /// [`Error::FileTruncated`]: each piece is checked against the file's size before it is
+    /// mapped, the CPU backend's copies (and a stage's CPU path) recover the fault of a
+    /// truncation while they read, and after the run the files' sizes are checked again (a
+    /// GPU's copies read the pinned pages a truncated file dropped, and fail nothing).
+    ///
     /// # Safety
     /// Every file the stream reads must not be truncated or modified while a run reads it: a
-    /// mapping of a truncated file faults (SIGBUS), as for [`MappedFile`].
+    /// mapping of a truncated file faults (SIGBUS), as for [`MappedFile`], where a stage's own
+    /// code reads a window ([`FilePieceData::Window`]) outside hetmem's loops.
     pub unsafe fn allow_windows(mut self) -> FileStream {
         self.windows_allowed = true;
         self
@@ -174,7 +196,13 @@ impl FileStream {
         dst_offset: usize,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<LoadReport> {
-        let total: u64 = ranges.iter().map(|range| range.len).sum();
+        let total = ranges.iter().try_fold(0u64, |total, range| total.checked_add(range.len));
+        let total = total.ok_or_else(|| {
+            Error::invalid(
+                "load",
+                "the ranges' lengths add up to more than 2^64 bytes: give real file ranges",
+            )
+        })?;
         if (dst_offset as u64).checked_add(total).is_none_or(|end| end > dst.len() as u64) {
             return Err(Error::invalid(
                 "load",
@@ -377,6 +405,13 @@ impl FileStream {
         self.ring.extend(free_rx.try_iter().flatten());
         if let Some(error) = failure.or(recycled.into_inner().unwrap_or_else(PoisonError::into_inner)) {
             return Err(error);
+        }
+        if route == Route::Windows {
+            // A GPU reads a registered window's pages even after the file dropped them (they
+            // stay pinned), so a truncation while it copied shows only here.
+            for (file, range) in files.iter().zip(ranges) {
+                file.origin.check_holds(range.offset, range.offset + range.len)?;
+            }
         }
         let seconds = started.elapsed().as_secs_f64();
         let direct_used = files.iter().any(OpenFile::is_direct) && !direct_failed.load(Ordering::Relaxed);

@@ -1,7 +1,22 @@
-//! cudarc interop: a [`Queue`] made from a cudarc `CudaStream` and the other way round, and
-//! leases seen by cudarc as device memory ([`CudarcView`], [`CudarcViewMut`]), so that cudarc's
-//! kernels, copies and libraries run on hetmem's mapped, registered and file-backed memory under
-//! the hand-off's rules.
+//! cudarc interop: a [`Queue`] made from a cudarc `CudaStream` and the other way round, leases
+//! seen by cudarc as device memory ([`CudarcView`], [`CudarcViewMut`]), and lent host buffers
+//! seen by cudarc's copies as host memory ([`CudarcHostMut`]), so that cudarc's kernels, copies
+//! and libraries run on hetmem's mapped, registered and file-backed memory under the hand-off's
+//! rules.
+//!
+//! # cudarc's copies and plain slices
+//! cudarc 0.19 takes any `&[T]` or `&mut [T]` as host memory for its copies (`memcpy_htod`,
+//! `memcpy_dtoh`, `clone_htod`, ...) and assumes, as for pageable memory, that the copy is done
+//! with the slice when the call returns: it neither waits nor records anything. For page-locked
+//! memory that is not true: the driver copies asynchronously, after the call has returned. So a
+//! slice of a hetmem host buffer (`HostBuf::as_mut_slice`, a chunk, a window, a ring slot)
+//! handed to one of those copies is still being read or written by a copy engine when the
+//! borrow ends, and a CPU access, a drop (a pool hands the block out again at once) or a lend
+//! that follows races it. cudarc's own `PinnedHostSlice::as_mut_slice` has the same property.
+//! hetmem cannot see such a copy, so it cannot wait for it: that use is outside the hand-off,
+//! and the caller must synchronise the stream before touching the buffer again. The copy that
+//! keeps the rules goes through a lease: [`Lent::cudarc_host_mut`] gives cudarc the buffer's
+//! host memory for copies on the lease's queue's stream, and reclaiming the lease waits for them.
 //!
 //! hetmem and cudarc share a device through its primary context, the one `CudaContext::new`
 //! retains; a queue and a cudarc stream can name one CUDA stream, so that work queued through
@@ -9,16 +24,19 @@
 //! in `backend::cuda`.
 
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ::cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop};
+use ::cudarc::driver::{
+    CudaContext, CudaStream, DevicePtr, DevicePtrMut, DeviceSlice, HostSlice, SyncOnDrop,
+};
 
 use super::queue::Queue;
 use super::{FenceKind, Lease, LeaseState, Lent, Shared};
 use crate::backend::cuda::{CudaDevice, Stream};
 use crate::error::{Error, Result};
-use crate::memory::{Buffer, WritableBuffer};
+use crate::memory::{Buffer, Sealed, WritableBuffer};
 
 impl Queue {
     /// A queue on `stream`, a stream that cudarc made (or wraps) in a device's primary context
@@ -95,6 +113,44 @@ impl<B: WritableBuffer> Lent<B> {
         let view = CudarcView::new(&*self, stream)?;
         Ok(CudarcViewMut { view, exclusive: PhantomData })
     }
+
+    /// The buffer's host memory for cudarc's copies on `stream` (`memcpy_dtoh` into it,
+    /// `memcpy_htod` or `clone_htod` from it): a cudarc `HostSlice` whose copies reclaiming the
+    /// lease waits for, unlike a plain slice's (see [the zero-copy contract](crate::memory)). `stream` must be the
+    /// stream of the lease's queue (see [`CudarcView`]); the memory need not be mapped.
+    ///
+    /// ```no_run
+    /// use cudarc::driver::CudaContext;
+    /// use hetmem::{Device, HostBuf, PinOptions, Queue};
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ctx = CudaContext::new(0)?;
+    /// let stream = ctx.new_stream()?;
+    /// let queue = Queue::from_cudarc(&stream)?;
+    /// let device = Device::Cuda(queue.cuda_device().expect("a CUDA queue").clone());
+    /// let on_gpu = stream.clone_htod(&[1.0f32; 4096])?;
+    ///
+    /// let mut lent = queue.lend(HostBuf::<f32>::pinned(&device, 4096, PinOptions::default())?);
+    /// stream.memcpy_dtoh(&on_gpu, &mut lent.cudarc_host_mut(&stream)?)?; // queued, not done
+    /// let host = lent.reclaim()?; // waits for the copy
+    /// assert_eq!(host.as_slice()[0], 1.0);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A lease of a CPU-backend queue; `stream` is not the stream of the lease's queue, or its
+    /// context is not primary; a buffer with no host memory (device memory: use
+    /// [`Lent::cudarc_view_mut`]).
+    pub fn cudarc_host_mut(&mut self, stream: &CudaStream) -> Result<CudarcHostMut<'_, B::Elem>> {
+        let Some(host) = self.region().host else {
+            return Err(Error::invalid(
+                "cudarc host view",
+                "the buffer has no host memory: give cudarc its device address (`cudarc_view_mut`)",
+            ));
+        };
+        let len = self.len();
+        let core = ViewCore::new(&*self, stream)?;
+        Ok(CudarcHostMut { core, host: host.cast::<B::Elem>(), len, exclusive: PhantomData })
+    }
 }
 
 /// A lease's buffer seen by cudarc as device memory to read: a [`DevicePtr`] (and
@@ -121,7 +177,13 @@ impl<B: WritableBuffer> Lent<B> {
 /// launch when it is handed an address from a view: the kernel must be launched on the stream
 /// the address was asked for while the view lives; it must stay within [`DeviceSlice::len`]
 /// elements; and it must not write through an address from a `CudarcView` (only a
-/// `CudarcViewMut`'s). cudarc's safe copies keep these rules by themselves.
+/// `CudarcViewMut`'s). cudarc's safe copies keep these rules on the view's side by themselves,
+/// with one exception: cudarc 0.19's `memcpy_dtoh` only asserts that its destination is at
+/// least as long as its source, then copies as many elements as the destination holds, so a
+/// longer destination reads past the view's buffer on the device. Give `memcpy_dtoh` a
+/// destination exactly as long as the view (`clone_dtoh` always is). Host memory on the other
+/// side of a copy is another matter: a plain slice of page-locked memory is not waited for (see
+/// [the zero-copy contract](crate::memory) and [`CudarcHostMut`]).
 ///
 /// # Examples
 /// A cudarc kernel reading a shared buffer and writing a lent one:
@@ -162,14 +224,10 @@ impl<B: WritableBuffer> Lent<B> {
 /// stream), and the copy then runs on a stream the lease cannot wait for.
 #[derive(Debug)]
 pub struct CudarcView<'a, T> {
-    lease: &'a LeaseState,
+    core: ViewCore<'a>,
     /// The address kernels on the lease's device use.
     address: u64,
     len: usize,
-    /// The lease's queue's stream, as the wrapper only `DeviceSlice::stream` hands out.
-    stream: Arc<CudaStream>,
-    /// Whether work may have been queued on the lease's stream through the view.
-    queued: AtomicBool,
     elements: PhantomData<&'a [T]>,
 }
 
@@ -182,12 +240,54 @@ pub struct CudarcViewMut<'a, T> {
     exclusive: PhantomData<&'a mut [T]>,
 }
 
-impl<'a, T> CudarcView<'a, T> {
-    fn new<L>(lease: &'a L, stream: &CudaStream) -> Result<CudarcView<'a, T>>
-    where
-        L: Lease,
-        L::Buf: Buffer<Elem = T>,
-    {
+/// A [`Lent`] lease's host memory seen by cudarc's copies as a `HostSlice`: `memcpy_dtoh` into
+/// it, `memcpy_htod` and `clone_htod` from it, on the lease's queue's stream. Made by
+/// [`Lent::cudarc_host_mut`].
+///
+/// cudarc takes a plain slice's copy to be finished when the call returns, which is not so for
+/// page-locked memory (see [the zero-copy contract](crate::memory)); through this view the copy is queued on the
+/// lease's stream and, when the view drops, the lease records a fence after it, so reclaiming
+/// or dropping the lease waits for it. The stream rules and the panics are [`CudarcView`]'s.
+///
+/// As a destination of `memcpy_dtoh`, the view must be exactly as long as the source: cudarc
+/// 0.19 copies as many elements as the destination holds, reading past a shorter source.
+#[derive(Debug)]
+pub struct CudarcHostMut<'a, T> {
+    core: ViewCore<'a>,
+    host: NonNull<T>,
+    len: usize,
+    exclusive: PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: the view stands for a `&mut` borrow of a lent buffer of `T` (Send); its other
+// fields are Send (checked below); the pointer is only handed to the driver, from whichever
+// thread holds the view.
+unsafe impl<T: Send> Send for CudarcHostMut<'_, T> {}
+// SAFETY: through a shared view cudarc only reads the memory (`stream_synced_slice`, the
+// source of `memcpy_htod`/`clone_htod`), as a `&[T]` of `T: Sync` may be read from several
+// threads; writing (`stream_synced_mut_slice`) takes the view exclusively. The other fields
+// are Sync (checked below).
+unsafe impl<T: Sync> Sync for CudarcHostMut<'_, T> {}
+
+/// The fields of a host view besides its pointer may cross threads by themselves.
+const _: () = {
+    const fn send_and_sync<S: Send + Sync>() {}
+    send_and_sync::<ViewCore<'static>>();
+};
+
+/// What every view of a lease for cudarc holds: the lease (counted as viewed while the view
+/// lives), its queue's stream, and whether cudarc may have queued work there through the view.
+#[derive(Debug)]
+struct ViewCore<'a> {
+    lease: &'a LeaseState,
+    /// The lease's queue's stream, as the wrapper only `DeviceSlice::stream` hands out.
+    stream: Arc<CudaStream>,
+    /// Whether work may have been queued on the lease's stream through the view.
+    queued: AtomicBool,
+}
+
+impl<'a> ViewCore<'a> {
+    fn new<L: Lease>(lease: &'a L, stream: &CudaStream) -> Result<ViewCore<'a>> {
         let state = lease.state();
         let queue = Queue::of_lease(state);
         let (Some(device), Some(own)) = (queue.cuda_device(), queue.stream()) else {
@@ -200,17 +300,9 @@ impl<'a, T> CudarcView<'a, T> {
                  the queue with `Queue::from_cudarc(&stream)`",
             ));
         }
-        let address = queue.kernel_address(lease)?;
         let stream = own.wrapper_for_views(device.ordinal(), stream.context())?;
         state.open_view();
-        Ok(CudarcView {
-            lease: state,
-            address,
-            len: lease.len(),
-            stream,
-            queued: AtomicBool::new(false),
-            elements: PhantomData,
-        })
+        Ok(ViewCore { lease: state, stream, queued: AtomicBool::new(false) })
     }
 
     /// Refuses any stream but the lease's queue's, and notes that work may be queued there.
@@ -222,7 +314,7 @@ impl<'a, T> CudarcView<'a, T> {
     }
 }
 
-impl<T> Drop for CudarcView<'_, T> {
+impl Drop for ViewCore<'_> {
     fn drop(&mut self) {
         if self.queued.load(Ordering::Acquire)
             && let Err(error) = self.lease.queue.record_queued_use(self.lease)
@@ -235,19 +327,31 @@ impl<T> Drop for CudarcView<'_, T> {
     }
 }
 
+impl<'a, T> CudarcView<'a, T> {
+    fn new<L>(lease: &'a L, stream: &CudaStream) -> Result<CudarcView<'a, T>>
+    where
+        L: Lease,
+        L::Buf: Buffer<Elem = T>,
+    {
+        let core = ViewCore::new(lease, stream)?;
+        let address = Queue::of_lease(lease.state()).kernel_address(lease)?;
+        Ok(CudarcView { core, address, len: lease.len(), elements: PhantomData })
+    }
+}
+
 impl<T> DeviceSlice<T> for CudarcView<'_, T> {
     fn len(&self) -> usize {
         self.len
     }
 
     fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+        &self.core.stream
     }
 }
 
 impl<T> DevicePtr<T> for CudarcView<'_, T> {
     fn device_ptr<'s>(&'s self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
-        self.check_stream(stream);
+        self.core.check_stream(stream);
         // Nothing to do when cudarc has queued the work: the view's drop records the fence.
         (self.address, SyncOnDrop::Sync(None))
     }
@@ -259,7 +363,7 @@ impl<T> DeviceSlice<T> for CudarcViewMut<'_, T> {
     }
 
     fn stream(&self) -> &Arc<CudaStream> {
-        &self.view.stream
+        &self.view.core.stream
     }
 }
 
@@ -272,6 +376,34 @@ impl<T> DevicePtr<T> for CudarcViewMut<'_, T> {
 impl<T> DevicePtrMut<T> for CudarcViewMut<'_, T> {
     fn device_ptr_mut<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
         self.view.device_ptr(stream)
+    }
+}
+
+impl<T> HostSlice<T> for CudarcHostMut<'_, T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    unsafe fn stream_synced_slice<'s>(&'s self, stream: &'s CudaStream) -> (&'s [T], SyncOnDrop<'s>) {
+        self.core.check_stream(stream);
+        // SAFETY: `host` and `len` describe the lent buffer's host memory, which the lease keeps
+        // alive and the CPU cannot reach while this view (a borrow of the `Lent`) lives. cudarc
+        // only hands the slice's address to the driver for a copy queued on the lease's stream
+        // (checked above), never reads it on the CPU; `T: Element` makes any bytes valid.
+        let slice = unsafe { std::slice::from_raw_parts(self.host.as_ptr(), self.len) };
+        // Nothing to do when cudarc has queued the copy: the view's drop records the fence.
+        (slice, SyncOnDrop::Sync(None))
+    }
+
+    unsafe fn stream_synced_mut_slice<'s>(
+        &'s mut self,
+        stream: &'s CudaStream,
+    ) -> (&'s mut [T], SyncOnDrop<'s>) {
+        self.core.check_stream(stream);
+        // SAFETY: as in `stream_synced_slice`; the `Lent` lease is borrowed exclusively by this
+        // view, so nothing else reaches the memory the driver is to write.
+        let slice = unsafe { std::slice::from_raw_parts_mut(self.host.as_ptr(), self.len) };
+        (slice, SyncOnDrop::Sync(None))
     }
 }
 

@@ -296,11 +296,9 @@ impl FlagPage {
     /// A flag page written by `stream`.
     pub(crate) fn new(device: &CudaDevice, stream: Arc<Stream>) -> Result<FlagPage> {
         let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
-        let alloc = PinnedAlloc::new(device, 4096, flags)?;
+        // Zeroed before the word is read as an atomic: the driver leaves its memory unwritten.
+        let alloc = PinnedAlloc::zeroed(device, 4096, flags)?;
         let word = alloc.host_ptr().cast::<AtomicU32>();
-        // SAFETY: the allocation is page-aligned, at least 4 bytes, owned by `alloc` and only
-        // ever accessed as this atomic (by the CPU) or by the stream's 32-bit writes.
-        unsafe { (*word).store(0, Ordering::Release) };
         Ok(FlagPage { alloc: ManuallyDrop::new(alloc), word, next: Mutex::new(0), stream })
     }
 
@@ -320,7 +318,8 @@ impl FlagPage {
 
     /// Whether the stream has written `target` (or a later number) yet.
     fn reached(&self, target: u32) -> bool {
-        // SAFETY: `word` points into `self.alloc`, alive as long as self.
+        // SAFETY: `word` points into `self.alloc`, alive as long as self and zeroed when
+        // allocated.
         let seen = unsafe { (*self.word).load(Ordering::Acquire) };
         // Wrapping comparison: sequence numbers run round after 2^32 signals.
         seen.wrapping_sub(target) as i32 >= 0

@@ -15,7 +15,9 @@ use super::guard::Guard;
 use super::queue::QueueCore;
 use crate::backend::cuda::MemLocation;
 use crate::error::{Error, Result};
-use crate::memory::{Buffer, Element, HostVisible, ManagedBuf, Region, Sealed, WritableBuffer};
+use crate::memory::{
+    Buffer, Element, FileSpan, HostVisible, ManagedBuf, Region, Sealed, WritableBuffer, guarded,
+};
 
 mod private {
     /// The bookkeeping every lease carries: its queue, the fence of the last work that used
@@ -174,10 +176,14 @@ pub(crate) trait CpuRead: Lease {
         let host =
             region.host.ok_or_else(|| Error::invalid("CPU access", "the buffer has no host address"))?;
         self.state().with_cpu_access(|| {
-            // SAFETY: `len` initialised elements live at `host` while the lease holds the buffer;
-            // the lease is borrowed for the call, and on a CPU queue no other work runs now.
-            f(unsafe { std::slice::from_raw_parts(host.cast().as_ptr(), self.len()) })
-        })
+            // A file mapping's size is checked, and a fault in it recovered (`guarded`).
+            guarded(self.file_span(), host, region.bytes, || {
+                // SAFETY: `len` initialised elements live at `host` while the lease holds the
+                // buffer; the lease is borrowed for the call, and on a CPU queue no other work
+                // runs now.
+                f(unsafe { std::slice::from_raw_parts(host.cast().as_ptr(), self.len()) })
+            })
+        })?
     }
 }
 
@@ -238,10 +244,13 @@ impl<B: WritableBuffer> Lent<B> {
         let host =
             region.host.ok_or_else(|| Error::invalid("CPU access", "the buffer has no host address"))?;
         let len = self.held.buf.len();
+        let span = self.held.buf.file_span();
         self.held.state.with_cpu_access(|| {
-            // SAFETY: as in cpu_read, and `&mut self` makes the access exclusive.
-            f(unsafe { std::slice::from_raw_parts_mut(host.cast().as_ptr(), len) })
-        })
+            guarded(span, host, region.bytes, || {
+                // SAFETY: as in cpu_read, and `&mut self` makes the access exclusive.
+                f(unsafe { std::slice::from_raw_parts_mut(host.cast().as_ptr(), len) })
+            })
+        })?
     }
 }
 
@@ -264,6 +273,10 @@ impl<T: Element> Lent<ManagedBuf<T>> {
 impl<B: WritableBuffer> Sealed for Lent<B> {
     fn region(&self) -> Region {
         self.held.buf.region()
+    }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        self.held.buf.file_span()
     }
 }
 
@@ -333,6 +346,10 @@ impl<B: HostVisible> Shared<B> {
 impl<B: Buffer> Sealed for Shared<B> {
     fn region(&self) -> Region {
         self.held.buf.region()
+    }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        self.held.buf.file_span()
     }
 }
 

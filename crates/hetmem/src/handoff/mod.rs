@@ -10,7 +10,10 @@
 //!
 //! cudarc's kernels, copies and libraries work on leases under the same rules: a queue and a
 //! cudarc stream convert both ways ([`Queue::from_cudarc`], [`Queue::cudarc_stream`]), and a
-//! lease is seen by cudarc as device memory through a [`CudarcView`] or [`CudarcViewMut`].
+//! lease is seen by cudarc as device memory through a [`CudarcView`] or [`CudarcViewMut`], and
+//! a lent host buffer by cudarc's copies as host memory through a [`CudarcHostMut`]. A plain
+//! slice of a host buffer handed to cudarc's copies is outside these rules: cudarc does not wait
+//! for a copy into or out of page-locked memory (see [`CudarcHostMut`]).
 //!
 //! ```compile_fail
 //! # use hetmem::*;
@@ -31,7 +34,7 @@ mod queue;
 #[cfg(feature = "tokio")]
 mod reactor;
 
-pub use self::cudarc::{CudarcView, CudarcViewMut};
+pub use self::cudarc::{CudarcHostMut, CudarcView, CudarcViewMut};
 pub use fence::{Fence, FenceFd, FenceKind};
 pub use launch::KernelArgs;
 pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};

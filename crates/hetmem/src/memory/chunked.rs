@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::claims::{Access, Claim, Claims};
 use super::page::page_size;
-use super::{Buffer, HostVisible, Region, Sealed, WritableBuffer};
+use super::{Buffer, FileSpan, HostVisible, Region, Sealed, WritableBuffer};
 use crate::error::{Error, Result};
 
 /// A buffer owned by its ranges: [`Chunked::chunk`] gives elements `range` to write,
@@ -146,7 +146,7 @@ impl<B: Buffer> Chunked<B> {
             return Err(Error::invalid("chunk length", "0 elements"));
         }
         let len = self.len();
-        Ok((0..len).step_by(chunk_len).map(move |start| start..(start + chunk_len).min(len)))
+        Ok((0..len).step_by(chunk_len).map(move |start| start..start.saturating_add(chunk_len).min(len)))
     }
 
     fn part(&self, range: Range<usize>, access: Access) -> Result<Part<B>> {
@@ -216,6 +216,11 @@ impl<B: Buffer> Part<B> {
             read_only: whole.read_only,
             portable: whole.portable,
         }
+    }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        let span = self.whole.buf.file_span()?;
+        Some(span.advanced(self.range.start * size_of::<B::Elem>()))
     }
 
     fn host(&self) -> NonNull<B::Elem> {
@@ -327,6 +332,10 @@ impl<B: WritableBuffer> Sealed for Chunk<B> {
     fn region(&self) -> Region {
         self.part.region()
     }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        self.part.file_span()
+    }
 }
 
 impl<B: WritableBuffer> Buffer for Chunk<B> {
@@ -344,6 +353,10 @@ impl<B: Buffer> Sealed for ReadChunk<B> {
     fn region(&self) -> Region {
         // Read chunks may overlap, so none owns its pages alone: no guard.
         Region { pages: None, ..self.part.region() }
+    }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        self.part.file_span()
     }
 }
 

@@ -4,12 +4,13 @@
 use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use memmap2::Mmap;
 
 use super::Element;
 use super::page::page_size;
-use super::{Buffer, HostVisible, Region, RegisterError, RegisterOptions, Sealed};
+use super::{Buffer, FileOrigin, FileSpan, HostVisible, Region, RegisterError, RegisterOptions, Sealed};
 use crate::backend::Device;
 use crate::backend::cuda::{CudaDevice, RegisterFlags, Registration};
 use crate::error::{Error, Result};
@@ -22,11 +23,21 @@ use crate::error::{Error, Result};
 /// As for any file mapping (see `memmap2::Mmap`), the file must not be truncated or modified
 /// while mapped: a truncation makes accesses fault (SIGBUS), a modification changes data the
 /// program already read.
+///
+/// hetmem's own CPU loops over the mapping (copies through a [`crate::Queue`], operations'
+/// CPU paths) check the file's size first (when the mapping came from [`MappedFile::open`])
+/// and recover the fault of a truncation while they run, answering
+/// [`Error::FileTruncated`]; the caller's own reads of [`MappedFile::as_slice`] are not
+/// covered.
 pub struct MappedFile<T> {
     /// Holds a second reference to the mapping, so it is unmapped only after the range is
     /// unregistered (which waits while a resident kernel runs).
     registration: Option<Registration>,
     map: Arc<Mmap>,
+    /// The file and the offset the mapping starts at, where known.
+    origin: Option<(Arc<FileOrigin>, u64)>,
+    /// Whether a CPU access faulted on a page past the file's end.
+    faulted: AtomicBool,
     len: usize,
     device_ptr: Option<u64>,
     device_ordinal: Option<usize>,
@@ -50,12 +61,27 @@ impl<T: Element> MappedFile<T> {
         // SAFETY: the caller promises the file is not truncated or modified while mapped.
         let map = unsafe { Mmap::map(&file) }
             .map_err(|source| Error::Io { context: format!("mapping {}", path.display()), source })?;
-        Self::from_mmap(device, map).map_err(|failure| match failure.error {
+        let origin = Arc::new(FileOrigin::new(file, path));
+        Self::of_file(device, map, origin, 0).map_err(|failure| match failure.error {
             Error::InvalidArgument { what, problem } => {
                 Error::InvalidArgument { what, problem: format!("{}: {problem}", path.display()) }
             }
             other => other,
         })
+    }
+
+    /// As [`MappedFile::from_mmap`], for a mapping of `origin`'s file from byte `offset`, so
+    /// hetmem's CPU loops over it check the file's size and name it in errors.
+    #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
+    pub(crate) fn of_file(
+        device: &Device,
+        map: Mmap,
+        origin: Arc<FileOrigin>,
+        offset: u64,
+    ) -> Result<MappedFile<T>, RegisterError<Mmap>> {
+        let mut mapped = Self::from_mmap(device, map)?;
+        mapped.origin = Some((origin, offset));
+        Ok(mapped)
     }
 
     /// Registers an existing read-only mapping with `device`.
@@ -67,7 +93,7 @@ impl<T: Element> MappedFile<T> {
     #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
     pub fn from_mmap(device: &Device, map: Mmap) -> Result<MappedFile<T>, RegisterError<Mmap>> {
         let refuse = |problem: String, map| {
-            Err(RegisterError { error: Error::invalid("file mapping", problem), memory: map })
+            Err(RegisterError { error: Error::invalid("file mapping", problem), memory: Some(map) })
         };
         if map.is_empty() {
             return refuse("the file is empty".into(), map);
@@ -81,6 +107,7 @@ impl<T: Element> MappedFile<T> {
         if !(map.as_ptr() as usize).is_multiple_of(page_size()) {
             return refuse("the mapping does not start on a page boundary".into(), map);
         }
+        let map = Arc::new(map);
         let registration = match device {
             Device::Cpu(_) => None,
             Device::Cuda(cuda) => {
@@ -90,8 +117,8 @@ impl<T: Element> MappedFile<T> {
                     reason = "registered read-only: the driver's signature wants *mut, nothing writes"
                 )]
                 let start = map.as_ptr().cast_mut();
-                // SAFETY: `map` covers the range and moves into the result, which drops the
-                // registration before the mapping.
+                // SAFETY: `map` covers the range, and the registration keeps a reference to it,
+                // so it is unmapped only after the range is unregistered.
                 match unsafe {
                     Registration::register(
                         cuda,
@@ -99,20 +126,25 @@ impl<T: Element> MappedFile<T> {
                         map.len(),
                         flags,
                         RegisterOptions::default().max_piece_bytes,
+                        Arc::clone(&map),
                     )
                 } {
                     Ok(registration) => Some(registration),
-                    Err(error) => return Err(RegisterError { error, memory: map }),
+                    Err(failed) => {
+                        // The mapping comes back when the registration kept no reference to it.
+                        drop(failed.owner);
+                        return Err(RegisterError { error: failed.error, memory: Arc::into_inner(map) });
+                    }
                 }
             }
         };
-        let map = Arc::new(map);
-        let registration = registration.map(|registration| registration.covering(Arc::clone(&map)));
         Ok(MappedFile {
             device_ptr: registration.as_ref().and_then(Registration::device_ptr),
             registration,
             len: map.len() / size_of::<T>(),
             map,
+            origin: None,
+            faulted: AtomicBool::new(false),
             device_ordinal: device.as_cuda().map(CudaDevice::ordinal),
             _elems: PhantomData,
         })
@@ -159,6 +191,14 @@ impl<T: Element> Sealed for MappedFile<T> {
             read_only: true,
             portable: false,
         }
+    }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        let (origin, offset) = match &self.origin {
+            Some((origin, offset)) => (Some(&**origin), *offset),
+            None => (None, 0),
+        };
+        Some(FileSpan { origin, offset, faulted: &self.faulted })
     }
 }
 

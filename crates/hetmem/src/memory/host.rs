@@ -90,8 +90,12 @@ impl Default for RegisterOptions {
 pub struct RegisterError<M> {
     /// Why the registration failed.
     pub error: Error,
-    /// The memory, unregistered and unchanged.
-    pub memory: M,
+    /// The memory, unregistered and unchanged. `None` when the registration failed part-way (a
+    /// range registered in pieces) and the pieces registered before the failure could not be
+    /// unregistered at once: while a resident kernel runs they are unregistered once it ends,
+    /// and the memory is kept until then, then freed; in a lost context they never are, and
+    /// the memory is leaked. Either way it is not given back while still registered.
+    pub memory: Option<M>,
 }
 
 impl<M> std::fmt::Display for RegisterError<M> {
@@ -219,7 +223,7 @@ impl<T: Element> HostBuf<T> {
     ) -> Result<HostBuf<T>, RegisterError<Vec<T>>> {
         if memory.is_empty() {
             let error = Error::invalid("registration length", "an empty Vec: register at least one element");
-            return Err(RegisterError { error, memory });
+            return Err(RegisterError { error, memory: Some(memory) });
         }
         let address = memory.as_ptr() as usize;
         if !address.is_multiple_of(page_size()) {
@@ -233,7 +237,7 @@ impl<T: Element> HostBuf<T> {
                     page_size()
                 ),
             );
-            return Err(RegisterError { error, memory });
+            return Err(RegisterError { error, memory: Some(memory) });
         }
         // Written later by the CPU and the GPU: `as_mut_ptr`, which may be written through,
         // unlike `as_ptr` (the Vec's heap block does not move when the Vec moves into the
@@ -267,7 +271,7 @@ impl<T: Element> HostBuf<T> {
     ) -> Result<HostBuf<T>, RegisterError<M>> {
         let bytes = match byte_len::<T>("registration length", len) {
             Ok(bytes) => bytes,
-            Err(error) => return Err(RegisterError { error, memory: owner }),
+            Err(error) => return Err(RegisterError { error, memory: Some(owner) }),
         };
         let Device::Cuda(cuda) = device else {
             return Ok(Self::from_parts(HostStorage::Unregistered(Box::new(owner)), ptr, len, None, None));
@@ -280,12 +284,13 @@ impl<T: Element> HostBuf<T> {
         // The covering pages' start, derived from the caller's writable pointer.
         let start = ptr.as_ptr().cast::<u8>().wrapping_sub(offset);
         // SAFETY: the pages covering the caller's range are mapped while `owner` lives (the
-        // function's contract), and `owner` moves into the registration (`covering`), which
-        // unregisters the pages before it lets the owner go.
+        // function's contract), and `owner` moves into the registration, which unregisters the
+        // pages before it lets the owner go.
         let registration =
-            match unsafe { Registration::register(cuda, start, span, flags, options.max_piece_bytes) } {
-                Ok(registration) => registration.covering(owner),
-                Err(error) => return Err(RegisterError { error, memory: owner }),
+            match unsafe { Registration::register(cuda, start, span, flags, options.max_piece_bytes, owner) }
+            {
+                Ok(registration) => registration,
+                Err(failed) => return Err(RegisterError { error: failed.error, memory: failed.owner }),
             };
         let device_ptr = registration.device_ptr().map(|base| base + offset as u64);
         let storage = HostStorage::Registered(registration);
@@ -311,13 +316,20 @@ impl<T: Element> HostBuf<T> {
                     device_map: options.mapped,
                     read_only: false,
                 };
-                // SAFETY: `memory` owns [ptr, ptr + bytes) and moves into the registration
-                // (`covering`), which frees it only after unregistering the range.
+                // SAFETY: `memory` owns [ptr, ptr + bytes) and moves into the registration,
+                // which frees it only after unregistering the range.
                 match unsafe {
-                    Registration::register(cuda, ptr.as_ptr().cast(), bytes, flags, options.max_piece_bytes)
+                    Registration::register(
+                        cuda,
+                        ptr.as_ptr().cast(),
+                        bytes,
+                        flags,
+                        options.max_piece_bytes,
+                        memory,
+                    )
                 } {
-                    Ok(registration) => HostStorage::Registered(registration.covering(memory)),
-                    Err(error) => return Err(RegisterError { error, memory }),
+                    Ok(registration) => HostStorage::Registered(registration),
+                    Err(failed) => return Err(RegisterError { error: failed.error, memory: failed.owner }),
                 }
             }
         };
@@ -389,6 +401,12 @@ impl<T: Element> HostBuf<T> {
     }
 
     /// The elements.
+    ///
+    /// A known hole outside the hand-off: this slice, handed to another crate's asynchronous
+    /// copy (cudarc's `memcpy_htod`, `memcpy_dtoh`), is still being read or written by a copy
+    /// engine after the call returns, since the memory is page-locked; hetmem cannot wait for
+    /// a copy it does not see (see [the module](crate::memory)). Lend the buffer and use
+    /// [`crate::Lent::cudarc_host_mut`] instead.
     pub fn as_slice(&self) -> &[T] {
         // SAFETY: `len` initialised elements live at `ptr` while self does (every constructor
         // zeroes fresh memory or takes initialised memory; pooled blocks hold earlier, still
@@ -396,7 +414,7 @@ impl<T: Element> HostBuf<T> {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
-    /// The elements, mutably.
+    /// The elements, mutably. The hole [`HostBuf::as_slice`] names holds here too.
     pub fn as_mut_slice(&mut self) -> &mut [T] {
         // SAFETY: as in as_slice; `&mut self` makes the access exclusive.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
@@ -445,10 +463,7 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
                 write_combined: options.write_combined,
             };
             // Whole pages, so the buffer can be guarded and shares no page with another.
-            let alloc = PinnedAlloc::new(device, bytes.div_ceil(page_size()) * page_size(), flags)?;
-            // SAFETY: the allocation holds at least `bytes` bytes at `host_ptr`, owned by
-            // `alloc`; zeroing makes every element initialised before anyone reads it.
-            unsafe { std::ptr::write_bytes(alloc.host_ptr(), 0, alloc.len_bytes()) };
+            let alloc = PinnedAlloc::zeroed(device, bytes.div_ceil(page_size()) * page_size(), flags)?;
             Ok(HostStorage::Allocated(alloc))
         }
         PinMethod::Register => {
@@ -466,8 +481,8 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
             let (start, map_len) = memory.pages();
             let flags =
                 RegisterFlags { portable: options.portable, device_map: options.mapped, read_only: false };
-            // SAFETY: `memory` owns [start, start + map_len) and moves into the registration
-            // (`covering`), which frees it only after unregistering the range.
+            // SAFETY: `memory` owns [start, start + map_len) and moves into the registration,
+            // which frees it only after unregistering the range.
             let registration = unsafe {
                 Registration::register(
                     device,
@@ -475,9 +490,11 @@ pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions)
                     map_len,
                     flags,
                     RegisterOptions::default().max_piece_bytes,
+                    memory,
                 )
-            }?;
-            Ok(HostStorage::Registered(registration.covering(memory)))
+            }
+            .map_err(|failed| failed.error)?;
+            Ok(HostStorage::Registered(registration))
         }
     }
 }
@@ -585,7 +602,7 @@ mod tests {
         let copy = data.clone();
         let failure = HostBuf::register_vec(&cpu(), data, RegisterOptions::default()).unwrap_err();
         assert!(failure.error.to_string().contains("past a page boundary"), "{}", failure.error);
-        assert_eq!(failure.memory, copy);
+        assert_eq!(failure.memory, Some(copy));
     }
 
     #[test]

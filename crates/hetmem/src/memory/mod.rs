@@ -24,6 +24,14 @@
 //! CPU (or, for `Shared`, can only read it). Reclaiming the lease waits for the GPU work and
 //! gives the buffer back; dropping it waits too, so memory is never freed under the GPU.
 //! Host memory is page-aligned; device addresses are at least 256-byte aligned.
+//!
+//! The contract covers GPU work that hetmem queues or that runs through a lease. A slice the
+//! CPU holds (`&[T]`, `&mut [T]`) handed to another crate's asynchronous copy is not covered:
+//! cudarc's `memcpy_dtoh`, `memcpy_htod` and `clone_htod` take such a slice for pageable memory
+//! and return before the driver has finished copying into or out of page-locked memory, so the
+//! copy is still running when the borrow ends. Give cudarc a lent buffer's
+//! [`crate::Lent::cudarc_host_mut`] instead, or synchronise the stream before the buffer is
+//! touched, dropped or lent again.
 
 mod budget;
 mod chunked;
@@ -35,6 +43,8 @@ mod in_flight;
 mod managed;
 mod page;
 mod pool;
+mod sigbus;
+mod truncation;
 mod window;
 mod window_cache;
 
@@ -60,6 +70,12 @@ mod sealed {
     pub trait Sealed {
         /// Where the bytes are.
         fn region(&self) -> Region;
+
+        /// Where the bytes lie in a mapped file, for a buffer that is a file mapping: hetmem's
+        /// CPU loops over it check the file's size and recover faults (`truncation`).
+        fn file_span(&self) -> Option<super::truncation::FileSpan<'_>> {
+            None
+        }
     }
 
     /// Where a buffer's bytes are, for the layers that hand it to the CPU or a GPU. Unnameable
@@ -90,6 +106,7 @@ mod sealed {
     unsafe impl Sync for Region {}
 }
 pub(crate) use sealed::{Region, Sealed};
+pub(crate) use truncation::{FileOrigin, FileSpan, guarded};
 
 /// The element type of hetmem buffers: plain data (any bit pattern valid, no pointers) that may
 /// cross threads. Implemented for every such type.

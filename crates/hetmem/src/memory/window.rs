@@ -6,16 +6,19 @@
 
 use std::marker::PhantomData;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use super::claims::{Access, Claim, Claims};
 use super::page::page_size;
-use super::{Buffer, Element, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer};
+use super::{
+    Buffer, Element, FileOrigin, FileSpan, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer,
+    guarded,
+};
 use crate::backend::Device;
 use std::os::unix::fs::FileExt;
 
@@ -36,10 +39,16 @@ use crate::error::{Error, Result};
 /// not be truncated below the window (accesses would fault with SIGBUS) nor modified by other
 /// processes or through other handles (the program would see the data change under it, or,
 /// for a read-write window, race the other writer).
+///
+/// What hetmem does when the contract is broken anyway: a window is not made over bytes the
+/// file no longer holds, and hetmem's own CPU loops over a window (copies through a
+/// [`crate::Queue`], operations' CPU paths, [`FileWindowMut::flush`],
+/// [`FileWindow::guard_truncation`]) check the file's size and recover the fault if it shrinks
+/// while they run, answering [`Error::FileTruncated`]. A slice from `as_slice` read by the
+/// caller's own code is not covered: it faults as any mapping does.
 #[derive(Debug)]
 pub struct WindowedFile {
-    file: std::fs::File,
-    path: PathBuf,
+    origin: Arc<FileOrigin>,
     bytes: u64,
     writable: bool,
     device: Device,
@@ -114,8 +123,7 @@ impl WindowedFile {
             return Err(Error::invalid("windowed file", format!("{} is empty", path.display())));
         }
         Ok(WindowedFile {
-            file,
-            path: path.to_path_buf(),
+            origin: Arc::new(FileOrigin::new(file, path)),
             bytes,
             writable,
             device: device.clone(),
@@ -131,7 +139,7 @@ impl WindowedFile {
 
     /// The file's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.origin.path()
     }
 
     /// Whether it was opened for writing ([`WindowedFile::window_mut`] works).
@@ -179,7 +187,7 @@ impl WindowedFile {
         // SAFETY: the caller of `open` promised the file is neither truncated nor modified by
         // others while windows live; windows of this file that write overlap no other (the
         // claim above).
-        let map = unsafe { MmapOptions::new().offset(offset).len(span).map(&self.file) }
+        let map = unsafe { MmapOptions::new().offset(offset).len(span).map(self.origin.file()) }
             .map_err(|source| self.map_error(&range, source))?;
         #[allow(
             clippy::as_ptr_cast_mut,
@@ -208,7 +216,7 @@ impl WindowedFile {
                 format!(
                     "{} was opened read-only: open it with WindowedFile::open_rw (or create) for \
                      read-write windows",
-                    self.path.display()
+                    self.path().display()
                 ),
             ));
         }
@@ -220,7 +228,7 @@ impl WindowedFile {
         let span = self.span(&range, offset)?;
         // SAFETY: as in `window`; this window overlaps no other window of the file (the
         // exclusive claim above).
-        let mut map = unsafe { MmapOptions::new().offset(offset).len(span).map_mut(&self.file) }
+        let mut map = unsafe { MmapOptions::new().offset(offset).len(span).map_mut(self.origin.file()) }
             .map_err(|source| self.map_error(&range, source))?;
         // Taken from the mutable mapping, since the CPU and the GPU write through it.
         let start = NonNull::new(map.as_mut_ptr()).expect("mappings are never null");
@@ -236,25 +244,24 @@ impl WindowedFile {
     fn staged(&self, cuda: &CudaDevice, range: Range<u64>, claim: Claim) -> Result<WindowMapping> {
         let bytes = self.span(&range, range.start)?;
         let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
-        let alloc = PinnedAlloc::new(cuda, bytes, flags)?;
+        let alloc = PinnedAlloc::zeroed(cuda, bytes, flags)?;
         let file = self
-            .file
+            .origin
+            .file()
             .try_clone()
-            .map_err(|source| io(format!("opening {} again", self.path.display()), source))?;
-        // SAFETY: the allocation is `bytes` long, page-aligned and owned here; nothing else
-        // refers to it yet. The driver does not promise its contents, so it is zeroed before a
-        // slice of it exists (a `&mut [u8]` over uninitialised bytes would be undefined).
-        let buffer = unsafe {
-            std::ptr::write_bytes(alloc.host_ptr(), 0, bytes);
-            std::slice::from_raw_parts_mut(alloc.host_ptr(), bytes)
-        };
+            .map_err(|source| io(format!("opening {} again", self.path().display()), source))?;
+        // SAFETY: the allocation is `bytes` long, page-aligned, zeroed and owned here; nothing
+        // else refers to it yet.
+        let buffer = unsafe { std::slice::from_raw_parts_mut(alloc.host_ptr(), bytes) };
         file.read_exact_at(buffer, range.start)
-            .map_err(|source| io(format!("reading bytes {range:?} of {}", self.path.display()), source))?;
+            .map_err(|source| io(format!("reading bytes {range:?} of {}", self.path().display()), source))?;
         let start = NonNull::new(alloc.host_ptr()).expect("pinned allocations are never null");
         let device_ptr = alloc.device_ptr();
         Ok(WindowMapping {
             registration: None,
             map: Arc::new(Mapping::Staged(Staged { alloc, file, offset: range.start })),
+            origin: None,
+            faulted: AtomicBool::new(false),
             start,
             lead: 0,
             range,
@@ -284,13 +291,15 @@ impl WindowedFile {
         } else {
             None
         };
-        match problem {
-            Some(problem) => Err(Error::invalid(
+        if let Some(problem) = problem {
+            return Err(Error::invalid(
                 "file window",
-                format!("bytes {range:?} of {}: {problem}", self.path.display()),
-            )),
-            None => Ok(range.clone()),
+                format!("bytes {range:?} of {}: {problem}", self.path().display()),
+            ));
         }
+        // The size when opened may be stale: a mapping past the file's end would fault.
+        self.origin.check_holds(range.start, range.end)?;
+        Ok(range.clone())
     }
 
     /// Where the mapping of a window starting at byte `start` begins: the page holding it.
@@ -309,7 +318,7 @@ impl WindowedFile {
     }
 
     fn map_error(&self, range: &Range<u64>, source: std::io::Error) -> Error {
-        io(format!("mapping bytes {range:?} of {}", self.path.display()), source)
+        io(format!("mapping bytes {range:?} of {}", self.path().display()), source)
     }
 
     fn register(
@@ -321,13 +330,15 @@ impl WindowedFile {
         claim: Claim,
     ) -> Result<WindowMapping> {
         let read_only = matches!(map, Mapping::ReadOnly(_));
+        let map = Arc::new(map);
         let registration = match &self.device {
             Device::Cpu(_) => None,
             Device::Cuda(cuda) => {
                 let flags = RegisterFlags { portable: false, device_map: true, read_only };
-                // SAFETY: `map` covers [start, start + span) and moves into the registration
-                // (`covering`), which unmaps it only after unregistering; no other
-                // registration covers this mapping, which was made just now.
+                // SAFETY: `map` covers [start, start + span) and the registration keeps a
+                // reference to it, so it is unmapped only after the range is unregistered (on
+                // a failure part-way too); no other registration covers this mapping, which
+                // was made just now.
                 let registration = unsafe {
                     Registration::register(
                         cuda,
@@ -335,14 +346,14 @@ impl WindowedFile {
                         span,
                         flags,
                         RegisterOptions::default().max_piece_bytes,
+                        Arc::clone(&map),
                     )
-                }?;
+                }
+                .map_err(|failed| failed.error)?;
                 Some(registration)
             }
         };
         let lead = (range.start % page_size() as u64) as usize;
-        let map = Arc::new(map);
-        let registration = registration.map(|registration| registration.covering(Arc::clone(&map)));
         Ok(WindowMapping {
             device_ptr: registration
                 .as_ref()
@@ -350,6 +361,8 @@ impl WindowedFile {
                 .map(|base| base + lead as u64),
             registration,
             map,
+            origin: Some(Arc::clone(&self.origin)),
+            faulted: AtomicBool::new(false),
             start,
             lead,
             range,
@@ -410,6 +423,10 @@ struct WindowMapping {
     #[allow(dead_code, reason = "held only to keep the range registered until the window drops")]
     registration: Option<Registration>,
     map: Arc<Mapping>,
+    /// The file, when the window maps it (not for staged memory, which the CPU reads safely).
+    origin: Option<Arc<FileOrigin>>,
+    /// Whether a CPU access faulted on a page past the file's end (see `truncation`).
+    faulted: AtomicBool,
     /// The mapping's first byte.
     start: NonNull<u8>,
     /// Bytes mapped before the window's first byte (its offset in its page).
@@ -438,6 +455,16 @@ impl WindowMapping {
     fn host(&self) -> NonNull<u8> {
         // SAFETY: `lead` bytes into the mapping, which is `lead + bytes()` long.
         unsafe { self.start.add(self.lead) }
+    }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        let origin = self.origin.as_deref()?;
+        Some(FileSpan { origin: Some(origin), offset: self.range.start, faulted: &self.faulted })
+    }
+
+    /// Runs `f` over the window's bytes with the file checked and a fault recovered.
+    fn guarded<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        guarded(self.file_span(), self.host(), self.bytes(), f)
     }
 
     fn region(&self) -> Region {
@@ -529,9 +556,43 @@ macro_rules! window_common {
             }
         }
 
+        impl<T: Element> $window<T> {
+            /// Checks that the file still holds the window's bytes, and that no access through
+            /// the window faulted: before handing the window's memory to code that reads it
+            /// unguarded (a NumPy view, say), which a truncated file would crash.
+            ///
+            /// # Errors
+            /// [`Error::FileTruncated`], or the operating system's error reading the file's size.
+            pub fn check_file(&self) -> Result<()> {
+                match self.mapping.file_span() {
+                    Some(span) => span.check(self.mapping.bytes()),
+                    None => Ok(()),
+                }
+            }
+
+            /// Runs `f`, which reads (or, through a read-write window's memory, writes) the
+            /// window, with the file's size checked first and a fault from a
+            /// truncation while `f` runs recovered: the pages past the file's end read as zeros,
+            /// `f` returns, its result is dropped and the call answers
+            /// [`Error::FileTruncated`]. The window then stays faulted ([`Self::check_file`]
+            /// fails): drop it. A fault outside the window is not recovered; one on the window
+            /// from another thread while `f` runs is (that thread reads zeros where the file
+            /// ended).
+            ///
+            /// # Errors
+            /// [`Error::FileTruncated`]; the operating system's error reading the file's size.
+            pub fn guard_truncation<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+                self.mapping.guarded(f)
+            }
+        }
+
         impl<T: Element> Sealed for $window<T> {
             fn region(&self) -> Region {
                 self.mapping.region()
+            }
+
+            fn file_span(&self) -> Option<FileSpan<'_>> {
+                self.mapping.file_span()
             }
         }
 
@@ -577,7 +638,8 @@ impl<T: Element> FileWindowMut<T> {
     /// own first byte, then synced. Call it after reclaiming the lease the kernel wrote through.
     ///
     /// # Errors
-    /// A range past the window; the operating system's error.
+    /// A range past the window; [`Error::FileTruncated`] when the file no longer holds the
+    /// window (what was written past its end is lost); the operating system's error.
     pub fn flush_range(&mut self, range: Range<usize>) -> Result<()> {
         if range.start >= range.end || range.end > self.len() {
             return Err(Error::invalid(
@@ -589,26 +651,36 @@ impl<T: Element> FileWindowMut<T> {
         let own = self.mapping.lead + range.start * size_of::<T>();
         let first = own / page * page;
         let end = self.mapping.lead + range.end * size_of::<T>();
-        for page_start in (first..end).step_by(page) {
-            // The window's own byte: a page it shares with a neighbouring window is touched at
-            // the first byte of this window in it, never at a byte the neighbour may be writing.
-            let offset = page_start.max(own);
-            // SAFETY: `offset` is inside the window's own bytes (`own..end`), in its writable
-            // mapping; `&mut self` means no lease holds the window, so no GPU work writes it
-            // now and no Rust reference into it lives. Writing back the byte read changes no
-            // data.
-            unsafe {
-                let byte = self.mapping.start.as_ptr().add(offset);
-                byte.write_volatile(byte.read_volatile());
+        let start = self.mapping.start;
+        // The touches reach the file's pages: a file truncated under the window answers an
+        // error here, not SIGBUS; what the file still holds is synced all the same.
+        let touched = self.mapping.guarded(|| {
+            for page_start in (first..end).step_by(page) {
+                // The window's own byte: a page it shares with a neighbouring window is touched
+                // at the first byte of this window in it, never at a byte the neighbour may be
+                // writing.
+                let offset = page_start.max(own);
+                // SAFETY: `offset` is inside the window's own bytes (`own..end`), in its
+                // writable mapping; `&mut self` means no lease holds the window, so no GPU work
+                // writes it now and no Rust reference into it lives. Writing back the byte read
+                // changes no data.
+                unsafe {
+                    let byte = start.as_ptr().add(offset);
+                    byte.write_volatile(byte.read_volatile());
+                }
             }
-        }
+        });
         let synced = match &*self.mapping.map {
             Mapping::ReadWrite(map) => map.flush_range(first, end - first),
             Mapping::Staged(staged) => staged.write_back(own, end - own),
             Mapping::ReadOnly(_) => unreachable!("read-write windows hold writable memory"),
         };
-        synced
-            .map_err(|source| io(format!("syncing bytes {:?} of a file window", self.mapping.range), source))
+        synced.map_err(|source| {
+            io(format!("syncing bytes {:?} of a file window", self.mapping.range), source)
+        })?;
+        touched?;
+        // A file that shrank meanwhile dropped the window's pages past its end, synced or not.
+        self.check_file()
     }
 }
 

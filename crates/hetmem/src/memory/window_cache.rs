@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::budget::{Charge, PinnedBudget};
 use super::page::page_size;
 use super::window::{FileWindow, WindowedFile};
-use super::{Buffer, Element, HostVisible, Region, Sealed};
+use super::{Buffer, Element, FileSpan, HostVisible, Region, Sealed};
 use crate::error::Result;
 
 /// Read-only windows of one or more [`WindowedFile`]s, mapped and registered with the GPU on
@@ -224,6 +224,10 @@ impl<T: Element> Sealed for CachedWindow<T> {
     fn region(&self) -> Region {
         // Clones share the mapping, so none of them owns its pages alone: no guard.
         Region { pages: None, ..self.cached.window.region() }
+    }
+
+    fn file_span(&self) -> Option<FileSpan<'_>> {
+        self.cached.window.file_span()
     }
 }
 

@@ -7,7 +7,7 @@ use crate::backend::cuda::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue};
 use crate::kernels::{self, CHECKSUM};
-use crate::memory::{Buffer, WritableBuffer};
+use crate::memory::{Buffer, Sealed, WritableBuffer};
 
 /// The two sums of [`checksum_cpu`] and the `checksum_words` kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -84,7 +84,8 @@ where
             format!("offsets {offset} (buffer) and {file_offset} (file) must be whole 32-bit words"),
         ));
     }
-    if pair.checked_mul(2).is_none_or(|first| first + 2 > sums.len()) {
+    // Checked whole: `2 * pair + 2` wrapping to 0 would pass a pair far past the end.
+    if pair.checked_mul(2).and_then(|first| first.checked_add(2)).is_none_or(|end| end > sums.len()) {
         return Err(Error::invalid(
             "checksum",
             format!("pair {pair} of sums, which hold {} pairs", sums.len() / 2),
@@ -99,6 +100,20 @@ where
             words[2 * pair + 1] = total.weighted;
         });
     };
+    // The kernel reads 32-bit words from the input's address plus `offset` (a multiple of 4)
+    // and adds into 64-bit sums; a chunk of a buffer may start anywhere.
+    let aligned = [("input", input.region().device, 4), ("sums", sums.region().device, 8)];
+    if let Some((what, Some(address), align)) =
+        aligned.into_iter().find(|(_, address, align)| address.is_some_and(|a| a % align != 0))
+    {
+        return Err(Error::invalid(
+            "checksum",
+            format!(
+                "the {what} starts at device address {address:#x}, not a multiple of {align} bytes as the \
+                 kernel's words need: give a whole buffer, or a chunk starting at a multiple of {align} bytes"
+            ),
+        ));
+    }
     let kernel = kernels::kernel(device, &CHECKSUM, "checksum_words")?;
     let blocks = device.attributes().multiprocessor_count * 8;
     let args = KernelArgs::new()

@@ -49,19 +49,17 @@ impl Gate {
         };
         let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
         let gate = Gate {
-            words: ManuallyDrop::new(PinnedAlloc::new(device, 4096, flags)?),
+            // Zeroed before any word is read as an atomic: the driver leaves its memory unwritten.
+            words: ManuallyDrop::new(PinnedAlloc::zeroed(device, 4096, flags)?),
             queue: queue.clone(),
             resident: Mutex::new(None),
         };
-        for index in [STARTED, GO, DONE] {
-            gate.word(index).store(0, Ordering::Relaxed);
-        }
         Ok(gate)
     }
 
     fn word(&self, index: usize) -> &AtomicU32 {
-        // SAFETY: the page is 4096 bytes, page-aligned and owned by `self.words`; index ≤ 32
-        // keeps the word inside it. The CPU only touches it through this atomic, the kernel
+        // SAFETY: the page is 4096 bytes, page-aligned, zeroed when allocated and owned by
+        // `self.words`; index ≤ 32 keeps the word inside it. The CPU only touches it through this atomic, the kernel
         // through 32-bit volatile accesses.
         unsafe { &*self.words.host_ptr().cast::<AtomicU32>().add(index) }
     }
@@ -76,7 +74,6 @@ impl Gate {
         // first, or waiting for it would wait for ever.
         self.open();
         self.queue.synchronize()?;
-        self.resident().take();
         for index in [STARTED, GO, DONE] {
             self.word(index).store(0, Ordering::Release);
         }
@@ -107,7 +104,10 @@ impl Gate {
     /// resident: a device-wide wait (a free, `cuCtxSynchronize`) waits only for its last steps.
     pub fn open(&self) {
         self.word(GO).store(1, Ordering::Release);
-        self.resident().take();
+        // Dropped after the gate's lock: counting the kernel out runs deferred releases, which
+        // may drop owners whose own drops must not run under it.
+        let token = self.resident().take();
+        drop(token);
     }
 
     /// Whether the kernel has written its done word: its end as the CPU first sees it.

@@ -1,6 +1,7 @@
 //! [`KernelStage`]: a user's kernel as a stage.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
 use sha2::{Digest, Sha256};
@@ -50,10 +51,19 @@ pub enum Param {
     /// read and write.
     Output(usize),
     /// A pointer to the first byte of the stage's constant buffer `index`
-    /// ([`KernelStage::with_constants`]), which the kernel may only read: uploaded once per
-    /// queue, into device memory (mapped host memory by the zero-copy strategy, where its
-    /// placement decides by the hybrid strategy).
-    Constant(usize),
+    /// ([`KernelStage::with_constants`]), which the kernel may only read, within its first
+    /// `bytes`: uploaded once per queue, into device memory (mapped host memory by the
+    /// zero-copy strategy, where its placement decides by the hybrid strategy).
+    ///
+    /// `bytes` is part of the kernel's signature, promised with the rest of it to
+    /// [`KernelStage::new`]: [`KernelStage::with_constants`] refuses a constant of any other
+    /// length, so the safe code that gives the constants cannot make the kernel read past one.
+    Constant {
+        /// Which constant: they are numbered from 0, each passed by at least one parameter.
+        index: usize,
+        /// The constant's length in bytes, all of which the kernel may read.
+        bytes: usize,
+    },
     /// A value of at most 8 bytes, passed by value (see [`Param::value`]).
     Value {
         /// The value's bytes, little-endian, zero-padded to 8.
@@ -90,12 +100,13 @@ impl Param {
 /// promises, for every launch: the kernel `entry` of the code takes exactly the parameters
 /// listed, in order and type (buffers as pointers to their first byte, values as their own
 /// type); it reads only the input and constant buffers, within `inputs[i].bytes()` bytes of
-/// each input and the length of each constant, and writes only the output buffers, within
-/// `outputs[j].bytes()` bytes of each; it keeps no pointer after it returns and ends on its own.
-/// The constants given later ([`KernelStage::with_constants`]) must be the ones the kernel
-/// expects, of the lengths it reads. Everything around the launch is safe: the pipeline hands it
-/// buffers of exactly those sizes, lent to the GPU through the hand-off, so the CPU cannot touch
-/// them meanwhile.
+/// each input and the `bytes` its [`Param::Constant`] declares of each constant, and writes
+/// only the output buffers, within `outputs[j].bytes()` bytes of each; it keeps no pointer after
+/// it returns and ends on its own, whatever the constants' contents. Everything around the
+/// launch is safe: the pipeline hands it buffers of exactly those sizes, lent to the GPU through
+/// the hand-off, so the CPU cannot touch them meanwhile, and [`KernelStage::with_constants`]
+/// takes only constants of the declared lengths (a clone of the stage keeps the same
+/// declarations and the same check).
 ///
 /// # Examples
 /// ```no_run
@@ -128,6 +139,12 @@ pub struct KernelStage {
     outputs: Vec<FrameLayout>,
     params: Vec<Param>,
     config: LaunchConfig,
+    /// The length of each constant, as the parameters declare it (fixed by the constructor).
+    constant_bytes: Vec<usize>,
+    /// Which constructor or [`KernelStage::with_constants`] call made the stage (its clones
+    /// share it): a stage prepared under one id runs under that id only, so a clone given other
+    /// constants cannot run with the ones another clone prepared.
+    id: u64,
     constants: Vec<Arc<[u8]>>,
     cpu: Option<Arc<CpuFn>>,
 }
@@ -138,7 +155,13 @@ pub struct KernelPrepared {
     /// `None` on the CPU backend.
     kernel: Option<Kernel>,
     constants: Vec<Constant>,
+    /// The [`KernelStage`] (and its clones) this was prepared for: another stage's kernel,
+    /// parameters or constants would not match this one's.
+    stage: u64,
 }
+
+/// Numbers the stages [`KernelStage::new`] and [`KernelStage::with_constants`] make.
+static NEXT_STAGE: AtomicU64 = AtomicU64::new(0);
 
 /// A constant buffer uploaded for one queue.
 #[derive(Debug)]
@@ -172,7 +195,8 @@ impl KernelStage {
     ///
     /// # Errors
     /// No inputs or outputs, a parameter naming a buffer that is not there, an output passed
-    /// twice (one launch gets each writable buffer once), an empty code.
+    /// twice (one launch gets each writable buffer once), constants not numbered from 0 or
+    /// declared with two lengths or none, an empty code.
     pub unsafe fn new(
         code: KernelCode,
         entry: &str,
@@ -207,6 +231,7 @@ impl KernelStage {
         if empty || entry.is_empty() {
             return Err(bad("an empty kernel or entry point name".into()));
         }
+        let constant_bytes = declared_constants(&params)?;
         Ok(KernelStage {
             code: Arc::new(code),
             entry: entry.to_string(),
@@ -214,6 +239,8 @@ impl KernelStage {
             outputs,
             params,
             config,
+            constant_bytes,
+            id: NEXT_STAGE.fetch_add(1, Ordering::Relaxed),
             constants: Vec::new(),
             cpu: None,
         })
@@ -222,25 +249,17 @@ impl KernelStage {
     /// Gives the constant buffers the kernel reads through [`Param::Constant`] (filter taps,
     /// a lookup table, a template): uploaded once per queue, into device memory, or mapped
     /// host memory by the zero-copy strategy (by the hybrid strategy, where its placement
-    /// decides: see [`Stage::constants`]).
+    /// decides: see [`Stage::constants`]). Each must be exactly as long as its parameter
+    /// declares, since the kernel reads that many bytes of it.
     ///
     /// # Errors
-    /// A parameter naming a constant that is not given, or an empty constant.
+    /// Another number of constants than the parameters pass, or a constant of another length
+    /// than its parameter declares (the error names the constant and both lengths).
     pub fn with_constants(mut self, constants: Vec<Vec<u8>>) -> Result<KernelStage> {
-        for (position, param) in self.params.iter().enumerate() {
-            if let Param::Constant(index) = *param
-                && index >= constants.len()
-            {
-                return Err(Error::invalid(
-                    "kernel stage",
-                    format!("parameter {position} is constant {index}, of {}", constants.len()),
-                ));
-            }
-        }
-        if let Some(index) = constants.iter().position(Vec::is_empty) {
-            return Err(Error::invalid("kernel stage", format!("constant {index} is empty")));
-        }
-        self.constants = constants.into_iter().map(Arc::from).collect();
+        let constants: Vec<Arc<[u8]>> = constants.into_iter().map(Arc::from).collect();
+        check_constants(&self.constant_bytes, &constants)?;
+        self.constants = constants;
+        self.id = NEXT_STAGE.fetch_add(1, Ordering::Relaxed);
         Ok(self)
     }
 
@@ -317,17 +336,11 @@ impl Stage for KernelStage {
 
     fn prepare(&self, queue: &Queue, _strategy: Strategy, places: &[Where]) -> Result<KernelPrepared> {
         let Some(gpu) = queue.cuda_device() else {
-            return Ok(KernelPrepared { kernel: None, constants: Vec::new() });
+            return Ok(KernelPrepared { kernel: None, constants: Vec::new(), stage: self.id });
         };
-        if let Some(index) = self.params.iter().find_map(|param| match *param {
-            Param::Constant(index) if index >= self.constants.len() => Some(index),
-            _ => None,
-        }) {
-            return Err(Error::invalid(
-                "kernel stage",
-                format!("the kernel reads constant {index}, and {} are given", self.constants.len()),
-            ));
-        }
+        // Checked again where the constants meet the kernel: a stage cloned before
+        // `with_constants` has none, and the kernel reads each declared length.
+        check_constants(&self.constant_bytes, &self.constants)?;
         if places.len() != self.constants.len() {
             return Err(Error::invalid(
                 "kernel stage",
@@ -351,7 +364,7 @@ impl Stage for KernelStage {
                 })
             })
             .collect::<Result<_>>()?;
-        Ok(KernelPrepared { kernel: Some(self.load(gpu)?), constants })
+        Ok(KernelPrepared { kernel: Some(self.load(gpu)?), constants, stage: self.id })
     }
 
     fn queue<I, O>(
@@ -366,6 +379,13 @@ impl Stage for KernelStage {
         I::Buf: Buffer<Elem = u8>,
         O: WritableBuffer<Elem = u8>,
     {
+        if prepared.stage != self.id {
+            return Err(Error::invalid(
+                "kernel stage",
+                "prepared for another KernelStage (another kernel, parameters or constants): prepare \
+                 this stage for the queue",
+            ));
+        }
         let kernel = prepared.kernel.as_ref().ok_or_else(|| {
             Error::invalid("kernel stage", "prepared for the CPU backend: it has no GPU there")
         })?;
@@ -380,7 +400,7 @@ impl Stage for KernelStage {
                     args.write(outputs[index].take().expect("the constructor passes each output once"))
                 }
                 Param::Value { bytes, len } => args.value_bytes(&bytes[..usize::from(len)]),
-                Param::Constant(index) => match &prepared.constants[index] {
+                Param::Constant { index, .. } => match &prepared.constants[index] {
                     Constant::Host(buffer) => args.read(buffer),
                     Constant::Device(buffer) => args.read(buffer),
                 },
@@ -388,10 +408,11 @@ impl Stage for KernelStage {
         }
         // SAFETY: the constructor's caller promised (KernelStage's safety contract) that the
         // kernel takes these parameters in this order and type and stays within each buffer's
-        // layout and each constant's length; every buffer is one frame of its layout (checked
-        // above), every constant the stage's own (uploaded by `prepare`, indices checked
-        // there), each lent or shared with this queue (checked when its address is resolved),
-        // and `launch` records the launch on each.
+        // layout and each constant's declared length; every buffer is one frame of its layout
+        // (checked above), the kernel and every constant the stage's own, of its declared
+        // length (prepared for this stage or a clone of it, checked above; lengths checked by
+        // `prepare`, which uploaded them), each lent or shared with this queue (checked when its
+        // address is resolved), and `launch` records the launch on each.
         unsafe { queue.launch(kernel, self.config, args) }
     }
 
@@ -407,6 +428,78 @@ impl Stage for KernelStage {
         })?;
         cpu(inputs, outputs)
     }
+}
+
+/// The length of each constant the parameters pass, by index: every index from 0 up passed
+/// by some parameter, each with one length of at least a byte.
+fn declared_constants(params: &[Param]) -> Result<Vec<usize>> {
+    let bad = |problem: String| Error::invalid("kernel stage", problem);
+    let mut declared: Vec<Option<usize>> = Vec::new();
+    for (position, param) in params.iter().enumerate() {
+        let Param::Constant { index, bytes } = *param else { continue };
+        // No more constants than parameters: an index beyond them leaves one unpassed.
+        if index >= params.len() {
+            return Err(bad(format!(
+                "parameter {position} is constant {index}: number the constants from 0, each passed by a parameter"
+            )));
+        }
+        if bytes == 0 {
+            return Err(bad(format!(
+                "parameter {position} declares constant {index} of 0 bytes: give the length the kernel reads"
+            )));
+        }
+        if declared.len() <= index {
+            declared.resize(index + 1, None);
+        }
+        match declared[index] {
+            Some(earlier) if earlier != bytes => {
+                return Err(bad(format!(
+                    "parameter {position} declares constant {index} of {bytes} bytes, an earlier one of \
+                     {earlier}: give each constant one length"
+                )));
+            }
+            _ => declared[index] = Some(bytes),
+        }
+    }
+    declared
+        .iter()
+        .enumerate()
+        .map(|(index, bytes)| {
+            bytes.ok_or_else(|| {
+                bad(format!(
+                    "no parameter passes constant {index}: number the constants from 0, each passed by a parameter"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Checks that `constants` are the ones `declared` asks for: as many, each of its length.
+fn check_constants(declared: &[usize], constants: &[Arc<[u8]>]) -> Result<()> {
+    if constants.len() != declared.len() {
+        return Err(Error::invalid(
+            "kernel stage",
+            format!(
+                "{} constants given; the kernel's parameters pass {}: give them with \
+                 KernelStage::with_constants",
+                constants.len(),
+                declared.len()
+            ),
+        ));
+    }
+    for (index, (constant, &bytes)) in constants.iter().zip(declared).enumerate() {
+        if constant.len() != bytes {
+            return Err(Error::invalid(
+                "kernel stage",
+                format!(
+                    "constant {index} holds {} bytes; its parameter declares {bytes}, which the kernel \
+                     reads: give a constant of exactly {bytes} bytes",
+                    constant.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that each buffer is exactly one frame of its layout.
@@ -459,6 +552,37 @@ mod tests {
         // SAFETY: as above.
         let empty = unsafe { KernelStage::new(code(), "k", vec![], vec![block.clone()], vec![], config) };
         assert!(empty.unwrap_err().to_string().contains("at least one"));
+    }
+
+    #[test]
+    fn constants_are_numbered_from_0_each_with_one_length() {
+        let block = FrameLayout::samples(64, Element::U8).unwrap();
+        let make = |constants: &[(usize, usize)]| {
+            let mut params = vec![Param::Input(0), Param::Output(0)];
+            params.extend(constants.iter().map(|&(index, bytes)| Param::Constant { index, bytes }));
+            // SAFETY: never launched; only the constructor's checks run.
+            unsafe {
+                KernelStage::new(
+                    code(),
+                    "k",
+                    vec![block.clone()],
+                    vec![block.clone()],
+                    params,
+                    LaunchConfig::linear(64, 64, 1),
+                )
+            }
+            .map(|stage| stage.constant_bytes)
+        };
+        assert_eq!(make(&[(1, 8), (0, 1024), (1, 8)]).unwrap(), [1024, 8]);
+        let error = make(&[(1, 8)]).unwrap_err().to_string();
+        assert!(error.contains("no parameter passes constant 0"), "{error}");
+        let error = make(&[(0, 8), (0, 16)]).unwrap_err().to_string();
+        assert!(error.contains("constant 0 of 16 bytes, an earlier one of 8"), "{error}");
+        let error = make(&[(0, 0)]).unwrap_err().to_string();
+        assert!(error.contains("constant 0 of 0 bytes"), "{error}");
+        // An index no list of constants could reach is refused before anything is sized by it.
+        let error = make(&[(usize::MAX, 8)]).unwrap_err().to_string();
+        assert!(error.contains("number the constants from 0"), "{error}");
     }
 
     #[test]

@@ -35,6 +35,9 @@ impl Element {
 
 /// One plane of a frame: `height` rows of `width` pixels of `channels` samples each, the rows
 /// `pitch` bytes apart, the first at `offset` bytes into the frame buffer.
+///
+/// A description a caller fills in, so its fields are public: it reaches a kernel only inside
+/// a [`FrameLayout`], whose constructor checks every field with checked arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct PlaneLayout {
@@ -61,23 +64,33 @@ impl PlaneLayout {
         channels: usize,
         element: Element,
     ) -> PlaneLayout {
-        PlaneLayout { offset, width, height, channels, element, pitch: width * channels * element.size() }
+        let plane = PlaneLayout { offset, width, height, channels, element, pitch: 0 };
+        PlaneLayout { pitch: plane.row_bytes(), ..plane }
     }
 
-    /// Bytes of samples in one row (without padding).
+    /// Bytes of samples in one row (without padding); `usize::MAX` for a row too long to count,
+    /// which [`FrameLayout::new`] refuses.
     pub fn row_bytes(&self) -> usize {
-        self.width * self.channels * self.element.size()
+        self.width.saturating_mul(self.channels).saturating_mul(self.element.size())
     }
 
-    /// Bytes from the plane's first byte to one past its last sample.
+    /// Bytes from the plane's first byte to one past its last sample; `usize::MAX` for a plane
+    /// too long to count, which [`FrameLayout::new`] refuses.
     pub fn span(&self) -> usize {
-        if self.height == 0 { 0 } else { (self.height - 1) * self.pitch + self.row_bytes() }
+        match self.height {
+            0 => 0,
+            rows => (rows - 1).saturating_mul(self.pitch).saturating_add(self.row_bytes()),
+        }
     }
 }
 
 /// The largest frame hetmem lays out: far beyond any real frame, small enough that offsets
 /// never overflow 64-bit arithmetic in kernels.
 pub const MAX_FRAME_BYTES: usize = 1 << 40;
+
+/// The most planes a frame has: a volume of this many slices is far beyond any scan, and a
+/// layout's planes stay a list that fits in memory.
+pub const MAX_PLANES: usize = 1 << 16;
 
 /// The layout of one frame buffer: its planes, and its size in bytes.
 ///
@@ -106,11 +119,14 @@ impl FrameLayout {
     /// the furthest plane end.
     ///
     /// # Errors
-    /// No planes, an empty plane, a pitch shorter than a row, a misaligned plane, overlapping
-    /// planes, or a frame above [`MAX_FRAME_BYTES`].
+    /// No planes or more than [`MAX_PLANES`], an empty plane, a pitch shorter than a row, a
+    /// misaligned plane, overlapping planes, or a frame above [`MAX_FRAME_BYTES`].
     pub fn new(planes: Vec<PlaneLayout>) -> Result<FrameLayout> {
         if planes.is_empty() {
             return Err(Error::invalid("frame layout", "no planes: a frame has at least one"));
+        }
+        if planes.len() > MAX_PLANES {
+            return Err(too_many_planes(planes.len()));
         }
         let mut extents = Vec::with_capacity(planes.len());
         for (index, plane) in planes.iter().enumerate() {
@@ -176,13 +192,28 @@ impl FrameLayout {
     /// ```
     ///
     /// # Errors
-    /// A side of 0, or as for [`FrameLayout::new`].
+    /// A side of 0, more than [`MAX_PLANES`] slices, or as for [`FrameLayout::new`] (a volume
+    /// above [`MAX_FRAME_BYTES`] among them).
     pub fn volume(depth: usize, height: usize, width: usize, element: Element) -> Result<FrameLayout> {
         if depth == 0 {
             return Err(Error::invalid("frame layout", "a volume of depth 0: it has at least one slice"));
         }
-        let slice = PlaneLayout::packed(0, width, height, 1, element);
+        if depth > MAX_PLANES {
+            return Err(too_many_planes(depth));
+        }
+        // One slice checked alone first, so that its size is a true count; then the whole
+        // volume, before a plane is listed.
+        let slice = FrameLayout::packed(width, height, 1, element)?.planes[0];
         let slice_bytes = slice.span();
+        if depth.checked_mul(slice_bytes).is_none_or(|bytes| bytes > MAX_FRAME_BYTES) {
+            return Err(Error::invalid(
+                "frame layout",
+                format!(
+                    "a volume of {depth} slices of {slice_bytes} bytes is above {MAX_FRAME_BYTES} bytes: \
+                     give fewer or smaller slices"
+                ),
+            ));
+        }
         FrameLayout::new((0..depth).map(|z| PlaneLayout { offset: z * slice_bytes, ..slice }).collect())
     }
 
@@ -203,6 +234,13 @@ impl FrameLayout {
     pub fn bytes(&self) -> usize {
         self.bytes
     }
+}
+
+fn too_many_planes(planes: usize) -> Error {
+    Error::invalid(
+        "frame layout",
+        format!("{planes} planes: a frame has at most {MAX_PLANES}; cut the data into several frames"),
+    )
 }
 
 #[cfg(test)]

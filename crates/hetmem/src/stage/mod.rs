@@ -22,7 +22,7 @@ mod layout;
 
 pub use cpu::CpuStage;
 pub use kernel::{KernelCode, KernelPrepared, KernelStage, Param};
-pub use layout::{Element, FrameLayout, MAX_FRAME_BYTES, PlaneLayout};
+pub use layout::{Element, FrameLayout, MAX_FRAME_BYTES, MAX_PLANES, PlaneLayout};
 
 use crate::backend::Device;
 use crate::error::Result;

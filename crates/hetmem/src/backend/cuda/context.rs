@@ -18,13 +18,18 @@
 //! - the calls a caller makes and waits for (loading a module, synchronising the context)
 //!   fail at once with [`Error::ResidentKernelRunning`] instead of hanging.
 //!
+//! The count is kept per driver context for the whole process, so every open of a device
+//! sees it; and a call that found no resident kernel holds a shared lock until it returns,
+//! which a resident kernel's token takes exclusively before it counts in: none can start
+//! between the check and the call.
+//!
 //! # A lost context
 //! A kernel fault (an illegal address, a trap) leaves the context unusable: every later call
 //! returns the same error, and on driver 580 not even `cuDevicePrimaryCtxReset` brings it back
 //! (the probe above). Once a call reports such an error, the context is marked lost: releases
 //! are skipped (they would only fail again, and the process must restart to use the GPU).
 
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock, RwLockReadGuard};
 
 use cudarc::driver::{result, sys};
 
@@ -36,7 +41,24 @@ pub(crate) struct Context {
     device: sys::CUdevice,
     raw: sys::CUcontext,
     deferred: Mutex<Option<CudaError>>,
-    resident: Mutex<Resident>,
+}
+
+/// Resident kernels and deferred releases of each driver context (by its handle), shared by
+/// every open of its device: each open retains the primary context into a [`Context`] of its
+/// own, and a resident kernel launched through one must hold back the releases of all.
+static RESIDENT: Mutex<Vec<(usize, Resident)>> = Mutex::new(Vec::new());
+
+/// Held (shared) across every driver call that would wait for a resident kernel, from the check
+/// that none runs to the call's end; taken exclusively to count a resident kernel in. So no
+/// resident kernel can start between the check and the call, which would then wait for it
+/// (for ever, should the waiting thread be the one meant to stop it).
+static WAITING_CALLS: RwLock<()> = RwLock::new(());
+
+/// Lets a call that waits for the device run to its end before any resident kernel starts.
+pub(crate) type NoResidentGuard = RwLockReadGuard<'static, ()>;
+
+fn waiting_calls() -> NoResidentGuard {
+    WAITING_CALLS.read().unwrap_or_else(|poison| poison.into_inner())
 }
 
 /// Resident kernels running in a context, and the releases waiting for them to end.
@@ -141,7 +163,7 @@ impl Context {
         // SAFETY: `device` came from cuDeviceGet on an initialised driver; the retained
         // context is released exactly once, in Drop.
         let raw = unsafe { result::primary_ctx::retain(device) }.call("cuDevicePrimaryCtxRetain")?;
-        Ok(Context { device, raw, deferred: Mutex::new(None), resident: Mutex::new(Resident::default()) })
+        Ok(Context { device, raw, deferred: Mutex::new(None) })
     }
 
     /// The driver's context handle.
@@ -173,6 +195,21 @@ impl Context {
         Ok(())
     }
 
+    /// Runs `f` on this context's resident kernels and deferred releases, under the lock that
+    /// every open of the device shares.
+    fn with_resident<R>(&self, f: impl FnOnce(&mut Resident) -> R) -> R {
+        let mut all = RESIDENT.lock().unwrap_or_else(|poison| poison.into_inner());
+        let key = self.raw as usize;
+        let at = match all.iter().position(|(raw, _)| *raw == key) {
+            Some(at) => at,
+            None => {
+                all.push((key, Resident::default()));
+                all.len() - 1
+            }
+        };
+        f(&mut all[at].1)
+    }
+
     /// Gives a handle back to the driver from a `Drop`: now, or once the resident kernels have
     /// ended if the call would wait for them; not at all in a lost context. Errors are
     /// recorded instead of panicking.
@@ -188,16 +225,59 @@ impl Context {
             std::mem::forget(keep);
             return;
         }
-        if release.waits_for_device() {
-            let mut resident = self.resident.lock().unwrap_or_else(|poison| poison.into_inner());
-            if resident.running > 0 {
-                tracing::debug!("{} deferred until the resident kernels end", release.call());
-                resident.pending.push((release, keep));
-                return;
-            }
+        let mut keep = keep;
+        let guard = release.waits_for_device().then(waiting_calls);
+        let deferred = guard.is_some()
+            && self.with_resident(|resident| {
+                if resident.running == 0 {
+                    return false;
+                }
+                resident.pending.push((release, keep.take()));
+                true
+            });
+        if deferred {
+            tracing::debug!("{} deferred until the resident kernels end", release.call());
+            return;
         }
         self.run_release(release);
+        drop(guard);
         drop(keep);
+    }
+
+    /// Gives every handle of `releases` back, now or (all of them) once the resident kernels
+    /// have ended, keeping `keep` alive until the last has run. Returns `keep` when they ran
+    /// now, so a caller can hand the memory they covered back; `None` when they were deferred
+    /// (`keep` goes with them) or the context is lost (`keep` is leaked: they never run).
+    pub(crate) fn release_all_keeping(&self, releases: Vec<Release>, keep: Keep) -> Option<Keep> {
+        if self.is_lost() {
+            tracing::debug!("{} release(s) skipped: the context is lost", releases.len());
+            std::mem::forget(keep);
+            return None;
+        }
+        let mut kept = Some(keep);
+        let guard = releases.iter().any(|release| release.waits_for_device()).then(waiting_calls);
+        let deferred = guard.is_some()
+            && self.with_resident(|resident| {
+                if resident.running == 0 {
+                    return false;
+                }
+                // The owner goes with the last release (there is one: one waits for the device).
+                let last = releases.len() - 1;
+                for (index, &release) in releases.iter().enumerate() {
+                    resident.pending.push((release, if index == last { kept.take() } else { None }));
+                }
+                true
+            });
+        if deferred {
+            tracing::debug!("{} release(s) deferred until the resident kernels end", releases.len());
+            return None;
+        }
+        let keep = kept.expect("kept unless deferred");
+        for release in releases {
+            self.run_release(release);
+        }
+        drop(guard);
+        Some(keep)
     }
 
     fn run_release(&self, release: Release) {
@@ -208,36 +288,31 @@ impl Context {
         }
     }
 
-    /// An error instead of `call` when it would wait for a resident kernel.
-    pub(crate) fn check_no_resident(&self, call: &'static str) -> Result<(), Error> {
-        let resident = self.resident.lock().unwrap_or_else(|poison| poison.into_inner());
-        if resident.running > 0 {
-            return Err(Error::ResidentKernelRunning { call, running: resident.running });
+    /// An error instead of `call` when it would wait for a resident kernel; else a guard to
+    /// hold until `call` has returned, so that none starts meanwhile.
+    pub(crate) fn check_no_resident(&self, call: &'static str) -> Result<NoResidentGuard, Error> {
+        let guard = waiting_calls();
+        match self.with_resident(|resident| resident.running) {
+            0 => Ok(guard),
+            running => Err(Error::ResidentKernelRunning { call, running }),
         }
-        Ok(())
     }
 
     /// Counts a resident kernel in; [`Context::leave_resident`] counts it out.
     fn enter_resident(&self) {
-        self.resident.lock().unwrap_or_else(|poison| poison.into_inner()).running += 1;
+        // Waits for the waiting calls under way, and keeps new ones out while it counts.
+        let _no_waiting_calls = WAITING_CALLS.write().unwrap_or_else(|poison| poison.into_inner());
+        self.with_resident(|resident| resident.running += 1);
     }
 
     fn leave_resident(&self) {
-        let pending = {
-            let mut resident = self.resident.lock().unwrap_or_else(|poison| poison.into_inner());
+        let pending = self.with_resident(|resident| {
             resident.running -= 1;
-            if resident.running > 0 {
-                return;
-            }
-            std::mem::take(&mut resident.pending)
-        };
+            if resident.running > 0 { Vec::new() } else { std::mem::take(&mut resident.pending) }
+        });
+        // Each as if released now: deferred again should another resident kernel have started.
         for (release, keep) in pending {
-            if self.is_lost() {
-                std::mem::forget(keep);
-                continue;
-            }
-            self.run_release(release);
-            drop(keep);
+            self.release_keeping(release, keep);
         }
     }
 

@@ -263,13 +263,28 @@ impl CudaDevice {
     /// [`crate::Error::ResidentKernelRunning`] while a resident kernel (a doorbell) runs, since
     /// the wait would never end.
     pub fn synchronize(&self) -> crate::Result<()> {
-        self.shared.ctx.check_no_resident("cuCtxSynchronize")?;
-        self.bind()?;
-        result::ctx::synchronize().call("cuCtxSynchronize")?;
+        self.synchronize_work()?;
         match self.shared.ctx.take_deferred_error() {
             Some(error) => Err(error.into()),
             None => Ok(()),
         }
+    }
+
+    /// Waits for all work on the device, as [`CudaDevice::synchronize`] does, but leaves a
+    /// deferred release error where it is, for the next [`CudaDevice::synchronize`] to
+    /// report: for a caller that only needs the device idle (before it lets memory go that
+    /// GPU work may still use), for which an earlier, unrelated release's failure says nothing.
+    ///
+    /// # Errors
+    /// A failed kernel or copy anywhere on the device (the work may not have finished);
+    /// [`crate::Error::ResidentKernelRunning`] while a resident kernel runs, since the wait
+    /// would never end.
+    pub fn synchronize_work(&self) -> crate::Result<()> {
+        let no_resident = self.shared.ctx.check_no_resident("cuCtxSynchronize")?;
+        self.bind()?;
+        result::ctx::synchronize().call("cuCtxSynchronize")?;
+        drop(no_resident);
+        Ok(())
     }
 
     /// Waits for the work on the legacy default stream, where the driver's synchronous copies

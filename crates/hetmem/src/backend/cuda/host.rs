@@ -5,6 +5,7 @@
 //! hand-off layers above; here each type only guarantees that the memory stays pinned (and
 //! mapped) for as long as it lives, and is released once.
 
+use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -111,7 +112,8 @@ unsafe impl Send for PinnedAlloc {}
 unsafe impl Sync for PinnedAlloc {}
 
 impl PinnedAlloc {
-    /// Allocates `bytes` of pinned host memory. The memory is page-aligned and uninitialised.
+    /// Allocates `bytes` of pinned host memory. The memory is page-aligned and uninitialised:
+    /// [`PinnedAlloc::zeroed`] before any reference to it is formed.
     ///
     /// # Errors
     /// Zero bytes, or the driver's error (out of memory).
@@ -133,6 +135,20 @@ impl PinnedAlloc {
         if flags.device_map {
             alloc.device_ptr = Some(device_pointer(ptr)?);
         }
+        Ok(alloc)
+    }
+
+    /// Allocates `bytes` of pinned host memory, every byte zero: the driver does not promise
+    /// the contents of its allocations, and a reference (a slice, an atomic) over bytes never
+    /// written would be undefined behaviour.
+    ///
+    /// # Errors
+    /// As for [`PinnedAlloc::new`].
+    pub fn zeroed(device: &CudaDevice, bytes: usize, flags: HostAllocFlags) -> Result<PinnedAlloc> {
+        let alloc = PinnedAlloc::new(device, bytes, flags)?;
+        // SAFETY: the allocation holds `bytes` bytes at `ptr`, owned by `alloc`; nothing else
+        // refers to it yet, and no GPU work has been queued on it.
+        unsafe { std::ptr::write_bytes(alloc.ptr, 0, alloc.bytes) };
         Ok(alloc)
     }
 
@@ -165,8 +181,9 @@ impl Drop for PinnedAlloc {
     }
 }
 
-/// A registered (page-locked, optionally mapped) range of memory the process already owns.
-/// Unregistered on drop; the memory itself belongs to whoever registered it.
+/// A registered (page-locked, optionally mapped) range of memory the process already owns,
+/// and the owner of that memory, which it frees only after unregistering the range (also when
+/// that waits for resident kernels). Unregistered on drop.
 ///
 /// A range larger than `max_chunk` is registered in pieces. That is only done where the device
 /// uses host addresses for registered memory, so the pieces stay one contiguous range on the
@@ -178,8 +195,7 @@ pub struct Registration {
     device_ptr: Option<u64>,
     portable: bool,
     ctx: Arc<Context>,
-    /// The owner of the memory the range covers, when given ([`Registration::covering`]):
-    /// freed only after the range is unregistered, also when that waits for resident kernels.
+    /// The owner of the memory the range covers: freed only after the range is unregistered.
     covers: Option<Keep>,
 }
 
@@ -199,39 +215,65 @@ unsafe impl Send for Registration {}
 // SAFETY: shared references expose only the addresses.
 unsafe impl Sync for Registration {}
 
+/// A registration that failed: why, and the owner of the memory handed back.
+#[derive(Debug)]
+pub struct RegistrationFailed<M> {
+    /// Why it failed.
+    pub error: Error,
+    /// The owner, unregistered; `None` when the registration failed part-way while a resident
+    /// kernel runs: the pieces registered before the failure are unregistered once the resident
+    /// kernels end, and the owner is kept until then (then dropped).
+    pub owner: Option<M>,
+}
+
 impl Registration {
-    /// Registers `[ptr, ptr + bytes)` with `device`, in pieces of at most `max_chunk` bytes.
+    /// Registers `[ptr, ptr + bytes)` with `device`, in pieces of at most `max_chunk` bytes,
+    /// and takes `owner`, whose memory the range covers, so that it is freed only after the
+    /// range is unregistered: while a resident kernel runs, unregistering waits, and memory
+    /// unmapped before then could be mapped and registered again meanwhile. That holds on the
+    /// error path too: a registration that fails part-way unregisters the pieces it made, and
+    /// keeps `owner` until it has.
     ///
     /// # Safety
-    /// The range must be mapped memory of this process that stays mapped, and is not
-    /// registered elsewhere, until the returned value is dropped.
+    /// The range must be mapped memory of this process that stays mapped while `owner` lives,
+    /// and is not registered elsewhere until the returned value is dropped.
     ///
     /// # Errors
     /// Zero bytes; a range that needs several pieces on a device that does not use host
     /// addresses for registered memory; the driver's error (already registered, a read-only
-    /// mapping without `read_only`, not supported).
-    pub unsafe fn register(
+    /// mapping without `read_only`, not supported). The owner comes back in the error when no
+    /// piece is left registered.
+    #[allow(clippy::result_large_err, reason = "the error hands the caller's memory back, on a cold path")]
+    pub unsafe fn register<M: Any + Send + Sync>(
         device: &CudaDevice,
         ptr: *mut u8,
         bytes: usize,
         flags: RegisterFlags,
         max_chunk: usize,
-    ) -> Result<Registration> {
+        owner: M,
+    ) -> Result<Registration, RegistrationFailed<M>> {
         if bytes == 0 {
-            return Err(Error::invalid("registration size", "0 bytes"));
+            return Err(RegistrationFailed {
+                error: Error::invalid("registration size", "0 bytes"),
+                owner: Some(owner),
+            });
         }
         let max_chunk = max_chunk.max(1);
         if bytes > max_chunk && !device.uses_host_pointer_for_registered_memory() {
-            return Err(Error::invalid(
+            let error = Error::invalid(
                 "registration size",
                 format!(
                     "{bytes} bytes exceed one registration ({max_chunk} bytes) and this device does \
                      not map registered memory at its host address, so pieces would not be contiguous"
                 ),
-            ));
+            );
+            return Err(RegistrationFailed { error, owner: Some(owner) });
         }
-        crate::faults::fail(crate::faults::FaultPoint::Registration)?;
-        device.bind()?;
+        if let Err(error) =
+            crate::faults::fail(crate::faults::FaultPoint::Registration).and_then(|()| Ok(device.bind()?))
+        {
+            return Err(RegistrationFailed { error, owner: Some(owner) });
+        }
         let mut registration = Registration {
             ptr,
             bytes,
@@ -241,22 +283,42 @@ impl Registration {
             ctx: Arc::clone(device.context()),
             covers: None,
         };
+        // SAFETY: the caller's contract, passed on.
+        match unsafe { registration.register_pieces(flags, max_chunk) } {
+            Ok(()) => {
+                registration.covers = Some(Box::new(owner));
+                Ok(registration)
+            }
+            Err(error) => Err(RegistrationFailed { error, owner: registration.unwind(owner) }),
+        }
+    }
+
+    /// Registers the range piece by piece, noting each piece as it succeeds, and finds its
+    /// device address.
+    ///
+    /// # Safety
+    /// As for [`Registration::register`].
+    unsafe fn register_pieces(&mut self, flags: RegisterFlags, max_chunk: usize) -> Result<()> {
+        let (ptr, bytes) = (self.ptr, self.bytes);
         let mut offset = 0;
         while offset < bytes {
             let len = max_chunk.min(bytes - offset);
-            // SAFETY: the piece lies inside the caller's range, which stays mapped while this
-            // registration lives (the function's contract); on error, Drop unregisters the
-            // pieces registered so far.
+            // SAFETY: the piece lies inside the caller's range, which stays mapped while the
+            // owner lives (the contract); the owner is kept until every piece noted here is
+            // unregistered, on the error path too (`unwind`).
             let chunk = unsafe { ptr.add(offset) };
+            if offset > 0 {
+                crate::faults::fail(crate::faults::FaultPoint::Registration)?;
+            }
             // SAFETY: as above.
             unsafe { sys::cuMemHostRegister_v2(chunk.cast::<c_void>(), len, flags.bits()) }
                 .call("cuMemHostRegister")?;
-            registration.chunks.push(chunk);
+            self.chunks.push(chunk);
             offset += len;
         }
         if flags.device_map {
             let base = device_pointer(ptr)?;
-            for &chunk in &registration.chunks[1..] {
+            for &chunk in &self.chunks[1..] {
                 let expected = base + (chunk as u64 - ptr as u64);
                 let actual = device_pointer(chunk)?;
                 if actual != expected {
@@ -266,17 +328,20 @@ impl Registration {
                     ));
                 }
             }
-            registration.device_ptr = Some(base);
+            self.device_ptr = Some(base);
         }
-        Ok(registration)
+        Ok(())
     }
 
-    /// Takes ownership of `owner`, whose memory the range covers, so that it is freed only
-    /// after the range is unregistered: while a resident kernel runs, unregistering waits, and
-    /// memory unmapped before then could be mapped and registered again meanwhile.
-    pub fn covering(mut self, owner: impl std::any::Any + Send + Sync) -> Registration {
-        self.covers = Some(Box::new(owner));
-        self
+    /// Unregisters the pieces registered so far, keeping `owner` until they are; hands it back
+    /// when that happened now.
+    fn unwind<M: Any + Send + Sync>(mut self, owner: M) -> Option<M> {
+        let releases = unregistering(&mut self.chunks);
+        if releases.is_empty() {
+            return Some(owner);
+        }
+        let kept = self.ctx.release_all_keeping(releases, Box::new(owner))?;
+        kept.downcast::<M>().ok().map(|owner| *owner)
     }
 
     /// The host address of the range.
@@ -308,11 +373,16 @@ impl Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         // Each piece was registered by this value and is unregistered once; the memory they
-        // cover goes with the last.
-        let last = self.chunks.len().saturating_sub(1);
-        for (index, &chunk) in self.chunks.iter().enumerate() {
-            let keep = if index == last { self.covers.take() } else { None };
-            self.ctx.release_keeping(Release::Registration(chunk as usize), keep);
+        // cover goes after the last.
+        let releases = unregistering(&mut self.chunks);
+        match self.covers.take() {
+            Some(owner) => drop(self.ctx.release_all_keeping(releases, owner)),
+            None => releases.into_iter().for_each(|release| self.ctx.release(release)),
         }
     }
+}
+
+/// The releases that unregister `chunks`, which are left empty.
+fn unregistering(chunks: &mut Vec<*mut u8>) -> Vec<Release> {
+    chunks.drain(..).map(|chunk| Release::Registration(chunk as usize)).collect()
 }

@@ -23,7 +23,7 @@ pub(crate) use context::ResidentKernel;
 pub use device::{ComputeCapability, CudaDevice, DeviceAttributes};
 pub use driver::REQUIRED_CUDA_VERSION;
 pub(crate) use host::mapped_address;
-pub use host::{HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
+pub use host::{HostAllocFlags, PinnedAlloc, RegisterFlags, Registration, RegistrationFailed};
 pub use managed::{Advice, ManagedAlloc, MemLocation};
 pub use memory::DeviceAlloc;
 pub use module::{Kernel, LaunchConfig, Module};

@@ -51,11 +51,12 @@ impl Module {
             image
         };
         // Loading waits for the whole device, so for a resident kernel: refuse rather than hang.
-        device.context().check_no_resident("cuModuleLoadData")?;
+        let no_resident = device.context().check_no_resident("cuModuleLoadData")?;
         device.bind()?;
         // SAFETY: the caller guarantees a complete ELF image, or PTX text, which is
         // NUL-terminated here; it lives for the call and the driver copies what it keeps.
         let raw = unsafe { result::module::load_data(image.as_ptr().cast()) }.call("cuModuleLoadData")?;
+        drop(no_resident);
         Ok(Arc::new(Module { raw, ctx: Arc::clone(device.context()), shared_allowed: Mutex::default() }))
     }
 

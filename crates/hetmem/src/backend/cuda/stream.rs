@@ -50,6 +50,20 @@ impl Stream {
         Stream { raw, ctx, lender: Some(lender), wrappers: Wrappers::default() }
     }
 
+    /// The legacy default stream of `device`'s primary context, borrowed (never destroyed): the
+    /// stream a DLPack consumer names with `stream=1`, and PyTorch's default stream. Recording
+    /// an [`Event`] on it marks the end of the work queued there so far.
+    ///
+    /// # Errors
+    /// Binding the device's context failed.
+    pub fn legacy_default(device: &CudaDevice) -> Result<Stream, CudaError> {
+        device.bind()?;
+        // SAFETY: the null handle names the context's legacy default stream (cudarc calls the
+        // entry points without per-thread default streams): the same stream on every thread,
+        // alive as long as the context, which `ctx` keeps retained; nothing destroys it.
+        Ok(unsafe { Stream::borrowed(Arc::clone(device.context()), std::ptr::null_mut(), Box::new(())) })
+    }
+
     /// Blocks until all work queued so far has finished.
     ///
     /// # Errors

@@ -1,4 +1,4 @@
-//! The CT computation of issue 14: a volume of Hounsfield units (i16) and a label template
+//! The CT computation: a volume of Hounsfield units (i16) and a label template
 //! (u8, one organ per voxel), read by
 //! - per-organ statistics through the template ([`organ_stats`]): count, mean, standard
 //!   deviation and a 256-bin histogram of HU within a window, one pass per organ and window;
@@ -25,6 +25,7 @@ mod phantom;
 mod smooth;
 mod stage;
 mod stats;
+mod volume;
 mod volume_file;
 
 pub use mip::{mip_height, mip_height_cpu, window_to_gray};
@@ -32,11 +33,11 @@ pub use phantom::Organ;
 pub use smooth::{gaussian_weights, masked_gaussian, masked_gaussian_cpu};
 pub use stage::{MaskedGaussianPrepared, MaskedGaussianStage};
 pub use stats::{HISTOGRAM_BINS, HuWindow, OrganStats, STATS_WORDS, organ_stats, organ_stats_cpu};
+pub use volume::{LabelledVolume, VolumeShape};
 #[cfg(feature = "nifti")]
 pub use volume_file::{read_nifti_hu, read_nifti_labels};
 pub use volume_file::{read_raw_hu, read_raw_labels};
 
-use crate::error::{Error, Result};
 use crate::handoff::Lease;
 use crate::memory::Buffer;
 
@@ -50,78 +51,3 @@ impl<T: Lease<Buf: Buffer<Elem = i16>>> HuLease for T {}
 pub trait LabelLease: Lease<Buf: Buffer<Elem = u8>> {}
 
 impl<T: Lease<Buf: Buffer<Elem = u8>>> LabelLease for T {}
-
-/// The size of a volume: `depth` slices of `height` rows of `width` voxels, x fastest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct VolumeShape {
-    /// Slices.
-    pub depth: usize,
-    /// Rows per slice.
-    pub height: usize,
-    /// Voxels per row.
-    pub width: usize,
-}
-
-impl VolumeShape {
-    /// A shape; every side at least 1.
-    ///
-    /// # Errors
-    /// A side of 0, or more voxels than memory can address.
-    pub fn new(depth: usize, height: usize, width: usize) -> Result<VolumeShape> {
-        let voxels =
-            depth.checked_mul(height).and_then(|n| n.checked_mul(width)).and_then(|n| n.checked_mul(4));
-        if depth == 0 || height == 0 || width == 0 || voxels.is_none() {
-            return Err(Error::invalid(
-                "volume shape",
-                format!("{depth}x{height}x{width}: every side must be at least 1 and the volume addressable"),
-            ));
-        }
-        Ok(VolumeShape { depth, height, width })
-    }
-
-    /// Voxels in the volume.
-    pub fn voxels(&self) -> usize {
-        self.depth * self.height * self.width
-    }
-
-    /// Fails unless a buffer of `len` elements holds exactly this volume.
-    pub(crate) fn check_len(&self, what: &'static str, len: usize) -> Result<()> {
-        if len == self.voxels() {
-            return Ok(());
-        }
-        Err(Error::invalid(
-            what,
-            format!(
-                "{len} elements for a {}x{}x{} volume of {} voxels",
-                self.depth,
-                self.height,
-                self.width,
-                self.voxels()
-            ),
-        ))
-    }
-}
-
-/// A volume of HU values and its label template, of one shape.
-#[derive(Debug, Clone)]
-pub struct LabelledVolume {
-    /// Its shape.
-    pub shape: VolumeShape,
-    /// HU values, x fastest, then y (front to back), then z (head to feet).
-    pub hu: Vec<i16>,
-    /// The template: a label per voxel.
-    pub labels: Vec<u8>,
-}
-
-impl LabelledVolume {
-    /// A volume and its template.
-    ///
-    /// # Errors
-    /// Either of another size than `shape`.
-    pub fn new(shape: VolumeShape, hu: Vec<i16>, labels: Vec<u8>) -> Result<LabelledVolume> {
-        shape.check_len("volume", hu.len())?;
-        shape.check_len("label template", labels.len())?;
-        Ok(LabelledVolume { shape, hu, labels })
-    }
-}

@@ -78,17 +78,17 @@ impl LabelledVolume {
     /// Hounsfield units with Gaussian-like noise, and the template labelling each voxel
     /// ([`Organ`]). The same seed gives the same volume.
     pub fn phantom(shape: VolumeShape, seed: u64) -> LabelledVolume {
-        let slice = shape.height * shape.width;
+        let slice = shape.height() * shape.width();
         let mut hu = vec![0i16; shape.voxels()];
         let mut labels = vec![0u8; shape.voxels()];
         hu.par_chunks_mut(slice).zip(labels.par_chunks_mut(slice)).enumerate().for_each(
             |(z, (hu, labels))| {
-                let t = (z as f32 + 0.5) / shape.depth as f32;
-                for y in 0..shape.height {
-                    let v = (y as f32 + 0.5) / shape.height as f32 * 2.0 - 1.0;
-                    for x in 0..shape.width {
-                        let u = (x as f32 + 0.5) / shape.width as f32 * 2.0 - 1.0;
-                        let index = y * shape.width + x;
+                let t = (z as f32 + 0.5) / shape.depth() as f32;
+                for y in 0..shape.height() {
+                    let v = (y as f32 + 0.5) / shape.height() as f32 * 2.0 - 1.0;
+                    for x in 0..shape.width() {
+                        let u = (x as f32 + 0.5) / shape.width() as f32 * 2.0 - 1.0;
+                        let index = y * shape.width() + x;
                         let (organ, cortex) = organ_at(u, v, t);
                         let (mean, sigma) = organ.hounsfield();
                         let mean = if cortex { 1000.0 } else { mean };
@@ -100,7 +100,8 @@ impl LabelledVolume {
                 }
             },
         );
-        LabelledVolume { shape, hu, labels }
+        LabelledVolume::new(shape, hu, labels)
+            .expect("the phantom fills its shape, one value and one label a voxel")
     }
 }
 
@@ -189,9 +190,9 @@ mod tests {
         let a = LabelledVolume::phantom(shape, seed);
         let b = LabelledVolume::phantom(shape, seed);
         let c = LabelledVolume::phantom(shape, seed ^ 1);
-        assert_eq!(a.hu, b.hu);
-        assert_eq!(a.labels, c.labels);
-        assert_ne!(a.hu, c.hu);
+        assert_eq!(a.hu(), b.hu());
+        assert_eq!(a.labels(), c.labels());
+        assert_ne!(a.hu(), c.hu());
     }
 
     #[test]
@@ -200,9 +201,9 @@ mod tests {
         let phantom = LabelledVolume::phantom(shape, fastrand::u64(..));
         for organ in Organ::ALL {
             let values: Vec<f64> = phantom
-                .labels
+                .labels()
                 .iter()
-                .zip(&phantom.hu)
+                .zip(phantom.hu())
                 .filter(|(label, _)| **label == organ.label())
                 .map(|(_, hu)| f64::from(*hu))
                 .collect();

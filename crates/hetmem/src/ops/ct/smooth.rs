@@ -13,7 +13,7 @@ use crate::backend::cuda::LaunchConfig;
 use crate::error::{Error, Result};
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue};
 use crate::kernels::{self, CT};
-use crate::memory::{Buffer, DeviceBuf, WritableBuffer};
+use crate::memory::{Buffer, DeviceBuf, Sealed, WritableBuffer};
 
 /// The widest smoothing taken, in voxels (a wider one wants a smaller volume first).
 const MAX_SIGMA: f32 = 8.0;
@@ -56,13 +56,13 @@ pub(super) fn radius_of(weights_len: usize) -> Result<i32> {
 fn smooth_axis_cpu(shape: VolumeShape, input: &[f32], output: &mut [f32], axis: usize, weights: &[f32]) {
     let radius = (weights.len() / 2) as i64;
     let (extent, step) = match axis {
-        0 => (shape.width, 1),
-        1 => (shape.height, shape.width),
-        _ => (shape.depth, shape.width * shape.height),
+        0 => (shape.width(), 1),
+        1 => (shape.height(), shape.width()),
+        _ => (shape.depth(), shape.width() * shape.height()),
     };
-    output.par_chunks_mut(shape.width).enumerate().for_each(|(row, out)| {
+    output.par_chunks_mut(shape.width()).enumerate().for_each(|(row, out)| {
         for (x, value) in out.iter_mut().enumerate() {
-            let i = row * shape.width + x;
+            let i = row * shape.width() + x;
             let at = ((i / step) % extent) as i64;
             let mut sum = 0.0f32;
             for k in -radius..=radius {
@@ -183,7 +183,27 @@ where
             "masked Gaussian",
             format!(
                 "the {what} holds {got} bytes; a {}x{}x{} volume needs {want}",
-                shape.depth, shape.height, shape.width
+                shape.depth(),
+                shape.height(),
+                shape.width()
+            ),
+        ));
+    }
+    // The kernels read i16 and f32 and write f32 through these addresses; a chunk of a byte
+    // buffer (the volume stage's leases) may start anywhere.
+    let aligned = [
+        ("HU volume", hu.region().device, 2),
+        ("weights", weights.region().device, 4),
+        ("output", out.region().device, 4),
+    ];
+    if let Some((what, Some(address), align)) =
+        aligned.into_iter().find(|(_, address, align)| address.is_some_and(|a| a % align != 0))
+    {
+        return Err(Error::invalid(
+            "masked Gaussian",
+            format!(
+                "the {what} starts at device address {address:#x}, not a multiple of {align} bytes as its \
+                 elements need: give a whole buffer, or a chunk starting at a multiple of {align} bytes"
             ),
         ));
     }
@@ -216,9 +236,9 @@ where
             .read(&den)
             .write(&mut num2)
             .write(&mut den2)
-            .value(shape.depth as u64)
-            .value(shape.height as u64)
-            .value(shape.width as u64)
+            .value(shape.depth() as u64)
+            .value(shape.height() as u64)
+            .value(shape.width() as u64)
             .value(axis)
             .read(weights)
             .value(radius);

@@ -66,7 +66,7 @@ impl MaskedGaussianStage {
     /// # Errors
     /// `sigma` out of range, or a volume too large to lay out.
     pub fn new(shape: VolumeShape, organ: u8, sigma: f32) -> Result<MaskedGaussianStage> {
-        let layout = |element| FrameLayout::volume(shape.depth, shape.height, shape.width, element);
+        let layout = |element| FrameLayout::volume(shape.depth(), shape.height(), shape.width(), element);
         Ok(MaskedGaussianStage {
             shape,
             organ,

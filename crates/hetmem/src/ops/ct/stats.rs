@@ -17,13 +17,15 @@ pub const STATS_WORDS: usize = 3 + HISTOGRAM_BINS;
 
 /// The HU range `[lo, hi]` a histogram spans: value `v` goes to bin
 /// `(v - lo) * 256 / (hi - lo + 1)`; values outside are counted in the totals only.
+///
+/// [`HuWindow::new`] keeps `lo <= hi`, so the fields are private. The kernel would stay inside
+/// its bins for any pair (it bins only values within `[lo, hi]`), but an inverted window would
+/// silently count nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct HuWindow {
-    /// Lowest HU counted.
-    pub lo: i16,
-    /// Highest HU counted.
-    pub hi: i16,
+    lo: i16,
+    hi: i16,
 }
 
 impl HuWindow {
@@ -39,6 +41,16 @@ impl HuWindow {
             ));
         }
         Ok(HuWindow { lo, hi })
+    }
+
+    /// Lowest HU counted.
+    pub fn lo(&self) -> i16 {
+        self.lo
+    }
+
+    /// Highest HU counted.
+    pub fn hi(&self) -> i16 {
+        self.hi
     }
 
     /// The bin of `value`, or `None` outside the window.

@@ -21,9 +21,9 @@ fn check_size(path: &Path, bytes: usize, shape: VolumeShape, element: usize, kin
             "{} holds {bytes} bytes, but {}x{}x{} voxels of {kind} are {wanted} bytes: give the file's own shape \
              (depth x height x width)",
             path.display(),
-            shape.depth,
-            shape.height,
-            shape.width
+            shape.depth(),
+            shape.height(),
+            shape.width()
         ),
     ))
 }
@@ -52,7 +52,7 @@ pub fn read_raw_labels(path: &Path, shape: VolumeShape) -> Result<Vec<u8>> {
 mod nifti_file {
     use std::path::Path;
 
-    use nifti::{NiftiObject, NiftiType, ReaderOptions};
+    use nifti::{NiftiHeader, NiftiObject, NiftiType, ReaderOptions};
 
     use super::super::VolumeShape;
     use crate::error::{Error, Result};
@@ -65,7 +65,46 @@ mod nifti_file {
     }
 
     /// The file's shape and its voxels as f64, scaled by `scl_slope` and `scl_inter` where set.
+    /// The most a deflate stream expands: 1032 bytes out for each byte in.
+    const GZIP_MAX_RATIO: u64 = 1032;
+
+    /// Refuses a header that claims more voxel bytes than the file can hold, before the volume
+    /// is read: the `nifti` crate reserves what the header claims, which a few bytes of header
+    /// can make terabytes.
+    fn check_claims(path: &Path) -> Result<()> {
+        let header = NiftiHeader::from_file(path).map_err(|error| malformed(path, error))?;
+        let size = std::fs::metadata(path)
+            .map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })?
+            .len();
+        let dim = header.dim().map_err(|error| malformed(path, error))?;
+        let datatype = header.data_type().map_err(|error| malformed(path, error))?;
+        let claimed = dim
+            .iter()
+            .try_fold(1u64, |voxels, &extent| voxels.checked_mul(u64::from(extent)))
+            .and_then(|voxels| voxels.checked_mul(datatype.size_of() as u64));
+        let gzip = path.file_name().is_some_and(|name| name.to_string_lossy().ends_with(".gz"));
+        // A float's cast saturates: a negative or NaN offset counts as 0.
+        let holds = if gzip {
+            size.saturating_mul(GZIP_MAX_RATIO)
+        } else {
+            size.saturating_sub(header.vox_offset as u64)
+        };
+        match claimed {
+            Some(claimed) if claimed <= holds => Ok(()),
+            _ => Err(malformed(
+                path,
+                format!(
+                    "its header claims {} bytes of voxels ({dim:?} of {datatype:?}), more than a {size}-byte {}file \
+                     can hold",
+                    claimed.map_or_else(|| "more than 2^64".to_string(), |claimed| claimed.to_string()),
+                    if gzip { "gzip " } else { "" }
+                ),
+            )),
+        }
+    }
+
     fn read_scaled(path: &Path) -> Result<(VolumeShape, Vec<f64>)> {
+        check_claims(path)?;
         let object = ReaderOptions::new().read_file(path).map_err(|error| malformed(path, error))?;
         let header = object.header().clone();
         let dim = header.dim().map_err(|error| malformed(path, error))?;
@@ -180,7 +219,7 @@ mod tests {
         std::fs::write(&labels_path, &labels).unwrap();
         assert_eq!(read_raw_hu(&hu_path, shape).unwrap(), hu);
         assert_eq!(read_raw_labels(&labels_path, shape).unwrap(), labels);
-        let bigger = VolumeShape::new(shape.depth + 1, shape.height, shape.width).unwrap();
+        let bigger = VolumeShape::new(shape.depth() + 1, shape.height(), shape.width()).unwrap();
         let error = read_raw_hu(&hu_path, bigger).unwrap_err().to_string();
         assert!(error.contains(&format!("{} bytes", hu.len() * 2)) && error.contains("shape"), "{error}");
         let missing = read_raw_labels(&dir.path().join("absent"), shape).unwrap_err().to_string();
@@ -220,7 +259,7 @@ mod tests {
         eprintln!("seed {seed:#x}");
         let mut rng = fastrand::Rng::with_seed(seed);
         let shape = random_shape(&mut rng);
-        let dims = [shape.width as u16, shape.height as u16, shape.depth as u16];
+        let dims = [shape.width() as u16, shape.height() as u16, shape.depth() as u16];
         let dir = tempfile::tempdir().unwrap();
         // u16 stored, HU = stored - 1024 (a common CT encoding).
         let stored: Vec<u16> = (0..shape.voxels()).map(|_| rng.u16(0..4096)).collect();

@@ -50,6 +50,10 @@ pub enum PixelLayout {
 }
 
 /// One plane of a frame: a grid of pixels of `channels` interleaved samples each.
+///
+/// Only [`FrameFormat::planes`] makes the planes hetmem works on, and nothing in hetmem takes a
+/// `Plane` from its caller, so its fields may be public: a plane a caller builds reaches no
+/// kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plane {
     /// Byte offset of the plane in the frame.
@@ -86,23 +90,26 @@ impl Plane {
     }
 }
 
-/// The size and layout of a frame.
+/// The size and layout of a frame, made by [`FrameFormat::new`]: its sides are 1 to
+/// [`MAX_SIDE`], which the GPU's tiling and every byte count of the frame rely on, so the
+/// fields are private (read them with [`FrameFormat::width`] and the others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct FrameFormat {
-    /// Pixels per row.
-    pub width: usize,
-    /// Rows.
-    pub height: usize,
-    /// The layout.
-    pub layout: PixelLayout,
-    /// How each sample is stored: 8 bits unless [`FrameFormat::with_sample`] says otherwise.
-    pub sample: SampleType,
+    width: usize,
+    height: usize,
+    layout: PixelLayout,
+    sample: SampleType,
 }
 
 /// The largest side hetmem accepts: far beyond any real frame, small enough that sizes never
 /// overflow.
 pub const MAX_SIDE: usize = 1 << 16;
+
+// The byte counts of a frame (`planes`, `frame_bytes`) are plain products of the sides: with
+// both sides at most MAX_SIDE, the largest frame (RGBA, 16-bit; a 4:4:4 frame is smaller) is
+// 2^35 bytes, far inside usize and inside the frames a stage lays out.
+const _: () = assert!(MAX_SIDE * MAX_SIDE * 4 * 2 <= crate::stage::MAX_FRAME_BYTES);
 
 impl FrameFormat {
     /// A frame format of 8-bit samples, checked.
@@ -131,6 +138,26 @@ impl FrameFormat {
     /// ```
     pub fn with_sample(self, sample: SampleType) -> FrameFormat {
         FrameFormat { sample, ..self }
+    }
+
+    /// Pixels per row, 1 to [`MAX_SIDE`].
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Rows, 1 to [`MAX_SIDE`].
+    pub fn height(&self) -> usize {
+        self.height
+    }
+
+    /// How the pixels are stored.
+    pub fn layout(&self) -> PixelLayout {
+        self.layout
+    }
+
+    /// How each sample is stored: 8 bits unless [`FrameFormat::with_sample`] says otherwise.
+    pub fn sample(&self) -> SampleType {
+        self.sample
     }
 
     /// What the format is, for messages: `1920x1080 Yuv420`, with `16-bit` for 16-bit samples.
@@ -196,7 +223,7 @@ mod tests {
         assert_eq!((rgba.planes()[0].pixel_bytes(), rgba.frame_bytes()), (8, 7 * 3 * 8));
         assert_eq!(rgba.describe(), "7x3 Rgba 16-bit");
         assert_eq!(FrameFormat::new(7, 3, PixelLayout::Rgba).unwrap().describe(), "7x3 Rgba");
-        assert_eq!(FrameFormat::new(7, 3, PixelLayout::Gray).unwrap().sample, SampleType::U8);
+        assert_eq!(FrameFormat::new(7, 3, PixelLayout::Gray).unwrap().sample(), SampleType::U8);
     }
 
     #[test]

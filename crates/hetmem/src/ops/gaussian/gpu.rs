@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::cpu::{check, gaussian_cpu};
-use super::{FrameFormat, Gaussian, SampleType};
+use super::{FrameFormat, Gaussian, MAX_SIDE, SampleType};
 use crate::backend::Device;
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig};
 use crate::error::{Error, Result};
@@ -83,6 +83,22 @@ enum Tiling {
     Overlap,
 }
 
+/// `value` as the u32 word of the plan's table that `what` is, or an error: a frame whose
+/// tiling the kernel cannot describe.
+fn table_word(what: &str, value: usize) -> Result<u32> {
+    u32::try_from(value).map_err(|_| table_range(what, value))
+}
+
+fn table_range(what: &str, value: impl std::fmt::Display) -> Error {
+    Error::invalid(
+        "gaussian plan",
+        format!(
+            "{what} {value} does not fit the kernel's 32-bit table: give a frame of at most {MAX_SIDE} x \
+             {MAX_SIDE} pixels (FrameFormat::new)"
+        ),
+    )
+}
+
 /// How one frame format is cut into tiles for the kernel, and what that costs on the link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GaussianPlan {
@@ -141,8 +157,10 @@ impl GaussianPlan {
     ) -> Result<GaussianPlan> {
         let frame = format.frame_bytes();
         check(format, kernel, frame, frame)?;
+        // A GPU has at least one SM; the overlap tiling launches one block per SM.
+        let multiprocessors = multiprocessors.max(1);
         let r = kernel.radius() as usize;
-        let mut table: Vec<u32> = kernel.weights_for(format.sample).to_vec();
+        let mut table: Vec<u32> = kernel.weights_for(format.sample()).to_vec();
         let (mut tiles, mut shared_bytes, mut bytes_read) = (0usize, 0usize, 0u64);
         let planes = format.planes();
         for plane in &planes {
@@ -158,7 +176,8 @@ impl GaussianPlan {
                 Tiling::Mapped => (multiprocessors as usize / 2).max(1),
                 Tiling::Plain | Tiling::Overlap => multiprocessors as usize,
             };
-            let share = (tile_sms * plane.bytes() / frame).max(1);
+            // Saturating: a share past every plane's rows is clamped to them below anyway.
+            let share = (tile_sms.saturating_mul(plane.bytes()) / frame).max(1);
             let ranges = (share / bands).clamp(1, plane.height.div_ceil(64).max(1));
             let range_rows = match tiling {
                 Tiling::Overlap => OVERLAP_RANGE_ROWS,
@@ -166,19 +185,28 @@ impl GaussianPlan {
             }
             .min(plane.height);
             let ranges = plane.height.div_ceil(range_rows);
+            // The kernel reads every count of the table as a u32 (the offset as two): each is
+            // re-checked here, so a table never describes a plane other than the format's.
+            let offset =
+                u64::try_from(plane.offset).map_err(|_| table_range("plane offset", plane.offset))?;
             table.extend_from_slice(&[
-                plane.offset as u32,
-                (plane.offset as u64 >> 32) as u32,
-                plane.width as u32,
-                plane.height as u32,
-                plane.channels as u32,
-                band_px as u32,
-                bands as u32,
-                ranges as u32,
-                range_rows as u32,
-                tiles as u32,
+                offset as u32,
+                (offset >> 32) as u32,
+                table_word("plane width", plane.width)?,
+                table_word("plane height", plane.height)?,
+                table_word("channels", plane.channels)?,
+                table_word("band width", band_px)?,
+                table_word("bands", bands)?,
+                table_word("ranges", ranges)?,
+                table_word("rows per range", range_rows)?,
+                table_word("first tile", tiles)?,
             ]);
-            tiles += bands * ranges;
+            let plane_tiles = bands
+                .checked_mul(ranges)
+                .ok_or_else(|| table_range("tiles of a plane", format!("{bands} x {ranges}")))?;
+            tiles = tiles
+                .checked_add(plane_tiles)
+                .ok_or_else(|| table_range("tiles", format!("{tiles} + {plane_tiles}")))?;
             shared_bytes = shared_bytes.max(shared_for(band_px, plane.channels, r, plane.sample));
             // Every tile reads its rows plus 2r halo rows, each its columns plus 2r halo columns.
             for band in 0..bands {
@@ -194,14 +222,15 @@ impl GaussianPlan {
         bytes_read += table_bytes_read;
         let table_words = kernel.weights().len() + planes.len() * PLANE_WORDS;
         debug_assert_eq!(table.len(), table_words);
+        let tiles = table_word("tiles", tiles)?;
         Ok(GaussianPlan {
             format: *format,
             kernel: kernel.clone(),
             table: table.into(),
-            tiles: tiles as u32,
+            tiles,
             blocks: match tiling {
-                Tiling::Overlap => tiles.min(multiprocessors as usize) as u32,
-                Tiling::Plain | Tiling::Mapped => tiles as u32,
+                Tiling::Overlap => tiles.min(multiprocessors),
+                Tiling::Plain | Tiling::Mapped => tiles,
             },
             shared_bytes,
             bytes_read,
@@ -238,7 +267,7 @@ impl GaussianPlan {
     /// The entry point of gaussian.cu for the plan's samples, plain or `overlap`ped, loaded, with
     /// the plan's shared memory allowed.
     pub(super) fn entry_point(&self, device: &CudaDevice, overlap: bool) -> Result<Kernel> {
-        let entry = match (self.format.sample, overlap) {
+        let entry = match (self.format.sample(), overlap) {
             (SampleType::U8, false) => "gaussian_u8",
             (SampleType::U8, true) => "gaussian_u8_overlap",
             (SampleType::U16, false) => "gaussian_u16",
@@ -408,7 +437,7 @@ fn check_sample_alignment<I: Lease, O: Lease>(
     input: &I,
     output: &O,
 ) -> Result<()> {
-    if plan.format.sample == SampleType::U8 {
+    if plan.format.sample() == SampleType::U8 {
         return Ok(());
     }
     check_aligned(plan, "input", queue.address_of(input)?)?;
@@ -418,7 +447,7 @@ fn check_sample_alignment<I: Lease, O: Lease>(
 /// Refuses the `name` buffer of `plan`'s frames at an `address` its samples cannot be read
 /// from whole.
 pub(super) fn check_aligned(plan: &GaussianPlan, name: &str, address: u64) -> Result<()> {
-    let align = plan.format.sample.bytes() as u64;
+    let align = plan.format.sample().bytes() as u64;
     if !address.is_multiple_of(align) {
         return Err(Error::invalid(
             "frame buffer",
@@ -434,6 +463,8 @@ pub(super) fn check_aligned(plan: &GaussianPlan, name: &str, address: u64) -> Re
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use crate::ops::gaussian::{Border, PixelLayout};
 
@@ -451,8 +482,8 @@ mod tests {
         // The weights as the kernel reads them, from the plan's table.
         let weights = &plan.table[..taps];
         let border = plan.kernel.border();
-        let wide = plan.format.sample == SampleType::U16;
-        let sample_bytes = plan.format.sample.bytes() as i64;
+        let wide = plan.format.sample() == SampleType::U16;
+        let sample_bytes = plan.format.sample().bytes() as i64;
         let planes = &plan.table[taps..];
         let plane_count = planes.len() / PLANE_WORDS;
         let chunk = CHUNK as i64;
@@ -782,5 +813,79 @@ mod tests {
         assert_eq!((u_plane[2], u_plane[3]), (960, 541));
         assert_eq!(v_plane[9], u_plane[9] + u_plane[6] * u_plane[7]);
         assert_eq!(plan.tiles, v_plane[9] + v_plane[6] * v_plane[7]);
+    }
+
+    #[test]
+    fn a_count_beyond_the_tables_32_bits_is_refused() {
+        assert_eq!(table_word("bands", u32::MAX as usize).unwrap(), u32::MAX);
+        let error = table_word("plane height", 1 << 32).unwrap_err().to_string();
+        assert!(error.contains("plane height 4294967296 does not fit the kernel's 32-bit table"), "{error}");
+        assert!(error.contains("FrameFormat::new"), "{error}");
+    }
+
+    /// The table as the kernel reads it describes exactly `format`'s planes: each plane's
+    /// offset and size, bands and ranges that cover it once and no more, and tiles numbered one
+    /// plane after another up to the plan's count.
+    fn check_the_table_describes_the_frame(
+        plan: &GaussianPlan,
+        format: &FrameFormat,
+    ) -> Result<(), TestCaseError> {
+        let weights = plan.kernel.weights().len();
+        let planes = format.planes();
+        prop_assert_eq!(plan.table().len(), weights + planes.len() * PLANE_WORDS);
+        let mut first_tile = 0u64;
+        for (plane, words) in planes.iter().zip(plan.table()[weights..].chunks(PLANE_WORDS)) {
+            let word = |i: usize| u64::from(words[i]);
+            prop_assert_eq!(word(0) | word(1) << 32, plane.offset as u64);
+            prop_assert_eq!(
+                (word(2), word(3), word(4)),
+                (plane.width as u64, plane.height as u64, plane.channels as u64)
+            );
+            let (band_px, bands, ranges, range_rows) = (word(5), word(6), word(7), word(8));
+            prop_assert!(bands * band_px >= word(2) && (bands - 1) * band_px < word(2));
+            prop_assert!(ranges * range_rows >= word(3) && (ranges - 1) * range_rows < word(3));
+            prop_assert_eq!(word(9), first_tile);
+            first_tile += bands * ranges;
+            let end = word(0) + word(2) * word(3) * word(4) * format.sample().bytes() as u64;
+            prop_assert!(end <= format.frame_bytes() as u64);
+        }
+        prop_assert_eq!(first_tile, u64::from(plan.tiles));
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Every tiling of every format up to MAX_SIDE describes exactly its frame; where the
+        /// frame is small enough to emulate, the kernel, phase for phase, stays inside its
+        /// buffers (the emulation indexes checked slices) and writes the CPU path's frame.
+        #[test]
+        fn every_plan_describes_exactly_its_frame(
+            width in prop_oneof![3 => 1..40usize, 1 => 1..=MAX_SIDE],
+            height in prop_oneof![3 => 1..40usize, 1 => 1..=MAX_SIDE],
+            layout in prop::sample::select(vec![
+                PixelLayout::Gray,
+                PixelLayout::Rgb,
+                PixelLayout::Rgba,
+                PixelLayout::Yuv420,
+                PixelLayout::Yuv422,
+                PixelLayout::Yuv444,
+            ]),
+            wide in any::<bool>(),
+            radius in 0..=8u32,
+            sms in prop_oneof![3 => 1..=264u32, 1 => any::<u32>()],
+        ) {
+            let sample = if wide { SampleType::U16 } else { SampleType::U8 };
+            let format = FrameFormat::new(width, height, layout).unwrap().with_sample(sample);
+            let kernel = Gaussian::new(Some(radius), None, Border::Reflect101).unwrap();
+            for tiling in [Tiling::Plain, Tiling::Mapped, Tiling::Overlap] {
+                let plan = GaussianPlan::tiled(&format, &kernel, sms, tiling).unwrap();
+                check_the_table_describes_the_frame(&plan, &format)?;
+            }
+            if format.frame_bytes() <= 8 << 10 && sms > 0 {
+                let case = (width, height, layout, Some(radius), None, Border::Reflect101, sms);
+                check_the_kernels_algorithm(case, sample);
+            }
+        }
     }
 }

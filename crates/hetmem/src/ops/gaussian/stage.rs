@@ -50,7 +50,7 @@ impl GaussianPrepared {
 impl From<&FrameFormat> for FrameLayout {
     /// The planes of a frame format, packed one after the other, of its sample type.
     fn from(format: &FrameFormat) -> FrameLayout {
-        let element = match format.sample {
+        let element = match format.sample() {
             SampleType::U8 => Element::U8,
             SampleType::U16 => Element::U16,
         };

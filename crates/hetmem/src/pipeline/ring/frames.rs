@@ -11,6 +11,10 @@ use crate::stage::Stage;
 /// The producer's hold on the next frame's slot: write the frame through `DerefMut` (its first
 /// input buffer; others through [`InputSlot::input_mut`]), then [`InputSlot::submit`] it.
 /// Dropped without submitting, the slot goes back unused.
+///
+/// The slot's bytes are page-locked: handed to another crate's asynchronous copy (cudarc's
+/// `memcpy_htod`), they are still read after the call returns, and submitting or dropping the
+/// slot does not wait for that copy (see [`crate::HostBuf::as_slice`]).
 pub struct InputSlot<'ring, S: Stage> {
     ring: &'ring FrameRing<S>,
     guard: Option<MutexGuard<'ring, Slot<S>>>,

@@ -151,7 +151,8 @@ impl Doorbell {
     fn start_cuda(device: &Device, cuda: &CudaDevice, options: DoorbellOptions) -> Result<Doorbell> {
         let depth = options.depth;
         let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
-        let alloc = PinnedAlloc::new(cuda, protocol::words_for(depth) * 4, flags)?;
+        // Zeroed before the words are read as atomics: the driver leaves its memory unwritten.
+        let alloc = PinnedAlloc::zeroed(cuda, protocol::words_for(depth) * 4, flags)?;
         let kernel = kernels::kernel(cuda, &DOORBELL, "doorbell")?;
         let queue = Queue::new(device)?;
         // Counted in before the launch: from here on hetmem defers frees on this GPU.
@@ -163,7 +164,6 @@ impl Doorbell {
             Server::Cuda(ManuallyDrop::new(queue), ManuallyDrop::new(resident)),
             options,
         );
-        bell.words().iter().for_each(|word| word.store(0, Ordering::Relaxed));
         let Memory::Cuda(alloc) = &bell.memory else { unreachable!("made above") };
         let address = alloc.device_ptr().expect("allocated with device_map");
         let Server::Cuda(queue, _) = &bell.server else { unreachable!("made above") };
@@ -195,8 +195,8 @@ impl Doorbell {
         match &self.memory {
             Memory::Cpu(words) => words,
             Memory::Cuda(alloc) => {
-                // SAFETY: the allocation is page-aligned (so 4-byte aligned), len_bytes long
-                // and owned by `self` for as long as the returned borrow; the CPU touches it
+                // SAFETY: the allocation is page-aligned (so 4-byte aligned), len_bytes long,
+                // zeroed when allocated and owned by `self` for as long as the returned borrow; the CPU touches it
                 // only through these atomics, the kernel only through 32-bit accesses.
                 unsafe {
                     std::slice::from_raw_parts(alloc.host_ptr().cast::<AtomicU32>(), alloc.len_bytes() / 4)
