@@ -18,6 +18,7 @@ mod batch;
 mod device;
 mod dlpack;
 mod file;
+mod gather;
 mod import;
 mod memory;
 mod owner;
@@ -62,6 +63,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(dlpack::capsule, module)?)?;
     module.add_function(wrap_pyfunction!(import::tensor_info, module)?)?;
     module.add_function(wrap_pyfunction!(batch::prepare_batch, module)?)?;
+    module.add_function(wrap_pyfunction!(gather::gather_records, module)?)?;
     module.add_function(wrap_pyfunction!(truncation::check_file, module)?)?;
     module.add("page_size", hetmem::memory::page_size())?;
     Ok(())

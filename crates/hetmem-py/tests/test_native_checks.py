@@ -63,6 +63,35 @@ def test_batch_arithmetic_that_would_wrap_is_refused_everywhere():
         prepare(record_shape=(2**62, 2**62, 1), crop=(1, 1))
 
 
+def test_the_staged_gather_copies_the_chosen_records_and_checks_every_integer():
+    rng = np.random.default_rng()
+    records = hetmem.pinned((16, 4, 4, 3), np.uint8)
+    records.numpy()[...] = rng.integers(0, 256, records.shape, dtype=np.uint8)
+    out = hetmem.pinned((5, 4, 4, 3), np.uint8)
+    out.numpy()[...] = 0xA5  # poisoned: a record the gather failed to copy shows
+    chosen = rng.choice(16, 5, replace=False)
+    _native.gather_records(records._memory, 48, chosen.tolist(), out._memory)
+    np.testing.assert_array_equal(out.numpy(), records.numpy()[chosen])
+
+    def gather(record_bytes=48, indices=(0,), target=out):
+        _native.gather_records(records._memory, record_bytes, list(indices), target._memory)
+
+    with pytest.raises(ValueError, match=r"gather: record 16 of 16"):
+        gather(indices=(16,))
+    with pytest.raises(ValueError, match=r"gather indices\[1\]: -1 is negative"):
+        gather(indices=(0, -1))
+    with pytest.raises(ValueError, match="gather record_bytes is 0"):
+        gather(record_bytes=0)
+    with pytest.raises(ValueError, match="gather record_bytes: -48 is negative"):
+        gather(record_bytes=-48)
+    # 2^63 records of 2 bytes would wrap to 0 bytes of output in 64 bits; the count (one record
+    # of 768 bytes fits) is checked first, then the product.
+    with pytest.raises(ValueError, match="6 writable bytes are needed|overflows"):
+        _native.gather_records(records._memory, 2, [0, 1, 2], hetmem.pinned(4)._memory)
+    with pytest.raises(ValueError, match="overlaps the records"):
+        gather(target=records)
+
+
 # -- buffers and the views made from them -------------------------------------------------------
 
 def test_a_negative_buffer_offset_is_refused_before_any_view():

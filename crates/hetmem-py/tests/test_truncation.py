@@ -76,3 +76,40 @@ def test_the_loader_over_a_records_file_truncated_afterwards_raises(tmp_path):
             print(f"raised: {{error}}")
     """, images)
     assert_raised(child, images)
+
+
+def test_the_staged_gather_over_a_truncated_window_raises(tmp_path):
+    path = tmp_path / "records.u8"
+    path.write_bytes(bytes(range(256)) * 4096)
+    child = run_child("""
+        from hetmem import _native
+        window = hetmem.MappedFile(path).window(0, 1 << 20)
+        out = hetmem.pinned(64 * 4096)
+        os.truncate(path, 4096)
+        try:
+            # the loader's staged gather, natively: np.take over the window's view was SIGBUS
+            _native.gather_records(window._memory, 4096, list(range(200, 264)), out._memory)
+            print("no error")
+        except hetmem.HetmemError as error:
+            print(f"raised: {error}")
+    """, path)
+    assert_raised(child, path)
+
+
+def test_the_loader_checks_its_file_at_each_epoch(tmp_path):
+    images, labels = tmp_path / "images.u8", tmp_path / "labels.i64"
+    loader.write_records(images, labels, 512, RECORD, seed=2)
+    child = run_child(f"""
+        from hetmem import loader
+        output = "torch" if hetmem.device().backend == "cuda" else "buffer"
+        records = loader.RecordLoader(path, {str(labels)!r}, 64, {RECORD!r}, output=output, shuffle=False)
+        for _ in records:
+            pass
+        os.truncate(path, 4096)
+        try:
+            iter(records)  # the next epoch: on a GPU, kernels would read the stale pages
+            print("no error")
+        except hetmem.HetmemError as error:
+            print(f"raised: {{error}}")
+    """, images)
+    assert_raised(child, images)

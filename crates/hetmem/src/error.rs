@@ -286,6 +286,25 @@ pub enum Error {
         /// What was found: the file's size now, or the fault.
         detail: String,
     },
+    /// A page of a mapped file could not be read (SIGBUS) although the file still holds it:
+    /// the storage failed to read it (an I/O error, a network file system that lost the
+    /// file), or the file was truncated and grown again meanwhile. As for
+    /// [`Error::FileTruncated`], what hetmem made of those bytes is discarded and the mapping
+    /// reads zeros from the faulting page on: drop it.
+    #[error(
+        "a page of {} (in bytes {}..{} that hetmem maps) could not be read, although the file still \
+         holds it (the storage failed to read it, or the file was truncated and grown again); \
+         remedy: check the storage and the system log, then map the file again",
+        path.as_ref().map_or_else(|| "a mapped file".to_string(), |path| path.display().to_string()),
+        range.start,
+        range.end
+    )]
+    FileUnreadable {
+        /// The file, where the mapping knows it.
+        path: Option<std::path::PathBuf>,
+        /// The bytes of the file the access needed.
+        range: std::ops::Range<u64>,
+    },
     /// A file or operating-system call failed.
     #[error("{context}: {source}")]
     Io {

@@ -463,10 +463,13 @@ class MappedFile:
     The file must not be truncated or changed by other processes while a window lives. If it
     is truncated anyway, hetmem raises ``HetmemError`` (naming the file) where it can: making a
     window past the file's end, taking a host view (``numpy()``, ``__array_interface__``,
-    ``__dlpack__``) of a window the file no longer holds, and the loader's native batch
-    preparation (which recovers a truncation while it reads). A NumPy view taken before the
-    truncation and read after it still ends the process with SIGBUS, as with
-    ``numpy.memmap``. Overlapping windows are refused when either writes, within one
+    ``__dlpack__``) of a window the file no longer holds, each epoch of the loader, and the
+    loader's native batch preparation and staged gather (which recover a truncation while they
+    read). A NumPy view taken before the truncation and read after it still ends the process
+    with SIGBUS, as with ``numpy.memmap``; GPU work reading a window reads the pages as they
+    were when it was registered. The recovery is a SIGBUS handler installed at the first
+    native read of a window: enable ``faulthandler`` before that (pytest does, at start-up),
+    not after, or its handler runs first and ends the process with a traceback. Overlapping windows are refused when either writes, within one
     ``MappedFile``: two ``MappedFile`` objects of the same path do not see each other's
     windows, so open a file once when its windows write."""
 

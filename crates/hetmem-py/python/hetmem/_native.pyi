@@ -104,6 +104,9 @@ def tensor_info(capsule: Any) -> TensorInfo: ...
 def prepare_batch(records: Memory, record_shape: Tuple[int, int, int], indices: List[int],
                   origins: List[Tuple[int, int]], flips: List[bool], crop_shape: Tuple[int, int],
                   scale: List[float], shift: List[float], out: Memory, element: str) -> None: ...
+def gather_records(records: Memory, record_bytes: int, indices: List[int], out: Memory) -> None:
+    """Copies record ``indices[i]`` of ``records`` to record ``i`` of ``out``; a truncation of a
+    window's file while it runs raises HetmemError."""
 
 def check_file(memory: Memory) -> None:
     """Raises HetmemError when ``memory`` is a window its file no longer holds."""

@@ -186,6 +186,9 @@ class RecordLoader:
             yield EpochPlan(*(part[start:start + self.batch_size] for part in plan))
 
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
+        # Each epoch starts with the file checked: one truncated since the last is reported
+        # here, before GPU work reads the window (which no SIGBUS handler guards).
+        _native.check_file(self._window._memory)
         batches = list(self._batches())
         self.epoch += 1
         return self._gpu_epoch(batches) if self.on_gpu else self._cpu_epoch(batches)
@@ -227,8 +230,10 @@ class RecordLoader:
         done = self._staging_free[slot]
         if done is not None:
             done.synchronize()  # the GPU has read this slot's last batch
-        host = self._staging[slot].numpy()
-        np.take(self._window.numpy(), chosen, axis=0, out=host[:len(chosen)])
+        # Natively, with a truncation of the file while it copies raised as HetmemError (NumPy's
+        # take over the window's view would read the mapping unguarded: SIGBUS).
+        _native.gather_records(self._window._memory, self._window.nbytes // self.records, chosen.tolist(),
+                               self._staging[slot]._memory)
 
     def _prepare(self, source: Any, rows: np.ndarray, batch: EpochPlan) -> Tuple[Any, Any]:
         """On the loader's stream: crop and flip (one gather from ``source``'s records

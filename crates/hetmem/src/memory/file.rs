@@ -25,10 +25,11 @@ use crate::error::{Error, Result};
 /// program already read.
 ///
 /// hetmem's own CPU loops over the mapping (copies through a [`crate::Queue`], operations'
-/// CPU paths) check the file's size first (when the mapping came from [`MappedFile::open`])
-/// and recover the fault of a truncation while they run, answering
-/// [`Error::FileTruncated`]; the caller's own reads of [`MappedFile::as_slice`] are not
-/// covered.
+/// CPU paths) recover the fault of a truncation while they run, answering
+/// [`Error::FileTruncated`] (or [`Error::FileUnreadable`] for a page the storage failed to
+/// read); the mapping then reads zeros from the faulting page on, and later loops over it are
+/// refused. The caller's own reads of [`MappedFile::as_slice`] are not covered, and GPU work
+/// reading a registered mapping reads the pages as they were when registered.
 pub struct MappedFile<T> {
     /// Holds a second reference to the mapping, so it is unmapped only after the range is
     /// unregistered (which waits while a resident kernel runs).
@@ -198,7 +199,8 @@ impl<T: Element> Sealed for MappedFile<T> {
             Some((origin, offset)) => (Some(&**origin), *offset),
             None => (None, 0),
         };
-        Some(FileSpan { origin, offset, faulted: &self.faulted })
+        // A MappedFile's mapping is read-only.
+        Some(FileSpan { origin, offset, writable: false, faulted: &self.faulted })
     }
 }
 

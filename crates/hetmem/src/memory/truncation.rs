@@ -1,13 +1,15 @@
 //! Files truncated under their mappings: what hetmem's own CPU loops over a file mapping do
 //! about it.
 //!
-//! Before a loop reads or writes a mapping (a copy, a checksum, an operation's CPU path) the
-//! file's size is checked against the bytes the loop needs, and while it runs the mapping's
-//! range is armed against SIGBUS ([`super::sigbus`]), since the file may shrink after the
-//! check. Either way the caller gets [`Error::FileTruncated`] instead of a signal that ends
-//! the process. What is not covered: a `&[T]` that a caller took from a window's `as_slice`
-//! and reads itself (or a NumPy view over a Python window), which faults as any mapping does;
-//! the mapping types' unsafe constructors state that contract.
+//! While a loop reads or writes a mapping (a copy, a checksum, an operation's CPU path), the
+//! mapping's range is armed against SIGBUS ([`super::sigbus`]): a fault on a page the file no
+//! longer holds is recovered, and the caller gets [`Error::FileTruncated`] (or
+//! [`Error::FileUnreadable`] when the file still holds the page, which its storage failed to
+//! read) instead of a signal that ends the process. The file's size is read (one `fstat`) only
+//! after a fault, or before the loop where the range cannot be armed. What is not covered: a
+//! `&[T]` that a caller took from a window's `as_slice` and reads itself (or a NumPy view over
+//! a Python window), which faults as any mapping does; the mapping types' unsafe constructors
+//! state that contract.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -61,11 +63,13 @@ impl FileOrigin {
 
 /// Where a buffer's bytes lie in a mapped file, for the checks above: the file (unknown for a
 /// mapping made elsewhere, [`super::MappedFile::from_mmap`]), the file offset of the buffer's
-/// first byte, and the mapping's record of an earlier fault.
+/// first byte, whether the mapping may be written, and the mapping's record of an earlier
+/// fault.
 #[derive(Debug, Clone, Copy)]
 pub struct FileSpan<'a> {
     pub(crate) origin: Option<&'a FileOrigin>,
     pub(crate) offset: u64,
+    pub(crate) writable: bool,
     pub(crate) faulted: &'a AtomicBool,
 }
 
@@ -78,33 +82,66 @@ impl FileSpan<'_> {
     /// An error unless the file still holds the `bytes` from the span's start and no earlier
     /// access faulted (the mapping then holds zeros where the file ended).
     pub(crate) fn check(&self, bytes: usize) -> Result<()> {
-        let range = self.offset..self.offset + bytes as u64;
-        if self.faulted.load(Ordering::Acquire) {
-            return Err(self.error(
-                range,
-                "an earlier access to this mapping faulted, and its pages past the file's end hold \
-                 zeros now: drop it and map the file again",
-            ));
-        }
+        self.check_not_faulted(bytes)?;
         match self.origin {
-            Some(origin) => origin.check_holds(range.start, range.end),
+            Some(origin) => origin.check_holds(self.offset, self.offset + bytes as u64),
             None => Ok(()),
         }
     }
 
-    fn error(&self, range: std::ops::Range<u64>, detail: &str) -> Error {
+    /// An error if an earlier access to the mapping faulted.
+    fn check_not_faulted(&self, bytes: usize) -> Result<()> {
+        if self.faulted.load(Ordering::Acquire) {
+            return Err(self.truncated(
+                self.offset..self.offset + bytes as u64,
+                "an earlier access to this mapping faulted, and its pages past the fault hold \
+                 zeros now: drop it and map the file again",
+            ));
+        }
+        Ok(())
+    }
+
+    fn truncated(&self, range: std::ops::Range<u64>, detail: &str) -> Error {
         Error::FileTruncated {
             path: self.origin.map(|origin| origin.path.clone()),
             range,
             detail: detail.to_string(),
         }
     }
+
+    /// The error for a fault recovered in the `bytes` from the span's start: a truncation
+    /// where the file no longer holds them, else a page its storage could not read.
+    fn fault_error(&self, bytes: usize) -> Error {
+        let range = self.offset..self.offset + bytes as u64;
+        let size = self.origin.map(FileOrigin::size);
+        match size {
+            Some(Ok(size)) if size >= range.end => {
+                Error::FileUnreadable { path: self.origin.map(|origin| origin.path.clone()), range }
+            }
+            Some(Ok(size)) => self.truncated(
+                range,
+                &format!(
+                    "the file is {size} bytes now: it was truncated while hetmem read or wrote \
+                     it (SIGBUS, recovered); what was made of those bytes is discarded"
+                ),
+            ),
+            // The size is unknown (a mapping made elsewhere, or fstat failed): a truncation is
+            // the likely cause.
+            _ => self.truncated(
+                range,
+                "an access through the mapping faulted (SIGBUS, recovered): the file was truncated \
+                 while hetmem read or wrote it, or its storage failed to read a page; what was \
+                 made of those bytes is discarded",
+            ),
+        }
+    }
 }
 
 /// Runs `f`, a loop of hetmem's over the `bytes` at `host` (a mapping of `span`, or memory
-/// that is no file's when `span` is `None`): checks the file first, and recovers a SIGBUS from
-/// the mapping while `f` runs; either way an [`Error::FileTruncated`], and `f`'s result is
-/// dropped when the mapping faulted.
+/// that is no file's when `span` is `None`), with the mapping armed against SIGBUS: a fault
+/// while `f` runs is recovered, `f`'s result dropped, and the call answers
+/// [`Error::FileTruncated`] or [`Error::FileUnreadable`]. A mapping that faulted before is
+/// refused at once. Where the range cannot be armed, the file's size is checked before `f`.
 pub(crate) fn guarded<R>(
     span: Option<FileSpan<'_>>,
     host: NonNull<u8>,
@@ -112,19 +149,16 @@ pub(crate) fn guarded<R>(
     f: impl FnOnce() -> R,
 ) -> Result<R> {
     let Some(span) = span else { return Ok(f()) };
-    span.check(bytes)?;
-    let armed = sigbus::arm(host.as_ptr(), bytes);
+    span.check_not_faulted(bytes)?;
+    let armed = sigbus::arm(host.as_ptr(), bytes, span.writable, span.faulted);
+    if !armed.is_armed() {
+        span.check(bytes)?;
+    }
+    // A panic in `f` disarms the range on the way out, and a fault it met is still recorded
+    // in the mapping (`sigbus::Armed`'s drop), so later accesses are refused.
     let made = f();
-    if armed.faulted() {
-        drop(armed);
-        span.faulted.store(true, Ordering::Release);
-        let range = span.offset..span.offset + bytes as u64;
-        return Err(span.error(
-            range,
-            "an access through the mapping faulted (SIGBUS): the file was truncated while hetmem read \
-             or wrote it, or its storage failed to read a page; what was made of those bytes is \
-             discarded",
-        ));
+    if armed.finish() {
+        return Err(span.fault_error(bytes));
     }
     Ok(made)
 }

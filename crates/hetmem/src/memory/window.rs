@@ -43,9 +43,12 @@ use crate::error::{Error, Result};
 /// What hetmem does when the contract is broken anyway: a window is not made over bytes the
 /// file no longer holds, and hetmem's own CPU loops over a window (copies through a
 /// [`crate::Queue`], operations' CPU paths, [`FileWindowMut::flush`],
-/// [`FileWindow::guard_truncation`]) check the file's size and recover the fault if it shrinks
-/// while they run, answering [`Error::FileTruncated`]. A slice from `as_slice` read by the
-/// caller's own code is not covered: it faults as any mapping does.
+/// [`FileWindow::guard_truncation`]) recover the fault if it shrinks while they run,
+/// answering [`Error::FileTruncated`] (or [`Error::FileUnreadable`] for a page the storage
+/// failed to read). A slice from `as_slice` read by the caller's own code is not covered: it
+/// faults as any mapping does. GPU work reading a registered window reads the pages as they
+/// were page-locked when it was registered (stale contents past the new end, not zeros): the
+/// truncation is reported only by the CPU loops.
 #[derive(Debug)]
 pub struct WindowedFile {
     origin: Arc<FileOrigin>,
@@ -459,7 +462,12 @@ impl WindowMapping {
 
     fn file_span(&self) -> Option<FileSpan<'_>> {
         let origin = self.origin.as_deref()?;
-        Some(FileSpan { origin: Some(origin), offset: self.range.start, faulted: &self.faulted })
+        Some(FileSpan {
+            origin: Some(origin),
+            offset: self.range.start,
+            writable: matches!(*self.map, Mapping::ReadWrite(_)),
+            faulted: &self.faulted,
+        })
     }
 
     /// Runs `f` over the window's bytes with the file checked and a fault recovered.
@@ -571,16 +579,18 @@ macro_rules! window_common {
             }
 
             /// Runs `f`, which reads (or, through a read-write window's memory, writes) the
-            /// window, with the file's size checked first and a fault from a
-            /// truncation while `f` runs recovered: the pages past the file's end read as zeros,
-            /// `f` returns, its result is dropped and the call answers
-            /// [`Error::FileTruncated`]. The window then stays faulted ([`Self::check_file`]
-            /// fails): drop it. A fault outside the window is not recovered; one on the window
-            /// from another thread while `f` runs is (that thread reads zeros where the file
-            /// ended).
+            /// window, with a fault from a truncation while `f` runs recovered: the pages from
+            /// the faulting one on read as zeros, `f` returns, its result is dropped and the call
+            /// answers [`Error::FileTruncated`]. The window then stays faulted
+            /// ([`Self::check_file`] fails, and so does every later guarded call): drop it. A
+            /// fault outside the window is not recovered; one on the window from another thread
+            /// while `f` runs is (that thread reads zeros where the file ended). A panic in `f`
+            /// unwinds through, and the window is marked faulted all the same if it faulted.
             ///
             /// # Errors
-            /// [`Error::FileTruncated`]; the operating system's error reading the file's size.
+            /// [`Error::FileTruncated`]; [`Error::FileUnreadable`] for a fault on a page the
+            /// file still holds (its storage failed to read it); the operating system's error
+            /// reading the file's size.
             pub fn guard_truncation<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
                 self.mapping.guarded(f)
             }
