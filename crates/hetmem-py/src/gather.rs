@@ -10,7 +10,9 @@ use crate::size::{Int, product, sizes};
 use crate::truncation;
 
 /// Copies record `indices[i]` of `records` (`record_bytes` each, back to back) to record `i`
-/// of `out`. Every integer is checked here, every size derived with checked arithmetic.
+/// of `out`. Every integer is checked here, every size derived with checked arithmetic. Only
+/// hetmem's own windows are guarded against truncation: memory registered over another
+/// library's file mapping (an `np.memmap`) is read as it is, and faults as it would in NumPy.
 #[pyfunction]
 pub fn gather_records(
     py: Python<'_>,

@@ -3,16 +3,26 @@
 //!
 //! A CPU access to a page of a file mapping that lies past the file's end (the file was
 //! truncated while mapped) raises SIGBUS with code `BUS_ADRERR`, whose default action ends the
-//! process; so does a page the storage failed to read. While one of hetmem's loops reads or
-//! writes a mapping, it arms the mapping's range ([`arm`]). A `BUS_ADRERR` at an address inside
-//! an armed range is recovered: the fault is recorded in every armed range the recovery touches,
-//! then anonymous zero pages (with the range's protection: a read-only mapping stays read-only)
-//! are mapped over the range from the faulting page to the range's end, and the instruction
-//! runs again on the zeros. The loop finishes, and its caller turns the recorded fault into an
-//! error (see `truncation`). Every other SIGBUS (another code, an address outside every armed
-//! range, a signal sent by a process) goes to the action installed before hetmem's, or to the
-//! default action, as if hetmem's handler were not there; an ignored SIGBUS from a fault ends
-//! the process, as the kernel does for one that is not handled.
+//! process; so does a page the storage failed to read, or (writing into a hole of a sparse
+//! file) could not allocate. While one of hetmem's loops reads or writes a mapping, it arms the
+//! mapping's range ([`arm`]). A `BUS_ADRERR` at an address inside an armed range is recovered:
+//! the fault is recorded in the mapping and in every armed range the recovery touches, then
+//! anonymous zero pages (with the range's protection: a read-only mapping stays read-only) are
+//! mapped over the lost pages, and the instruction runs again on the zeros. Which pages are
+//! lost is decided from the file's size (`fstat` on the mapping's file, from the handler): past
+//! the file's end, every page of the range from the faulting one on; a page the file still
+//! holds (a read or allocation error), that page alone, so pages that can still be read keep
+//! their contents. The loop finishes, and its caller turns the recorded fault into an error
+//! (see `truncation`).
+//!
+//! Every other SIGBUS (another code, an address outside every armed range, a signal sent by a
+//! process or by the kernel outside a fault) goes to the action installed before hetmem's,
+//! with that action's mask and its `SA_RESETHAND` and `SA_NODEFER` flags honoured (it runs on
+//! the stack hetmem's handler runs on, though), or to the default action. An ignored SIGBUS
+//! from a fault ends the process, as the kernel does for one that is not handled. Where the
+//! default action is taken for a fault that then does not recur (another thread's recovery
+//! zeroed the page meanwhile), SIGBUS stays at the default action and the recovery is off for
+//! the rest of the process.
 //!
 //! Ranges are armed for the process, not for a thread, since an operation's CPU path may run
 //! its loop on rayon's threads. So while one of hetmem's loops runs over a window, a fault on
@@ -21,26 +31,33 @@
 //!
 //! Consistency between the handler and the threads that arm and disarm ranges: each slot's
 //! range is published under a sequence number (odd while it is not armed), so the handler never
-//! acts on a half-written range; the handler counts itself as a user of every armed slot while
+//! acts on a half-written range; the handler counts itself as a user of the armed slots while
 //! it works, and disarming waits until no handler uses the slot before it reads whether the
 //! range faulted, so a fault recovered while the loop ends is not lost and no zeros are mapped
-//! over memory whose range was released (and perhaps unmapped) meanwhile. A child made by
-//! `fork` starts with every slot free (only the forking thread lives there; ranges armed by the
-//! parent's other threads are not the child's): the table is reset by a `pthread_atfork` child
-//! handler.
+//! over memory whose range was released (and perhaps unmapped) meanwhile. The mapping's own
+//! record is set before the zeros are mapped, so a loop that armed the mapping after the
+//! handler looked at the table, and reads the zeros without faulting, still sees it when it
+//! ends (`truncation::guarded` checks it then).
+//!
+//! `fork`: a child starts with every slot free (ranges armed by the parent's other threads
+//! are not the child's; so are, in the child, ranges the forking thread itself had armed: a
+//! loop that forks leaves its child unguarded), by a `pthread_atfork` child handler. A fork
+//! while another thread installs the handler leaves the child's loops unarmed (their files'
+//! sizes checked before them), never waiting for an install that will not finish.
 //!
 //! No program counter is rewritten, so nothing here depends on the architecture. The handler
-//! touches only atomics and its own stack, makes only system calls (`mmap`, `sigaction`,
-//! `raise`), and saves and restores `errno`.
+//! blocks every other signal while it runs, touches only atomics, its own stack and the
+//! previous action (written once, before the handler is installed), makes only system calls
+//! (`fstat`, `mmap`, `sigaction`, `pthread_sigmask`, `raise`), saves and restores `errno`, and
+//! may call the previous action's handler.
 //!
 //! Limits. The recovery replaces the CPU's view of the pages: GPU work reading a registered
 //! window through its device address still reads the pages that were page-locked when the
 //! window was registered (the stale contents, not zeros), and the fault is reported only by
-//! the CPU loop that met it. Python's `faulthandler`, enabled after hetmem installed its
-//! handler (at the first guarded loop), takes SIGBUS first and ends the process with a
-//! traceback; enabled before (as pytest does at start-up), it gets only the faults hetmem does
-//! not recover. A program that replaces the SIGBUS action after hetmem's turns the recovery
-//! off.
+//! the CPU loops. Python's `faulthandler`, enabled after hetmem installed its handler (at the
+//! first guarded loop), takes SIGBUS first and ends the process with a traceback; enabled
+//! before (as pytest does at start-up), it gets only the faults hetmem does not recover. A
+//! program that replaces the SIGBUS action after hetmem's turns the recovery off.
 //!
 //! Why this design: on 2 vCPUs of an AMD EPYC (a 1 GiB file mapping, warm, best of 7 runs),
 //! an armed `memcpy` out of the mapping ran at 13.8-15.8 GB/s, as fast as the plain one
@@ -49,14 +66,49 @@
 //! Either of those would also need a bounce buffer for the loops that read a mapping in place
 //! (checksums, the loader's gathers, every operation's CPU path).
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, compiler_fence};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering, compiler_fence,
+};
 
 use rustix::mm::{MapFlags, ProtFlags};
 
-/// One armed range. The range (`start`, `end`, `writable`) is written only by the thread that
-/// took the slot, while `seq` is odd; the handler reads it only while `seq` is even and the
-/// same before and after.
+/// What a recovered fault was, as the handler decided it from the file's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The page lies past the file's end: the file was truncated.
+    PastEnd,
+    /// The file still holds the page: the storage failed to read (or allocate) it.
+    Unreadable,
+    /// The file's size could not be read (no file known, or `fstat` failed).
+    Unknown,
+}
+
+impl Fault {
+    const NONE: u8 = 0;
+
+    fn code(self) -> u8 {
+        match self {
+            Fault::PastEnd => 1,
+            Fault::Unreadable => 2,
+            Fault::Unknown => 3,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Fault> {
+        match code {
+            1 => Some(Fault::PastEnd),
+            2 => Some(Fault::Unreadable),
+            3 => Some(Fault::Unknown),
+            _ => None,
+        }
+    }
+}
+
+/// One armed range. The range's fields are written only by the thread that took the slot,
+/// while `seq` is odd; the handler reads them only while `seq` is even and the same before and
+/// after, and while it counts as a user (so they cannot change).
 #[derive(Debug)]
 struct Slot {
     /// Taken by an [`Armed`].
@@ -67,8 +119,15 @@ struct Slot {
     end: AtomicUsize,
     /// Whether the mapping may be written (the zero pages get the same protection).
     writable: AtomicBool,
-    /// Whether a fault was recovered in the range since it was armed.
-    faulted: AtomicBool,
+    /// The mapped file's descriptor (-1 when unknown) and the file offset of `start`.
+    fd: AtomicI32,
+    file_offset: AtomicU64,
+    /// The mapping's own record of a fault (`truncation::FileSpan::faulted`), which outlives
+    /// the range: valid while the slot is armed, since the [`Armed`] that borrows it disarms
+    /// the slot before the borrow ends.
+    mapping_faulted: AtomicPtr<AtomicBool>,
+    /// The fault recovered in the range since it was armed ([`Fault::code`]), if any.
+    fault: AtomicU8,
     /// Handlers working with the range now: disarming waits for none.
     users: AtomicUsize,
 }
@@ -85,7 +144,10 @@ static TABLE: [Slot; SLOTS] = [const {
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
         writable: AtomicBool::new(false),
-        faulted: AtomicBool::new(false),
+        fd: AtomicI32::new(-1),
+        file_offset: AtomicU64::new(0),
+        mapping_faulted: AtomicPtr::new(std::ptr::null_mut()),
+        fault: AtomicU8::new(Fault::NONE),
         users: AtomicUsize::new(0),
     }
 }; SLOTS];
@@ -102,29 +164,48 @@ static PAGE: AtomicUsize = AtomicUsize::new(4096);
 /// Set before hetmem's handler is installed, so the handler always finds it.
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
-/// Whether installing the handler failed (then loops run unarmed, their files checked first).
-static INSTALL_FAILED: AtomicBool = AtomicBool::new(false);
+/// The handler's installation: not yet, under way (on some thread), installed, or failed.
+static INSTALL: AtomicU8 = AtomicU8::new(NOT_INSTALLED);
+const NOT_INSTALLED: u8 = 0;
+const INSTALLING: u8 = 1;
+const INSTALLED: u8 = 2;
+const FAILED: u8 = 3;
 
-/// A range armed by [`arm`]: disarmed by [`Armed::finish`] or when dropped (on a panic, say),
-/// which records a recovered fault in the mapping's own flag too.
+/// The mapping a range lies in, for [`arm`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mapping<'a> {
+    /// Whether it may be written.
+    pub(crate) writable: bool,
+    /// Its file and the file offset of the range's first byte, where known.
+    pub(crate) file: Option<(BorrowedFd<'a>, u64)>,
+    /// Its record of a fault, set by the handler (and kept after the range is disarmed).
+    pub(crate) faulted: &'a AtomicBool,
+}
+
+/// A range armed by [`arm`]: disarmed by [`Armed::finish`] or when dropped (on a panic, say);
+/// the mapping's own record of a fault is set by the handler either way.
 #[derive(Debug)]
 pub(crate) struct Armed<'a> {
     slot: Option<&'static Slot>,
     /// [`GENERATION`] when armed: a child of `fork` leaves the parent's slots alone.
     generation: usize,
-    /// The mapping's record of a fault, which outlives the loop (`truncation::FileSpan`).
-    mapping_faulted: &'a AtomicBool,
+    /// The borrows the slot refers to (the descriptor, the mapping's record): they outlive it.
+    _mapping: Mapping<'a>,
 }
 
-/// Arms `len` bytes from `start`, which lie in one file mapping (`writable` when it may be
-/// written), until [`Armed::finish`] or the drop: a `BUS_ADRERR` at an address inside them is
-/// recovered (see the module's documentation) and recorded in `mapping_faulted` too.
-/// Where the handler cannot be installed or every slot is taken, nothing is armed
-/// ([`Armed::is_armed`]), and a fault ends the process as it would without hetmem; both are
+/// Arms `len` bytes from `start`, which lie in one file `mapping`, until [`Armed::finish`] or
+/// the drop: a `BUS_ADRERR` at an address inside them is recovered (see the module's
+/// documentation) and recorded in the mapping. Where the handler is not installed (it could
+/// not be, or another thread is installing it now) or every slot is taken, nothing is armed
+/// ([`Armed::is_armed`]) and a fault ends the process as it would without hetmem; both are
 /// logged.
-pub(crate) fn arm(start: *const u8, len: usize, writable: bool, mapping_faulted: &AtomicBool) -> Armed<'_> {
+pub(crate) fn arm<'a>(start: *const u8, len: usize, mapping: Mapping<'a>) -> Armed<'a> {
     let generation = GENERATION.load(Ordering::Acquire);
-    let unarmed = Armed { slot: None, generation, mapping_faulted };
+    let unarmed = Armed { slot: None, generation, _mapping: mapping };
+    let Some(end) = (start as usize).checked_add(len) else {
+        debug_assert!(false, "a range past the address space");
+        return unarmed;
+    };
     if !install() {
         return unarmed;
     }
@@ -143,14 +224,18 @@ pub(crate) fn arm(start: *const u8, len: usize, writable: bool, mapping_faulted:
     };
     // The slot is ours and its sequence odd: no handler reads the fields now.
     slot.start.store(start as usize, Ordering::Relaxed);
-    slot.end.store((start as usize).saturating_add(len), Ordering::Relaxed);
-    slot.writable.store(writable, Ordering::Relaxed);
-    slot.faulted.store(false, Ordering::Relaxed);
+    slot.end.store(end, Ordering::Relaxed);
+    slot.writable.store(mapping.writable, Ordering::Relaxed);
+    let (fd, file_offset) = mapping.file.map_or((-1, 0), |(fd, offset)| (fd.as_raw_fd(), offset));
+    slot.fd.store(fd, Ordering::Relaxed);
+    slot.file_offset.store(file_offset, Ordering::Relaxed);
+    slot.mapping_faulted.store(std::ptr::from_ref(mapping.faulted).cast_mut(), Ordering::Relaxed);
+    slot.fault.store(Fault::NONE, Ordering::Relaxed);
     // Even: armed. SeqCst orders it against the handlers' user counts (see `disarm`).
     slot.seq.fetch_add(1, Ordering::SeqCst);
     // The loop's accesses come after the range is armed, as a handler on this thread sees.
     compiler_fence(Ordering::SeqCst);
-    Armed { slot: Some(slot), generation, mapping_faulted }
+    Armed { slot: Some(slot), generation, _mapping: mapping }
 }
 
 impl Armed<'_> {
@@ -159,32 +244,37 @@ impl Armed<'_> {
         self.slot.is_some()
     }
 
-    /// Disarms the range; whether a fault inside it was recovered while it was armed (its
-    /// pages from the faulting one on then hold zeros, not the file).
-    pub(crate) fn finish(mut self) -> bool {
+    /// Disarms the range; the fault recovered inside it while it was armed, if any (its lost
+    /// pages then hold zeros, not the file).
+    pub(crate) fn finish(mut self) -> Option<Fault> {
         self.disarm()
     }
 
-    fn disarm(&mut self) -> bool {
+    fn disarm(&mut self) -> Option<Fault> {
         compiler_fence(Ordering::SeqCst);
-        let Some(slot) = self.slot.take() else { return false };
+        let slot = self.slot.take()?;
         if GENERATION.load(Ordering::Acquire) != self.generation {
             // Armed in the parent before a fork: the child's table was reset without it.
-            return false;
+            return None;
         }
         // Odd: handlers that start now pass the slot by. One that counted itself as a user
         // before this (SeqCst: its count comes first, or it sees the odd sequence) may still
-        // record a fault or map zeros: wait for it.
+        // record a fault or map zeros: wait for it (a handler does not block; yield to it
+        // after a short spin in case it was preempted).
         slot.seq.fetch_add(1, Ordering::SeqCst);
+        let mut spins = 0u32;
         while slot.users.load(Ordering::SeqCst) != 0 {
-            std::hint::spin_loop();
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
-        let faulted = slot.faulted.load(Ordering::Acquire);
-        if faulted {
-            self.mapping_faulted.store(true, Ordering::Release);
-        }
+        let fault = Fault::from_code(slot.fault.load(Ordering::Acquire));
+        slot.mapping_faulted.store(std::ptr::null_mut(), Ordering::Relaxed);
         slot.taken.store(false, Ordering::Release);
-        faulted
+        fault
     }
 }
 
@@ -194,52 +284,62 @@ impl Drop for Armed<'_> {
     }
 }
 
-/// Installs the handler once; false if it could not be.
+/// Installs the handler once; false if it is not installed (it could not be, or another thread
+/// is installing it now: this loop then runs unarmed rather than wait, so a child forked in
+/// the middle of an install never waits for it).
 fn install() -> bool {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        PAGE.store(super::page_size(), Ordering::Relaxed);
-        // SAFETY: a zeroed sigaction is a valid value of the C struct (no handler, no flags,
-        // an empty mask).
-        let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: a null new action only reads the current one into `previous`, a valid
-        // sigaction to write.
-        let read = unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) } == 0;
-        // The previous action is known before hetmem's handler can run. (Another thread
-        // installing its own SIGBUS action between these two calls would be replaced
-        // unrecorded; hetmem installs once, at its first guarded loop.)
-        if read {
-            let _ = PREVIOUS.set(previous);
-        }
-        // SAFETY: a `pthread_atfork` child handler that only stores atomics (async-signal-safe,
-        // as a child of a multi-threaded parent requires).
-        let at_fork = unsafe { libc::pthread_atfork(None, None, Some(reset_after_fork)) } == 0;
-        // SAFETY: as above, a zeroed sigaction is valid; the fields set below make it hetmem's.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = on_sigbus as *const () as libc::sighandler_t;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-        // SAFETY: `action.sa_mask` is a valid sigset_t to empty; `on_sigbus` has the signature
-        // SA_SIGINFO handlers take and is async-signal-safe (the module's documentation).
-        let installed = read
-            && at_fork
-            && unsafe {
-                libc::sigemptyset(&mut action.sa_mask);
-                libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) == 0
-            };
-        if !installed {
-            INSTALL_FAILED.store(true, Ordering::Relaxed);
-            tracing::warn!(
-                "cannot install a SIGBUS handler ({}): files are checked before hetmem reads their \
-                 mappings, but one truncated during a read ends the process",
-                std::io::Error::last_os_error()
-            );
-        }
-    });
-    !INSTALL_FAILED.load(Ordering::Relaxed)
+    match INSTALL.load(Ordering::Acquire) {
+        INSTALLED => return true,
+        NOT_INSTALLED => {}
+        _ => return false,
+    }
+    if INSTALL.compare_exchange(NOT_INSTALLED, INSTALLING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return INSTALL.load(Ordering::Acquire) == INSTALLED;
+    }
+    PAGE.store(super::page_size(), Ordering::Relaxed);
+    // SAFETY: a zeroed sigaction is a valid value of the C struct (no handler, no flags, an
+    // empty mask).
+    let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a null new action only reads the current one into `previous`, a valid sigaction
+    // to write.
+    let read = unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) } == 0;
+    // The previous action is known before hetmem's handler can run. (Another thread installing
+    // its own SIGBUS action between these two calls would be replaced unrecorded; hetmem
+    // installs once, at its first guarded loop.)
+    if read {
+        let _ = PREVIOUS.set(previous);
+    }
+    // SAFETY: a `pthread_atfork` child handler that only stores atomics (async-signal-safe, as
+    // a child of a multi-threaded parent requires).
+    let at_fork = read && unsafe { libc::pthread_atfork(None, None, Some(reset_after_fork)) } == 0;
+    // SAFETY: as above, a zeroed sigaction is valid; the fields set below make it hetmem's.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = on_sigbus as *const () as libc::sighandler_t;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    // SAFETY: `action.sa_mask` is a valid sigset_t to fill (every other signal is blocked
+    // while the handler runs, so nothing interrupts it while it holds slots); `on_sigbus` has
+    // the signature SA_SIGINFO handlers take and is async-signal-safe (the module's
+    // documentation).
+    let installed = at_fork
+        && unsafe {
+            libc::sigfillset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) == 0
+        };
+    if installed {
+        INSTALL.store(INSTALLED, Ordering::Release);
+    } else {
+        INSTALL.store(FAILED, Ordering::Release);
+        tracing::warn!(
+            "cannot install a SIGBUS handler ({}): files are checked before hetmem reads their \
+             mappings, but one truncated during a read ends the process",
+            std::io::Error::last_os_error()
+        );
+    }
+    installed
 }
 
-/// In a child of `fork`: only the forking thread lives, so no range armed by another thread
-/// of the parent will be disarmed; every slot starts free.
+/// In a child of `fork`: only the forking thread lives, so no range armed before the fork will
+/// be disarmed; every slot starts free.
 extern "C" fn reset_after_fork() {
     GENERATION.fetch_add(1, Ordering::AcqRel);
     for slot in &TABLE {
@@ -247,6 +347,7 @@ extern "C" fn reset_after_fork() {
             slot.seq.fetch_add(1, Ordering::Relaxed);
         }
         slot.users.store(0, Ordering::Relaxed);
+        slot.mapping_faulted.store(std::ptr::null_mut(), Ordering::Relaxed);
         slot.taken.store(false, Ordering::Release);
     }
 }
@@ -279,21 +380,25 @@ impl Held {
     fn has(&self, index: usize) -> bool {
         self.0[index / 64] & (1 << (index % 64)) != 0
     }
+
+    fn set(&mut self, index: usize) {
+        self.0[index / 64] |= 1 << (index % 64);
+    }
+
+    fn clear(&mut self, index: usize) {
+        self.0[index / 64] &= !(1 << (index % 64));
+    }
 }
 
 /// The handler's view of one slot: counts itself as a user and reads the range, if the slot
 /// is armed and its range stable while read; otherwise leaves it alone.
-fn hold(slot: &Slot) -> Option<(usize, usize, bool)> {
+fn hold(slot: &Slot) -> Option<(usize, usize)> {
     if !slot.taken.load(Ordering::Acquire) {
         return None;
     }
     slot.users.fetch_add(1, Ordering::SeqCst);
     let before = slot.seq.load(Ordering::SeqCst);
-    let range = (
-        slot.start.load(Ordering::Relaxed),
-        slot.end.load(Ordering::Relaxed),
-        slot.writable.load(Ordering::Relaxed),
-    );
+    let range = (slot.start.load(Ordering::Relaxed), slot.end.load(Ordering::Relaxed));
     // Even and unchanged: armed throughout, and (since this handler now counts as a user)
     // it cannot be disarmed, let alone re-armed, until the handler lets it go.
     if before.is_multiple_of(2) && slot.seq.load(Ordering::SeqCst) == before {
@@ -304,9 +409,31 @@ fn hold(slot: &Slot) -> Option<(usize, usize, bool)> {
     }
 }
 
-/// If an armed range holds `address`: records the fault in every armed range overlapping the
-/// pages from the one holding `address` to that range's end, maps zeros over those pages, and
-/// answers true.
+/// The pages lost in the held `slot`'s range for a fault at `address`, and what the fault
+/// was: from the file's size, every page from the faulting one to the range's end when the
+/// file ends before `address`, else the faulting page alone.
+fn lost_pages(slot: &Slot, address: usize, page: usize) -> Option<(usize, usize, Fault)> {
+    let (start, end) = (slot.start.load(Ordering::Relaxed), slot.end.load(Ordering::Relaxed));
+    let from = address / page * page;
+    let one_page = (from, from.checked_add(page)?);
+    let fd = slot.fd.load(Ordering::Relaxed);
+    if fd < 0 {
+        return Some((one_page.0, one_page.1, Fault::Unknown));
+    }
+    // SAFETY: the descriptor of the armed mapping's file, which its `Armed` borrows: open while
+    // the slot is held.
+    let size = rustix::fs::fstat(unsafe { BorrowedFd::borrow_raw(fd) }).map(|stat| stat.st_size);
+    let at = slot.file_offset.load(Ordering::Relaxed).checked_add((address - start) as u64)?;
+    match size {
+        Ok(size) if (size as u64) <= at => Some((from, end.checked_next_multiple_of(page)?, Fault::PastEnd)),
+        Ok(_) => Some((one_page.0, one_page.1, Fault::Unreadable)),
+        Err(_) => Some((one_page.0, one_page.1, Fault::Unknown)),
+    }
+}
+
+/// If an armed range holds `address`: records the fault in the mapping and in every armed
+/// range overlapping the lost pages ([`lost_pages`]), maps zeros over those pages, and answers
+/// true.
 ///
 /// It runs on the signal stack (often the few KiB of `sigaltstack`), so it keeps no copy of
 /// the table: a held slot's range cannot change until it is let go, and is read again.
@@ -314,82 +441,90 @@ fn recover(address: usize) -> bool {
     let mut held = Held([0; SLOTS / 64]);
     // The armed range holding the address that reaches furthest: every such range lies in the
     // one mapping that holds the address.
-    let mut target: Option<(usize, bool)> = None;
+    let mut target: Option<(usize, usize)> = None;
     for (index, slot) in TABLE.iter().enumerate() {
-        if let Some((start, end, writable)) = hold(slot) {
-            held.0[index / 64] |= 1 << (index % 64);
-            if (start..end).contains(&address) && target.is_none_or(|(furthest, _)| end > furthest) {
-                target = Some((end, writable));
+        if let Some((start, end)) = hold(slot) {
+            held.set(index);
+            if (start..end).contains(&address) && target.is_none_or(|(_, furthest)| end > furthest) {
+                target = Some((index, end));
             }
         }
     }
-    let mapped = target.is_some_and(|(end, writable)| {
-        let page = PAGE.load(Ordering::Relaxed);
-        let (from, to) = (address / page * page, end.next_multiple_of(page));
-        // Recorded first: a loop that sees its zeros sees the fault (and the disarm waits for
-        // this handler anyway).
-        for (index, slot) in TABLE.iter().enumerate() {
-            if held.has(index)
-                && slot.start.load(Ordering::Relaxed) < to
-                && from < slot.end.load(Ordering::Relaxed)
-            {
-                slot.faulted.store(true, Ordering::Release);
-            }
+    let page = PAGE.load(Ordering::Relaxed);
+    let lost =
+        target.and_then(|(index, _)| lost_pages(&TABLE[index], address, page).map(|lost| (index, lost)));
+    // Only the ranges the lost pages overlap stay held; the others are let go at once, so
+    // their disarms need not wait for the mapping below.
+    let overlaps = |slot: &Slot, (from, to): (usize, usize)| {
+        slot.start.load(Ordering::Relaxed) < to && from < slot.end.load(Ordering::Relaxed)
+    };
+    for (index, slot) in TABLE.iter().enumerate() {
+        if held.has(index) && !lost.is_some_and(|(_, (from, to, _))| overlaps(slot, (from, to))) {
+            slot.users.fetch_sub(1, Ordering::SeqCst);
+            held.clear(index);
         }
-        let protection = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
-        // SAFETY: [from, to) lies in the mapping that holds `address`: the armed range holding
-        // it lies in one file mapping (`arm`'s contract), which stays mapped while the range is
-        // armed, and it is armed until this handler stops counting as its user; mappings cover
-        // whole pages, up to the page holding their last byte. Those pages can no longer be
-        // read (the file ends before them, or the storage failed); zeros with the mapping's
-        // protection take their place until the mapping is unmapped, and every loop whose
-        // range they overlap is told (above), so its caller discards what it made of them.
-        let zeros = unsafe {
-            rustix::mm::mmap_anonymous(
-                from as *mut libc::c_void,
-                to - from,
-                protection,
-                MapFlags::PRIVATE | MapFlags::FIXED,
-            )
-        };
-        zeros.is_ok()
-    });
+    }
+    let Some((target, (from, to, fault))) = lost else { return false };
+    // The mappings' records first: a loop that armed after the scan above and reads the zeros
+    // without faulting sees the record when it ends.
+    for (index, slot) in TABLE.iter().enumerate() {
+        let record = slot.mapping_faulted.load(Ordering::Relaxed);
+        if held.has(index) && !record.is_null() {
+            // SAFETY: the record of a held (so still armed) slot, which its `Armed` borrows.
+            unsafe { (*record).store(true, Ordering::Release) };
+        }
+    }
+    let writable = TABLE[target].writable.load(Ordering::Relaxed);
+    let protection = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
+    // SAFETY: [from, to) lies in the mapping that holds `address`: the armed range holding it
+    // lies in one file mapping (`arm`'s contract), which stays mapped while the range is
+    // armed, and it is armed until this handler stops counting as its user; mappings cover
+    // whole pages, up to the page holding their last byte. Those pages can no longer be read
+    // (the file ends before them, or the storage failed on this one); zeros with the mapping's
+    // protection take their place until the mapping is unmapped, and every armed loop whose
+    // range they overlap is told (above and below), so its caller discards what it made of
+    // them.
+    let zeros = unsafe {
+        rustix::mm::mmap_anonymous(
+            from as *mut libc::c_void,
+            to - from,
+            protection,
+            MapFlags::PRIVATE | MapFlags::FIXED,
+        )
+    };
     for (index, slot) in TABLE.iter().enumerate() {
         if held.has(index) {
+            if zeros.is_ok() {
+                slot.fault.store(fault.code(), Ordering::Release);
+            }
             slot.users.fetch_sub(1, Ordering::SeqCst);
         }
     }
-    mapped
+    zeros.is_ok()
 }
 
-/// Gives the signal to the action hetmem's replaced: its handler, or the default action (which
-/// ends the process when the faulting instruction runs again, or at once for a signal sent).
+/// Gives the signal to the action hetmem's replaced: its handler (with its mask and flags), or
+/// the default action (which ends the process when the faulting instruction runs again, or at
+/// once for a signal sent).
 fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     // SAFETY: the kernel's siginfo, as in `on_sigbus`.
-    let from_fault = unsafe { (*info).si_code } > 0;
+    let code = unsafe { (*info).si_code };
+    // A fault recurs when the instruction runs again; a signal sent (by a process, or by the
+    // kernel outside a fault) does not, and is raised again instead.
+    let from_fault = code > 0 && code != libc::SI_KERNEL;
     let previous = PREVIOUS.get();
     match previous.map(|action| action.sa_sigaction) {
         // An ignored signal sent by a process stays ignored; an ignored fault would run the
         // instruction again forever, so it gets the default action, as the kernel gives it.
         Some(libc::SIG_IGN) if !from_fault => {}
         Some(handler) if handler != libc::SIG_DFL && handler != libc::SIG_IGN => {
-            let flags = previous.map_or(0, |action| action.sa_flags);
-            if flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: the previous action was installed with SA_SIGINFO, so its handler
-                // takes these three arguments, which are the kernel's own.
-                let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    unsafe { std::mem::transmute(handler) };
-                handler(signal, info, context);
-            } else {
-                // SAFETY: without SA_SIGINFO a handler takes the signal number alone.
-                let handler: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
-                handler(signal);
-            }
+            let Some(previous) = previous else { return };
+            call_previous(previous, signal, info, context);
         }
         _ => {
             // SAFETY: a zeroed sigaction with SIG_DFL restores the default action. A signal
-            // sent by a process is raised again (blocked until this handler returns, then
-            // delivered); a fault recurs when the instruction runs again.
+            // sent is raised again (blocked until this handler returns, then delivered); a
+            // fault recurs when the instruction runs again.
             unsafe {
                 let mut default: libc::sigaction = std::mem::zeroed();
                 default.sa_sigaction = libc::SIG_DFL;
@@ -402,11 +537,68 @@ fn pass_on(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::
     }
 }
 
+/// Calls the previous action's handler as the kernel would have: the default action restored
+/// first for `SA_RESETHAND`, and the signal mask of the interrupted code plus the action's own
+/// (and SIGBUS itself, unless `SA_NODEFER`) in force while it runs.
+fn call_previous(
+    previous: &libc::sigaction,
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut libc::c_void,
+) {
+    // SAFETY: every call below is async-signal-safe; `context` is the kernel's ucontext for
+    // this delivery, whose `uc_sigmask` is the interrupted code's mask; the sigsets are valid
+    // values built from it and from the previous action's mask.
+    unsafe {
+        if previous.sa_flags & libc::SA_RESETHAND != 0 {
+            let mut default: libc::sigaction = std::mem::zeroed();
+            default.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(signal, &default, std::ptr::null_mut());
+        }
+        let mut mask = (*context.cast::<libc::ucontext_t>()).uc_sigmask;
+        // Linux's signals are 1 to 64.
+        for other in 1..=64 {
+            if libc::sigismember(&previous.sa_mask, other) == 1 {
+                libc::sigaddset(&mut mask, other);
+            }
+        }
+        if previous.sa_flags & libc::SA_NODEFER == 0 {
+            libc::sigaddset(&mut mask, signal);
+        } else {
+            libc::sigdelset(&mut mask, signal);
+        }
+        let mut ours: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &mask, &mut ours);
+        let handler = previous.sa_sigaction;
+        if previous.sa_flags & libc::SA_SIGINFO != 0 {
+            // The previous action was installed with SA_SIGINFO, so its handler takes these
+            // three arguments, which are the kernel's own.
+            let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(handler);
+            handler(signal, info, context);
+        } else {
+            // Without SA_SIGINFO a handler takes the signal number alone.
+            let handler: extern "C" fn(libc::c_int) = std::mem::transmute(handler);
+            handler(signal);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &ours, std::ptr::null_mut());
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
 
-    fn shrinking_map(pages: usize, byte: u8) -> (tempfile::TempDir, std::path::PathBuf, memmap2::Mmap) {
+    struct Shrinking {
+        _dir: tempfile::TempDir,
+        path: std::path::PathBuf,
+        file: std::fs::File,
+        map: memmap2::Mmap,
+    }
+
+    fn shrinking_map(pages: usize, byte: u8) -> Shrinking {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shrinks.bin");
         let page = super::super::page_size();
@@ -414,30 +606,36 @@ mod tests {
         let file = std::fs::File::open(&path).unwrap();
         // SAFETY: the tests truncate the file only to check that armed reads survive it.
         let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
-        (dir, path, map)
+        Shrinking { _dir: dir, path, file, map }
     }
 
-    fn truncate(path: &std::path::Path, bytes: usize) {
-        std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(bytes as u64).unwrap();
+    impl Shrinking {
+        fn truncate(&self, bytes: usize) {
+            std::fs::OpenOptions::new().write(true).open(&self.path).unwrap().set_len(bytes as u64).unwrap();
+        }
+
+        fn mapping<'a>(&'a self, faulted: &'a AtomicBool) -> Mapping<'a> {
+            Mapping { writable: false, file: Some((self.file.as_fd(), 0)), faulted }
+        }
     }
 
     #[test]
     fn a_fault_inside_an_armed_range_is_recovered_and_reads_zeros() {
         let page = super::super::page_size();
-        let (_dir, path, map) = shrinking_map(4, 7);
-        truncate(&path, page + 10);
+        let shrinking = shrinking_map(4, 7);
+        shrinking.truncate(page + 10);
         let mapping_faulted = AtomicBool::new(false);
-        let armed = arm(map.as_ptr(), map.len(), false, &mapping_faulted);
+        let armed = arm(shrinking.map.as_ptr(), shrinking.map.len(), shrinking.mapping(&mapping_faulted));
         assert!(armed.is_armed());
-        let copy = map.to_vec();
-        assert!(armed.finish());
+        let copy = shrinking.map.to_vec();
+        assert_eq!(armed.finish(), Some(Fault::PastEnd));
         assert!(mapping_faulted.load(Ordering::Acquire), "the mapping keeps the record");
         assert_eq!(&copy[..page + 10], &vec![7u8; page + 10][..], "the bytes still in the file");
         assert!(copy[2 * page..].iter().all(|&byte| byte == 0), "the pages past the end read as zeros");
         let again = AtomicBool::new(false);
-        let clean = arm(map.as_ptr(), map.len(), false, &again);
-        assert_eq!(map[0], 7);
-        assert!(!clean.finish());
+        let clean = arm(shrinking.map.as_ptr(), shrinking.map.len(), shrinking.mapping(&again));
+        assert_eq!(shrinking.map[0], 7);
+        assert_eq!(clean.finish(), None);
     }
 
     /// An operation's CPU path may read on rayon's threads: a fault on another thread than
@@ -445,17 +643,55 @@ mod tests {
     #[test]
     fn a_fault_on_another_thread_is_recovered_and_recorded_in_every_overlapping_range() {
         let page = super::super::page_size();
-        let (_dir, path, map) = shrinking_map(8, 5);
+        let shrinking = shrinking_map(8, 5);
+        let map = &shrinking.map;
         let (whole_flag, tail_flag) = (AtomicBool::new(false), AtomicBool::new(false));
-        let whole = arm(map.as_ptr(), map.len(), false, &whole_flag);
+        let whole = arm(map.as_ptr(), map.len(), shrinking.mapping(&whole_flag));
+        let tail_mapping = Mapping {
+            file: Some((shrinking.file.as_fd(), 6 * page as u64)),
+            ..shrinking.mapping(&tail_flag)
+        };
         // SAFETY: 6 pages in, within the mapping.
-        let tail = arm(unsafe { map.as_ptr().add(6 * page) }, 2 * page, false, &tail_flag);
-        truncate(&path, page);
+        let tail = arm(unsafe { map.as_ptr().add(6 * page) }, 2 * page, tail_mapping);
+        shrinking.truncate(page);
         let sum: u64 = std::thread::scope(|scope| {
             scope.spawn(|| map[3 * page..].iter().map(|&byte| u64::from(byte)).sum()).join().unwrap()
         });
         assert_eq!(sum, 0, "the pages past the end read as zeros");
-        assert!(whole.finish() && tail.finish());
+        assert_eq!((whole.finish(), tail.finish()), (Some(Fault::PastEnd), Some(Fault::PastEnd)));
+        assert!(whole_flag.load(Ordering::Acquire) && tail_flag.load(Ordering::Acquire));
+    }
+
+    /// A fault on a page the file still holds (a read error) zeros that page alone: later
+    /// pages keep what they hold, and fault (and are recovered) one by one if they must. The
+    /// handler is shown a larger file than the mapping's, so its own file's lost pages count
+    /// as held.
+    #[test]
+    fn a_page_the_file_still_holds_is_zeroed_alone() {
+        let page = super::super::page_size();
+        let shrinking = shrinking_map(4, 6);
+        let larger = shrinking_map(8, 1);
+        shrinking.truncate(page);
+        let flag = AtomicBool::new(false);
+        let mapping = Mapping { file: Some((larger.file.as_fd(), 0)), ..shrinking.mapping(&flag) };
+        let armed = arm(shrinking.map.as_ptr(), shrinking.map.len(), mapping);
+        // SAFETY: within the mapping; volatile, so the reads happen while armed.
+        let (second, fourth) = unsafe {
+            (
+                shrinking.map.as_ptr().add(page).read_volatile(),
+                shrinking.map.as_ptr().add(3 * page).read_volatile(),
+            )
+        };
+        assert_eq!(armed.finish(), Some(Fault::Unreadable));
+        assert_eq!((shrinking.map[0], second, fourth), (6, 0, 0));
+        let zeroed: Vec<_> = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains(&format!("{:x}-", shrinking.map.as_ptr() as usize + page)))
+            .map(str::to_string)
+            .collect();
+        let one_page_ends = format!("-{:x} ", shrinking.map.as_ptr() as usize + 2 * page);
+        assert!(zeroed.len() == 1 && zeroed[0].contains(&one_page_ends), "one page of zeros: {zeroed:?}");
     }
 
     /// The zero pages keep the mapping's protection: a read-only window does not become
@@ -463,16 +699,16 @@ mod tests {
     #[test]
     fn the_zeros_over_a_read_only_mapping_stay_read_only() {
         let page = super::super::page_size();
-        let (_dir, path, map) = shrinking_map(4, 3);
-        truncate(&path, page);
+        let shrinking = shrinking_map(4, 3);
+        shrinking.truncate(page);
         let flag = AtomicBool::new(false);
-        let armed = arm(map.as_ptr(), map.len(), false, &flag);
+        let armed = arm(shrinking.map.as_ptr(), shrinking.map.len(), shrinking.mapping(&flag));
         // SAFETY: within the mapping; a volatile read, so it happens while armed.
-        let byte = unsafe { map.as_ptr().add(2 * page).read_volatile() };
-        assert!(armed.finish());
+        let byte = unsafe { shrinking.map.as_ptr().add(2 * page).read_volatile() };
+        assert_eq!(armed.finish(), Some(Fault::PastEnd));
         assert_eq!(byte, 0);
         // The zeros' protection, as /proc/self/maps lists it.
-        let zeros = map.as_ptr() as usize + 2 * page;
+        let zeros = shrinking.map.as_ptr() as usize + 2 * page;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let line = maps
             .lines()
@@ -487,18 +723,18 @@ mod tests {
         assert!(line.split_whitespace().nth(1).unwrap().starts_with("r--"), "{line}");
     }
 
-    /// A range disarmed by a panic records its fault in the mapping, so the next access is
-    /// refused instead of reading zeros as data.
+    /// A range disarmed by a panic leaves its fault recorded in the mapping, so the next access
+    /// is refused instead of reading zeros as data.
     #[test]
     fn a_panic_in_the_loop_still_records_the_fault_in_the_mapping() {
         let page = super::super::page_size();
-        let (_dir, path, map) = shrinking_map(4, 9);
-        truncate(&path, page);
+        let shrinking = shrinking_map(4, 9);
+        shrinking.truncate(page);
         let flag = AtomicBool::new(false);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _armed = arm(map.as_ptr(), map.len(), false, &flag);
+            let _armed = arm(shrinking.map.as_ptr(), shrinking.map.len(), shrinking.mapping(&flag));
             // SAFETY: within the mapping.
-            let byte = unsafe { map.as_ptr().add(3 * page).read_volatile() };
+            let byte = unsafe { shrinking.map.as_ptr().add(3 * page).read_volatile() };
             panic!("the loop fails after reading {byte}");
         }));
         assert!(outcome.is_err());
@@ -510,7 +746,7 @@ mod tests {
     #[test]
     fn slots_armed_and_disarmed_concurrently_all_come_back() {
         let page = super::super::page_size();
-        let (_dir, path, map) = shrinking_map(4, 1);
+        let shrinking = shrinking_map(4, 1);
         let churn = AtomicBool::new(true);
         std::thread::scope(|scope| {
             for _ in 0..4 {
@@ -518,17 +754,18 @@ mod tests {
                     let local = vec![2u8; page];
                     while churn.load(Ordering::Relaxed) {
                         let flag = AtomicBool::new(false);
-                        let armed = arm(local.as_ptr(), local.len(), false, &flag);
-                        assert!(!armed.finish(), "memory that never faults records no fault");
+                        let mapping = Mapping { writable: false, file: None, faulted: &flag };
+                        let armed = arm(local.as_ptr(), local.len(), mapping);
+                        assert_eq!(armed.finish(), None, "memory that never faults records no fault");
                     }
                 });
             }
-            truncate(&path, page);
+            shrinking.truncate(page);
             let flag = AtomicBool::new(false);
-            let armed = arm(map.as_ptr(), map.len(), false, &flag);
+            let armed = arm(shrinking.map.as_ptr(), shrinking.map.len(), shrinking.mapping(&flag));
             // SAFETY: within the mapping.
-            let byte = unsafe { map.as_ptr().add(2 * page).read_volatile() };
-            assert!(armed.finish());
+            let byte = unsafe { shrinking.map.as_ptr().add(2 * page).read_volatile() };
+            assert_eq!(armed.finish(), Some(Fault::PastEnd));
             assert_eq!(byte, 0);
             churn.store(false, Ordering::Relaxed);
         });

@@ -12,11 +12,12 @@
 //! state that contract.
 
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::sigbus;
+use super::sigbus::{self, Fault};
 use crate::error::{Error, Result};
 
 /// The file behind a mapping: for its size now, and to name it in errors.
@@ -109,17 +110,21 @@ impl FileSpan<'_> {
         }
     }
 
-    /// The error for a fault recovered in the `bytes` from the span's start: a truncation
-    /// where the file no longer holds them, else a page its storage could not read.
-    fn fault_error(&self, bytes: usize) -> Error {
+    /// The error for a fault recovered in the `bytes` from the span's start (`fault`, where
+    /// this loop's range recorded it; `None` for one another access recorded in the mapping
+    /// while this loop ran): a truncation, or a page its storage could not read.
+    fn fault_error(&self, bytes: usize, fault: Option<Fault>) -> Error {
         let range = self.offset..self.offset + bytes as u64;
         let size = self.origin.map(FileOrigin::size);
-        match size {
-            Some(Ok(size)) if size >= range.end => {
-                Error::FileUnreadable { path: self.origin.map(|origin| origin.path.clone()), range }
-            }
-            Some(Ok(size)) => self.truncated(
-                range,
+        let unreadable = || Error::FileUnreadable {
+            path: self.origin.map(|origin| origin.path.clone()),
+            range: range.clone(),
+        };
+        match (fault, size) {
+            (Some(Fault::Unreadable), _) => unreadable(),
+            (_, Some(Ok(size))) if size >= range.end && fault != Some(Fault::PastEnd) => unreadable(),
+            (_, Some(Ok(size))) => self.truncated(
+                range.clone(),
                 &format!(
                     "the file is {size} bytes now: it was truncated while hetmem read or wrote \
                      it (SIGBUS, recovered); what was made of those bytes is discarded"
@@ -128,7 +133,7 @@ impl FileSpan<'_> {
             // The size is unknown (a mapping made elsewhere, or fstat failed): a truncation is
             // the likely cause.
             _ => self.truncated(
-                range,
+                range.clone(),
                 "an access through the mapping faulted (SIGBUS, recovered): the file was truncated \
                  while hetmem read or wrote it, or its storage failed to read a page; what was \
                  made of those bytes is discarded",
@@ -150,15 +155,23 @@ pub(crate) fn guarded<R>(
 ) -> Result<R> {
     let Some(span) = span else { return Ok(f()) };
     span.check_not_faulted(bytes)?;
-    let armed = sigbus::arm(host.as_ptr(), bytes, span.writable, span.faulted);
+    let mapping = sigbus::Mapping {
+        writable: span.writable,
+        file: span.origin.map(|origin| (origin.file().as_fd(), span.offset)),
+        faulted: span.faulted,
+    };
+    let armed = sigbus::arm(host.as_ptr(), bytes, mapping);
     if !armed.is_armed() {
         span.check(bytes)?;
     }
-    // A panic in `f` disarms the range on the way out, and a fault it met is still recorded
-    // in the mapping (`sigbus::Armed`'s drop), so later accesses are refused.
+    // A panic in `f` disarms the range on the way out; the handler has recorded a fault in
+    // the mapping already, so later accesses are refused.
     let made = f();
-    if armed.finish() {
-        return Err(span.fault_error(bytes));
+    let fault = armed.finish();
+    // The mapping's record too: a fault another loop met while this one ran may have zeroed
+    // pages this one read without faulting.
+    if fault.is_some() || span.faulted.load(Ordering::Acquire) {
+        return Err(span.fault_error(bytes, fault));
     }
     Ok(made)
 }
