@@ -220,3 +220,84 @@ fn a_fault_outside_hetmems_loops_still_ends_the_process() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// How often the SIGBUS handler installed before hetmem's ran (in the child of the test below).
+static PREVIOUS_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A one-shot SA_SIGINFO handler: says it ran, and gives up (exit 3) if called twice, which a
+/// chain that ignored SA_RESETHAND would do for ever.
+extern "C" fn previous_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let calls = PREVIOUS_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let message: &[u8] = if calls == 1 { b"previous handler ran\n" } else { b"previous handler ran again\n" };
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; the buffer is a static string.
+    unsafe {
+        libc::write(2, message.as_ptr().cast(), message.len());
+        if calls > 1 {
+            libc::_exit(3);
+        }
+    }
+}
+
+/// Runs in a child: installs `action` for SIGBUS before hetmem's handler, arms and releases a
+/// range (installing hetmem's), then reads a truncated window outside hetmem's loops.
+fn fault_outside_after(action: libc::sigaction) {
+    // SAFETY: a valid sigaction for SIGBUS, in a child process that dies of the fault anyway.
+    assert_eq!(unsafe { libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) }, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_of(dir.path(), "outside.bin", 4 * PAGE);
+    // SAFETY: the child breaks the contract on purpose; its death is the result.
+    let file = unsafe { WindowedFile::open(&cpu_device(), &path) }.unwrap();
+    let window = file.window::<u8>(0..4 * PAGE as u64).unwrap();
+    window.guard_truncation(|| window.as_slice()[0]).unwrap();
+    shrink(&path, 10);
+    let last = std::hint::black_box(window.as_slice())[4 * PAGE - 1];
+    println!("read {last} past the end of the file");
+}
+
+fn assert_died_of_sigbus(output: &std::process::Output) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        output.status.signal(),
+        Some(libc::SIGBUS),
+        "{:?}\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A handler installed before hetmem's gets the faults hetmem does not recover, as the kernel
+/// would have called it: once, since it asked for SA_RESETHAND, after which the fault ends the
+/// process (a chain that ignored the flag called it for ever).
+#[test]
+fn a_handler_installed_before_hetmems_gets_the_faults_it_does_not_recover() {
+    const TEST: &str =
+        "truncated_files::a_handler_installed_before_hetmems_gets_the_faults_it_does_not_recover";
+    if child_role().as_deref() == Some("chain") {
+        // SAFETY: a zeroed sigaction is valid; the handler has the SA_SIGINFO signature.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = previous_handler as *const () as libc::sighandler_t;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
+        fault_outside_after(action);
+        return;
+    }
+    let output = run_child(TEST, "chain");
+    assert_died_of_sigbus(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("previous handler ran").count(), 1, "{stderr}");
+}
+
+/// An ignored SIGBUS from a fault ends the process, as the kernel makes it: returning would run
+/// the faulting instruction again for ever.
+#[test]
+fn an_ignored_sigbus_from_a_fault_still_ends_the_process() {
+    const TEST: &str = "truncated_files::an_ignored_sigbus_from_a_fault_still_ends_the_process";
+    if child_role().as_deref() == Some("ignored") {
+        // SAFETY: a zeroed sigaction is valid.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = libc::SIG_IGN;
+        fault_outside_after(action);
+        return;
+    }
+    assert_died_of_sigbus(&run_child(TEST, "ignored"));
+}

@@ -126,8 +126,7 @@ fn a_gpu_machine_reports_its_devices() {
 
 /// HETMEM_SEGMENTS is read by the CLI, not the library: a bad value fails where the
 /// pinned-async filter is set up, with the message the library gave when it read the variable;
-/// a good one is reported as not applied while the frame filter takes no segment count (issue
-/// 12).
+/// a good one is reported as not applied while the frame filter takes no segment count.
 #[test]
 fn hetmem_segments_is_checked_where_the_pinned_async_filter_is_built() {
     const TEST: &str = "hetmem_segments_is_checked_where_the_pinned_async_filter_is_built";

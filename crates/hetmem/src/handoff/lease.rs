@@ -176,13 +176,16 @@ pub(crate) trait CpuRead: Lease {
         let host =
             region.host.ok_or_else(|| Error::invalid("CPU access", "the buffer has no host address"))?;
         self.state().with_cpu_access(|| {
-            // A file mapping's size is checked, and a fault in it recovered (`guarded`).
-            guarded(self.file_span(), host, region.bytes, || {
-                // SAFETY: `len` initialised elements live at `host` while the lease holds the
-                // buffer; the lease is borrowed for the call, and on a CPU queue no other work
-                // runs now.
-                f(unsafe { std::slice::from_raw_parts(host.cast().as_ptr(), self.len()) })
-            })
+            // A fault in a file mapping is recovered (`guarded`).
+            // SAFETY: guarded: the span and the region are the held buffer's, whose bytes start
+            // at `host`; the lease keeps the buffer (and so its mapping) alive. The slice: `len`
+            // initialised elements live at `host` while the lease holds the buffer; the lease
+            // is borrowed for the call, and on a CPU queue no other work runs now.
+            unsafe {
+                guarded(self.file_span(), host, region.bytes, || {
+                    f(std::slice::from_raw_parts(host.cast().as_ptr(), self.len()))
+                })
+            }
         })?
     }
 }
@@ -246,10 +249,12 @@ impl<B: WritableBuffer> Lent<B> {
         let len = self.held.buf.len();
         let span = self.held.buf.file_span();
         self.held.state.with_cpu_access(|| {
-            guarded(span, host, region.bytes, || {
-                // SAFETY: as in cpu_read, and `&mut self` makes the access exclusive.
-                f(unsafe { std::slice::from_raw_parts_mut(host.cast().as_ptr(), len) })
-            })
+            // SAFETY: as in cpu_read, and `&mut self` makes the access exclusive.
+            unsafe {
+                guarded(span, host, region.bytes, || {
+                    f(std::slice::from_raw_parts_mut(host.cast().as_ptr(), len))
+                })
+            }
         })?
     }
 }

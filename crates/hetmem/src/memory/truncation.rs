@@ -121,8 +121,15 @@ impl FileSpan<'_> {
             range: range.clone(),
         };
         match (fault, size) {
+            // Another loop's fault, recorded in the mapping while this one ran.
+            (None, _) => self.truncated(
+                range.clone(),
+                "another access to this mapping faulted while hetmem read or wrote it, and its \
+                 pages past the fault hold zeros now; what was made of those bytes is discarded: \
+                 drop the mapping and map the file again",
+            ),
             (Some(Fault::Unreadable), _) => unreadable(),
-            (_, Some(Ok(size))) if size >= range.end && fault != Some(Fault::PastEnd) => unreadable(),
+            (Some(Fault::Unknown), Some(Ok(size))) if size >= range.end => unreadable(),
             (_, Some(Ok(size))) => self.truncated(
                 range.clone(),
                 &format!(
@@ -147,7 +154,11 @@ impl FileSpan<'_> {
 /// while `f` runs is recovered, `f`'s result dropped, and the call answers
 /// [`Error::FileTruncated`] or [`Error::FileUnreadable`]. A mapping that faulted before is
 /// refused at once. Where the range cannot be armed, the file's size is checked before `f`.
-pub(crate) fn guarded<R>(
+///
+/// # Safety
+/// With a `span`, `host..host + bytes` are the bytes it describes: a range of one file
+/// mapping, which stays mapped while this runs (SIGBUS recovery maps zeros over its pages).
+pub(crate) unsafe fn guarded<R>(
     span: Option<FileSpan<'_>>,
     host: NonNull<u8>,
     bytes: usize,
@@ -160,14 +171,13 @@ pub(crate) fn guarded<R>(
         file: span.origin.map(|origin| (origin.file().as_fd(), span.offset)),
         faulted: span.faulted,
     };
-    let armed = sigbus::arm(host.as_ptr(), bytes, mapping);
-    if !armed.is_armed() {
-        span.check(bytes)?;
-    }
-    // A panic in `f` disarms the range on the way out; the handler has recorded a fault in
-    // the mapping already, so later accesses are refused.
-    let made = f();
-    let fault = armed.finish();
+    // Unarmed (no handler, or every slot taken), the file is checked first. A panic in `f`
+    // disarms the range on the way out; the handler has recorded a fault in the mapping
+    // already, so later accesses are refused.
+    let check_unless_armed = |armed: bool| if armed { Ok(()) } else { span.check(bytes) };
+    // SAFETY: the caller's contract: `host..host + bytes` are the span's bytes, in one file
+    // mapping that stays mapped while this runs.
+    let (made, fault) = unsafe { sigbus::with_armed(host.as_ptr(), bytes, mapping, check_unless_armed, f) }?;
     // The mapping's record too: a fault another loop met while this one ran may have zeroed
     // pages this one read without faulting.
     if fault.is_some() || span.faulted.load(Ordering::Acquire) {

@@ -472,7 +472,9 @@ impl WindowMapping {
 
     /// Runs `f` over the window's bytes with the file checked and a fault recovered.
     fn guarded<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-        guarded(self.file_span(), self.host(), self.bytes(), f)
+        // SAFETY: the span is this window's, whose bytes start at `host()` in its own mapping,
+        // which `self` keeps mapped.
+        unsafe { guarded(self.file_span(), self.host(), self.bytes(), f) }
     }
 
     fn region(&self) -> Region {
