@@ -80,7 +80,7 @@ def test_the_staged_gather_copies_the_chosen_records_and_checks_every_integer():
         gather(indices=(16,))
     with pytest.raises(ValueError, match=r"gather indices\[1\]: -1 is negative"):
         gather(indices=(0, -1))
-    with pytest.raises(ValueError, match="gather record_bytes is 0"):
+    with pytest.raises(ValueError, match="gather: record_bytes is 0"):
         gather(record_bytes=0)
     with pytest.raises(ValueError, match="gather record_bytes: -48 is negative"):
         gather(record_bytes=-48)
