@@ -138,7 +138,6 @@ pub fn prepare_batch(
     let (height, width, channels) = record_shape;
     let record_bytes = product([height, width, channels], "batch record shape")?;
     let (records_ptr, records_bytes, _) = records.host_range();
-    let (out_ptr, out_bytes, out_readonly) = out.host_range();
     if record_bytes == 0 {
         return Err(PyValueError::new_err(format!("batch: record shape {record_shape:?} holds no bytes")));
     }
@@ -180,18 +179,7 @@ pub fn prepare_batch(
     // image sizes are derived checked all the same.
     let image_bytes = product([crop_height, crop_width, channels, element.size()], "batch image")?;
     let needed = product([indices.len(), image_bytes], "batch output")?;
-    if out_readonly || needed > out_bytes {
-        return Err(PyValueError::new_err(format!(
-            "batch: the output holds {out_bytes} bytes{}; {needed} writable bytes are needed",
-            if out_readonly { ", read-only" } else { "" }
-        )));
-    }
-    // Both ranges lie inside their memories (checked above), so these sums do not overflow.
-    if records_ptr < out_ptr + needed && out_ptr < records_ptr + records_bytes {
-        return Err(PyValueError::new_err(
-            "batch: the output overlaps the records; write the batch elsewhere",
-        ));
-    }
+    let out_ptr = out.output_for(needed, records, "batch")?;
     // A window's file is checked, and a truncation while the loop runs recovered: an
     // exception, not SIGBUS.
     let batch = || {

@@ -27,24 +27,12 @@ pub fn gather_records(
         return Err(PyValueError::new_err("gather: record_bytes is 0; a record holds at least one byte"));
     }
     let (records_ptr, records_bytes, _) = records.host_range();
-    let (out_ptr, out_bytes, out_readonly) = out.host_range();
     let count = records_bytes / record_bytes;
     if let Some(&index) = indices.iter().find(|&&index| index >= count) {
         return Err(PyValueError::new_err(format!("gather: record {index} of {count}")));
     }
     let needed = product([indices.len(), record_bytes], "gather output")?;
-    if out_readonly || needed > out_bytes {
-        return Err(PyValueError::new_err(format!(
-            "gather: the output holds {out_bytes} bytes{}; {needed} writable bytes are needed",
-            if out_readonly { ", read-only" } else { "" }
-        )));
-    }
-    // Both ranges lie inside their memories (checked above), so these sums do not overflow.
-    if records_ptr < out_ptr + needed && out_ptr < records_ptr + records_bytes {
-        return Err(PyValueError::new_err(
-            "gather: the output overlaps the records; write the batch elsewhere",
-        ));
-    }
+    let out_ptr = out.output_for(needed, records, "gather")?;
     let gather = || {
         for (slot, &index) in indices.iter().enumerate() {
             // index < count and slot < indices.len(): both products lie inside their memory.
@@ -52,7 +40,7 @@ pub fn gather_records(
             let target = out_ptr + slot * record_bytes;
             // SAFETY: the record lies inside `records` and the slot inside `out` (checked
             // above, with checked arithmetic), which the caller's references keep alive; they
-            // do not overlap (checked above), and `out` is writable (not read-only). Another
+            // do not overlap and `out` is writable (`output_for`). Another
             // thread writing the memory meanwhile would be the caller's race on its contents,
             // as with any NumPy array; it cannot move or free it.
             unsafe {

@@ -126,6 +126,27 @@ impl Memory {
         (self.host_ptr, self.nbytes, self.readonly)
     }
 
+    /// The host address of an output `needed` bytes long written from `source`: an error
+    /// (`what` names the loop) unless this memory is writable, holds them and does not overlap
+    /// `source`.
+    pub(crate) fn output_for(&self, needed: usize, source: &Memory, what: &str) -> PyResult<usize> {
+        if self.readonly || needed > self.nbytes {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "{what}: the output holds {} bytes{}; {needed} writable bytes are needed",
+                self.nbytes,
+                if self.readonly { ", read-only" } else { "" }
+            )));
+        }
+        // Both ranges lie inside their memories (each ends at an address that exists), so
+        // these sums do not overflow.
+        if source.host_ptr < self.host_ptr + needed && self.host_ptr < source.host_ptr + source.nbytes {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "{what}: the output overlaps the records; write the batch elsewhere"
+            )));
+        }
+        Ok(self.host_ptr)
+    }
+
     /// Whether this read-only window's device view may be exported in an unversioned capsule.
     pub(crate) fn unflagged_device_view(&self) -> bool {
         self.unflagged_device_view
