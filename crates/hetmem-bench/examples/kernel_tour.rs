@@ -24,7 +24,7 @@ use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleTy
 use hetmem::placement::LinkProfile;
 use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
 use hetmem_bench::ct::{self, CtOptions};
-use hetmem_bench::link::{self, LinkOptions, Path};
+use hetmem_bench::link::{self, LinkOptions, LinkPath};
 
 mod support;
 
@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Latency transfers larger than every bandwidth cell: the buffers must hold them too.
     let options = LinkOptions {
         sizes: vec![4 << 10],
-        paths: Path::ALL.to_vec(),
+        paths: LinkPath::ALL.to_vec(),
         repeats: 1,
         warm_up: 0,
         latency_sizes: vec![64, 64 << 10],

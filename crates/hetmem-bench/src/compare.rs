@@ -3,7 +3,7 @@
 //! (zero-copy) and a kernel reading a registered read-only file mapping (mmap): the latency of
 //! a small transfer and the bandwidth of a large one, host to device.
 
-use super::link::{self, Ceiling, LatencyPath, LinkOptions, LinkReport, Path};
+use super::link::{self, Ceiling, LatencyPath, LinkOptions, LinkPath, LinkReport};
 use hetmem::backend::Device;
 use hetmem::error::Result;
 
@@ -18,7 +18,7 @@ pub struct CompareRow {
     /// What the latency column measures.
     pub latency_path: LatencyPath,
     /// What the bandwidth column measures.
-    pub bandwidth_path: Path,
+    pub bandwidth_path: LinkPath,
     /// Median microseconds to move the small transfer; `None` when not measured.
     pub latency_us: Option<f64>,
     /// Median GB/s of the large transfer; `None` when not measured.
@@ -46,12 +46,12 @@ pub struct CompareReport {
     pub rows: Vec<CompareRow>,
 }
 
-const ROWS: [(&str, LatencyPath, Path); 5] = [
-    ("memcpy_pinned", LatencyPath::PinnedSyncH2d, Path::PinnedSyncH2d),
-    ("memcpy_pageable", LatencyPath::PageableSyncH2d, Path::PageableH2d),
-    ("zero_copy", LatencyPath::ZeroCopyKernelRead, Path::ZeroCopyRead),
-    ("mmap", LatencyPath::FileKernelRead, Path::RegisteredFileRead),
-    ("host_memcpy", LatencyPath::HostMemcpy, Path::HostMemcpy),
+const ROWS: [(&str, LatencyPath, LinkPath); 5] = [
+    ("memcpy_pinned", LatencyPath::PinnedSyncH2d, LinkPath::PinnedSyncH2d),
+    ("memcpy_pageable", LatencyPath::PageableSyncH2d, LinkPath::PageableH2d),
+    ("zero_copy", LatencyPath::ZeroCopyKernelRead, LinkPath::ZeroCopyRead),
+    ("mmap", LatencyPath::FileKernelRead, LinkPath::RegisteredFileRead),
+    ("host_memcpy", LatencyPath::HostMemcpy, LinkPath::HostMemcpy),
 ];
 
 /// Measures the table on `device`: a large transfer of 256 MiB when `quick`, else 1 GiB.

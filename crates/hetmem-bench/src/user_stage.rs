@@ -9,7 +9,7 @@
 
 use hetmem::backend::cuda::LaunchConfig;
 use hetmem::error::Result;
-use hetmem::stage::{Element, FrameLayout, KernelCode, KernelStage, Param};
+use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
 
 /// The kernel: whole 16-byte units, then the tail bytes.
 const SOURCE: &str = r#"
@@ -36,7 +36,7 @@ extern "C" __global__ void xor_frame(const unsigned char* in, unsigned char* out
 /// # Errors
 /// Zero bytes.
 pub fn xor_stage(bytes: usize, multiprocessors: u32, key: u32) -> Result<KernelStage> {
-    let layout = FrameLayout::samples(bytes, Element::U8)?;
+    let layout = FrameLayout::samples(bytes, ScalarType::U8)?;
     let config = LaunchConfig::linear(bytes / 16, 512, multiprocessors.max(1) * 8);
     // SAFETY: xor_frame(const u8* in, u8* out, u64 bytes, u32 key) takes these parameters in
     // order; with bytes = the frame's length it reads in[0..bytes) and writes out[0..bytes),

@@ -4,7 +4,7 @@
 
 use hetmem::Device;
 use hetmem_bench::compare;
-use hetmem_bench::link::{self, Direction, LatencyPath, LinkOptions, Path};
+use hetmem_bench::link::{self, Direction, LatencyPath, LinkOptions, LinkPath};
 
 use hetmem::testing::cuda_device_or_skip;
 
@@ -13,7 +13,7 @@ use crate::support::{assert_child_passes, child_role, cpu_device, on_every_backe
 fn tiny() -> LinkOptions {
     LinkOptions {
         sizes: vec![64 << 10, 1 << 20],
-        paths: Path::ALL.to_vec(),
+        paths: LinkPath::ALL.to_vec(),
         repeats: 3,
         warm_up: 1,
         latency_sizes: vec![4, 4096],
@@ -32,7 +32,7 @@ fn check_link(device: &Device) {
     let gpu = device.as_cuda().is_some();
     assert_eq!(report.gpu_measured, gpu);
     assert_eq!(report.gpu_not_measured_because.is_some(), !gpu);
-    let expected_paths = if gpu { Path::ALL.len() } else { 1 };
+    let expected_paths = if gpu { LinkPath::ALL.len() } else { 1 };
     assert_eq!(report.bandwidth.len(), 2 * expected_paths, "one cell per path and size");
     for cell in &report.bandwidth {
         let what = format!("{} at {}", cell.path, cell.bytes);
@@ -51,7 +51,7 @@ fn check_link(device: &Device) {
     assert_eq!(report.ceiling.is_some(), gpu);
     if let Some(ceiling) = report.ceiling {
         assert!(positive(ceiling.h2d_gb_s) && positive(ceiling.d2h_gb_s));
-        let best_h2d = report.bandwidth.iter().filter(|c| c.path == Path::PinnedAsyncH2d);
+        let best_h2d = report.bandwidth.iter().filter(|c| c.path == LinkPath::PinnedAsyncH2d);
         assert!(best_h2d.map(|c| c.ratio_to_ceiling.unwrap()).any(|ratio| (ratio - 1.0).abs() < 1e-9));
     }
     for cell in &report.latency {

@@ -13,7 +13,7 @@ use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use hetmem::data::LoadMethod;
 use hetmem::{BackendChoice, BackendKind, Strategy};
-use hetmem_bench::link::{Direction, Path as LinkPath};
+use hetmem_bench::link::{Direction, LinkPath};
 
 /// `--backend`: where the work runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

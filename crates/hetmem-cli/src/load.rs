@@ -36,8 +36,8 @@ pub struct Args {
     /// What runs on the bytes: `copy` them into device memory, or `checksum` them with a
     /// kernel that reads each piece where it lies (staging or window), checked against the
     /// CPU's checksum of each file.
-    #[arg(long, value_enum, default_value_t = Stage::Copy)]
-    stage: Stage,
+    #[arg(long, value_enum, default_value_t = LoadWork::Copy)]
+    stage: LoadWork,
     /// Load `.safetensors` files as plain bytes.
     #[arg(long)]
     raw: bool,
@@ -80,10 +80,10 @@ pub struct Args {
     truncate_after: Option<String>,
 }
 
-/// `--stage`.
+/// `--stage`: what the GPU does with the loaded bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-enum Stage {
+enum LoadWork {
     /// Into device memory.
     Copy,
     /// Through the checksum kernel, reading the pieces in place.
@@ -102,7 +102,7 @@ struct FileChecksum {
 #[derive(Debug, serde::Serialize)]
 struct Loaded {
     device: String,
-    stage: Stage,
+    stage: LoadWork,
     files: Vec<FileRange>,
     #[serde(flatten)]
     report: LoadReport,
@@ -128,7 +128,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
         ring_depth: args.depth.map_or(2 * threads, |depth| depth as usize),
     };
     let safetensors = |path: &Path| !args.raw && path.extension().is_some_and(|ext| ext == "safetensors");
-    let as_tensors = args.stage == Stage::Copy && args.files.iter().any(|path| safetensors(path));
+    let as_tensors = args.stage == LoadWork::Copy && args.files.iter().any(|path| safetensors(path));
     if as_tensors && !args.files.iter().all(|path| safetensors(path)) {
         bail!(
             "some files are .safetensors and some are not: load them apart, or pass --raw to load all as bytes"
@@ -153,7 +153,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
     if total == 0 {
         bail!("nothing to load: the files are empty");
     }
-    if args.stage == Stage::Copy {
+    if args.stage == LoadWork::Copy {
         check_fits(device, total, args.max_device_memory.as_deref())?;
     }
     let queue = Queue::new(device)?;
@@ -176,7 +176,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
     };
     let loading = || format!("loading {} file(s) by method {}", args.files.len(), args.method.0);
     let (report, tensors, checksums, verified) = match args.stage {
-        Stage::Copy if as_tensors => {
+        LoadWork::Copy if as_tensors => {
             let loaded = stream.load_safetensors(&args.files, &progress).with_context(loading)?;
             let mut verified = false;
             if args.verify {
@@ -186,7 +186,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
             }
             (loaded.report, Some(loaded.tensors), None, verified)
         }
-        Stage::Copy => {
+        LoadWork::Copy => {
             let (buffer, report) = stream.load(&ranges, &progress).with_context(loading)?;
             let mut verified = false;
             if args.verify {
@@ -204,7 +204,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
             }
             (report, None, None, verified)
         }
-        Stage::Checksum => {
+        LoadWork::Checksum => {
             let (report, checksums) =
                 checksum_stage(device, &mut stream, &ranges, &progress).with_context(loading)?;
             (report, None, Some(checksums), true)
@@ -337,8 +337,8 @@ fn text(loaded: &Loaded, list_tensors: bool) -> String {
         None => String::new(),
     };
     let into = match loaded.stage {
-        Stage::Copy => format!("into {}", loaded.device),
-        Stage::Checksum => format!("through the checksum stage on {}", loaded.device),
+        LoadWork::Copy => format!("into {}", loaded.device),
+        LoadWork::Checksum => format!("through the checksum stage on {}", loaded.device),
     };
     out += &format!(
         "loaded {} file(s), {what}{:.3} GB {into} in {:.3} s: {:.2} GB/s\n",
@@ -372,7 +372,7 @@ fn text(loaded: &Loaded, list_tensors: bool) -> String {
         }
         _ => out += "  storage  not given (--storage-rate; `hetmem bench file` measures it)\n",
     }
-    if loaded.verified && loaded.stage == Stage::Copy {
+    if loaded.verified && loaded.stage == LoadWork::Copy {
         out += "  verified every byte against the files\n";
     }
     for checksum in loaded.checksums.iter().flatten() {

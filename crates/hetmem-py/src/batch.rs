@@ -13,18 +13,18 @@ use crate::truncation;
 
 /// The element types a batch can be stored as.
 #[derive(Clone, Copy, Debug)]
-enum Element {
+enum Stored {
     F32,
     F16,
     Bf16,
 }
 
-impl Element {
-    fn parse(name: &str) -> PyResult<Element> {
+impl Stored {
+    fn parse(name: &str) -> PyResult<Stored> {
         match name {
-            "float32" => Ok(Element::F32),
-            "float16" => Ok(Element::F16),
-            "bfloat16" => Ok(Element::Bf16),
+            "float32" => Ok(Stored::F32),
+            "float16" => Ok(Stored::F16),
+            "bfloat16" => Ok(Stored::Bf16),
             other => Err(PyValueError::new_err(format!(
                 "batch: element type {other:?}; use \"float32\", \"float16\" or \"bfloat16\""
             ))),
@@ -33,8 +33,8 @@ impl Element {
 
     fn size(self) -> usize {
         match self {
-            Element::F32 => 4,
-            Element::F16 | Element::Bf16 => 2,
+            Stored::F32 => 4,
+            Stored::F16 | Stored::Bf16 => 2,
         }
     }
 }
@@ -116,7 +116,7 @@ pub fn prepare_batch(
     out: &Memory,
     element: &str,
 ) -> PyResult<()> {
-    let element = Element::parse(element)?;
+    let element = Stored::parse(element)?;
     let record_shape = (
         record_shape.0.size("batch record height")?,
         record_shape.1.size("batch record width")?,
@@ -226,7 +226,7 @@ unsafe fn prepare_image(
     flip: bool,
     scale: &[f32],
     shift: &[f32],
-    element: Element,
+    element: Stored,
 ) {
     let (_, width, channels) = geometry.record;
     let (crop_height, crop_width) = geometry.crop;
@@ -243,9 +243,9 @@ unsafe fn prepare_image(
                 // (the function's contract); unaligned writes, since `target` need not be.
                 unsafe {
                     match element {
-                        Element::F32 => target.cast::<f32>().add(out).write_unaligned(value),
-                        Element::F16 => target.cast::<u16>().add(out).write_unaligned(f16_bits(value)),
-                        Element::Bf16 => target.cast::<u16>().add(out).write_unaligned(bf16_bits(value)),
+                        Stored::F32 => target.cast::<f32>().add(out).write_unaligned(value),
+                        Stored::F16 => target.cast::<u16>().add(out).write_unaligned(f16_bits(value)),
+                        Stored::Bf16 => target.cast::<u16>().add(out).write_unaligned(bf16_bits(value)),
                     }
                 }
                 out += 1;

@@ -12,7 +12,7 @@
 
 use hetmem::backend::cuda::LaunchConfig;
 use hetmem::pipeline::{FrameRing, RingOptions};
-use hetmem::stage::{Element, FrameLayout, KernelCode, KernelStage, Param};
+use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
 use hetmem::{Device, Strategy};
 
 mod support;
@@ -44,8 +44,8 @@ fn fir(taps: &[f32], x: &[f32], y: &mut [f32]) {
 }
 
 fn stage(taps: &[f32]) -> hetmem::Result<KernelStage> {
-    let input = FrameLayout::samples(TAPS - 1 + BLOCK, Element::F32)?;
-    let output = FrameLayout::samples(BLOCK, Element::F32)?;
+    let input = FrameLayout::samples(TAPS - 1 + BLOCK, ScalarType::F32)?;
+    let output = FrameLayout::samples(BLOCK, ScalarType::F32)?;
     // SAFETY: fir(const float* x, float* y, const float* taps, u32 n, u32 t) takes these
     // parameters in this order; with n = BLOCK and t = TAPS it reads x[0..BLOCK + TAPS - 1) (the
     // input's samples) and taps[0..TAPS) (the constant, declared TAPS floats long), and writes

@@ -7,7 +7,7 @@
 
 use hetmem::backend::cuda::LaunchConfig;
 use hetmem::pipeline::{FrameRing, RingOptions};
-use hetmem::stage::{Element, FrameLayout, KernelCode, KernelStage, Param};
+use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
 use hetmem::{Device, Strategy};
 
 mod support;
@@ -44,8 +44,8 @@ fn grey_threshold(rgb: &[u8], grey: &mut [u8], mask: &mut [u8]) {
 }
 
 fn stage() -> hetmem::Result<KernelStage> {
-    let rgb = FrameLayout::packed(WIDTH, HEIGHT, 3, Element::U8)?;
-    let plane = FrameLayout::packed(WIDTH, HEIGHT, 1, Element::U8)?;
+    let rgb = FrameLayout::packed(WIDTH, HEIGHT, 3, ScalarType::U8)?;
+    let plane = FrameLayout::packed(WIDTH, HEIGHT, 1, ScalarType::U8)?;
     let pixels = WIDTH * HEIGHT;
     // SAFETY: grey_threshold(const u8* rgb, u8* grey, u8* mask, u32 pixels, u32 threshold)
     // takes these parameters in this order; with pixels = WIDTH * HEIGHT it reads rgb[0..3 *

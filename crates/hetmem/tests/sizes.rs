@@ -14,7 +14,7 @@ use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, MAX_SIDE, PixelLayout
 use hetmem::ops::{Checksum, affine_u32, affine_u32_cpu, checksum, checksum_cpu};
 use hetmem::placement::Where;
 use hetmem::stage::{
-    Element, FrameLayout, KernelCode, KernelStage, MAX_FRAME_BYTES, MAX_PLANES, Param, PlaneLayout, Stage,
+    FrameLayout, KernelCode, KernelStage, MAX_FRAME_BYTES, MAX_PLANES, Param, PlaneLayout, ScalarType, Stage,
 };
 use hetmem::{DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue};
 use proptest::prelude::*;
@@ -63,14 +63,14 @@ fn layout() -> impl Strategy<Value = PixelLayout> {
     ]
 }
 
-fn element() -> impl Strategy<Value = Element> {
+fn element() -> impl Strategy<Value = ScalarType> {
     prop_oneof![
-        Just(Element::U8),
-        Just(Element::U16),
-        Just(Element::I16),
-        Just(Element::F16),
-        Just(Element::F32),
-        Just(Element::U32),
+        Just(ScalarType::U8),
+        Just(ScalarType::U16),
+        Just(ScalarType::I16),
+        Just(ScalarType::F16),
+        Just(ScalarType::F32),
+        Just(ScalarType::U32),
     ]
 }
 
@@ -91,9 +91,9 @@ fn a_frame_format_past_the_largest_side_is_refused() {
 #[test]
 fn a_volume_layout_too_large_is_refused_before_its_slices_are_listed() {
     // Each slice fits; 2^40 of them would be a list of planes no machine holds.
-    let error = FrameLayout::volume(1 << 40, 1, 1, Element::U8).unwrap_err().to_string();
+    let error = FrameLayout::volume(1 << 40, 1, 1, ScalarType::U8).unwrap_err().to_string();
     assert!(error.contains(&format!("at most {MAX_PLANES}")), "{error}");
-    let error = FrameLayout::volume(MAX_PLANES, 1 << 14, 1 << 14, Element::F32).unwrap_err().to_string();
+    let error = FrameLayout::volume(MAX_PLANES, 1 << 14, 1 << 14, ScalarType::F32).unwrap_err().to_string();
     assert!(error.contains("give fewer or smaller slices"), "{error}");
 }
 
@@ -148,7 +148,7 @@ fn a_safetensors_header_describing_nearly_2_64_bytes_is_malformed() {
 
 /// A stage whose kernel reads 1 KiB of constant 0; never launched.
 fn table_stage() -> KernelStage {
-    let block = FrameLayout::samples(256, Element::U8).unwrap();
+    let block = FrameLayout::samples(256, ScalarType::U8).unwrap();
     let code = KernelCode::CudaC {
         name: "lut".into(),
         source: r#"extern "C" __global__ void lut(const unsigned char* x, unsigned char* y,
@@ -332,7 +332,7 @@ fn check_a_volume_layout_is_refused_or_its_slices_packed(
     depth: usize,
     height: usize,
     width: usize,
-    element: Element,
+    element: ScalarType,
 ) -> Result<(), TestCaseError> {
     let bytes = product(&[depth, height, width, element.size()]);
     let fits =
@@ -656,7 +656,7 @@ fn check_kernel_constants_are_refused_or_exactly_the_declared_lengths(
     given: Vec<usize>,
     use_declared: bool,
 ) -> Result<(), TestCaseError> {
-    let block = FrameLayout::samples(8, Element::U8).unwrap();
+    let block = FrameLayout::samples(8, ScalarType::U8).unwrap();
     let mut params = vec![Param::Input(0), Param::Output(0)];
     params.extend(declared.iter().map(|&(index, bytes)| Param::Constant { index, bytes }));
     let mut lengths: Vec<Option<usize>> = Vec::new();
@@ -724,7 +724,7 @@ fn check_a_hu_window_is_refused_or_bins_every_value_inside_it(
 /// One plane of a layout as generated: an offset (`None`: after the plane before), width, height
 /// and channels, the element, and a row padding, whether the pitch is a packed row plus it (or
 /// the padding alone), and a gap before the plane.
-type PlaneSpec = (Option<usize>, (usize, usize, usize), Element, (usize, bool, usize));
+type PlaneSpec = (Option<usize>, (usize, usize, usize), ScalarType, (usize, bool, usize));
 
 /// Mostly small values, sometimes any of `wide`'s: most cases are worth accepting, and the rest
 /// still reach the limits and the wrapping products.

@@ -4,7 +4,7 @@
 
 use hetmem::backend::cuda::LaunchConfig;
 use hetmem::pipeline::{FanOutRing, FrameRing, RingOptions};
-use hetmem::stage::{CpuStage, Element, FrameLayout, KernelCode, KernelStage, Param, PlaneLayout, Stage};
+use hetmem::stage::{CpuStage, FrameLayout, KernelCode, KernelStage, Param, PlaneLayout, ScalarType, Stage};
 use hetmem::{Device, Error, FrameFilter, Strategy};
 
 use crate::support::{cpu_device, on_every_backend};
@@ -58,7 +58,7 @@ fn plane() -> FrameLayout {
         width: WIDTH,
         height: HEIGHT,
         channels: 1,
-        element: Element::U16,
+        element: ScalarType::U16,
         pitch: PITCH,
     }])
     .unwrap()
@@ -97,7 +97,7 @@ fn mix_params(key: u16) -> Vec<Param> {
 }
 
 fn mix_stage(lut: &[u16], key: u16) -> KernelStage {
-    let rows = FrameLayout::samples(HEIGHT, Element::U32).unwrap();
+    let rows = FrameLayout::samples(HEIGHT, ScalarType::U32).unwrap();
     let params = mix_params(key);
     // SAFETY: mix(const u8*, u8*, u32*, const u16*, u32, u32, u32, u16) takes these parameters
     // in order; block y < HEIGHT reads row y of the input (y * PITCH + 2 * WIDTH bytes, inside
@@ -233,7 +233,7 @@ fn a_cuda_c_stage_without_nvrtc_names_the_remedy() {
 
 #[test]
 fn a_cpu_closure_is_a_stage_that_runs_on_the_cpu_only() {
-    let layout = FrameLayout::samples(1000, Element::F32).unwrap();
+    let layout = FrameLayout::samples(1000, ScalarType::F32).unwrap();
     let stage = CpuStage::map(layout.clone(), layout, |input, output| {
         let (x, y): (&[f32], &mut [f32]) = (bytemuck::cast_slice(input), bytemuck::cast_slice_mut(output));
         y.iter_mut().zip(x).for_each(|(y, x)| *y = x.mul_add(0.5, 1.0));
@@ -257,7 +257,7 @@ fn a_cpu_closure_is_a_stage_that_runs_on_the_cpu_only() {
 
 #[test]
 fn a_kernel_without_a_cpu_path_is_refused_on_the_cpu_backend_by_name() {
-    let layout = FrameLayout::samples(64, Element::U8).unwrap();
+    let layout = FrameLayout::samples(64, ScalarType::U8).unwrap();
     // SAFETY: never launched (the CPU backend refuses it first).
     let stage = unsafe {
         KernelStage::new(
@@ -314,7 +314,7 @@ fn a_cudarc_function_runs_as_a_stage() {
                 KernelCode::Cudarc { context, function: function.clone() },
                 "mix",
                 vec![plane()],
-                vec![plane(), FrameLayout::samples(HEIGHT, Element::U32).unwrap()],
+                vec![plane(), FrameLayout::samples(HEIGHT, ScalarType::U32).unwrap()],
                 params.clone(),
                 LaunchConfig { grid: (HEIGHT as u32, 1, 1), block: (128, 1, 1), shared_bytes: 0 },
             )

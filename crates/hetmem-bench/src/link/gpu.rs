@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, Path, bench_word, cpu_cache,
+    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, bench_word, cpu_cache,
     doorbell_round_trip, fill_random, first_pattern_mismatch, fresh_seed, xor_checksum,
 };
 use crate::Summary;
@@ -50,7 +50,7 @@ struct Rig {
     /// The cells' stream. Shared by `Arc` with the [`InFlight`]s holding the memory its work
     /// uses, so it outlives their waits whatever order the fields drop in.
     stream: Arc<Stream>,
-    /// The downloads of [`Path::PinnedAsyncBoth`].
+    /// The downloads of [`LinkPath::PinnedAsyncBoth`].
     second: Arc<Stream>,
     start: Event,
     end: Event,
@@ -111,8 +111,8 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
     let mut buffers = Buffers::new(device, &rig, largest)?;
     let mut bandwidth = Vec::new();
     for &bytes in &options.sizes {
-        for &path in &Path::ALL {
-            let ceiling = matches!(path, Path::PinnedAsyncH2d | Path::PinnedAsyncD2h);
+        for &path in &LinkPath::ALL {
+            let ceiling = matches!(path, LinkPath::PinnedAsyncH2d | LinkPath::PinnedAsyncD2h);
             if path.needs_gpu() && (options.paths.contains(&path) || ceiling) {
                 let (gb_s, verified_by) = rig
                     .bandwidth(&mut buffers, path, bytes, options)
@@ -238,19 +238,23 @@ impl Buffers {
     /// caches (see [`cpu_cache`]). Managed memory is left alone: where its pages are on the GPU
     /// (after a prefetch or a kernel's faults), touching them from the CPU, even to flush
     /// them, would move them back; so the managed cells still see what the previous check left.
-    fn evict_from_cpu_caches(&self, path: Path, words: usize) {
+    fn evict_from_cpu_caches(&self, path: LinkPath, words: usize) {
         let (src, dst) = (&self.src.as_slice()[..words], &self.dst.as_slice()[..words]);
         let used: &[&[u32]] = match path {
-            Path::PageableH2d => &[&self.pageable[..words]],
-            Path::PageableD2h => &[&self.pageable_out[..words]],
-            Path::PinnedSyncH2d | Path::PinnedAsyncH2d | Path::ZeroCopyRead | Path::ZeroCopyReadStrided => {
-                &[src]
-            }
-            Path::PinnedSyncD2h | Path::PinnedAsyncD2h | Path::ZeroCopyWrite => &[dst],
-            Path::PinnedAsyncBoth | Path::ZeroCopyReadWrite => &[src, dst],
-            Path::RegisteredVecRead => &[&self.registered.as_slice()[..words]],
-            Path::RegisteredFileRead => &[&self.file.as_slice()[..words]],
-            Path::HostMemcpy | Path::ManagedRead | Path::ManagedPrefetchRead | Path::DeviceRead => &[],
+            LinkPath::PageableH2d => &[&self.pageable[..words]],
+            LinkPath::PageableD2h => &[&self.pageable_out[..words]],
+            LinkPath::PinnedSyncH2d
+            | LinkPath::PinnedAsyncH2d
+            | LinkPath::ZeroCopyRead
+            | LinkPath::ZeroCopyReadStrided => &[src],
+            LinkPath::PinnedSyncD2h | LinkPath::PinnedAsyncD2h | LinkPath::ZeroCopyWrite => &[dst],
+            LinkPath::PinnedAsyncBoth | LinkPath::ZeroCopyReadWrite => &[src, dst],
+            LinkPath::RegisteredVecRead => &[&self.registered.as_slice()[..words]],
+            LinkPath::RegisteredFileRead => &[&self.file.as_slice()[..words]],
+            LinkPath::HostMemcpy
+            | LinkPath::ManagedRead
+            | LinkPath::ManagedPrefetchRead
+            | LinkPath::DeviceRead => &[],
         };
         for buffer in used {
             cpu_cache::flush(bytemuck::cast_slice(buffer));
@@ -417,7 +421,7 @@ impl Rig {
     fn bandwidth(
         &mut self,
         held: &mut InFlight<Buffers>,
-        path: Path,
+        path: LinkPath,
         bytes: usize,
         options: &LinkOptions,
     ) -> Result<(Summary, &'static str)> {
@@ -433,7 +437,7 @@ impl Rig {
         if matches!(path.direction(), Direction::D2h | Direction::Both) {
             b.dst.as_mut_slice()[..words].fill(POISON);
         }
-        if path == Path::PageableD2h {
+        if path == LinkPath::PageableD2h {
             b.pageable_out[..words].fill(POISON);
         }
         if options.cold_cpu_cache {
@@ -441,29 +445,32 @@ impl Rig {
         }
         if matches!(
             path,
-            Path::PageableH2d | Path::PinnedSyncH2d | Path::PinnedAsyncH2d | Path::PinnedAsyncBoth
+            LinkPath::PageableH2d
+                | LinkPath::PinnedSyncH2d
+                | LinkPath::PinnedAsyncH2d
+                | LinkPath::PinnedAsyncBoth
         ) {
             b.dev_in.zero(&self.stream)?;
         }
         let summary = match path {
-            Path::HostMemcpy => unreachable!("host cells are measured by the host module"),
-            Path::PageableH2d => {
+            LinkPath::HostMemcpy => unreachable!("host cells are measured by the host module"),
+            LinkPath::PageableH2d => {
                 let (dev, src) = (&mut b.dev_in, &b.pageable[..words]);
                 Rig::timed_cpu(bytes, runs, || dev.upload_sync(bytemuck::cast_slice(src)))?
             }
-            Path::PinnedSyncH2d => {
+            LinkPath::PinnedSyncH2d => {
                 let (dev, src) = (&mut b.dev_in, &b.src.as_slice()[..words]);
                 Rig::timed_cpu(bytes, runs, || dev.upload_sync(bytemuck::cast_slice(src)))?
             }
-            Path::PageableD2h => {
+            LinkPath::PageableD2h => {
                 let (dev, dst) = (&b.dev_out, &mut b.pageable_out[..words]);
                 Rig::timed_cpu(bytes, runs, || dev.download_sync(bytemuck::cast_slice_mut(dst)))?
             }
-            Path::PinnedSyncD2h => {
+            LinkPath::PinnedSyncD2h => {
                 let (dev, dst) = (&b.dev_out, &mut b.dst.as_mut_slice()[..words]);
                 Rig::timed_cpu(bytes, runs, || dev.download_sync(bytemuck::cast_slice_mut(dst)))?
             }
-            Path::PinnedAsyncH2d => self.timed(
+            LinkPath::PinnedAsyncH2d => self.timed(
                 bytes,
                 runs,
                 || Ok(()),
@@ -474,7 +481,7 @@ impl Rig {
                     unsafe { self.stream.copy_async(dev_in, src_host, bytes) }
                 },
             )?,
-            Path::PinnedAsyncD2h => self.timed(
+            LinkPath::PinnedAsyncD2h => self.timed(
                 bytes,
                 runs,
                 || Ok(()),
@@ -483,23 +490,25 @@ impl Rig {
                     unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }
                 },
             )?,
-            Path::PinnedAsyncBoth => self.both_ways(bytes, runs, (dev_in, src_host), (dst_host, dev_out))?,
-            Path::ZeroCopyRead | Path::ZeroCopyReadStrided => {
-                let strided = path == Path::ZeroCopyReadStrided;
+            LinkPath::PinnedAsyncBoth => {
+                self.both_ways(bytes, runs, (dev_in, src_host), (dst_host, dev_out))?
+            }
+            LinkPath::ZeroCopyRead | LinkPath::ZeroCopyReadStrided => {
+                let strided = path == LinkPath::ZeroCopyReadStrided;
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(strided, src_mapped, bytes, rep))?
             }
-            Path::RegisteredVecRead => {
+            LinkPath::RegisteredVecRead => {
                 let from = b.registered.device_ptr().expect("registered mapped");
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
             }
-            Path::RegisteredFileRead => {
+            LinkPath::RegisteredFileRead => {
                 let from = b.file.device_ptr().expect("registered mapped");
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
             }
-            Path::ManagedRead | Path::ManagedPrefetchRead => {
+            LinkPath::ManagedRead | LinkPath::ManagedPrefetchRead => {
                 let alloc = b.managed.managed_alloc().expect("a GPU allocation");
                 let ordinal = self.ordinal;
-                let prefetch = path == Path::ManagedPrefetchRead;
+                let prefetch = path == LinkPath::ManagedPrefetchRead;
                 // Only the measured bytes move: the buffer is as large as the largest cell, and
                 // prefetching all of it made every smaller cell time a 1 GiB migration.
                 let to_host = || {
@@ -513,10 +522,10 @@ impl Rig {
                     self.queue_read(false, alloc.ptr(), bytes, rep)
                 })?
             }
-            Path::DeviceRead => {
+            LinkPath::DeviceRead => {
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, dev_out, bytes, rep))?
             }
-            Path::ZeroCopyWrite => {
+            LinkPath::ZeroCopyWrite => {
                 let seed = b.dev_seed ^ 0x5A5A_0001;
                 let n16 = bytes / 16;
                 let summary = self.timed(
@@ -533,7 +542,7 @@ impl Rig {
                 self.stream.synchronize()?;
                 return Ok((summary, check_pattern(&b.dst.as_slice()[..words], seed)?));
             }
-            Path::ZeroCopyReadWrite => {
+            LinkPath::ZeroCopyReadWrite => {
                 let key = fresh_seed() as u32 | 1;
                 let n16 = bytes / 16;
                 let summary = self.timed(
@@ -570,43 +579,48 @@ impl Rig {
         // the whole device is idle before the check reads the result.
         self.device.synchronize()?;
         let verified_by = match path {
-            Path::PageableH2d | Path::PinnedSyncH2d | Path::PinnedAsyncH2d => {
-                let source =
-                    if path == Path::PageableH2d { &b.pageable[..words] } else { &b.src.as_slice()[..words] };
+            LinkPath::PageableH2d | LinkPath::PinnedSyncH2d | LinkPath::PinnedAsyncH2d => {
+                let source = if path == LinkPath::PageableH2d {
+                    &b.pageable[..words]
+                } else {
+                    &b.src.as_slice()[..words]
+                };
                 self.queue_read(false, dev_in, bytes, 0)?;
                 self.stream.synchronize()?;
                 self.check_slots(1, xor_checksum(source))
                     .map(|_| "the device copy's XOR checksum equals the CPU's")?
             }
-            Path::PageableD2h => check_pattern(&b.pageable_out[..words], b.dev_seed)?,
-            Path::PinnedSyncD2h | Path::PinnedAsyncD2h => {
+            LinkPath::PageableD2h => check_pattern(&b.pageable_out[..words], b.dev_seed)?,
+            LinkPath::PinnedSyncD2h | LinkPath::PinnedAsyncD2h => {
                 check_pattern(&b.dst.as_slice()[..words], b.dev_seed)?
             }
-            Path::PinnedAsyncBoth => {
+            LinkPath::PinnedAsyncBoth => {
                 check_pattern(&b.dst.as_slice()[..words], b.dev_seed)?;
                 self.queue_read(false, dev_in, bytes, 0)?;
                 self.stream.synchronize()?;
                 self.check_slots(1, xor_checksum(&b.src.as_slice()[..words]))?;
                 "both copies checked against the CPU"
             }
-            Path::ZeroCopyRead | Path::ZeroCopyReadStrided => {
+            LinkPath::ZeroCopyRead | LinkPath::ZeroCopyReadStrided => {
                 self.check_slots(count, xor_checksum(&b.src.as_slice()[..words]))?
             }
-            Path::RegisteredVecRead => {
+            LinkPath::RegisteredVecRead => {
                 self.check_slots(count, xor_checksum(&b.registered.as_slice()[..words]))?
             }
-            Path::RegisteredFileRead => self.check_slots(count, xor_checksum(&b.file.as_slice()[..words]))?,
-            Path::ManagedRead | Path::ManagedPrefetchRead => {
+            LinkPath::RegisteredFileRead => {
+                self.check_slots(count, xor_checksum(&b.file.as_slice()[..words]))?
+            }
+            LinkPath::ManagedRead | LinkPath::ManagedPrefetchRead => {
                 self.check_slots(count, xor_checksum(&b.managed.as_slice()[..words]))?
             }
-            Path::DeviceRead => {
+            LinkPath::DeviceRead => {
                 use rayon::prelude::*;
                 let seed = b.dev_seed;
                 let want =
                     (0..words as u64).into_par_iter().map(|i| bench_word(i, seed)).reduce(|| 0, |a, b| a ^ b);
                 self.check_slots(count, want)?
             }
-            Path::HostMemcpy | Path::ZeroCopyWrite | Path::ZeroCopyReadWrite => {
+            LinkPath::HostMemcpy | LinkPath::ZeroCopyWrite | LinkPath::ZeroCopyReadWrite => {
                 unreachable!("returned above")
             }
         };

@@ -4,7 +4,9 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use super::{BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, Path, fill_random, fresh_seed};
+use super::{
+    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random, fresh_seed,
+};
 use crate::Summary;
 use hetmem::error::{Error, Result};
 
@@ -34,7 +36,7 @@ pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
             });
         }
         cells.push(BandwidthCell {
-            path: Path::HostMemcpy,
+            path: LinkPath::HostMemcpy,
             direction: Direction::Host,
             bytes,
             gb_s: Summary::of(&rates).expect("at least one repeat"),

@@ -55,7 +55,7 @@ pub enum Direction {
 /// A way of moving bytes, one row of the bandwidth table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Path {
+pub enum LinkPath {
     /// `memcpy` between two host buffers, one thread: the host side of every other path.
     HostMemcpy,
     /// `cuMemcpyHtoD` from a plain (pageable) `Vec`: the driver stages through its own buffer.
@@ -99,82 +99,83 @@ pub enum Path {
     DeviceRead,
 }
 
-impl Path {
+impl LinkPath {
     /// Every path, in table order.
-    pub const ALL: [Path; 17] = [
-        Path::HostMemcpy,
-        Path::PageableH2d,
-        Path::PageableD2h,
-        Path::PinnedSyncH2d,
-        Path::PinnedSyncD2h,
-        Path::PinnedAsyncH2d,
-        Path::PinnedAsyncD2h,
-        Path::PinnedAsyncBoth,
-        Path::ZeroCopyRead,
-        Path::ZeroCopyWrite,
-        Path::ZeroCopyReadWrite,
-        Path::ZeroCopyReadStrided,
-        Path::RegisteredVecRead,
-        Path::RegisteredFileRead,
-        Path::ManagedRead,
-        Path::ManagedPrefetchRead,
-        Path::DeviceRead,
+    pub const ALL: [LinkPath; 17] = [
+        LinkPath::HostMemcpy,
+        LinkPath::PageableH2d,
+        LinkPath::PageableD2h,
+        LinkPath::PinnedSyncH2d,
+        LinkPath::PinnedSyncD2h,
+        LinkPath::PinnedAsyncH2d,
+        LinkPath::PinnedAsyncD2h,
+        LinkPath::PinnedAsyncBoth,
+        LinkPath::ZeroCopyRead,
+        LinkPath::ZeroCopyWrite,
+        LinkPath::ZeroCopyReadWrite,
+        LinkPath::ZeroCopyReadStrided,
+        LinkPath::RegisteredVecRead,
+        LinkPath::RegisteredFileRead,
+        LinkPath::ManagedRead,
+        LinkPath::ManagedPrefetchRead,
+        LinkPath::DeviceRead,
     ];
 
     /// The name used in tables, JSON and `--paths`.
     pub fn name(self) -> &'static str {
         match self {
-            Path::HostMemcpy => "host_memcpy",
-            Path::PageableH2d => "pageable_h2d",
-            Path::PageableD2h => "pageable_d2h",
-            Path::PinnedSyncH2d => "pinned_sync_h2d",
-            Path::PinnedSyncD2h => "pinned_sync_d2h",
-            Path::PinnedAsyncH2d => "pinned_async_h2d",
-            Path::PinnedAsyncD2h => "pinned_async_d2h",
-            Path::PinnedAsyncBoth => "pinned_async_both",
-            Path::ZeroCopyRead => "zero_copy_read",
-            Path::ZeroCopyWrite => "zero_copy_write",
-            Path::ZeroCopyReadWrite => "zero_copy_read_write",
-            Path::ZeroCopyReadStrided => "zero_copy_read_strided",
-            Path::RegisteredVecRead => "registered_vec_read",
-            Path::RegisteredFileRead => "registered_file_read",
-            Path::ManagedRead => "managed_read",
-            Path::ManagedPrefetchRead => "managed_prefetch_read",
-            Path::DeviceRead => "device_read",
+            LinkPath::HostMemcpy => "host_memcpy",
+            LinkPath::PageableH2d => "pageable_h2d",
+            LinkPath::PageableD2h => "pageable_d2h",
+            LinkPath::PinnedSyncH2d => "pinned_sync_h2d",
+            LinkPath::PinnedSyncD2h => "pinned_sync_d2h",
+            LinkPath::PinnedAsyncH2d => "pinned_async_h2d",
+            LinkPath::PinnedAsyncD2h => "pinned_async_d2h",
+            LinkPath::PinnedAsyncBoth => "pinned_async_both",
+            LinkPath::ZeroCopyRead => "zero_copy_read",
+            LinkPath::ZeroCopyWrite => "zero_copy_write",
+            LinkPath::ZeroCopyReadWrite => "zero_copy_read_write",
+            LinkPath::ZeroCopyReadStrided => "zero_copy_read_strided",
+            LinkPath::RegisteredVecRead => "registered_vec_read",
+            LinkPath::RegisteredFileRead => "registered_file_read",
+            LinkPath::ManagedRead => "managed_read",
+            LinkPath::ManagedPrefetchRead => "managed_prefetch_read",
+            LinkPath::DeviceRead => "device_read",
         }
     }
 
     /// Which way its bytes go.
     pub fn direction(self) -> Direction {
         match self {
-            Path::HostMemcpy => Direction::Host,
-            Path::PageableD2h | Path::PinnedSyncD2h | Path::PinnedAsyncD2h | Path::ZeroCopyWrite => {
-                Direction::D2h
-            }
-            Path::PinnedAsyncBoth | Path::ZeroCopyReadWrite => Direction::Both,
-            Path::DeviceRead => Direction::Device,
+            LinkPath::HostMemcpy => Direction::Host,
+            LinkPath::PageableD2h
+            | LinkPath::PinnedSyncD2h
+            | LinkPath::PinnedAsyncD2h
+            | LinkPath::ZeroCopyWrite => Direction::D2h,
+            LinkPath::PinnedAsyncBoth | LinkPath::ZeroCopyReadWrite => Direction::Both,
+            LinkPath::DeviceRead => Direction::Device,
             _ => Direction::H2d,
         }
     }
 
     /// Whether it needs a GPU.
     pub fn needs_gpu(self) -> bool {
-        self != Path::HostMemcpy
+        self != LinkPath::HostMemcpy
     }
 }
 
-impl std::fmt::Display for Path {
+impl std::fmt::Display for LinkPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
 }
 
-impl FromStr for Path {
+impl FromStr for LinkPath {
     type Err = Error;
 
-    fn from_str(text: &str) -> Result<Path> {
-        Path::ALL.into_iter().find(|path| path.name() == text.trim()).ok_or_else(|| {
-            let names: Vec<&str> = Path::ALL.iter().map(|path| path.name()).collect();
+    fn from_str(text: &str) -> Result<LinkPath> {
+        LinkPath::ALL.into_iter().find(|path| path.name() == text.trim()).ok_or_else(|| {
+            let names: Vec<&str> = LinkPath::ALL.iter().map(|path| path.name()).collect();
             Error::invalid("path", format!("`{text}`: the paths are {}", names.join(", ")))
         })
     }
@@ -239,7 +240,7 @@ pub struct LinkOptions {
     pub sizes: Vec<usize>,
     /// Bandwidth paths. The pinned async H2D and D2H paths (the ceiling) are measured on a GPU
     /// whether listed or not.
-    pub paths: Vec<Path>,
+    pub paths: Vec<LinkPath>,
     /// Timed repetitions per bandwidth cell (fewer for the largest sizes, at least 3).
     pub repeats: usize,
     /// Untimed repetitions before them.
@@ -262,7 +263,7 @@ impl LinkOptions {
     pub fn full() -> LinkOptions {
         LinkOptions {
             sizes: sizes::log_steps(MIN_SIZE, MAX_SIZE, 4).expect("constant range"),
-            paths: Path::ALL.to_vec(),
+            paths: LinkPath::ALL.to_vec(),
             repeats: 20,
             warm_up: 3,
             latency_sizes: sizes::log_steps(MIN_LATENCY_SIZE, MAX_LATENCY_SIZE, 4).expect("constant range"),
@@ -276,7 +277,7 @@ impl LinkOptions {
     pub fn quick() -> LinkOptions {
         LinkOptions {
             sizes: vec![64 << 10, 4 << 20, 256 << 20],
-            paths: Path::ALL.to_vec(),
+            paths: LinkPath::ALL.to_vec(),
             repeats: 5,
             warm_up: 1,
             latency_sizes: vec![4, 64 << 10],
@@ -348,7 +349,7 @@ impl LinkOptions {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BandwidthCell {
     /// The path.
-    pub path: Path,
+    pub path: LinkPath,
     /// Which way (the ratio's ceiling follows it).
     pub direction: Direction,
     /// Bytes moved per repetition, per direction.
@@ -428,7 +429,7 @@ pub fn measure(device: &Device, options: &LinkOptions) -> Result<LinkReport> {
     options.validate()?;
     let mut bandwidth = Vec::new();
     let mut latency = Vec::new();
-    if options.paths.contains(&Path::HostMemcpy) {
+    if options.paths.contains(&LinkPath::HostMemcpy) {
         bandwidth.extend(host::bandwidth(options)?);
     }
     latency.extend(host::latency(options));
@@ -457,10 +458,12 @@ pub fn measure(device: &Device, options: &LinkOptions) -> Result<LinkReport> {
             cell.ratio_to_ceiling = ceiling.for_direction(cell.direction).map(|top| cell.gb_s.median / top);
         }
     }
-    if !options.paths.contains(&Path::PinnedAsyncH2d) || !options.paths.contains(&Path::PinnedAsyncD2h) {
+    if !options.paths.contains(&LinkPath::PinnedAsyncH2d)
+        || !options.paths.contains(&LinkPath::PinnedAsyncD2h)
+    {
         bandwidth.retain(|cell| {
             options.paths.contains(&cell.path)
-                || !matches!(cell.path, Path::PinnedAsyncH2d | Path::PinnedAsyncD2h)
+                || !matches!(cell.path, LinkPath::PinnedAsyncH2d | LinkPath::PinnedAsyncD2h)
         });
     }
     Ok(LinkReport {
@@ -478,10 +481,10 @@ pub fn measure(device: &Device, options: &LinkOptions) -> Result<LinkReport> {
 
 /// The best median of each pinned async copy direction.
 fn ceiling_of(cells: &[BandwidthCell]) -> Option<Ceiling> {
-    let best = |path: Path| {
+    let best = |path: LinkPath| {
         cells.iter().filter(|cell| cell.path == path).map(|cell| cell.gb_s.median).reduce(f64::max)
     };
-    Some(Ceiling { h2d_gb_s: best(Path::PinnedAsyncH2d)?, d2h_gb_s: best(Path::PinnedAsyncD2h)? })
+    Some(Ceiling { h2d_gb_s: best(LinkPath::PinnedAsyncH2d)?, d2h_gb_s: best(LinkPath::PinnedAsyncD2h)? })
 }
 
 /// Round trips of a 64-byte request (gain over 16 random f32 samples) through the
@@ -583,11 +586,11 @@ mod tests {
 
     #[test]
     fn path_names_round_trip_and_unknown_names_list_the_valid_ones() {
-        for path in Path::ALL {
-            assert_eq!(path.name().parse::<Path>().unwrap(), path);
+        for path in LinkPath::ALL {
+            assert_eq!(path.name().parse::<LinkPath>().unwrap(), path);
             assert_eq!(serde_json::to_value(path).unwrap(), path.name());
         }
-        let error = "warp_drive".parse::<Path>().unwrap_err().to_string();
+        let error = "warp_drive".parse::<LinkPath>().unwrap_err().to_string();
         assert!(error.contains("warp_drive") && error.contains("zero_copy_read_strided"), "{error}");
     }
 

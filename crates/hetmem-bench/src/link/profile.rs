@@ -6,11 +6,11 @@ use hetmem::backend::cuda::CudaDevice;
 use hetmem::error::{Error, Result};
 use hetmem::placement::{GpuKey, LinkProfile, ProfileCache, ProfileSource};
 
-use super::{LinkOptions, LinkReport, Path};
+use super::{LinkOptions, LinkPath, LinkReport};
 
 /// The cells a [`LinkProfile`] is made of, in the order of its rates.
-pub const PROFILE_PATHS: [Path; 4] =
-    [Path::DeviceRead, Path::ZeroCopyRead, Path::ZeroCopyReadStrided, Path::PinnedAsyncH2d];
+pub const PROFILE_PATHS: [LinkPath; 4] =
+    [LinkPath::DeviceRead, LinkPath::ZeroCopyRead, LinkPath::ZeroCopyReadStrided, LinkPath::PinnedAsyncH2d];
 
 impl LinkReport {
     /// The rates placement decides from ([`hetmem::placement`]): the median at the largest
@@ -19,7 +19,7 @@ impl LinkReport {
     /// # Errors
     /// A report without those cells (a CPU-only run, or paths left out), naming them.
     pub fn profile(&self) -> Result<LinkProfile> {
-        let rate = |path: Path| {
+        let rate = |path: LinkPath| {
             self.bandwidth
                 .iter()
                 .filter(|cell| cell.path == path)
@@ -110,7 +110,7 @@ mod tests {
         }
     }
 
-    fn cell(path: Path, bytes: usize, gb_s: f64) -> BandwidthCell {
+    fn cell(path: LinkPath, bytes: usize, gb_s: f64) -> BandwidthCell {
         BandwidthCell {
             path,
             direction: path.direction(),
@@ -132,7 +132,7 @@ mod tests {
             cells.push(cell(*path, 256 << 20, rate));
             cells.push(cell(*path, 4 << 10, 1.0 + rng.f64() * 4000.0));
         }
-        cells.push(cell(Path::ZeroCopyWrite, 1 << 30, 1.0 + rng.f64()));
+        cells.push(cell(LinkPath::ZeroCopyWrite, 1 << 30, 1.0 + rng.f64()));
         rng.shuffle(&mut cells);
         let profile = report_of(cells.clone()).profile().unwrap();
         let got = [

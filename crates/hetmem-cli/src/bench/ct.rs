@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail};
 use hetmem::ops::ct::{self as ct_op, LabelledVolume, VolumeShape};
 use hetmem::placement::LinkProfile;
 use hetmem_bench::ct::{CtReport, CtRun, Scan};
-use hetmem_bench::link::{PROFILE_PATHS, Path as LinkPath};
+use hetmem_bench::link::{LinkPath, PROFILE_PATHS};
 use image::ImageEncoder as _;
 use image::codecs::png::PngEncoder;
 

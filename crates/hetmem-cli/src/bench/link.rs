@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use hetmem_bench::compare::CompareReport;
-use hetmem_bench::link::{Direction, LinkReport, Path as LinkPath};
+use hetmem_bench::link::{Direction, LinkPath, LinkReport};
 use hetmem_bench::sizes;
 
 use super::plot::{self, Series};

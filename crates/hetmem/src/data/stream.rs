@@ -94,7 +94,7 @@ enum Filled {
 }
 
 /// A piece lent to the queue, on its way to the recycler.
-enum InFlight {
+enum LentPiece {
     Staging(Shared<HostBuf<u8>>),
     Window(Shared<MappedFile<u8>>),
 }
@@ -296,7 +296,7 @@ impl FileStream {
         }
         let free_rx = Mutex::new(free_rx);
         let (filled_tx, filled_rx) = mpsc::channel::<(Piece, Result<(Filled, usize)>)>();
-        let (lent_tx, lent_rx) = mpsc::channel::<(InFlight, usize)>();
+        let (lent_tx, lent_rx) = mpsc::channel::<(LentPiece, usize)>();
         let next = AtomicUsize::new(0);
         let abort = AtomicBool::new(false);
         let direct_failed = AtomicBool::new(false);
@@ -344,8 +344,8 @@ impl FileStream {
                 let mut done = 0u64;
                 for (lent, len) in lent_rx {
                     let back = match lent {
-                        InFlight::Staging(lease) => lease.reclaim().map(Some),
-                        InFlight::Window(lease) => lease.reclaim().map(|_window| None),
+                        LentPiece::Staging(lease) => lease.reclaim().map(Some),
+                        LentPiece::Window(lease) => lease.reclaim().map(|_window| None),
                     };
                     match back {
                         Ok(token) => {
@@ -376,13 +376,13 @@ impl FileStream {
                         let lease = self.queue.share(buf);
                         let data = FilePieceData::Staging { lease: &lease, offset: skip };
                         let outcome = stage(chunk(&piece, data));
-                        (InFlight::Staging(lease), outcome)
+                        (LentPiece::Staging(lease), outcome)
                     }
                     Filled::Window(window) => {
                         let lease = self.queue.share(window);
                         let data = FilePieceData::Window { lease: &lease, offset: skip };
                         let outcome = stage(chunk(&piece, data));
-                        (InFlight::Window(lease), outcome)
+                        (LentPiece::Window(lease), outcome)
                     }
                 };
                 let _ = lent_tx.send((lent, piece.len));

@@ -24,7 +24,7 @@
 //! lent.as_mut_slice()[0] = 1; // error: a lent buffer has no host access
 //! ```
 
-mod cudarc;
+mod cudarc_interop;
 mod fence;
 mod guard;
 mod launch;
@@ -34,7 +34,7 @@ mod queue;
 #[cfg(feature = "tokio")]
 mod reactor;
 
-pub use self::cudarc::{CudarcHostMut, CudarcView, CudarcViewMut};
+pub use self::cudarc_interop::{CudarcHostMut, CudarcView, CudarcViewMut};
 pub use fence::{Fence, FenceFd, FenceKind};
 pub use launch::KernelArgs;
 pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};

@@ -136,7 +136,7 @@ fn placer(
 mod tests {
     use super::*;
     use crate::placement::{LinkProfile, ProfileSource};
-    use crate::stage::Element;
+    use crate::stage::ScalarType;
 
     fn seeded(test: &str) -> fastrand::Rng {
         let seed = fastrand::u64(..);
@@ -155,7 +155,7 @@ mod tests {
 
     fn frames(rng: &mut fastrand::Rng) -> Vec<FrameLayout> {
         (0..rng.usize(1..4))
-            .map(|_| FrameLayout::samples(rng.usize(1..1 << 22), Element::U8).unwrap())
+            .map(|_| FrameLayout::samples(rng.usize(1..1 << 22), ScalarType::U8).unwrap())
             .collect()
     }
 

@@ -17,8 +17,8 @@ pub(crate) type CpuFn = dyn Fn(&[&[u8]], &mut [&mut [u8]]) -> Result<()> + Send 
 ///
 /// # Examples
 /// ```
-/// use hetmem::stage::{CpuStage, Element, FrameLayout};
-/// let block = FrameLayout::samples(256, Element::F32)?;
+/// use hetmem::stage::{CpuStage, ScalarType, FrameLayout};
+/// let block = FrameLayout::samples(256, ScalarType::F32)?;
 /// let gain = CpuStage::map(block.clone(), block, |input, output| {
 ///     let (x, y): (&[f32], &mut [f32]) = (bytemuck::cast_slice(input), bytemuck::cast_slice_mut(output));
 ///     y.iter_mut().zip(x).for_each(|(y, x)| *y = 0.5 * x);

@@ -110,13 +110,13 @@ impl Param {
 ///
 /// # Examples
 /// ```no_run
-/// use hetmem::stage::{Element, FrameLayout, KernelCode, KernelStage, Param};
+/// use hetmem::stage::{ScalarType, FrameLayout, KernelCode, KernelStage, Param};
 /// use hetmem::backend::cuda::LaunchConfig;
 /// let source = r#"extern "C" __global__ void gain(const float* x, float* y, unsigned n, float g) {
 ///     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
 ///         y[i] = g * x[i];
 /// }"#;
-/// let block = FrameLayout::samples(4096, Element::F32)?;
+/// let block = FrameLayout::samples(4096, ScalarType::F32)?;
 /// // SAFETY: gain(const float*, float*, unsigned, float) reads x[0..n), writes y[0..n), with
 /// // n = 4096, the length of both buffers.
 /// let stage = unsafe {
@@ -529,7 +529,7 @@ pub(crate) fn check_lengths(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stage::Element;
+    use crate::stage::ScalarType;
 
     fn code() -> KernelCode {
         KernelCode::CudaC { name: "k".into(), source: "extern \"C\" __global__ void k() {}".into() }
@@ -537,7 +537,7 @@ mod tests {
 
     #[test]
     fn parameters_must_name_buffers_that_are_there_and_each_output_once() {
-        let block = FrameLayout::samples(64, Element::U8).unwrap();
+        let block = FrameLayout::samples(64, ScalarType::U8).unwrap();
         let config = LaunchConfig::linear(64, 64, 1);
         let make = |params| {
             // SAFETY: never launched; only the constructor's checks run.
@@ -556,7 +556,7 @@ mod tests {
 
     #[test]
     fn constants_are_numbered_from_0_each_with_one_length() {
-        let block = FrameLayout::samples(64, Element::U8).unwrap();
+        let block = FrameLayout::samples(64, ScalarType::U8).unwrap();
         let make = |constants: &[(usize, usize)]| {
             let mut params = vec![Param::Input(0), Param::Output(0)];
             params.extend(constants.iter().map(|&(index, bytes)| Param::Constant { index, bytes }));
@@ -593,7 +593,7 @@ mod tests {
 
     #[test]
     fn a_stage_without_a_cpu_path_says_how_to_get_one() {
-        let block = FrameLayout::samples(8, Element::U8).unwrap();
+        let block = FrameLayout::samples(8, ScalarType::U8).unwrap();
         // SAFETY: never launched.
         let stage = unsafe {
             KernelStage::new(

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
-pub enum Element {
+pub enum ScalarType {
     /// Unsigned 8-bit.
     U8,
     /// Unsigned 16-bit, little-endian (10- and 12-bit video is stored this way too).
@@ -22,13 +22,13 @@ pub enum Element {
     U32,
 }
 
-impl Element {
+impl ScalarType {
     /// Bytes per sample.
     pub fn size(self) -> usize {
         match self {
-            Element::U8 => 1,
-            Element::U16 | Element::I16 | Element::F16 => 2,
-            Element::F32 | Element::U32 => 4,
+            ScalarType::U8 => 1,
+            ScalarType::U16 | ScalarType::I16 | ScalarType::F16 => 2,
+            ScalarType::F32 | ScalarType::U32 => 4,
         }
     }
 }
@@ -50,7 +50,7 @@ pub struct PlaneLayout {
     /// Interleaved samples per pixel.
     pub channels: usize,
     /// The samples' type.
-    pub element: Element,
+    pub element: ScalarType,
     /// Bytes from one row's start to the next's (at least `row_bytes`).
     pub pitch: usize,
 }
@@ -62,7 +62,7 @@ impl PlaneLayout {
         width: usize,
         height: usize,
         channels: usize,
-        element: Element,
+        element: ScalarType,
     ) -> PlaneLayout {
         let plane = PlaneLayout { offset, width, height, channels, element, pitch: 0 };
         PlaneLayout { pitch: plane.row_bytes(), ..plane }
@@ -96,12 +96,12 @@ pub const MAX_PLANES: usize = 1 << 16;
 ///
 /// # Examples
 /// ```
-/// use hetmem::stage::{Element, FrameLayout, PlaneLayout};
+/// use hetmem::stage::{ScalarType, FrameLayout, PlaneLayout};
 /// // 10-bit 4:2:0 video, as Y4M C420p10 stores it: 16-bit samples, three packed planes.
 /// let (w, h) = (1920, 1080);
-/// let luma = PlaneLayout::packed(0, w, h, 1, Element::U16);
-/// let u = PlaneLayout::packed(luma.span(), w / 2, h / 2, 1, Element::U16);
-/// let v = PlaneLayout::packed(u.offset + u.span(), w / 2, h / 2, 1, Element::U16);
+/// let luma = PlaneLayout::packed(0, w, h, 1, ScalarType::U16);
+/// let u = PlaneLayout::packed(luma.span(), w / 2, h / 2, 1, ScalarType::U16);
+/// let v = PlaneLayout::packed(u.offset + u.span(), w / 2, h / 2, 1, ScalarType::U16);
 /// let layout = FrameLayout::new(vec![luma, u, v])?;
 /// assert_eq!(layout.bytes(), 2 * (w * h + 2 * (w / 2) * (h / 2)));
 /// # Ok::<(), hetmem::Error>(())
@@ -176,7 +176,7 @@ impl FrameLayout {
     ///
     /// # Errors
     /// As for [`FrameLayout::new`].
-    pub fn packed(width: usize, height: usize, channels: usize, element: Element) -> Result<FrameLayout> {
+    pub fn packed(width: usize, height: usize, channels: usize, element: ScalarType) -> Result<FrameLayout> {
         FrameLayout::new(vec![PlaneLayout::packed(0, width, height, channels, element)])
     }
 
@@ -185,8 +185,8 @@ impl FrameLayout {
     ///
     /// # Examples
     /// ```
-    /// use hetmem::stage::{Element, FrameLayout};
-    /// let ct = FrameLayout::volume(300, 512, 512, Element::I16)?;
+    /// use hetmem::stage::{ScalarType, FrameLayout};
+    /// let ct = FrameLayout::volume(300, 512, 512, ScalarType::I16)?;
     /// assert_eq!((ct.planes().len(), ct.bytes()), (300, 300 * 512 * 512 * 2));
     /// # Ok::<(), hetmem::Error>(())
     /// ```
@@ -194,7 +194,7 @@ impl FrameLayout {
     /// # Errors
     /// A side of 0, more than [`MAX_PLANES`] slices, or as for [`FrameLayout::new`] (a volume
     /// above [`MAX_FRAME_BYTES`] among them).
-    pub fn volume(depth: usize, height: usize, width: usize, element: Element) -> Result<FrameLayout> {
+    pub fn volume(depth: usize, height: usize, width: usize, element: ScalarType) -> Result<FrameLayout> {
         if depth == 0 {
             return Err(Error::invalid("frame layout", "a volume of depth 0: it has at least one slice"));
         }
@@ -221,7 +221,7 @@ impl FrameLayout {
     ///
     /// # Errors
     /// As for [`FrameLayout::new`].
-    pub fn samples(len: usize, element: Element) -> Result<FrameLayout> {
+    pub fn samples(len: usize, element: ScalarType) -> Result<FrameLayout> {
         FrameLayout::packed(len, 1, 1, element)
     }
 
@@ -249,8 +249,14 @@ mod tests {
 
     #[test]
     fn pitch_alignment_and_overlap_are_checked() {
-        let plane =
-            PlaneLayout { offset: 0, width: 100, height: 4, channels: 3, element: Element::F32, pitch: 1216 };
+        let plane = PlaneLayout {
+            offset: 0,
+            width: 100,
+            height: 4,
+            channels: 3,
+            element: ScalarType::F32,
+            pitch: 1216,
+        };
         let layout = FrameLayout::new(vec![plane]).unwrap();
         assert_eq!(layout.bytes(), 3 * 1216 + 1200, "the last row has no padding after it");
         let short = PlaneLayout { pitch: 1196, ..plane };
@@ -262,14 +268,14 @@ mod tests {
         let after = PlaneLayout { offset: layout.bytes(), ..plane };
         assert_eq!(FrameLayout::new(vec![plane, after]).unwrap().bytes(), 2 * layout.bytes());
         assert!(FrameLayout::new(vec![]).is_err());
-        assert!(FrameLayout::packed(0, 1, 1, Element::U8).is_err());
-        assert!(FrameLayout::packed(usize::MAX / 2, 3, 1, Element::U16).is_err());
-        assert_eq!(FrameLayout::samples(1024, Element::F32).unwrap().bytes(), 4096);
+        assert!(FrameLayout::packed(0, 1, 1, ScalarType::U8).is_err());
+        assert!(FrameLayout::packed(usize::MAX / 2, 3, 1, ScalarType::U16).is_err());
+        assert_eq!(FrameLayout::samples(1024, ScalarType::F32).unwrap().bytes(), 4096);
     }
 
     #[test]
     fn a_volume_is_its_slices_packed_one_after_another() {
-        for element in [Element::I16, Element::U16, Element::F32, Element::U8] {
+        for element in [ScalarType::I16, ScalarType::U16, ScalarType::F32, ScalarType::U8] {
             let (d, h, w) = (fastrand::usize(1..20), fastrand::usize(1..40), fastrand::usize(1..40));
             let volume = FrameLayout::volume(d, h, w, element).unwrap();
             assert_eq!(volume.bytes(), d * h * w * element.size(), "{element:?}");
@@ -278,7 +284,7 @@ mod tests {
                 assert_eq!((plane.offset, plane.width, plane.height), (z * h * w * element.size(), w, h));
             }
         }
-        assert!(FrameLayout::volume(0, 4, 4, Element::I16).unwrap_err().to_string().contains("depth 0"));
-        assert!(FrameLayout::volume(3, 0, 4, Element::F32).is_err());
+        assert!(FrameLayout::volume(0, 4, 4, ScalarType::I16).unwrap_err().to_string().contains("depth 0"));
+        assert!(FrameLayout::volume(3, 0, 4, ScalarType::F32).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! [`crate::pipeline::FanOutRing`] move through a strategy.
 //!
 //! A stage takes one frame's input buffers and writes its output buffers, each laid out by a
-//! [`FrameLayout`] (planes of any [`Element`] type, size and pitch). The pipeline owns the
+//! [`FrameLayout`] (planes of any [`ScalarType`] type, size and pitch). The pipeline owns the
 //! buffers, in the memory the strategy asks for, and hands them to the stage through the
 //! hand-off's leases; the stage only says what to run:
 //! - [`KernelStage`]: a user's kernel, from CUDA C (compiled by NVRTC through hetmem's cache),
@@ -22,7 +22,7 @@ mod layout;
 
 pub use cpu::CpuStage;
 pub use kernel::{KernelCode, KernelPrepared, KernelStage, Param};
-pub use layout::{Element, FrameLayout, MAX_FRAME_BYTES, MAX_PLANES, PlaneLayout};
+pub use layout::{FrameLayout, MAX_FRAME_BYTES, MAX_PLANES, PlaneLayout, ScalarType};
 
 use crate::backend::Device;
 use crate::error::Result;

@@ -1,7 +1,7 @@
 //! cudarc's safe layer over hetmem's handles: a hetmem stream as a cudarc `CudaStream` and a
 //! cudarc stream as a hetmem one, and whether a cudarc context is the one hetmem uses. Raw
 //! stream and context handles cross between hetmem and cudarc here and nowhere else; what the
-//! hand-off makes of them is in `handoff::cudarc`.
+//! hand-off makes of them is in `handoff::cudarc_interop`.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -25,7 +25,7 @@ const PER_THREAD_STREAM: usize = 0x2;
 pub(crate) struct Wrappers {
     handed_out: Mutex<HandedOut<CudaStream>>,
     /// The one wrapper that cudarc views of leases on this stream return from
-    /// `DeviceSlice::stream`, and that nothing else hands out (see `handoff::cudarc`).
+    /// `DeviceSlice::stream`, and that nothing else hands out (see `handoff::cudarc_interop`).
     for_views: OnceLock<Arc<CudaStream>>,
 }
 

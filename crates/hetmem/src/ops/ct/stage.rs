@@ -14,7 +14,7 @@ use crate::handoff::{Lease, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
 use crate::pipeline::Strategy;
 use crate::placement::Where;
-use crate::stage::{ConstantUse, Element, FrameLayout, Runs, Stage};
+use crate::stage::{ConstantUse, FrameLayout, Runs, ScalarType, Stage};
 
 /// The masked Gaussian of one organ of `depth x height x width` volumes, as a stage: input 0
 /// the HU values (i16), input 1 the labels (u8), output 0 the organ smoothed and the rest of
@@ -71,8 +71,8 @@ impl MaskedGaussianStage {
             shape,
             organ,
             weights: gaussian_weights(sigma)?.into(),
-            inputs: [layout(Element::I16)?, layout(Element::U8)?],
-            output: [layout(Element::F32)?],
+            inputs: [layout(ScalarType::I16)?, layout(ScalarType::U8)?],
+            output: [layout(ScalarType::F32)?],
         })
     }
 

@@ -12,7 +12,7 @@ use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
 use crate::pipeline::{FanOutRing, FrameFilter, FrameRing, RingOptions, Strategy};
 use crate::placement::Where;
-use crate::stage::{ConstantUse, Element, FrameLayout, PinnedFrame, PlaneLayout, Runs, Stage};
+use crate::stage::{ConstantUse, FrameLayout, PinnedFrame, PlaneLayout, Runs, ScalarType, Stage};
 
 /// The Gaussian blur of one frame format as a stage: one input and one output buffer per
 /// frame, bit-exact on the CPU and the GPU. By the pinned-async strategy it overlaps the
@@ -51,8 +51,8 @@ impl From<&FrameFormat> for FrameLayout {
     /// The planes of a frame format, packed one after the other, of its sample type.
     fn from(format: &FrameFormat) -> FrameLayout {
         let element = match format.sample() {
-            SampleType::U8 => Element::U8,
-            SampleType::U16 => Element::U16,
+            SampleType::U8 => ScalarType::U8,
+            SampleType::U16 => ScalarType::U16,
         };
         let planes = format
             .planes()

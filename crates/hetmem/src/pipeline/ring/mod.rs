@@ -549,7 +549,7 @@ impl FrameRing<CpuStage> {
         options: RingOptions,
         stage: impl Fn(&[u8], &mut [u8]) -> Result<()> + Send + Sync + 'static,
     ) -> Result<FrameRing<CpuStage>> {
-        let layout = FrameLayout::samples(frame_bytes, crate::stage::Element::U8).map_err(|_| {
+        let layout = FrameLayout::samples(frame_bytes, crate::stage::ScalarType::U8).map_err(|_| {
             Error::invalid("frame size", format!("{frame_bytes} bytes: frames hold at least one byte"))
         })?;
         let stage = CpuStage::map(layout.clone(), layout, stage)?;
