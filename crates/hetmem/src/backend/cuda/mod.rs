@@ -10,6 +10,7 @@ mod context;
 mod device;
 pub mod driver;
 mod entry;
+pub(crate) mod error;
 mod host;
 mod interop;
 mod managed;
