@@ -7,15 +7,15 @@
 
 mod fan_out;
 mod frame_filter;
+mod gaussian;
 mod hybrid;
 mod ring;
 mod slot;
-mod strategy;
 
+pub use crate::stage::Strategy;
 pub use fan_out::{FanInput, FanOutRing, FanOutput};
 pub use frame_filter::FrameFilter;
 pub use ring::{DEFAULT_SLOTS, FrameRing, InputSlot, NextOutput, OutputFrame, RingOptions};
-pub use strategy::Strategy;
 
 use crate::error::{Error, Result};
 

@@ -19,9 +19,9 @@ use crate::backend::cuda::{Event, MemLocation};
 use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::{Fence, FenceKind, Lent, Queue, Shared};
 use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions};
-use crate::pipeline::Strategy;
 use crate::pipeline::hybrid;
 use crate::placement::Placement;
+use crate::stage::Strategy;
 use crate::stage::{FrameLayout, PinnedFrame, Stage};
 
 /// How a slot is built.

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
+use super::Strategy;
 use super::{FrameLayout, Runs, Stage};
 use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
-use crate::pipeline::Strategy;
 use crate::placement::Where;
 
 /// A closure that reads one frame's inputs and writes its outputs.

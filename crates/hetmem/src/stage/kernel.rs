@@ -6,13 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytemuck::Pod;
 use sha2::{Digest, Sha256};
 
+use super::Strategy;
 use super::cpu::{CpuFn, check_buffers};
 use super::{ConstantUse, FrameLayout, Runs, Stage};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Module};
 use crate::error::{Error, Result};
 use crate::handoff::{KernelArgs, Lease, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
-use crate::pipeline::Strategy;
 use crate::placement::Where;
 
 /// Where a kernel's code comes from.

@@ -19,16 +19,17 @@
 mod cpu;
 mod kernel;
 mod layout;
+mod strategy;
 
 pub use cpu::CpuStage;
 pub use kernel::{KernelCode, KernelPrepared, KernelStage, Param};
 pub use layout::{FrameLayout, MAX_FRAME_BYTES, MAX_PLANES, PlaneLayout, ScalarType};
+pub use strategy::Strategy;
 
 use crate::backend::Device;
 use crate::error::Result;
 use crate::handoff::{Lease, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, WritableBuffer};
-use crate::pipeline::Strategy;
 use crate::placement::Where;
 
 /// Where a stage can run.

@@ -12,8 +12,8 @@ use crate::backend::Device;
 use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue, Shared};
 use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
-use crate::pipeline::Strategy;
 use crate::placement::Where;
+use crate::stage::Strategy;
 use crate::stage::{ConstantUse, FrameLayout, Runs, ScalarType, Stage};
 
 /// The masked Gaussian of one organ of `depth x height x width` volumes, as a stage: input 0

@@ -10,8 +10,8 @@ use crate::backend::cuda::{CudaDevice, DeviceAttributes};
 use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
-use crate::pipeline::{FanOutRing, FrameFilter, FrameRing, RingOptions, Strategy};
 use crate::placement::Where;
+use crate::stage::Strategy;
 use crate::stage::{ConstantUse, FrameLayout, PinnedFrame, PlaneLayout, Runs, ScalarType, Stage};
 
 /// The Gaussian blur of one frame format as a stage: one input and one output buffer per
@@ -230,53 +230,6 @@ impl Stage for GaussianStage {
             &mut frame.device_outputs[0],
             &mut frame.host_outputs[0],
         ))
-    }
-}
-
-impl FrameFilter<GaussianStage> {
-    /// A blur of `format` frames with `kernel` on `device` by `strategy`.
-    ///
-    /// # Errors
-    /// As for [`FrameFilter::with_stage`].
-    pub fn new(device: &Device, strategy: Strategy, format: FrameFormat, kernel: &Gaussian) -> Result<Self> {
-        FrameFilter::with_stage(device, strategy, GaussianStage::new(format, kernel)?)
-    }
-
-    /// The frame format.
-    pub fn format(&self) -> &FrameFormat {
-        self.stage().format()
-    }
-}
-
-impl FrameRing<GaussianStage> {
-    /// A ring blurring `format` frames with `kernel` on `device` by `strategy`.
-    ///
-    /// # Errors
-    /// As for [`FrameRing::with_stage`].
-    pub fn new(
-        device: &Device,
-        strategy: Strategy,
-        format: FrameFormat,
-        kernel: &Gaussian,
-        options: RingOptions,
-    ) -> Result<Self> {
-        FrameRing::with_stage(device, strategy, GaussianStage::new(format, kernel)?.streamed(), options)
-    }
-}
-
-impl FanOutRing<GaussianStage> {
-    /// One ring per device, all blurring `format` frames with `kernel` by `strategy`.
-    ///
-    /// # Errors
-    /// As for [`FanOutRing::with_stage`].
-    pub fn new(
-        devices: &[Device],
-        strategy: Strategy,
-        format: FrameFormat,
-        kernel: &Gaussian,
-        options: RingOptions,
-    ) -> Result<Self> {
-        FanOutRing::with_stage(devices, strategy, &GaussianStage::new(format, kernel)?.streamed(), options)
     }
 }
 
