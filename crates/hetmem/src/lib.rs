@@ -7,25 +7,27 @@
 //! which path wins on a given machine. Without a GPU, everything runs on a CPU backend.
 //!
 //! # Layers
-//! Bottom up; a layer uses only layers below it, often several at once (a pipeline calls ops,
-//! the hand-off, memory and the backend directly):
+//! Bottom up, as the imports are (`scripts/architecture/run-all` draws them); a layer uses only
+//! layers below it, often several at once (a pipeline calls ops, the hand-off, memory and the
+//! backend directly):
 //! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
-//!   cudarc, loaded at run time), and [`backend::cpu`].
+//!   cudarc, loaded at run time), and [`backend::cpu`]; with [`error`] and the fault
+//!   injection hooks (feature `testing`), which it still shares a circle with.
 //! - [`memory`]: typed buffers in every kind of shareable memory, a pinned pool, file windows
 //!   mapped on demand (within a pinned budget), buffers cut into ranges lent on their own,
-//!   and a device-memory budget.
+//!   and a device-memory budget; [`kernels`]: hetmem's CUDA sources, compiled by NVRTC on
+//!   first use and cached on disk; [`retry`]: retrying transient failures.
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
-//!   GPU never write one buffer at once.
-//! - [`resident`]: kernels that stay on the GPU and poll mapped memory (the doorbell), beside
-//!   the hand-off and built on it.
-//! - [`ops`]: operations with a GPU and a CPU path; [`kernels`]: their CUDA sources, compiled
-//!   by NVRTC on first use and cached on disk.
-//! - [`data`]: files on their way to the GPU: streamed reads into pinned staging, windows
-//!   registered in place, safetensors.
-//! - [`pipeline`]: strategies for moving frames through a kernel (copy, pinned async,
-//!   zero-copy, managed, hybrid) and the [`FrameFilter`] that runs them.
-//! - [`placement`]: which buffers of a computation go to device memory and which stay
-//!   mapped, under a budget, from a measured link profile, with a reason for each.
+//!   GPU never write one buffer at once; [`placement`]: which buffers of a computation go to
+//!   device memory and which stay mapped, under a budget, from a measured link profile, with
+//!   a reason for each.
+//! - [`stage`]: what runs on a frame (inputs, outputs and constants by [`stage::FrameLayout`],
+//!   a GPU and a CPU path) and the [`Strategy`] a stage is told; [`resident`]: kernels that
+//!   stay on the GPU and poll mapped memory (the doorbell); [`data`]: files on their way to
+//!   the GPU (streamed reads into pinned staging, windows registered in place, safetensors).
+//! - [`ops`]: operations with a GPU and a CPU path, and the stages built on them.
+//! - [`pipeline`]: the strategies implemented once, and the [`FrameFilter`] and rings that
+//!   move frames through a stage.
 //!
 //! The measurements behind `hetmem bench` and `hetmem doctor` live in their own crate,
 //! `hetmem-bench`, so a program that shares memory builds none of them.
