@@ -29,20 +29,7 @@ for name, p in files.items():
                 if h != 'filter': outside[name].add(h)
     for m in re.finditer(r'(?<![\w])(?:super|crate::filter)::(\w+)::', s):
         if not in_regions(m.start(), regs) and m.group(1) in files and m.group(1) != name: edges[name].add(m.group(1))
-idx, low, st, on, sccs, c = {}, {}, [], set(), [], [0]
-def strong(v):
-    idx[v] = low[v] = c[0]; c[0] += 1; st.append(v); on.add(v)
-    for w in edges[v]:
-        if w not in idx: strong(w); low[v] = min(low[v], low[w])
-        elif w in on: low[v] = min(low[v], idx[w])
-    if low[v] == idx[v]:
-        comp = []
-        while True:
-            w = st.pop(); on.discard(w); comp.append(w)
-            if w == v: break
-        sccs.append(comp)
-for v in sorted(files):
-    if v not in idx: strong(v)
+sccs = strongly_connected(sorted(files), edges)
 print(f'## filter/ files: {len(files)}, {sum(lines.values())} lines')
 for n in sorted(files): print(f'  {n:22} {lines[n]:4}  -> {", ".join(sorted(edges[n]))}' + (f'   | crate::{{{", ".join(sorted(outside[n]))}}}' if outside[n] else ''))
 print('## cycles:', [sorted(x) for x in sccs if len(x) > 1])

@@ -97,22 +97,7 @@ for dp, dn, fn in os.walk(ROOT):
 nodes = sorted(topmods | {b for _, b in edges})
 adj = collections.defaultdict(set)
 for a, b in edges: adj[a].add(b)
-# Tarjan
-idx, low, st, on, sccs, counter = {}, {}, [], set(), [], [0]
-def strong(v):
-    idx[v] = low[v] = counter[0]; counter[0] += 1; st.append(v); on.add(v)
-    for w in adj[v]:
-        if w not in idx: strong(w); low[v] = min(low[v], low[w])
-        elif w in on: low[v] = min(low[v], idx[w])
-    if low[v] == idx[v]:
-        comp = []
-        while True:
-            w = st.pop(); on.discard(w); comp.append(w)
-            if w == v: break
-        sccs.append(sorted(comp))
-sys.setrecursionlimit(10000)
-for v in nodes:
-    if v not in idx: strong(v)
+sccs = strongly_connected(nodes, adj)
 print('## imports (module -> modules it imports, #sites)')
 for a in nodes:
     outs = sorted(adj[a])

@@ -81,3 +81,23 @@ def file_modpath(root, path):
     rel = os.path.relpath(path, root)[:-3].split(os.sep)
     if rel[-1] in ('mod', 'lib', 'main'): rel = rel[:-1]
     return rel
+
+def strongly_connected(nodes, adj):
+    """Tarjan's strongly connected components of the graph `adj` (node -> set of nodes)."""
+    import sys
+    sys.setrecursionlimit(10000)
+    idx, low, st, on, sccs, counter = {}, {}, [], set(), [], [0]
+    def strong(v):
+        idx[v] = low[v] = counter[0]; counter[0] += 1; st.append(v); on.add(v)
+        for w in adj[v]:
+            if w not in idx: strong(w); low[v] = min(low[v], low[w])
+            elif w in on: low[v] = min(low[v], idx[w])
+        if low[v] == idx[v]:
+            comp = []
+            while True:
+                w = st.pop(); on.discard(w); comp.append(w)
+                if w == v: break
+            sccs.append(sorted(comp))
+    for v in nodes:
+        if v not in idx: strong(v)
+    return sccs
