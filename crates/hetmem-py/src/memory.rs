@@ -54,8 +54,22 @@ pub(crate) struct Layout {
     pub(crate) kind: &'static str,
 }
 
+impl Layout {
+    /// A writable host buffer's layout.
+    pub(crate) fn of_host(buffer: &mut HostBuf<u8>) -> Layout {
+        Layout {
+            // Taken from the mutable slice: Python and GPU consumers write through it.
+            host_ptr: buffer.as_mut_slice().as_mut_ptr() as usize,
+            nbytes: buffer.len(),
+            device_ptr: buffer.device_ptr(),
+            readonly: false,
+            kind: kind_name(buffer.kind()),
+        }
+    }
+}
+
 /// The name Python sees for a host buffer's kind.
-pub(crate) fn kind_name(kind: HostKind) -> &'static str {
+fn kind_name(kind: HostKind) -> &'static str {
     match kind {
         HostKind::Plain => "plain",
         HostKind::DriverPinned => "pinned",
@@ -80,14 +94,7 @@ impl Memory {
     }
 
     pub(crate) fn from_host(mut buffer: HostBuf<u8>, device: &hetmem::Device) -> Memory {
-        let layout = Layout {
-            // Taken from the mutable slice: Python and GPU consumers write through it.
-            host_ptr: buffer.as_mut_slice().as_mut_ptr() as usize,
-            nbytes: buffer.len(),
-            device_ptr: buffer.device_ptr(),
-            readonly: false,
-            kind: kind_name(buffer.kind()),
-        };
+        let layout = Layout::of_host(&mut buffer);
         Memory::new(Box::new(buffer), layout, device)
     }
 

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 
 use crate::device::Device;
 use crate::import::{HostTensor, TensorInfo};
-use crate::memory::{Layout, Memory, kind_name};
+use crate::memory::{Layout, Memory};
 use crate::owner::{Kept, take};
 use crate::{HetmemError, to_py_err};
 
@@ -181,13 +181,7 @@ fn register_pages(
         Ok(buffer) => buffer,
         Err(failure) => return Attempt::Done(Err((registration_error(failure.error), failure.memory))),
     };
-    let layout = Layout {
-        host_ptr: buffer.as_mut_slice().as_mut_ptr() as usize,
-        nbytes: buffer.len(),
-        device_ptr: buffer.device_ptr(),
-        readonly: false,
-        kind: kind_name(buffer.kind()),
-    };
+    let layout = Layout::of_host(&mut buffer);
     let released = Arc::new(AtomicBool::new(false));
     let pages = Arc::new(Pages {
         host_ptr: layout.host_ptr,
