@@ -91,17 +91,8 @@ impl ValueEnum for StrategyName {
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        let help = match self.0 {
-            Strategy::Auto => {
-                "chosen for the device: hybrid where the GPU maps host memory, cpu without a GPU"
-            }
-            Strategy::Cpu => "the CPU path on the host",
-            Strategy::Copy => "pageable memory and synchronous copies",
-            Strategy::PinnedAsync => "pinned memory; copies overlap the kernel",
-            Strategy::ZeroCopy => "the kernel reads and writes mapped host memory",
-            Strategy::Managed => "managed memory, prefetched to the GPU and back",
-            Strategy::Hybrid => "frames mapped, constant data placed (device memory where it pays and fits)",
-        };
+        // Written once, in the library's strategy table.
+        let help = self.0.summary();
         Some(PossibleValue::new(self.0.name()).help(help))
     }
 }

@@ -50,6 +50,42 @@ pub enum Error {
         /// What was wrong with it, and what would be accepted.
         problem: String,
     },
+    /// An operation that only a GPU can do was asked of the CPU backend (chosen, or fallen
+    /// back to: [`crate::Device::cpu_fallback_reason`] says why).
+    #[error(
+        "{what} needs a GPU, and this run is on the CPU backend: {detail}; remedy: run it where an \
+         NVIDIA GPU can be used (`hetmem doctor` says why none is), or take its CPU path"
+    )]
+    NeedsGpu {
+        /// The operation or object.
+        what: String,
+        /// Why, and what to do instead.
+        detail: String,
+    },
+    /// An object is held by an earlier call that has not given it back yet (an input slot not
+    /// submitted, an output frame not dropped, chunks alive, frame buffers lent to GPU work).
+    #[error("{what} is still held: {remedy}")]
+    StillHeld {
+        /// What is held.
+        what: &'static str,
+        /// How to give it back.
+        remedy: String,
+    },
+    /// A lease or stage was passed to a queue other than the one it belongs to.
+    #[error("{what} belongs to another queue; remedy: {remedy}")]
+    ForeignQueue {
+        /// The lease or stage.
+        what: &'static str,
+        /// What to do instead.
+        remedy: &'static str,
+    },
+    /// A run was stopped (by its caller, or by Ctrl-C) before it finished; what it produced
+    /// until then is kept.
+    #[error("the {what} was stopped before it finished")]
+    Stopped {
+        /// The run.
+        what: &'static str,
+    },
     /// A pinned pool's budget is taken by buffers still in use.
     #[error(
         "the pinned pool cannot pin {requested} more bytes: {in_use} of its {budget}-byte budget are \
@@ -557,6 +593,17 @@ mod tests {
         assert!(garbled.contains("status 9") && garbled.contains("remedy: "), "{garbled}");
         let flag = Error::FlagNeverArrived { target: 5 }.to_string();
         assert!(flag.contains("(value 5) never arrived") && flag.contains("FenceKind::Event"), "{flag}");
+        let gpu = Error::NeedsGpu { what: "the hybrid strategy".into(), detail: "its placement".into() }
+            .to_string();
+        assert!(gpu.starts_with(
+            "the hybrid strategy needs a GPU, and this run is on the CPU backend: its placement;"
+        ));
+        assert!(gpu.contains("remedy: ") && gpu.contains("hetmem doctor"), "{gpu}");
+        let held = Error::StillHeld { what: "the frame ring's input slot", remedy: "submit it".into() };
+        assert_eq!(held.to_string(), "the frame ring's input slot is still held: submit it");
+        let foreign = Error::ForeignQueue { what: "this lease", remedy: "reclaim it first" }.to_string();
+        assert_eq!(foreign, "this lease belongs to another queue; remedy: reclaim it first");
+        assert_eq!(Error::Stopped { what: "load" }.to_string(), "the load was stopped before it finished");
         let lent = Error::LentToGpu { device: 1 }.to_string();
         assert!(lent.contains("lent to GPU work on CUDA device 1") && lent.contains("reclaim"), "{lent}");
         let wrong = Error::ResultMismatch { what: "the written data", detail: "word 3".into() }.to_string();

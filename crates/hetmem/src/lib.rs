@@ -32,15 +32,28 @@
 //! The measurements behind `hetmem bench` and `hetmem doctor` live in their own crate,
 //! `hetmem-bench`, so a program that shares memory builds none of them.
 //!
-//! # Example
+//! # Example: the zero-copy hand-off
+//! Pinned, mapped host buffers; the CPU fills the input in place; the queue gets the input
+//! shared and the output lent, so until `reclaim` the compiler refuses any CPU access to the
+//! output while the kernel writes it over the link (`examples/zero_copy.rs` in full). Without
+//! a GPU the same lines run on the CPU backend.
 //! ```
-//! use hetmem::Device;
+//! use hetmem::{Device, HostBuf, PinOptions, Queue, ops};
 //!
 //! let device = Device::open_best()?;
-//! match device.cpu_fallback_reason() {
-//!     Some(reason) => println!("CPU backend: {reason}"),
-//!     None => println!("GPU: {}", device.name()),
-//! }
+//! let queue = Queue::new(&device)?;
+//! let mut input = HostBuf::<u32>::pinned(&device, 1 << 16, PinOptions::default())?;
+//! let output = HostBuf::<u32>::pinned(&device, 1 << 16, PinOptions::default())?;
+//! input.as_mut_slice().iter_mut().enumerate().for_each(|(i, x)| *x = i as u32 ^ 0x9e37);
+//!
+//! let input = queue.share(input); // the GPU reads it; the CPU may still read it
+//! let mut output = queue.lend(output); // the GPU's alone until reclaimed
+//! ops::affine_u32(&queue, &input, &mut output, 3, 1)?; // y = 3x + 1, in host memory
+//! let output = output.reclaim()?; // waits for the kernel
+//! let input = input.reclaim()?;
+//!
+//! let expected = input.as_slice().iter().map(|x| x.wrapping_mul(3).wrapping_add(1));
+//! assert!(output.as_slice().iter().copied().eq(expected));
 //! # Ok::<(), hetmem::Error>(())
 //! ```
 

@@ -11,6 +11,7 @@
 //! overrides the choice; asking for `cuda` where it cannot run is an error, never a silent
 //! fallback.
 
+mod capabilities;
 pub mod cpu;
 pub mod cuda;
 #[cfg(feature = "nvml")]
@@ -22,6 +23,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result, Unavailable};
 
+pub use capabilities::Capabilities;
 pub use selection::DeviceSelection;
 
 /// The environment variable that forces a backend.

@@ -99,6 +99,167 @@ enum LentPiece {
     Window(Shared<MappedFile<u8>>),
 }
 
+/// A free staging buffer (`None` by the windows route, or to wake a reader).
+type Token = Option<HostBuf<u8>>;
+
+/// One run's pipeline: reader threads fill pieces (a staging buffer read from the file, or a
+/// window mapped over it), the calling thread lends each to the stage, and a recycler reclaims
+/// the leases and hands the buffers back to the readers. A failure anywhere sets `abort`, and
+/// every side stops at its next piece.
+struct Run<'r> {
+    pieces: &'r [Piece],
+    files: &'r [OpenFile],
+    route: Route,
+    device: &'r Device,
+    refused: &'r Mutex<Option<String>>,
+    free_rx: Mutex<mpsc::Receiver<Token>>,
+    /// The next piece a reader takes.
+    next: AtomicUsize,
+    abort: AtomicBool,
+    direct_failed: AtomicBool,
+    /// The first lease that could not be reclaimed.
+    recycled: Mutex<Option<Error>>,
+}
+
+impl Run<'_> {
+    /// Runs the readers, the recycler and `stage` to the end or the first failure, which it
+    /// returns (a failed reclaim is kept in `recycled`).
+    fn drive(
+        &self,
+        queue: &Queue,
+        threads: usize,
+        free_tx: mpsc::Sender<Token>,
+        progress: &(dyn Fn(u64) + Sync),
+        stage: impl FnMut(FilePiece<'_>) -> Result<()>,
+    ) -> Option<Error> {
+        let (filled_tx, filled_rx) = mpsc::channel::<(Piece, Result<(Filled, usize)>)>();
+        let (lent_tx, lent_rx) = mpsc::channel::<(LentPiece, usize)>();
+        std::thread::scope(|scope| {
+            for _ in 0..threads.min(self.pieces.len()) {
+                let (free_tx, filled_tx) = (free_tx.clone(), filled_tx.clone());
+                scope.spawn(move || self.read_pieces(&free_tx, &filled_tx));
+            }
+            drop(filled_tx);
+            let wake = free_tx.clone();
+            scope.spawn(move || self.recycle(lent_rx, &free_tx, progress));
+            let failure = self.lend_to_stage(queue, &filled_rx, &lent_tx, stage);
+            // Readers still waiting for a buffer see the end; buffers held by pieces never
+            // consumed (after a failure) are dropped with the channel, so wake them by hand.
+            self.abort.store(true, Ordering::Relaxed);
+            for _ in 0..threads {
+                let _ = wake.send(None);
+            }
+            drop(lent_tx);
+            drop(filled_rx);
+            failure
+        })
+    }
+
+    /// A reader thread: takes a free buffer and the next piece, and fills one with the other.
+    fn read_pieces(
+        &self,
+        free_tx: &mpsc::Sender<Token>,
+        filled_tx: &mpsc::Sender<(Piece, Result<(Filled, usize)>)>,
+    ) {
+        loop {
+            let token = self.free_rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
+            let Ok(token) = token else { return };
+            let index = self.next.fetch_add(1, Ordering::Relaxed);
+            if self.abort.load(Ordering::Relaxed) || index >= self.pieces.len() {
+                let _ = free_tx.send(token);
+                return;
+            }
+            let piece = self.pieces[index];
+            let file = &self.files[piece.source];
+            let filled = match (token, self.route) {
+                (Some(mut buf), Route::Staged { .. }) => file
+                    .read(&piece, buf.as_mut_slice(), &self.direct_failed, self.refused)
+                    .map(|skip| (Filled::Staging(buf), skip)),
+                // SAFETY: `Route::Windows` is chosen only after `allow_windows`, whose
+                // caller promised the files do not change while read.
+                (None, Route::Windows) => unsafe { map_piece(self.device, file, &piece) }
+                    .map(|(window, skip)| (Filled::Window(window), skip)),
+                // A wake-up without a buffer: the run was aborted.
+                _ => Err(Error::Stopped { what: "load" }),
+            };
+            if filled.is_err() {
+                self.abort.store(true, Ordering::Relaxed);
+            }
+            if filled_tx.send((piece, filled)).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The recycler: reclaims each lease once the stage's work on it is done, reports the
+    /// progress, and hands the buffer back to the readers.
+    fn recycle(
+        &self,
+        lent_rx: mpsc::Receiver<(LentPiece, usize)>,
+        free_tx: &mpsc::Sender<Token>,
+        progress: &(dyn Fn(u64) + Sync),
+    ) {
+        let mut done = 0u64;
+        for (lent, len) in lent_rx {
+            let back = match lent {
+                LentPiece::Staging(lease) => lease.reclaim().map(Some),
+                LentPiece::Window(lease) => lease.reclaim().map(|_window| None),
+            };
+            match back {
+                Ok(token) => {
+                    done += len as u64;
+                    progress(done);
+                    let _ = free_tx.send(token);
+                }
+                Err(error) => {
+                    self.abort.store(true, Ordering::Relaxed);
+                    self.recycled.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
+                    // Wakes a reader waiting for a buffer, to see the abort and stop.
+                    let _ = free_tx.send(None);
+                }
+            }
+        }
+    }
+
+    /// The calling thread: lends each filled piece to `queue` and runs `stage` on it, until
+    /// every piece is done or one fails (returned).
+    fn lend_to_stage(
+        &self,
+        queue: &Queue,
+        filled_rx: &mpsc::Receiver<(Piece, Result<(Filled, usize)>)>,
+        lent_tx: &mpsc::Sender<(LentPiece, usize)>,
+        mut stage: impl FnMut(FilePiece<'_>) -> Result<()>,
+    ) -> Option<Error> {
+        for _ in 0..self.pieces.len() {
+            let Ok((piece, filled)) = filled_rx.recv() else { break };
+            let (filled, skip) = match filled {
+                Ok(filled) => filled,
+                Err(error) => return Some(error),
+            };
+            let (lent, outcome) = match filled {
+                Filled::Staging(buf) => {
+                    let lease = queue.share(buf);
+                    let data = FilePieceData::Staging { lease: &lease, offset: skip };
+                    let outcome = stage(chunk(&piece, data));
+                    (LentPiece::Staging(lease), outcome)
+                }
+                Filled::Window(window) => {
+                    let lease = queue.share(window);
+                    let data = FilePieceData::Window { lease: &lease, offset: skip };
+                    let outcome = stage(chunk(&piece, data));
+                    (LentPiece::Window(lease), outcome)
+                }
+            };
+            let _ = lent_tx.send((lent, piece.len));
+            if let Err(error) = outcome {
+                self.abort.store(true, Ordering::Relaxed);
+                return Some(error);
+            }
+        }
+        None
+    }
+}
+
 impl FileStream {
     /// A stream to `queue` (a queue of `device`) with `options`; the staging ring is made on
     /// the first run that needs it.
@@ -273,7 +434,7 @@ impl FileStream {
         &mut self,
         ranges: &[FileRange],
         progress: &(dyn Fn(u64) + Sync),
-        mut stage: impl FnMut(FilePiece<'_>) -> Result<()>,
+        stage: impl FnMut(FilePiece<'_>) -> Result<()>,
     ) -> Result<LoadReport> {
         let (route, auto_reason) = self.route(ranges)?;
         let refused = Mutex::new(None);
@@ -294,116 +455,22 @@ impl FileStream {
         for token in tokens {
             free_tx.send(token).expect("the receiver is alive");
         }
-        let free_rx = Mutex::new(free_rx);
-        let (filled_tx, filled_rx) = mpsc::channel::<(Piece, Result<(Filled, usize)>)>();
-        let (lent_tx, lent_rx) = mpsc::channel::<(LentPiece, usize)>();
-        let next = AtomicUsize::new(0);
-        let abort = AtomicBool::new(false);
-        let direct_failed = AtomicBool::new(false);
-        let recycled: Mutex<Option<Error>> = Mutex::new(None);
-        let mut failure = None;
-        std::thread::scope(|scope| {
-            for _ in 0..self.options.threads.min(pieces.len()) {
-                let (free_tx, filled_tx) = (free_tx.clone(), filled_tx.clone());
-                let (free_rx, next, abort, pieces, files) = (&free_rx, &next, &abort, &pieces, &files);
-                let (direct_failed, refused, device) = (&direct_failed, &refused, &self.device);
-                scope.spawn(move || {
-                    loop {
-                        let token = free_rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                        let Ok(token) = token else { return };
-                        let index = next.fetch_add(1, Ordering::Relaxed);
-                        if abort.load(Ordering::Relaxed) || index >= pieces.len() {
-                            let _ = free_tx.send(token);
-                            return;
-                        }
-                        let piece = pieces[index];
-                        let file = &files[piece.source];
-                        let filled = match (token, route) {
-                            (Some(mut buf), Route::Staged { .. }) => file
-                                .read(&piece, buf.as_mut_slice(), direct_failed, refused)
-                                .map(|skip| (Filled::Staging(buf), skip)),
-                            // SAFETY: `Route::Windows` is chosen only after `allow_windows`, whose
-                            // caller promised the files do not change while read.
-                            (None, Route::Windows) => unsafe { map_piece(device, file, &piece) }
-                                .map(|(window, skip)| (Filled::Window(window), skip)),
-                            _ => Err(Error::invalid("stream", "the run was stopped")),
-                        };
-                        if filled.is_err() {
-                            abort.store(true, Ordering::Relaxed);
-                        }
-                        if filled_tx.send((piece, filled)).is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-            drop(filled_tx);
-            let wake = free_tx.clone();
-            let (recycled, abort) = (&recycled, &abort);
-            scope.spawn(move || {
-                let mut done = 0u64;
-                for (lent, len) in lent_rx {
-                    let back = match lent {
-                        LentPiece::Staging(lease) => lease.reclaim().map(Some),
-                        LentPiece::Window(lease) => lease.reclaim().map(|_window| None),
-                    };
-                    match back {
-                        Ok(token) => {
-                            done += len as u64;
-                            progress(done);
-                            let _ = free_tx.send(token);
-                        }
-                        Err(error) => {
-                            abort.store(true, Ordering::Relaxed);
-                            recycled.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
-                            // Wakes a reader waiting for a buffer, to see the abort and stop.
-                            let _ = free_tx.send(None);
-                        }
-                    }
-                }
-            });
-            for _ in 0..pieces.len() {
-                let Ok((piece, filled)) = filled_rx.recv() else { break };
-                let (filled, skip) = match filled {
-                    Ok(filled) => filled,
-                    Err(error) => {
-                        failure = Some(error);
-                        break;
-                    }
-                };
-                let (lent, outcome) = match filled {
-                    Filled::Staging(buf) => {
-                        let lease = self.queue.share(buf);
-                        let data = FilePieceData::Staging { lease: &lease, offset: skip };
-                        let outcome = stage(chunk(&piece, data));
-                        (LentPiece::Staging(lease), outcome)
-                    }
-                    Filled::Window(window) => {
-                        let lease = self.queue.share(window);
-                        let data = FilePieceData::Window { lease: &lease, offset: skip };
-                        let outcome = stage(chunk(&piece, data));
-                        (LentPiece::Window(lease), outcome)
-                    }
-                };
-                let _ = lent_tx.send((lent, piece.len));
-                if let Err(error) = outcome {
-                    abort.store(true, Ordering::Relaxed);
-                    failure = Some(error);
-                    break;
-                }
-            }
-            // Readers still waiting for a buffer see the end; buffers held by pieces never
-            // consumed (after a failure) are dropped with the channel, so wake them by hand.
-            abort.store(true, Ordering::Relaxed);
-            for _ in 0..self.options.threads {
-                let _ = wake.send(None);
-            }
-            drop(lent_tx);
-            drop(filled_rx);
-        });
-        let free_rx = free_rx.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let run = Run {
+            pieces: &pieces,
+            files: &files,
+            route,
+            device: &self.device,
+            refused: &refused,
+            free_rx: Mutex::new(free_rx),
+            next: AtomicUsize::new(0),
+            abort: AtomicBool::new(false),
+            direct_failed: AtomicBool::new(false),
+            recycled: Mutex::new(None),
+        };
+        let failure = run.drive(&self.queue, self.options.threads, free_tx, progress, stage);
+        let free_rx = run.free_rx.into_inner().unwrap_or_else(PoisonError::into_inner);
         self.ring.extend(free_rx.try_iter().flatten());
-        if let Some(error) = failure.or(recycled.into_inner().unwrap_or_else(PoisonError::into_inner)) {
+        if let Some(error) = failure.or(run.recycled.into_inner().unwrap_or_else(PoisonError::into_inner)) {
             return Err(error);
         }
         if route == Route::Windows {
@@ -414,7 +481,7 @@ impl FileStream {
             }
         }
         let seconds = started.elapsed().as_secs_f64();
-        let direct_used = files.iter().any(OpenFile::is_direct) && !direct_failed.load(Ordering::Relaxed);
+        let direct_used = files.iter().any(OpenFile::is_direct) && !run.direct_failed.load(Ordering::Relaxed);
         let (method, read_mode) = match route {
             Route::Staged { direct: true } if direct_used => (LoadMethod::StagedDirect, ReadMode::Direct),
             Route::Staged { direct: true } => (LoadMethod::StagedDirect, ReadMode::Buffered),

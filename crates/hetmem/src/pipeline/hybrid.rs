@@ -13,7 +13,7 @@ use super::Strategy;
 use crate::backend::Device;
 use crate::error::{Error, Result};
 use crate::placement::{AccessPattern, BufferUse, Placement, Placer, ProfileCache, SourcedProfile, Where};
-use crate::stage::{ConstantUse, FrameLayout, Stage};
+use crate::stage::{ConstantMemory, ConstantUse, FrameLayout, Stage};
 
 /// Where each of the stage's `constants` goes by `strategy`: mapped by zero-copy (which keeps
 /// nothing in device memory), where `placement` decided by hybrid, and in device memory by the
@@ -25,9 +25,9 @@ pub(crate) fn constant_places(
 ) -> Vec<Where> {
     constants
         .iter()
-        .map(|constant| match (strategy, placement) {
-            (Strategy::ZeroCopy, _) => Where::Mapped,
-            (Strategy::Hybrid, Some(placement)) => {
+        .map(|constant| match (strategy.traits().map(|traits| traits.constants), placement) {
+            (Some(ConstantMemory::Mapped), _) => Where::Mapped,
+            (Some(ConstantMemory::Placed), Some(placement)) => {
                 placement.place_of(&constant.name).unwrap_or(Where::Mapped)
             }
             _ => Where::Device,
@@ -53,12 +53,15 @@ pub(crate) fn placement_for<S: Stage>(
     slots: usize,
     overrides: &[(&str, Where)],
 ) -> Result<Option<Placement>> {
-    if strategy != Strategy::Hybrid {
+    if strategy.traits().map(|traits| traits.constants) != Some(ConstantMemory::Placed) {
         return Ok(None);
     }
     check_overrides(stage.inputs().len(), stage.outputs().len(), overrides)?;
     let Some(gpu) = device.as_cuda() else {
-        return Err(Error::invalid("strategy", "hybrid: needs a GPU, and this run is on the CPU backend"));
+        return Err(Error::NeedsGpu {
+            what: "the hybrid strategy".into(),
+            detail: "it places constant data by the GPU's free memory and link profile".into(),
+        });
     };
     let budget = match budget {
         Some(bytes) => bytes,

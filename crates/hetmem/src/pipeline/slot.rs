@@ -3,14 +3,9 @@
 //! [`Slot`] used a frame at a time; a [`crate::FrameRing`] is several, each with its own queue,
 //! so their frames overlap.
 //!
-//! | strategy | host buffers | device buffers | per frame |
-//! |---|---|---|---|
-//! | `Cpu` | plain | none | the stage's CPU path, on the submitting thread |
-//! | `Copy` | pageable `Vec`s | one per buffer | each input copied in (the driver stages pageable memory), the stage, each output copied out |
-//! | `PinnedAsync` | pinned | one per buffer | copy-engine uploads, the stage, downloads, queued together; a stage that can overlaps them within the frame ([`Stage::queue_pinned`]) |
-//! | `ZeroCopy` | pinned, mapped | none | the stage's kernels read and write host memory; its constant data mapped too |
-//! | `Managed` | managed | (migrates) | prefetched to the GPU, the stage, outputs prefetched back |
-//! | `Hybrid` | pinned, mapped | the stage's constant data, where placed | as `ZeroCopy`; constant data placed by `hybrid.rs` (device memory when it saves link reads and fits the budget) |
+//! Which memory each strategy takes is [`Strategy::TRAITS`]' [`FrameMemory`]: one [`Memory`]
+//! variant for each. A stage that can overlaps the pinned strategy's copies within the frame
+//! ([`Stage::queue_pinned`]); the hybrid strategy's constant data is placed by `hybrid.rs`.
 
 use std::sync::Arc;
 
@@ -21,8 +16,8 @@ use crate::handoff::{Fence, FenceKind, Lent, Queue, Shared};
 use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions};
 use crate::pipeline::hybrid;
 use crate::placement::Placement;
-use crate::stage::Strategy;
 use crate::stage::{FrameLayout, PinnedFrame, Stage};
+use crate::stage::{FrameMemory, Strategy};
 
 /// How a slot is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,11 +121,11 @@ pub(crate) fn resolve<S: Stage>(device: &Device, strategy: Strategy, stage: &S) 
     let runs = stage.runs();
     let strategy = match strategy {
         Strategy::Auto if !runs.gpu => Strategy::Cpu,
-        Strategy::Auto if !runs.cpu && device.as_cuda().is_none() => {
-            return Err(Error::invalid(
-                "stage",
-                "it has no CPU path and this run is on the CPU backend: give it one, or run it on a GPU",
-            ));
+        Strategy::Auto if !runs.cpu && !device.capabilities().gpu => {
+            return Err(Error::NeedsGpu {
+                what: "this stage".into(),
+                detail: "it has no CPU path (give it one)".into(),
+            });
         }
         strategy => strategy.resolve(device),
     };
@@ -170,26 +165,26 @@ impl Memory {
             sizes(layouts).map(|bytes| ManagedBuf::new(device, bytes)).collect()
         };
         let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
-        Ok(match strategy {
-            Strategy::Cpu => Memory::Cpu { inputs: vecs(inputs), outputs: vecs(outputs) },
-            Strategy::Copy => Memory::Pageable {
+        let Some(traits) = strategy.traits() else { unreachable!("resolved before memory is made") };
+        Ok(match traits.frames {
+            FrameMemory::Host => Memory::Cpu { inputs: vecs(inputs), outputs: vecs(outputs) },
+            FrameMemory::PageableCopied => Memory::Pageable {
                 inputs: vecs(inputs),
                 outputs: vecs(outputs),
                 device_in: on_device(inputs)?,
                 device_out: on_device(outputs)?,
             },
-            Strategy::PinnedAsync => Memory::Pinned {
+            FrameMemory::PinnedCopied => Memory::Pinned {
                 host_in: pinned(inputs, unmapped)?,
                 host_out: pinned(outputs, unmapped)?,
                 device_in: on_device(inputs)?,
                 device_out: on_device(outputs)?,
             },
-            Strategy::ZeroCopy | Strategy::Hybrid => Memory::Mapped {
+            FrameMemory::Mapped => Memory::Mapped {
                 inputs: pinned(inputs, PinOptions::default())?,
                 outputs: pinned(outputs, PinOptions::default())?,
             },
-            Strategy::Managed => Memory::Managed { inputs: managed(inputs)?, outputs: managed(outputs)? },
-            Strategy::Auto => unreachable!("resolved before memory is made"),
+            FrameMemory::Managed => Memory::Managed { inputs: managed(inputs)?, outputs: managed(outputs)? },
         })
     }
 
@@ -313,14 +308,19 @@ impl<S: Stage> Slot<S> {
         Some(Error::FrameMemoryLost { holder: self.holder, frame })
     }
 
+    fn lent() -> Error {
+        Error::StillHeld {
+            what: "the frame buffers",
+            remedy: "they are lent to GPU work: finish the frame first".into(),
+        }
+    }
+
     fn memory(&self) -> Result<&Memory> {
-        self.memory
-            .as_ref()
-            .ok_or_else(|| self.lost().unwrap_or_else(|| Error::invalid("frame buffers", "lent to GPU work")))
+        self.memory.as_ref().ok_or_else(|| self.lost().unwrap_or_else(|| Self::lent()))
     }
 
     fn memory_mut(&mut self) -> Result<&mut Memory> {
-        let error = self.lost().unwrap_or_else(|| Error::invalid("frame buffers", "lent to GPU work"));
+        let error = self.lost().unwrap_or_else(|| Self::lent());
         self.memory.as_mut().ok_or(error)
     }
 

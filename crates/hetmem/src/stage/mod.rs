@@ -24,7 +24,7 @@ mod strategy;
 pub use cpu::CpuStage;
 pub use kernel::{KernelCode, KernelPrepared, KernelStage, Param};
 pub use layout::{FrameLayout, MAX_FRAME_BYTES, MAX_PLANES, PlaneLayout, ScalarType};
-pub use strategy::Strategy;
+pub use strategy::{ConstantMemory, FrameMemory, Requirement, Strategy, StrategyTraits};
 
 use crate::backend::Device;
 use crate::error::Result;

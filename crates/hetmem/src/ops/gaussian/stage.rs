@@ -11,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
 use crate::placement::Where;
-use crate::stage::Strategy;
 use crate::stage::{ConstantUse, FrameLayout, PinnedFrame, PlaneLayout, Runs, ScalarType, Stage};
+use crate::stage::{FrameMemory, Strategy};
 
 /// The Gaussian blur of one frame format as a stage: one input and one output buffer per
 /// frame, bit-exact on the CPU and the GPU. By the pinned-async strategy it overlaps the
@@ -128,7 +128,7 @@ impl GaussianStage {
 /// through the CPU's page tables) the SMs rather than the link may bound a frame, and the
 /// plain tiling uses every SM.
 fn mapped_tiling(strategy: Strategy, attributes: &DeviceAttributes) -> bool {
-    matches!(strategy, Strategy::ZeroCopy | Strategy::Hybrid)
+    strategy.traits().is_some_and(|traits| traits.frames == FrameMemory::Mapped)
         && !attributes.integrated
         && !attributes.pageable_memory_access_uses_host_page_tables
 }

@@ -26,7 +26,7 @@ use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
 use crate::placement::{Placement, Where};
 use crate::retry::RetryPolicy;
-use crate::stage::{CpuStage, FrameLayout, Stage};
+use crate::stage::{CpuStage, FrameLayout, FrameMemory, Stage};
 
 /// The slots a ring has unless told otherwise: one frame uploading, one filtering, one
 /// downloading.
@@ -184,14 +184,12 @@ fn time_against_one_origin<S: Stage>(device: &Device, slots: &[Mutex<Slot<S>>]) 
 /// every output out; mapped strategies move what the kernel reads and writes.
 pub(crate) fn link_bytes<S: Stage>(stage: &S, prepared: &S::Prepared, strategy: Strategy) -> u64 {
     let total = |layouts: &[FrameLayout]| layouts.iter().map(|layout| layout.bytes() as u64).sum::<u64>();
-    match strategy {
-        Strategy::Cpu | Strategy::Auto => 0,
-        Strategy::Copy | Strategy::PinnedAsync | Strategy::Managed => {
+    match strategy.traits().map(|traits| traits.frames) {
+        None | Some(FrameMemory::Host) => 0,
+        Some(FrameMemory::PageableCopied | FrameMemory::PinnedCopied | FrameMemory::Managed) => {
             total(stage.inputs()) + total(stage.outputs())
         }
-        Strategy::ZeroCopy | Strategy::Hybrid => {
-            stage.mapped_bytes_read(prepared, strategy) + total(stage.outputs())
-        }
+        Some(FrameMemory::Mapped) => stage.mapped_bytes_read(prepared, strategy) + total(stage.outputs()),
     }
 }
 
@@ -408,10 +406,10 @@ impl<S: Stage> FrameRing<S> {
                 }
                 Err(Stall::Closed) => return Err(Error::RingClosed),
                 Err(_) => {
-                    return Err(Error::invalid(
-                        "frame ring",
-                        "an input slot is already held: submit it first",
-                    ));
+                    return Err(Error::StillHeld {
+                        what: "the frame ring's input slot",
+                        remedy: "submit it before asking for the next".into(),
+                    });
                 }
             }
         };
@@ -486,10 +484,10 @@ impl<S: Stage> FrameRing<S> {
                 }
                 Err(Stall::Closed) => return Err(Error::RingClosed),
                 Err(_) => {
-                    return Err(Error::invalid(
-                        "frame ring",
-                        "an output frame is already held: drop it first",
-                    ));
+                    return Err(Error::StillHeld {
+                        what: "the frame ring's output frame",
+                        remedy: "drop it before asking for the next".into(),
+                    });
                 }
             }
         };
