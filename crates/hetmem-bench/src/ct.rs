@@ -19,7 +19,9 @@
 use std::time::Instant;
 
 use hetmem::backend::Device;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
+
+use crate::error::{BenchError, Result};
 use hetmem::ops::ct::{
     self, HuLease, HuWindow, LabelLease, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape,
     gaussian_weights, masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
@@ -94,7 +96,7 @@ impl CtOptions {
     ///
     /// # Errors
     /// No studies, or a stack too large to address.
-    pub fn volume(&self) -> Result<VolumeShape> {
+    pub fn volume(&self) -> hetmem::Result<VolumeShape> {
         let study = self.study();
         let depth = study.depth().checked_mul(self.studies).filter(|_| self.studies > 0);
         let depth =
@@ -215,7 +217,7 @@ pub struct CtRun {
 }
 
 /// The volume and template measured: the scan repeated, or each study a phantom of its own seed.
-pub fn volume_stack(options: &CtOptions) -> Result<LabelledVolume> {
+pub fn volume_stack(options: &CtOptions) -> hetmem::Result<LabelledVolume> {
     let volume = options.volume()?;
     let mut hu = Vec::with_capacity(volume.voxels());
     let mut labels = Vec::with_capacity(volume.voxels());
@@ -263,7 +265,7 @@ fn cpu_run(
     windows: &[HuWindow],
     smoothing: bool,
     weights: &[f32],
-) -> Result<Expected> {
+) -> hetmem::Result<Expected> {
     let mut stats = Vec::with_capacity(windows.len() * Organ::ALL.len());
     for &window in windows {
         for organ in Organ::ALL {
@@ -324,7 +326,8 @@ impl Outputs {
             buf.as_mut_slice().fill(0xA5A5_A5A5_A5A5_A5A5);
             queue.lend(buf)
         };
-        let stats = self.stats.into_iter().map(|lent| lent.reclaim().map(relend)).collect::<Result<_>>()?;
+        let stats =
+            self.stats.into_iter().map(|lent| lent.reclaim().map(relend)).collect::<hetmem::Result<_>>()?;
         let smoothed = match self.smoothed {
             Some(lent) => {
                 let mut buf = lent.reclaim()?;
@@ -340,7 +343,7 @@ impl Outputs {
 
     /// Compares with the CPU's results.
     fn check(self, queue: &Queue, expected: &Expected, windows: &[HuWindow]) -> Result<Outputs> {
-        let mismatch = |what: String| Error::ResultMismatch { what: "bench ct", detail: what };
+        let mismatch = |what: String| BenchError::ResultMismatch { what: "bench ct", detail: what };
         let mut stats = Vec::with_capacity(self.stats.len());
         for (pass, lent) in self.stats.into_iter().enumerate() {
             let buf = lent.reclaim()?;
@@ -391,7 +394,7 @@ fn gpu_run<H: HuLease, L: LabelLease>(
     weights: &hetmem::Shared<DeviceBuf<f32>>,
     windows: &[HuWindow],
     outputs: &mut Outputs,
-) -> Result<()> {
+) -> hetmem::Result<()> {
     let mut pass = 0;
     for &window in windows {
         for organ in Organ::ALL {
@@ -422,10 +425,10 @@ fn not_run(placing: Placing, volume: &str, template: &str, why: String) -> Row {
 ///
 /// # Errors
 /// Options out of range, memory that cannot be allocated, a GPU failure, or a row whose
-/// results differ from the CPU's ([`Error::ResultMismatch`]).
+/// results differ from the CPU's ([`BenchError::ResultMismatch`]).
 pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     if options.windows == 0 || options.repeats == 0 {
-        return Err(Error::invalid("bench ct", "give at least one window and one repeat"));
+        return Err(Error::invalid("bench ct", "give at least one window and one repeat").into());
     }
     let volume = options.volume()?;
     let phantom = volume_stack(options)?;
@@ -434,14 +437,14 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     let weights = gaussian_weights(SIGMA)?;
     let passes = windows.len() * Organ::ALL.len();
     let studies = options.studies as f64;
-    let time = |mut run: Box<dyn FnMut() -> Result<()> + '_>| -> Result<Summary> {
+    let time = |mut run: Box<dyn FnMut() -> hetmem::Result<()> + '_>| -> Result<Summary> {
         let mut seconds = Vec::with_capacity(options.repeats);
         for _ in 0..options.repeats {
             let start = Instant::now();
             run()?;
             seconds.push(start.elapsed().as_secs_f64() / studies);
         }
-        Summary::of(&seconds).ok_or_else(|| Error::invalid("bench ct", "no timed runs"))
+        Summary::of(&seconds).ok_or_else(|| Error::invalid("bench ct", "no timed runs").into())
     };
 
     let mut expected = None;
@@ -518,7 +521,7 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
                        volume_at: &str,
                        template_at: &str,
                        needs: u64,
-                       body: &mut dyn FnMut(&mut Outputs) -> Result<()>|
+                       body: &mut dyn FnMut(&mut Outputs) -> hetmem::Result<()>|
      -> Result<Row> {
         if let Err(why) = fits(needs) {
             return Ok(not_run(placing, volume_at, template_at, why));

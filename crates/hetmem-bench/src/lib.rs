@@ -20,6 +20,8 @@
 //! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning
 //!   and registering memory cost.
 //! - [`kernels`]: the CUDA source of the benchmark's own kernels.
+//! - [`error`]: [`BenchError`], hetmem's errors and the states only a measurement has (a result
+//!   that differs from the CPU's, a failed cell of the link table).
 //!
 //! # Example
 //! ```
@@ -44,7 +46,7 @@
 //! for cell in &report.bandwidth {
 //!     println!("{} at {} bytes: {:.1} GB/s ({})", cell.path, cell.bytes, cell.gb_s.median, cell.verified_by);
 //! }
-//! # Ok::<(), hetmem::Error>(())
+//! # Ok::<(), hetmem_bench::BenchError>(())
 //! ```
 
 #![deny(missing_docs)]
@@ -54,6 +56,7 @@ pub mod completion;
 pub mod ct;
 pub mod dataset;
 pub mod doctor;
+pub mod error;
 pub mod file;
 pub mod kernels;
 pub mod link;
@@ -63,4 +66,5 @@ mod stats;
 pub mod streaming;
 pub mod user_stage;
 
+pub use error::{BenchError, Result};
 pub use stats::Summary;

@@ -15,7 +15,9 @@
 use std::time::Instant;
 
 use hetmem::backend::Device;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
+
+use crate::error::{BenchError, Result};
 use hetmem::handoff::FenceKind;
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
 use hetmem::pipeline::{FanOutRing, RingOptions, Strategy};
@@ -146,7 +148,8 @@ pub fn measure_stage<S: Stage + Clone>(
         return Err(Error::invalid(
             "stage",
             "the streaming bench takes stages of one input and one output buffer",
-        ));
+        )
+        .into());
     }
     if stage.inputs()[0].bytes() != setup.format.frame_bytes() {
         return Err(Error::invalid(
@@ -156,7 +159,8 @@ pub fn measure_stage<S: Stage + Clone>(
                 stage.inputs()[0].bytes(),
                 setup.format.frame_bytes()
             ),
-        ));
+        )
+        .into());
     }
     let ring = FanOutRing::with_stage(devices, setup.strategy, stage, options)?;
     let strategy = ring.rings()[0].strategy();
@@ -168,14 +172,16 @@ pub fn measure_stage<S: Stage + Clone>(
                 setup.strategy,
                 other.strategy()
             ),
-        ));
+        )
+        .into());
     }
     let slots = ring.slots() as u64;
     if setup.frames < 2 * slots {
         return Err(Error::invalid(
             "frames",
             format!("{}: stream at least two rounds of {slots} slots", setup.frames),
-        ));
+        )
+        .into());
     }
     let frame_bytes = ring.frame_bytes();
     let mut rng = clock_seeded();
@@ -188,7 +194,7 @@ pub fn measure_stage<S: Stage + Clone>(
             let mut output = vec![0u8; output_bytes];
             stage.run_cpu(&[input], &mut [&mut output]).map(|()| output)
         })
-        .collect::<Result<_>>()?;
+        .collect::<hetmem::Result<_>>()?;
     ring.fill_outputs(0xA5)?;
 
     // One round of frames checked against the CPU path before the clock starts and one after it
@@ -204,7 +210,7 @@ pub fn measure_stage<S: Stage + Clone>(
         for (index, wanted) in wanted.iter().enumerate() {
             let output = ring.next_output()?;
             if *output != wanted[..] {
-                return Err(Error::ResultMismatch {
+                return Err(BenchError::ResultMismatch {
                     what: "a streamed frame",
                     detail: format!("{round} round, frame {index} by {strategy} on device {}", output.ring()),
                 });
@@ -217,7 +223,7 @@ pub fn measure_stage<S: Stage + Clone>(
         ring.rings().iter().map(|one| (one.drained(), one.gpu_busy_seconds())).collect();
     let start = Instant::now();
     let drained = std::thread::scope(|scope| {
-        let producer = scope.spawn(|| -> Result<()> {
+        let producer = scope.spawn(|| -> hetmem::Result<()> {
             for index in 0..setup.frames {
                 let mut slot = ring.next_input()?;
                 // Without refill, each slot keeps the input the first round wrote.

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use hetmem::data::{FileStream, LoadMethod, ReadMode, SafetensorsHeader, StreamOptions};
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
+
+use crate::error::Result;
 use hetmem::memory::{DeviceBuf, HostBuf, PinOptions};
 use hetmem::{Device, Queue};
 pub use storage::{CacheDrop, StorageRead, StorageRow};
@@ -156,14 +158,14 @@ pub struct FileReport {
 ///
 /// # Errors
 /// No sizes or methods; a file that cannot be written or read; a load failing or landing wrong
-/// bytes ([`Error::ResultMismatch`]).
+/// bytes ([`BenchError::ResultMismatch`]).
 pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) -> Result<FileReport> {
     if options.sizes.is_empty()
         || options.methods.is_empty()
         || options.tunings.is_empty()
         || options.repeats == 0
     {
-        return Err(Error::invalid("bench file", "give at least one size, method, tuning and repeat"));
+        return Err(Error::invalid("bench file", "give at least one size, method, tuning and repeat").into());
     }
     std::fs::create_dir_all(&options.dir)
         .map_err(|source| Error::Io { context: format!("creating {}", options.dir.display()), source })?;
@@ -315,7 +317,7 @@ pub fn link_h2d_gb_per_s(device: &Device, queue: &Queue) -> Result<Option<f64>> 
 }
 
 /// Reads the whole file through the page cache (8 threads), so a warm load finds it there.
-fn warm(path: &Path) -> Result<()> {
+fn warm(path: &Path) -> hetmem::Result<()> {
     let file = std::fs::File::open(path)
         .map_err(|source| Error::Io { context: format!("opening {}", path.display()), source })?;
     let len = file

@@ -24,7 +24,9 @@ use crate::completion::{self, CompletionReport};
 use crate::kernels::BENCH;
 use hetmem::backend::Device;
 use hetmem::backend::cuda::{CudaDevice, DeviceAlloc, Event, Kernel, LaunchConfig, MemLocation, Stream};
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
+
+use crate::error::{BenchError, Result};
 use hetmem::handoff::Queue;
 use hetmem::kernels;
 use hetmem::memory::{
@@ -183,8 +185,8 @@ fn buffer_bytes(options: &LinkOptions) -> usize {
     bandwidth.max(latency.unwrap_or(0))
 }
 
-fn in_cell(error: Error, path: &'static str, bytes: usize) -> Error {
-    Error::BenchCellFailed { path, bytes, source: Box::new(error) }
+fn in_cell(error: BenchError, path: &'static str, bytes: usize) -> BenchError {
+    BenchError::BenchCellFailed { path, bytes, source: Box::new(error) }
 }
 
 impl Buffers {
@@ -331,7 +333,7 @@ impl Rig {
     /// be device-accessible memory, large enough for `items`, held by [`Rig::hold`] (so that no
     /// path frees it before the stream is idle), and not accessed by the CPU until the stream
     /// is synchronised.
-    unsafe fn launch(&self, kernel: &Kernel, items: usize, words: &mut [u64]) -> Result<()> {
+    unsafe fn launch(&self, kernel: &Kernel, items: usize, words: &mut [u64]) -> hetmem::Result<()> {
         let max_blocks = if std::ptr::eq(kernel, &self.copy) { self.copy_blocks } else { self.blocks };
         let config = LaunchConfig::linear(items, BLOCK, max_blocks);
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
@@ -352,7 +354,7 @@ impl Rig {
         self.slots.zero(&self.stream)?;
         match got.iter().position(|&sum| sum != want) {
             None => Ok("kernel XOR checksum equals the CPU's"),
-            Some(rep) => Err(Error::ResultMismatch {
+            Some(rep) => Err(BenchError::ResultMismatch {
                 what: "the kernel's XOR checksum",
                 detail: format!(
                     "repetition {rep}: the kernel read {:#010x}, the CPU computes {want:#010x}",
@@ -363,7 +365,7 @@ impl Rig {
     }
 
     /// The read kernel's checksum of `bytes` at device address `from` into slot `slot`.
-    fn queue_read(&self, strided: bool, from: u64, bytes: usize, slot: usize) -> Result<()> {
+    fn queue_read(&self, strided: bool, from: u64, bytes: usize, slot: usize) -> hetmem::Result<()> {
         let out = self.slots.device_ptr() + 4 * slot as u64;
         let (kernel, items) = if strided { (&self.strided, bytes / 4) } else { (&self.read, bytes / 16) };
         // SAFETY: bench_read_u4(const uint4*, u64 n16, u32* out) and bench_read_strided(const
@@ -375,13 +377,16 @@ impl Rig {
     }
 
     /// Times `work(rep)` with device events, after `prepare` (untimed), returning GB/s.
-    fn timed(
+    fn timed<E>(
         &self,
         bytes: usize,
         runs: (usize, usize),
         mut prepare: impl FnMut() -> Result<()>,
-        mut work: impl FnMut(usize) -> Result<()>,
-    ) -> Result<Summary> {
+        mut work: impl FnMut(usize) -> Result<(), E>,
+    ) -> Result<Summary>
+    where
+        BenchError: From<E>,
+    {
         let (warm_up, repeats) = runs;
         let mut rates = Vec::with_capacity(repeats);
         for rep in 0..warm_up + repeats {
@@ -399,11 +404,14 @@ impl Rig {
     }
 
     /// Times `work()` with the CPU clock (synchronous copies), returning GB/s.
-    fn timed_cpu(
+    fn timed_cpu<E>(
         bytes: usize,
         runs: (usize, usize),
-        mut work: impl FnMut() -> Result<()>,
-    ) -> Result<Summary> {
+        mut work: impl FnMut() -> Result<(), E>,
+    ) -> Result<Summary>
+    where
+        BenchError: From<E>,
+    {
         let (warm_up, repeats) = runs;
         let mut rates = Vec::with_capacity(repeats);
         for rep in 0..warm_up + repeats {
@@ -567,7 +575,7 @@ impl Rig {
                 let (src, dst) = (&b.src.as_slice()[..words], &b.dst.as_slice()[..words]);
                 return match src.iter().zip(dst).position(|(&s, &d)| d != s ^ key) {
                     None => Ok((summary, "every output word equals input ^ key")),
-                    Some(at) => Err(Error::ResultMismatch {
+                    Some(at) => Err(BenchError::ResultMismatch {
                         what: "the zero-copy read+write output",
                         detail: format!("word {at} is wrong"),
                     }),
@@ -729,7 +737,7 @@ impl Rig {
 fn check_pattern(words: &[u32], seed: u32) -> Result<&'static str> {
     match first_pattern_mismatch(words, seed) {
         None => Ok("every word equals the pattern the CPU computes"),
-        Some(at) => Err(Error::ResultMismatch {
+        Some(at) => Err(BenchError::ResultMismatch {
             what: "the written data",
             detail: format!(
                 "word {at} is {:#010x}, expected {:#010x}",
@@ -751,10 +759,10 @@ mod tests {
         assert!(check_pattern(&words, seed).is_ok());
         words[700] ^= 1;
         match check_pattern(&words, seed) {
-            Err(Error::ResultMismatch { what: "the written data", detail }) => {
+            Err(BenchError::ResultMismatch { what: "the written data", detail }) => {
                 assert!(detail.starts_with("word 700 is"), "{detail}")
             }
-            other => panic!("expected Error::ResultMismatch, got {other:?}"),
+            other => panic!("expected BenchError::ResultMismatch, got {other:?}"),
         }
     }
 
@@ -768,7 +776,7 @@ mod tests {
         };
         let error = in_cell(short.into(), "pinned_async_h2d", 1 << 30);
         assert!(
-            matches!(&error, Error::BenchCellFailed { path: "pinned_async_h2d", bytes, .. } if *bytes == 1 << 30),
+            matches!(&error, BenchError::BenchCellFailed { path: "pinned_async_h2d", bytes, .. } if *bytes == 1 << 30),
             "{error:?}"
         );
         assert!(error.is_transient(), "a shortage in a cell may pass, as it would alone");

@@ -8,7 +8,7 @@ use super::{
     BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random, fresh_seed,
 };
 use crate::Summary;
-use hetmem::error::{Error, Result};
+use crate::error::{BenchError, Result};
 
 /// `memcpy` bandwidth at every size, each copy checked.
 pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
@@ -30,7 +30,7 @@ pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
             }
         }
         if dst[..words] != src[..words] {
-            return Err(Error::ResultMismatch {
+            return Err(BenchError::ResultMismatch {
                 what: "host_memcpy",
                 detail: format!("the copy of {bytes} bytes differs"),
             });

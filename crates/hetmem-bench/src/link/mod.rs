@@ -23,7 +23,9 @@ use std::str::FromStr;
 use super::completion::CompletionReport;
 use super::{Summary, sizes};
 use hetmem::backend::Device;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
+
+use crate::error::{BenchError, Result};
 
 /// The smallest bandwidth size.
 pub const MIN_SIZE: usize = 4 << 10;
@@ -173,7 +175,7 @@ impl std::fmt::Display for LinkPath {
 impl FromStr for LinkPath {
     type Err = Error;
 
-    fn from_str(text: &str) -> Result<LinkPath> {
+    fn from_str(text: &str) -> Result<LinkPath, Error> {
         LinkPath::ALL.into_iter().find(|path| path.name() == text.trim()).ok_or_else(|| {
             let names: Vec<&str> = LinkPath::ALL.iter().map(|path| path.name()).collect();
             Error::invalid("path", format!("`{text}`: the paths are {}", names.join(", ")))
@@ -293,7 +295,7 @@ impl LinkOptions {
     /// A size out of range or not a multiple of 4 KiB, no sizes or paths, zero repeats or more
     /// than [`MAX_RUNS`] with the warm-up, or latency sizes without samples; the message lists
     /// what is accepted.
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> hetmem::Result<()> {
         let range = format!("{} to {}", sizes::format(MIN_SIZE), sizes::format(MAX_SIZE));
         if self.sizes.is_empty() {
             return Err(Error::invalid("sizes", format!("none given: give sizes from {range}")));
@@ -519,7 +521,7 @@ pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Sum
         let reply = bell.call(request)?;
         let elapsed = start.elapsed().as_secs_f64() * 1e6;
         if reply.iter().map(|v| v.to_bits()).ne(request.reference().iter().map(|v| v.to_bits())) {
-            return Err(Error::ResultMismatch {
+            return Err(BenchError::ResultMismatch {
                 what: "the doorbell's reply",
                 detail: format!("round {round} of the round trip benchmark"),
             });
