@@ -4,8 +4,9 @@
 //! a small transfer and the bandwidth of a large one, host to device.
 
 use super::link::{self, Ceiling, LatencyPath, LinkOptions, LinkPath, LinkReport};
-use crate::error::Result;
 use hetmem::backend::Device;
+
+use crate::error::Result;
 
 /// The small transfer's size: one page.
 pub const SMALL_BYTES: usize = 4 << 10;

@@ -20,8 +20,6 @@ use std::time::Instant;
 
 use hetmem::backend::Device;
 use hetmem::error::Error;
-
-use crate::error::{BenchError, Result};
 use hetmem::ops::ct::{
     self, HuLease, HuWindow, LabelLease, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape,
     gaussian_weights, masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
@@ -30,6 +28,7 @@ use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer
 use hetmem::{DeviceBuf, HostBuf, Lent, PinOptions, Queue};
 
 use crate::Summary;
+use crate::error::{BenchError, Result};
 use crate::link;
 
 /// The organ smoothed.

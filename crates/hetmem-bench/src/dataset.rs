@@ -35,6 +35,8 @@ use hetmem::{
 };
 use rayon::prelude::*;
 
+use crate::random::{SplitMix64, fresh_seed};
+
 /// The blur of the data set's frames.
 pub static DATASET: KernelSource = KernelSource {
     name: "dataset",
@@ -516,29 +518,13 @@ pub fn blur3_rgb_cpu(input: &[u8], output: &mut [u8], width: usize, height: usiz
     });
 }
 
-/// A seed that differs from run to run.
-fn fresh_seed() -> u64 {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |time| time.as_nanos());
-    (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32) | 1
-}
-
 /// Fills `bytes` with random bytes from `seed`, 1 MiB per task in parallel (a 50 GB data set
 /// takes seconds, not minutes); `offset` is where `bytes` starts in the whole, so a data set
 /// filled in parts gets the bytes it would whole.
 fn fill_random_at(bytes: &mut [u8], seed: u64, offset: u64) {
     const CHUNK: usize = 1 << 20;
     bytes.par_chunks_mut(CHUNK).enumerate().for_each(|(index, chunk)| {
-        let mut state = seed ^ (offset / CHUNK as u64 + index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        for word in chunk.chunks_mut(8) {
-            // splitmix64
-            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            word.copy_from_slice(&z.to_le_bytes()[..word.len()]);
-        }
+        SplitMix64::part(seed, offset / CHUNK as u64 + index as u64).fill_bytes(chunk);
     });
 }
 

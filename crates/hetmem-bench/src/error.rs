@@ -1,5 +1,8 @@
 //! The benchmark's error type: hetmem's own errors, and the states only a measurement has (a
-//! result that differs from the CPU's, a cell of the link table that failed).
+//! result that differs from the CPU's, a cell of the link table that failed, a strategy of the
+//! frame table that could not be set up).
+
+use hetmem::Strategy;
 
 /// The result type of the benchmark's fallible functions.
 pub type Result<T, E = BenchError> = std::result::Result<T, E>;
@@ -35,6 +38,44 @@ pub enum BenchError {
         #[source]
         source: Box<BenchError>,
     },
+    /// No strategy asked for can run on this machine (the frame table).
+    #[error("no strategy can run here: {}", skipped.join("; "))]
+    NoStrategyRuns {
+        /// Why each strategy cannot run.
+        skipped: Vec<String>,
+    },
+    /// A strategy's frame filter could not be set up (the frame table).
+    #[error("setting up the {strategy} strategy")]
+    StrategySetup {
+        /// The strategy.
+        strategy: Strategy,
+        /// Why: the library's error, or the caller's segment count's.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A strategy's filter put out a byte the CPU path does not (the frame table's check).
+    #[error("{strategy} strategy: byte {byte} is {got}, the CPU path gives {want}")]
+    FilterMismatch {
+        /// The strategy.
+        strategy: Strategy,
+        /// The first byte that differs.
+        byte: usize,
+        /// The filter's byte.
+        got: u8,
+        /// The CPU path's byte.
+        want: u8,
+    },
+    /// A timed frame of the frame table failed.
+    #[error("{strategy}, frame {frame}")]
+    StrategyFrame {
+        /// The strategy.
+        strategy: Strategy,
+        /// The frame, counting from 0.
+        frame: u32,
+        /// Why it failed.
+        #[source]
+        source: hetmem::Error,
+    },
 }
 
 // The raw CUDA calls and registrations the link cells make report in the library's own terms;
@@ -52,13 +93,19 @@ impl<M> From<hetmem::memory::RegisterError<M>> for BenchError {
 }
 
 impl BenchError {
-    /// Whether trying again later may succeed ([`hetmem::Error::is_transient`]); a failed cell
-    /// is as transient as its cause, a result that differs never is.
+    /// Whether trying again later may succeed ([`hetmem::Error::is_transient`]); a failed cell,
+    /// setup or frame is as transient as its cause, a result that differs never is.
     pub fn is_transient(&self) -> bool {
         match self {
             BenchError::Hetmem(error) => error.is_transient(),
             BenchError::BenchCellFailed { source, .. } => source.is_transient(),
-            BenchError::ResultMismatch { .. } => false,
+            BenchError::StrategyFrame { source, .. } => source.is_transient(),
+            BenchError::StrategySetup { source, .. } => {
+                source.downcast_ref::<hetmem::Error>().is_some_and(hetmem::Error::is_transient)
+            }
+            BenchError::ResultMismatch { .. }
+            | BenchError::NoStrategyRuns { .. }
+            | BenchError::FilterMismatch { .. } => false,
         }
     }
 
@@ -68,7 +115,13 @@ impl BenchError {
         match self {
             BenchError::Hetmem(error) => error.is_sticky(),
             BenchError::BenchCellFailed { source, .. } => source.is_sticky(),
-            BenchError::ResultMismatch { .. } => false,
+            BenchError::StrategyFrame { source, .. } => source.is_sticky(),
+            BenchError::StrategySetup { source, .. } => {
+                source.downcast_ref::<hetmem::Error>().is_some_and(hetmem::Error::is_sticky)
+            }
+            BenchError::ResultMismatch { .. }
+            | BenchError::NoStrategyRuns { .. }
+            | BenchError::FilterMismatch { .. } => false,
         }
     }
 }

@@ -16,12 +16,13 @@ use std::time::Instant;
 
 use hetmem::backend::Device;
 use hetmem::error::Error;
-
-use crate::error::{BenchError, Result};
 use hetmem::handoff::FenceKind;
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
 use hetmem::pipeline::{FanOutRing, RingOptions, Strategy};
 use hetmem::stage::Stage;
+
+use crate::error::{BenchError, Result};
+use crate::random::SplitMix64;
 
 /// What to stream.
 #[derive(Debug, Clone, Copy)]
@@ -184,9 +185,8 @@ pub fn measure_stage<S: Stage + Clone>(
         .into());
     }
     let frame_bytes = ring.frame_bytes();
-    let mut rng = clock_seeded();
-    let inputs: Vec<Vec<u8>> =
-        (0..slots).map(|_| (0..frame_bytes).map(|_| rng.next_byte()).collect()).collect();
+    let mut rng = SplitMix64::fresh();
+    let inputs: Vec<Vec<u8>> = (0..slots).map(|_| rng.bytes(frame_bytes)).collect();
     let output_bytes = stage.outputs()[0].bytes();
     let wanted: Vec<Vec<u8>> = inputs
         .iter()
@@ -292,24 +292,6 @@ pub fn measure_stage<S: Stage + Clone>(
         placement: ring.rings()[0].placement().cloned(),
         devices,
     })
-}
-
-/// A xorshift generator seeded from the clock: fresh data every run, no dependency.
-struct Bytes(u64);
-
-impl Bytes {
-    fn next_byte(&mut self) -> u8 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 24) as u8
-    }
-}
-
-fn clock_seeded() -> Bytes {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
-    Bytes((nanos ^ 0x9E37_79B9_7F4A_7C15) | 1)
 }
 
 #[cfg(test)]

@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use hetmem::data::{FileStream, LoadMethod, ReadMode, SafetensorsHeader, StreamOptions};
 use hetmem::error::Error;
-
-use crate::error::Result;
 use hetmem::memory::{DeviceBuf, HostBuf, PinOptions};
 use hetmem::{Device, Queue};
 pub use storage::{CacheDrop, StorageRead, StorageRow};
 pub use verify::Extent;
+
+use crate::error::Result;
 
 /// What `bench file` measures.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -5,10 +5,10 @@ use std::os::unix::fs::FileExt;
 
 use hetmem::data::FileRange;
 use hetmem::error::Error;
-
-use crate::error::{BenchError, Result};
 use hetmem::memory::{DeviceBuf, HostBuf, PinOptions};
 use hetmem::{Device, Queue};
+
+use crate::error::{BenchError, Result};
 
 /// How much of each part to compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

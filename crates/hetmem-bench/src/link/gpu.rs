@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use super::{
     BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, bench_word, cpu_cache,
-    doorbell_round_trip, fill_random, first_pattern_mismatch, fresh_seed, xor_checksum,
+    doorbell_round_trip, fill_random, first_pattern_mismatch, xor_checksum,
 };
 use crate::Summary;
 use crate::completion::{self, CompletionReport};
@@ -25,13 +25,14 @@ use crate::kernels::BENCH;
 use hetmem::backend::Device;
 use hetmem::backend::cuda::{CudaDevice, DeviceAlloc, Event, Kernel, LaunchConfig, MemLocation, Stream};
 use hetmem::error::Error;
-
-use crate::error::{BenchError, Result};
 use hetmem::handoff::Queue;
 use hetmem::kernels;
 use hetmem::memory::{
     HostBuf, InFlight, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions, Waiter,
 };
+
+use crate::error::{BenchError, Result};
+use crate::random::fresh_seed;
 
 /// Checksum slots: one per repetition of a cell.
 const SLOTS: usize = super::MAX_RUNS;

@@ -4,11 +4,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use super::{
-    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random, fresh_seed,
-};
+use super::{BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random};
 use crate::Summary;
 use crate::error::{BenchError, Result};
+use crate::random::fresh_seed;
 
 /// `memcpy` bandwidth at every size, each copy checked.
 pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {

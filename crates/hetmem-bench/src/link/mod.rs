@@ -26,6 +26,7 @@ use hetmem::backend::Device;
 use hetmem::error::Error;
 
 use crate::error::{BenchError, Result};
+use crate::random::SplitMix64;
 
 /// The smallest bandwidth size.
 pub const MIN_SIZE: usize = 4 << 10;
@@ -504,18 +505,12 @@ pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Sum
     if device.as_cuda().is_none() {
         return Ok(None);
     }
-    let mut seed = fresh_seed();
+    let mut rng = SplitMix64::fresh();
     let bell = Doorbell::start(device, 16)?;
     let mut round_trips = Vec::with_capacity(samples);
     let measured = (0..samples + samples / 10).try_for_each(|round| {
-        let block: Vec<f32> = (0..16)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect();
+        let block: Vec<f32> =
+            (0..16).map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
         let request = Request::Gain { gain: 0.75, samples: &block };
         let start = std::time::Instant::now();
         let reply = bell.call(request)?;
@@ -537,24 +532,13 @@ pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Sum
     Ok(Summary::of(&round_trips))
 }
 
-/// A reproducible stream of random words: xorshift64*, seeded from the clock and the process.
-pub(crate) fn fresh_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos() as u64);
-    (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1
-}
-
 /// Fills `words` with random data from `seed` (in parallel, one stream per 1 MiB chunk).
 pub(crate) fn fill_random(words: &mut [u32], seed: u64) {
     use rayon::prelude::*;
     words.par_chunks_mut(1 << 18).enumerate().for_each(|(chunk, words)| {
-        let mut state = (seed ^ (chunk as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
+        let mut rng = SplitMix64::part(seed, chunk as u64);
         for word in words {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            *word = (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32;
+            *word = (rng.next_u64() >> 32) as u32;
         }
     });
 }
@@ -585,6 +569,7 @@ pub(crate) fn first_pattern_mismatch(words: &[u32], seed: u32) -> Option<usize> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::random::fresh_seed;
 
     #[test]
     fn path_names_round_trip_and_unknown_names_list_the_valid_ones() {

@@ -4,11 +4,10 @@
 use hetmem::backend::Device;
 use hetmem::backend::cuda::CudaDevice;
 use hetmem::error::Error;
-
-use crate::error::Result;
 use hetmem::placement::{GpuKey, LinkProfile, ProfileCache, ProfileSource};
 
 use super::{LinkOptions, LinkPath, LinkReport};
+use crate::error::Result;
 
 /// The cells a [`LinkProfile`] is made of, in the order of its rates.
 pub const PROFILE_PATHS: [LinkPath; 4] =
