@@ -145,37 +145,9 @@ pub fn measure_stage<S: Stage + Clone>(
 ) -> Result<StreamingRun> {
     let options =
         RingOptions { slots: setup.slots, timing: true, fence: setup.fence, ..RingOptions::default() };
-    if stage.inputs().len() != 1 || stage.outputs().len() != 1 {
-        return Err(Error::invalid(
-            "stage",
-            "the streaming bench takes stages of one input and one output buffer",
-        )
-        .into());
-    }
-    if stage.inputs()[0].bytes() != setup.format.frame_bytes() {
-        return Err(Error::invalid(
-            "stage",
-            format!(
-                "its input holds {} bytes, the frames {}",
-                stage.inputs()[0].bytes(),
-                setup.format.frame_bytes()
-            ),
-        )
-        .into());
-    }
+    check_stage(stage, setup)?;
     let ring = FanOutRing::with_stage(devices, setup.strategy, stage, options)?;
-    let strategy = ring.rings()[0].strategy();
-    if let Some(other) = ring.rings().iter().find(|other| other.strategy() != strategy) {
-        return Err(Error::invalid(
-            "devices",
-            format!(
-                "{} resolves to {strategy} on one device and {} on another: name the strategy",
-                setup.strategy,
-                other.strategy()
-            ),
-        )
-        .into());
-    }
+    let strategy = one_strategy(&ring, setup)?;
     let slots = ring.slots() as u64;
     if setup.frames < 2 * slots {
         return Err(Error::invalid(
@@ -201,27 +173,116 @@ pub fn measure_stage<S: Stage + Clone>(
     // stops: comparing a whole frame on the CPU takes milliseconds at 4K, and inside the timed
     // stream it would hold a slot and stall the ring (it cost 4K pinned-async about a fifth of
     // its frames per second, and more with more slots).
-    let check_round = |round: &str| -> Result<()> {
-        for input in &inputs {
-            let mut slot = ring.next_input()?;
-            slot.copy_from_slice(input);
-            slot.submit();
-        }
-        for (index, wanted) in wanted.iter().enumerate() {
-            let output = ring.next_output()?;
-            if *output != wanted[..] {
-                return Err(BenchError::ResultMismatch {
-                    what: "a streamed frame",
-                    detail: format!("{round} round, frame {index} by {strategy} on device {}", output.ring()),
-                });
-            }
-        }
-        Ok(())
-    };
-    check_round("first")?;
+    let check = |round: &str| check_round(&ring, &inputs, &wanted, strategy, round);
+    check("first")?;
     let before: Vec<(u64, f64)> =
         ring.rings().iter().map(|one| (one.drained(), one.gpu_busy_seconds())).collect();
     let start = Instant::now();
+    stream_timed(&ring, &inputs, setup)?;
+    let wall_s = start.elapsed().as_secs_f64();
+    let after: Vec<(u64, f64)> =
+        ring.rings().iter().map(|one| (one.drained(), one.gpu_busy_seconds())).collect();
+    // Poisoned again: an output the last round failed to write would otherwise still hold a
+    // right result from a timed frame of the same input.
+    ring.fill_outputs(0xA5)?;
+    check("last")?;
+    let frames = setup.frames;
+    let link_bytes_per_frame = ring.rings()[0].link_bytes_per_frame();
+    let devices = device_shares(devices, &ring, &before, &after, wall_s);
+    let kernel_busy_s = devices.iter().map(|share| share.kernel_busy_s).sum::<f64>();
+    Ok(StreamingRun {
+        stage: name.to_string(),
+        strategy,
+        width: setup.format.width(),
+        height: setup.format.height(),
+        frame_bytes,
+        slots: setup.slots,
+        refill: setup.refill,
+        fence: setup.fence,
+        frames,
+        wall_s,
+        frames_per_s: frames as f64 / wall_s,
+        kernel_busy_s,
+        kernel_busy_fraction: kernel_busy_s / (wall_s * devices.len() as f64),
+        link_bytes_per_frame,
+        link_bytes_per_s: devices.iter().map(|share| share.link_bytes_per_s).sum(),
+        host_bytes: ring.rings().iter().map(|one| one.host_bytes()).sum(),
+        device_bytes: ring.rings().iter().map(|one| one.device_bytes()).sum(),
+        placement: ring.rings()[0].placement().cloned(),
+        devices,
+    })
+}
+
+/// Refuses a stage the streaming bench cannot feed: one input and one output buffer, the input
+/// one frame of the format.
+fn check_stage<S: Stage>(stage: &S, setup: &StreamingSetup) -> Result<()> {
+    if stage.inputs().len() != 1 || stage.outputs().len() != 1 {
+        return Err(Error::invalid(
+            "stage",
+            "the streaming bench takes stages of one input and one output buffer",
+        )
+        .into());
+    }
+    if stage.inputs()[0].bytes() != setup.format.frame_bytes() {
+        return Err(Error::invalid(
+            "stage",
+            format!(
+                "its input holds {} bytes, the frames {}",
+                stage.inputs()[0].bytes(),
+                setup.format.frame_bytes()
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The strategy every device's ring resolved to; an error where they differ.
+fn one_strategy<S: Stage>(ring: &FanOutRing<S>, setup: &StreamingSetup) -> Result<Strategy> {
+    let strategy = ring.rings()[0].strategy();
+    if let Some(other) = ring.rings().iter().find(|other| other.strategy() != strategy) {
+        return Err(Error::invalid(
+            "devices",
+            format!(
+                "{} resolves to {strategy} on one device and {} on another: name the strategy",
+                setup.strategy,
+                other.strategy()
+            ),
+        )
+        .into());
+    }
+    Ok(strategy)
+}
+
+/// One round of frames (one per slot) through the ring, each output compared with the CPU's.
+fn check_round<S: Stage>(
+    ring: &FanOutRing<S>,
+    inputs: &[Vec<u8>],
+    wanted: &[Vec<u8>],
+    strategy: Strategy,
+    round: &str,
+) -> Result<()> {
+    for input in inputs {
+        let mut slot = ring.next_input()?;
+        slot.copy_from_slice(input);
+        slot.submit();
+    }
+    for (index, wanted) in wanted.iter().enumerate() {
+        let output = ring.next_output()?;
+        if *output != wanted[..] {
+            return Err(BenchError::ResultMismatch {
+                what: "a streamed frame",
+                detail: format!("{round} round, frame {index} by {strategy} on device {}", output.ring()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The timed stream: a producer thread submits `setup.frames` frames while this thread drains
+/// them.
+fn stream_timed<S: Stage>(ring: &FanOutRing<S>, inputs: &[Vec<u8>], setup: &StreamingSetup) -> Result<()> {
+    let slots = ring.slots() as u64;
     let drained = std::thread::scope(|scope| {
         let producer = scope.spawn(|| -> hetmem::Result<()> {
             for index in 0..setup.frames {
@@ -245,19 +306,22 @@ pub fn measure_stage<S: Stage + Clone>(
         }))
     });
     drained?;
-    let wall_s = start.elapsed().as_secs_f64();
-    let after: Vec<(u64, f64)> =
-        ring.rings().iter().map(|one| (one.drained(), one.gpu_busy_seconds())).collect();
-    // Poisoned again: an output the last round failed to write would otherwise still hold a
-    // right result from a timed frame of the same input.
-    ring.fill_outputs(0xA5)?;
-    check_round("last")?;
-    let frames = setup.frames;
-    let link_bytes_per_frame = ring.rings()[0].link_bytes_per_frame();
-    let devices: Vec<DeviceShare> = devices
+    Ok(())
+}
+
+/// Each device's part of the run, from its ring's (frames drained, busy seconds) before and
+/// after the timed stream.
+fn device_shares<S: Stage>(
+    devices: &[Device],
+    ring: &FanOutRing<S>,
+    before: &[(u64, f64)],
+    after: &[(u64, f64)],
+    wall_s: f64,
+) -> Vec<DeviceShare> {
+    devices
         .iter()
         .zip(ring.rings())
-        .zip(before.iter().zip(&after))
+        .zip(before.iter().zip(after))
         .map(|((device, one), (&(drained_before, busy_before), &(drained_after, busy_after)))| {
             let frames = drained_after - drained_before;
             DeviceShare {
@@ -269,29 +333,7 @@ pub fn measure_stage<S: Stage + Clone>(
                 nvml_pcie_mb_s: None,
             }
         })
-        .collect();
-    let kernel_busy_s = devices.iter().map(|share| share.kernel_busy_s).sum::<f64>();
-    Ok(StreamingRun {
-        stage: name.to_string(),
-        strategy,
-        width: setup.format.width(),
-        height: setup.format.height(),
-        frame_bytes,
-        slots: setup.slots,
-        refill: setup.refill,
-        fence: setup.fence,
-        frames,
-        wall_s,
-        frames_per_s: frames as f64 / wall_s,
-        kernel_busy_s,
-        kernel_busy_fraction: kernel_busy_s / (wall_s * devices.len() as f64),
-        link_bytes_per_frame,
-        link_bytes_per_s: devices.iter().map(|share| share.link_bytes_per_s).sum(),
-        host_bytes: ring.rings().iter().map(|one| one.host_bytes()).sum(),
-        device_bytes: ring.rings().iter().map(|one| one.device_bytes()).sum(),
-        placement: ring.rings()[0].placement().cloned(),
-        devices,
-    })
+        .collect()
 }
 
 #[cfg(test)]
