@@ -158,7 +158,7 @@ pub struct FileReport {
 ///
 /// # Errors
 /// No sizes or methods; a file that cannot be written or read; a load failing or landing wrong
-/// bytes ([`BenchError::ResultMismatch`]).
+/// bytes ([`BenchError::ResultMismatch`](crate::BenchError::ResultMismatch)).
 pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) -> Result<FileReport> {
     if options.sizes.is_empty()
         || options.methods.is_empty()
