@@ -21,7 +21,7 @@ use hetmem_bench::Summary;
 
 mod support;
 
-use support::{XorShift32, check};
+use support::{FreshWords, check};
 
 const DEPTH: usize = 16;
 
@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let samples: usize =
         std::env::args().nth(1).map(|text| text.parse()).transpose()?.unwrap_or(default_samples);
     eprintln!("device: {} ({} backend)", device.name(), device.backend());
-    let mut rng = XorShift32::from_time();
+    let mut rng = FreshWords::from_time();
     let mut random_block =
         || -> Vec<f32> { (0..16).map(|_| (rng.next_u32() >> 8) as f32 / 65536.0 - 128.0).collect() };
 

@@ -20,7 +20,7 @@ use hetmem_bench::Summary;
 
 mod support;
 
-use support::XorShift32;
+use support::FreshWords;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::open_best()?;
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.iter().find(|arg| !arg.starts_with("--")).map(|text| text.parse()).transpose()?.unwrap_or(300);
     eprintln!("device: {} ({} backend)", device.name(), device.backend());
     let kernel = Gaussian::new(Some(2), None, Border::Reflect101)?;
-    let mut rng = XorShift32::from_time();
+    let mut rng = FreshWords::from_time();
     for (width, height) in [(1920, 1080), (3840, 2160)] {
         let format = FrameFormat::new(width, height, PixelLayout::Rgb)?;
         // Two random frames and their CPU results: frames alternate, so no result can be stale.

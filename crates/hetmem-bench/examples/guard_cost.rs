@@ -16,7 +16,7 @@ use hetmem_bench::Summary;
 
 mod support;
 
-use support::XorShift32;
+use support::FreshWords;
 
 const SIZES: [usize; 3] = [4 << 10, 64 << 10, 1 << 20];
 
@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::open_best()?;
     eprintln!("device: {} ({} backend)", device.name(), device.backend());
     let dir = tempfile::tempdir()?;
-    let mut rng = XorShift32::from_time();
+    let mut rng = FreshWords::from_time();
     for bytes in SIZES {
         let path = dir.path().join(format!("{bytes}.bin"));
         let data: Vec<u8> = (0..bytes).map(|_| rng.next_u32() as u8).collect();

@@ -28,12 +28,12 @@ use hetmem_bench::link::{self, LinkOptions, LinkPath};
 
 mod support;
 
-use support::{XorShift32, check};
+use support::{FreshWords, check};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::open_best()?;
     println!("device: {} ({} backend)", device.name(), device.backend());
-    let mut rng = XorShift32::from_time();
+    let mut rng = FreshWords::from_time();
 
     // affine_u32 on mapped memory, with an odd length for the tail.
     let queue = Queue::new(&device)?;

@@ -5,7 +5,8 @@
 
 use super::link::{self, Ceiling, LatencyPath, LinkOptions, LinkPath, LinkReport};
 use hetmem::backend::Device;
-use hetmem::error::Result;
+
+use crate::error::Result;
 
 /// The small transfer's size: one page.
 pub const SMALL_BYTES: usize = 4 << 10;

@@ -16,10 +16,15 @@
 //!   against the storage's and the link's own rates.
 //! - [`ct`]: the CT computation with its buffers copied, mapped, hybrid and
 //!   placed by [`hetmem::placement`], against the CPU.
-//! - [`streaming`]: frames per second through a frame ring, by strategy.
+//! - [`streaming`]: frames per second through a frame ring, by strategy;
+//!   [`frame_strategies`]: each strategy's latency through a frame filter; [`pcie`]: NVML's
+//!   PCIe counters sampled while either runs.
 //! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning
 //!   and registering memory cost.
-//! - [`kernels`]: the CUDA source of the benchmark's own kernels.
+//! - [`kernels`]: the CUDA source of the benchmark's own kernels; [`random`]: the one seeded
+//!   generator of the benchmark's data.
+//! - [`error`]: [`BenchError`], hetmem's errors and the states only a measurement has (a result
+//!   that differs from the CPU's, a failed cell of the link table).
 //!
 //! # Example
 //! ```
@@ -44,7 +49,7 @@
 //! for cell in &report.bandwidth {
 //!     println!("{} at {} bytes: {:.1} GB/s ({})", cell.path, cell.bytes, cell.gb_s.median, cell.verified_by);
 //! }
-//! # Ok::<(), hetmem::Error>(())
+//! # Ok::<(), hetmem_bench::BenchError>(())
 //! ```
 
 #![deny(missing_docs)]
@@ -54,13 +59,18 @@ pub mod completion;
 pub mod ct;
 pub mod dataset;
 pub mod doctor;
+pub mod error;
 pub mod file;
+pub mod frame_strategies;
 pub mod kernels;
 pub mod link;
+pub mod pcie;
 pub mod pinning;
+pub mod random;
 pub mod sizes;
 mod stats;
 pub mod streaming;
 pub mod user_stage;
 
+pub use error::{BenchError, Result};
 pub use stats::Summary;

@@ -15,11 +15,14 @@
 use std::time::Instant;
 
 use hetmem::backend::Device;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
 use hetmem::handoff::FenceKind;
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
 use hetmem::pipeline::{FanOutRing, RingOptions, Strategy};
 use hetmem::stage::Stage;
+
+use crate::error::{BenchError, Result};
+use crate::random::SplitMix64;
 
 /// What to stream.
 #[derive(Debug, Clone, Copy)]
@@ -142,45 +145,20 @@ pub fn measure_stage<S: Stage + Clone>(
 ) -> Result<StreamingRun> {
     let options =
         RingOptions { slots: setup.slots, timing: true, fence: setup.fence, ..RingOptions::default() };
-    if stage.inputs().len() != 1 || stage.outputs().len() != 1 {
-        return Err(Error::invalid(
-            "stage",
-            "the streaming bench takes stages of one input and one output buffer",
-        ));
-    }
-    if stage.inputs()[0].bytes() != setup.format.frame_bytes() {
-        return Err(Error::invalid(
-            "stage",
-            format!(
-                "its input holds {} bytes, the frames {}",
-                stage.inputs()[0].bytes(),
-                setup.format.frame_bytes()
-            ),
-        ));
-    }
+    check_stage(stage, setup)?;
     let ring = FanOutRing::with_stage(devices, setup.strategy, stage, options)?;
-    let strategy = ring.rings()[0].strategy();
-    if let Some(other) = ring.rings().iter().find(|other| other.strategy() != strategy) {
-        return Err(Error::invalid(
-            "devices",
-            format!(
-                "{} resolves to {strategy} on one device and {} on another: name the strategy",
-                setup.strategy,
-                other.strategy()
-            ),
-        ));
-    }
+    let strategy = one_strategy(&ring, setup)?;
     let slots = ring.slots() as u64;
     if setup.frames < 2 * slots {
         return Err(Error::invalid(
             "frames",
             format!("{}: stream at least two rounds of {slots} slots", setup.frames),
-        ));
+        )
+        .into());
     }
     let frame_bytes = ring.frame_bytes();
-    let mut rng = clock_seeded();
-    let inputs: Vec<Vec<u8>> =
-        (0..slots).map(|_| (0..frame_bytes).map(|_| rng.next_byte()).collect()).collect();
+    let mut rng = SplitMix64::fresh();
+    let inputs: Vec<Vec<u8>> = (0..slots).map(|_| rng.bytes(frame_bytes)).collect();
     let output_bytes = stage.outputs()[0].bytes();
     let wanted: Vec<Vec<u8>> = inputs
         .iter()
@@ -188,82 +166,29 @@ pub fn measure_stage<S: Stage + Clone>(
             let mut output = vec![0u8; output_bytes];
             stage.run_cpu(&[input], &mut [&mut output]).map(|()| output)
         })
-        .collect::<Result<_>>()?;
+        .collect::<hetmem::Result<_>>()?;
     ring.fill_outputs(0xA5)?;
 
     // One round of frames checked against the CPU path before the clock starts and one after it
     // stops: comparing a whole frame on the CPU takes milliseconds at 4K, and inside the timed
     // stream it would hold a slot and stall the ring (it cost 4K pinned-async about a fifth of
     // its frames per second, and more with more slots).
-    let check_round = |round: &str| -> Result<()> {
-        for input in &inputs {
-            let mut slot = ring.next_input()?;
-            slot.copy_from_slice(input);
-            slot.submit();
-        }
-        for (index, wanted) in wanted.iter().enumerate() {
-            let output = ring.next_output()?;
-            if *output != wanted[..] {
-                return Err(Error::ResultMismatch {
-                    what: "a streamed frame",
-                    detail: format!("{round} round, frame {index} by {strategy} on device {}", output.ring()),
-                });
-            }
-        }
-        Ok(())
-    };
-    check_round("first")?;
+    let check = |round: &str| check_round(&ring, &inputs, &wanted, strategy, round);
+    check("first")?;
     let before: Vec<(u64, f64)> =
         ring.rings().iter().map(|one| (one.drained(), one.gpu_busy_seconds())).collect();
     let start = Instant::now();
-    let drained = std::thread::scope(|scope| {
-        let producer = scope.spawn(|| -> Result<()> {
-            for index in 0..setup.frames {
-                let mut slot = ring.next_input()?;
-                // Without refill, each slot keeps the input the first round wrote.
-                if setup.refill {
-                    slot.copy_from_slice(&inputs[(index % slots) as usize]);
-                }
-                slot.submit();
-            }
-            Ok(())
-        });
-        let drained = (0..setup.frames).try_for_each(|_| ring.next_output().map(drop));
-        if drained.is_err() {
-            ring.close();
-        }
-        let produced = producer.join().expect("the producer thread does not panic");
-        drained.and(produced.or_else(|error| match error {
-            Error::RingClosed => Ok(()),
-            error => Err(error),
-        }))
-    });
-    drained?;
+    stream_timed(&ring, &inputs, setup)?;
     let wall_s = start.elapsed().as_secs_f64();
     let after: Vec<(u64, f64)> =
         ring.rings().iter().map(|one| (one.drained(), one.gpu_busy_seconds())).collect();
     // Poisoned again: an output the last round failed to write would otherwise still hold a
     // right result from a timed frame of the same input.
     ring.fill_outputs(0xA5)?;
-    check_round("last")?;
+    check("last")?;
     let frames = setup.frames;
     let link_bytes_per_frame = ring.rings()[0].link_bytes_per_frame();
-    let devices: Vec<DeviceShare> = devices
-        .iter()
-        .zip(ring.rings())
-        .zip(before.iter().zip(&after))
-        .map(|((device, one), (&(drained_before, busy_before), &(drained_after, busy_after)))| {
-            let frames = drained_after - drained_before;
-            DeviceShare {
-                ordinal: device.as_cuda().map(|cuda| cuda.ordinal()),
-                name: device.name(),
-                frames,
-                link_bytes_per_s: (one.link_bytes_per_frame() * frames) as f64 / wall_s,
-                kernel_busy_s: busy_after - busy_before,
-                nvml_pcie_mb_s: None,
-            }
-        })
-        .collect();
+    let devices = device_shares(devices, &ring, &before, &after, wall_s);
     let kernel_busy_s = devices.iter().map(|share| share.kernel_busy_s).sum::<f64>();
     Ok(StreamingRun {
         stage: name.to_string(),
@@ -288,22 +213,127 @@ pub fn measure_stage<S: Stage + Clone>(
     })
 }
 
-/// A xorshift generator seeded from the clock: fresh data every run, no dependency.
-struct Bytes(u64);
-
-impl Bytes {
-    fn next_byte(&mut self) -> u8 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 24) as u8
+/// Refuses a stage the streaming bench cannot feed: one input and one output buffer, the input
+/// one frame of the format.
+fn check_stage<S: Stage>(stage: &S, setup: &StreamingSetup) -> Result<()> {
+    if stage.inputs().len() != 1 || stage.outputs().len() != 1 {
+        return Err(Error::invalid(
+            "stage",
+            "the streaming bench takes stages of one input and one output buffer",
+        )
+        .into());
     }
+    if stage.inputs()[0].bytes() != setup.format.frame_bytes() {
+        return Err(Error::invalid(
+            "stage",
+            format!(
+                "its input holds {} bytes, the frames {}",
+                stage.inputs()[0].bytes(),
+                setup.format.frame_bytes()
+            ),
+        )
+        .into());
+    }
+    Ok(())
 }
 
-fn clock_seeded() -> Bytes {
-    let nanos =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
-    Bytes((nanos ^ 0x9E37_79B9_7F4A_7C15) | 1)
+/// The strategy every device's ring resolved to; an error where they differ.
+fn one_strategy<S: Stage>(ring: &FanOutRing<S>, setup: &StreamingSetup) -> Result<Strategy> {
+    let strategy = ring.rings()[0].strategy();
+    if let Some(other) = ring.rings().iter().find(|other| other.strategy() != strategy) {
+        return Err(Error::invalid(
+            "devices",
+            format!(
+                "{} resolves to {strategy} on one device and {} on another: name the strategy",
+                setup.strategy,
+                other.strategy()
+            ),
+        )
+        .into());
+    }
+    Ok(strategy)
+}
+
+/// One round of frames (one per slot) through the ring, each output compared with the CPU's.
+fn check_round<S: Stage>(
+    ring: &FanOutRing<S>,
+    inputs: &[Vec<u8>],
+    wanted: &[Vec<u8>],
+    strategy: Strategy,
+    round: &str,
+) -> Result<()> {
+    for input in inputs {
+        let mut slot = ring.next_input()?;
+        slot.copy_from_slice(input);
+        slot.submit();
+    }
+    for (index, wanted) in wanted.iter().enumerate() {
+        let output = ring.next_output()?;
+        if *output != wanted[..] {
+            return Err(BenchError::ResultMismatch {
+                what: "a streamed frame",
+                detail: format!("{round} round, frame {index} by {strategy} on device {}", output.ring()),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The timed stream: a producer thread submits `setup.frames` frames while this thread drains
+/// them.
+fn stream_timed<S: Stage>(ring: &FanOutRing<S>, inputs: &[Vec<u8>], setup: &StreamingSetup) -> Result<()> {
+    let slots = ring.slots() as u64;
+    let drained = std::thread::scope(|scope| {
+        let producer = scope.spawn(|| -> hetmem::Result<()> {
+            for index in 0..setup.frames {
+                let mut slot = ring.next_input()?;
+                // Without refill, each slot keeps the input the first round wrote.
+                if setup.refill {
+                    slot.copy_from_slice(&inputs[(index % slots) as usize]);
+                }
+                slot.submit();
+            }
+            Ok(())
+        });
+        let drained = (0..setup.frames).try_for_each(|_| ring.next_output().map(drop));
+        if drained.is_err() {
+            ring.close();
+        }
+        let produced = producer.join().expect("the producer thread does not panic");
+        drained.and(produced.or_else(|error| match error {
+            Error::RingClosed => Ok(()),
+            error => Err(error),
+        }))
+    });
+    drained?;
+    Ok(())
+}
+
+/// Each device's part of the run, from its ring's (frames drained, busy seconds) before and
+/// after the timed stream.
+fn device_shares<S: Stage>(
+    devices: &[Device],
+    ring: &FanOutRing<S>,
+    before: &[(u64, f64)],
+    after: &[(u64, f64)],
+    wall_s: f64,
+) -> Vec<DeviceShare> {
+    devices
+        .iter()
+        .zip(ring.rings())
+        .zip(before.iter().zip(after))
+        .map(|((device, one), (&(drained_before, busy_before), &(drained_after, busy_after)))| {
+            let frames = drained_after - drained_before;
+            DeviceShare {
+                ordinal: device.as_cuda().map(|cuda| cuda.ordinal()),
+                name: device.name(),
+                frames,
+                link_bytes_per_s: (one.link_bytes_per_frame() * frames) as f64 / wall_s,
+                kernel_busy_s: busy_after - busy_before,
+                nvml_pcie_mb_s: None,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -301,7 +301,7 @@ fn checksum_stage(
         let stage = Checksum { sum: sums[2 * index], weighted: sums[2 * index + 1] };
         let cpu = cpu_checksum(range)?;
         if stage != cpu {
-            return Err(hetmem::Error::ResultMismatch {
+            return Err(hetmem_bench::BenchError::ResultMismatch {
                 what: "the checksum stage",
                 detail: format!("{}: {stage:?} from the stage, {cpu:?} from the CPU", range.path.display()),
             }

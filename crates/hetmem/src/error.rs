@@ -200,30 +200,6 @@ pub enum Error {
         /// The ordinal of the GPU whose queue holds the lease.
         device: usize,
     },
-    /// A measurement's check failed: what the GPU (or a copy) produced differs from what the
-    /// CPU computes, so the measurement is void.
-    #[error(
-        "{what} differs from the CPU's result: {detail}; the measurement is void; remedy: run \
-         again, and if it repeats, run `hetmem doctor` and the program under compute-sanitizer \
-         (a repeatable difference is a bug: please report it)"
-    )]
-    ResultMismatch {
-        /// What was checked.
-        what: &'static str,
-        /// Where the first difference is, and the values.
-        detail: String,
-    },
-    /// One cell of the link benchmark (a path at a size) failed.
-    #[error("the link benchmark's {path} cell at {bytes} bytes failed: {source}")]
-    BenchCellFailed {
-        /// The path measured.
-        path: &'static str,
-        /// The transfer size.
-        bytes: usize,
-        /// Why it failed.
-        #[source]
-        source: Box<Error>,
-    },
     /// A device selection (`--devices`) names GPUs this machine does not have.
     #[error("GPU {asked} asked for, but the GPUs present are: {present}")]
     NoSuchDevices {
@@ -376,9 +352,7 @@ impl Error {
                 Some(code) if code == rustix::io::Errno::NOMEM.raw_os_error()
                     || code == rustix::io::Errno::AGAIN.raw_os_error()
             ),
-            Error::FrameFailed { source, .. } | Error::BenchCellFailed { source, .. } => {
-                source.is_transient()
-            }
+            Error::FrameFailed { source, .. } => source.is_transient(),
             #[cfg(feature = "testing")]
             Error::InjectedFault { kind, .. } => *kind == crate::faults::FaultKind::Transient,
             _ => false,
@@ -390,7 +364,7 @@ impl Error {
     pub fn is_sticky(&self) -> bool {
         match self {
             Error::Cuda(error) => error.is_sticky(),
-            Error::FrameFailed { source, .. } | Error::BenchCellFailed { source, .. } => source.is_sticky(),
+            Error::FrameFailed { source, .. } => source.is_sticky(),
             #[cfg(feature = "testing")]
             Error::InjectedFault { kind, .. } => *kind != crate::faults::FaultKind::Transient,
             _ => false,
@@ -606,8 +580,6 @@ mod tests {
         assert_eq!(Error::Stopped { what: "load" }.to_string(), "the load was stopped before it finished");
         let lent = Error::LentToGpu { device: 1 }.to_string();
         assert!(lent.contains("lent to GPU work on CUDA device 1") && lent.contains("reclaim"), "{lent}");
-        let wrong = Error::ResultMismatch { what: "the written data", detail: "word 3".into() }.to_string();
-        assert!(wrong.starts_with("the written data differs from the CPU's result: word 3;"), "{wrong}");
     }
 
     #[test]

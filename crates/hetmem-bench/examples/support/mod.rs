@@ -1,6 +1,6 @@
 //! Helpers the examples share: fresh non-zero data and a check against the CPU reference.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use hetmem_bench::random::SplitMix64;
 
 /// An error naming the first word that differs from the reference, if any does.
 #[allow(dead_code, reason = "each example compiles this module; the stage examples compare bytes themselves")]
@@ -20,24 +20,22 @@ pub fn check(what: &str, got: &[u32], expected: &[u32]) -> Result<(), String> {
     }
 }
 
-/// Marsaglia's xorshift32: fast, dependency-free, and never yields 0 from a non-zero state,
-/// so every generated word is non-zero and differs from the buffers' zeroed contents.
-pub struct XorShift32(u32);
+/// Fresh non-zero words from the benchmark's generator ([`SplitMix64`]), seeded from the clock
+/// and the process: every word differs from the buffers' zeroed contents.
+pub struct FreshWords(SplitMix64);
 
-impl XorShift32 {
+impl FreshWords {
     /// Seeded from the clock, so each run uses fresh data.
     pub fn from_time() -> Self {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |t| t.as_nanos());
-        let seed = (nanos as u32) ^ ((nanos >> 32) as u32) ^ std::process::id();
-        XorShift32(if seed == 0 { 0x9E37_79B9 } else { seed })
+        FreshWords(SplitMix64::fresh())
     }
 
     pub fn next_u32(&mut self) -> u32 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        self.0 = x;
-        x
+        loop {
+            let word = (self.0.next_u64() >> 32) as u32;
+            if word != 0 {
+                return word;
+            }
+        }
     }
 }

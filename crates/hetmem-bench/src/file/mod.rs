@@ -15,11 +15,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use hetmem::data::{FileStream, LoadMethod, ReadMode, SafetensorsHeader, StreamOptions};
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
 use hetmem::memory::{DeviceBuf, HostBuf, PinOptions};
 use hetmem::{Device, Queue};
 pub use storage::{CacheDrop, StorageRead, StorageRow};
 pub use verify::Extent;
+
+use crate::error::Result;
 
 /// What `bench file` measures.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -156,14 +158,14 @@ pub struct FileReport {
 ///
 /// # Errors
 /// No sizes or methods; a file that cannot be written or read; a load failing or landing wrong
-/// bytes ([`Error::ResultMismatch`]).
+/// bytes ([`BenchError::ResultMismatch`](crate::BenchError::ResultMismatch)).
 pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) -> Result<FileReport> {
     if options.sizes.is_empty()
         || options.methods.is_empty()
         || options.tunings.is_empty()
         || options.repeats == 0
     {
-        return Err(Error::invalid("bench file", "give at least one size, method, tuning and repeat"));
+        return Err(Error::invalid("bench file", "give at least one size, method, tuning and repeat").into());
     }
     std::fs::create_dir_all(&options.dir)
         .map_err(|source| Error::Io { context: format!("creating {}", options.dir.display()), source })?;
@@ -195,10 +197,7 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
         files: Vec::new(),
         rows: Vec::new(),
     };
-    let drop = |path: &Path, report: &mut FileReport| -> Result<()> {
-        report.cache_drop = Some(storage::drop_cache(path, options.drop_caches)?);
-        Ok(())
-    };
+    let loads = Loads { device, queue: &queue, options, status, link };
     for (index, &size) in options.sizes.iter().enumerate() {
         status(&format!("writing {}", generate::file_name(size)));
         let (path, written) = generate::ensure(&options.dir, size, index as u64 ^ 0x6865_746d_656d)?;
@@ -210,70 +209,8 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
             written,
             kept: options.keep || !written,
         });
-        let outcome = (|| -> Result<()> {
-            if size == ceiling_size {
-                status("measuring the storage (O_DIRECT and buffered, 1 and several streams)");
-                report.storage = storage::ceiling(
-                    &path,
-                    options.ceiling_bytes.min(file_bytes),
-                    options.storage_streams,
-                    8 << 20,
-                    &|| storage::drop_cache(&path, options.drop_caches),
-                )?;
-                report.storage_best_gb_per_s = report.storage.iter().map(|row| row.gb_per_s).reduce(f64::max);
-            }
-            for cache in [CacheState::Cold, CacheState::Warm] {
-                for (method, stream) in &mut streams {
-                    let tuning = stream.options();
-                    status(&format!(
-                        "{} {method}, {} threads, {} chunks, {:?} cache",
-                        generate::file_name(size),
-                        tuning.threads,
-                        crate::sizes::format(tuning.chunk_bytes),
-                        cache
-                    ));
-                    let mut seconds_all = Vec::new();
-                    let mut last = None;
-                    for _ in 0..options.repeats {
-                        match cache {
-                            CacheState::Cold => drop(&path, &mut report)?,
-                            CacheState::Warm => warm(&path)?,
-                        }
-                        let loaded = stream.load_safetensors(&[&path], &|_| {})?;
-                        verify::compare_with_files(
-                            device,
-                            &queue,
-                            loaded.buffer,
-                            &[(header.data.clone(), 0)],
-                            Extent::Samples,
-                        )?;
-                        seconds_all.push(loaded.report.seconds);
-                        last = Some(loaded.report);
-                    }
-                    let last = last.expect("repeats >= 1");
-                    let seconds = seconds_all.iter().copied().fold(f64::INFINITY, f64::min);
-                    let gb_per_s = last.bytes as f64 / seconds / 1e9;
-                    report.rows.push(FileRow {
-                        method: *method,
-                        ran: last.method,
-                        threads: tuning.threads,
-                        chunk_bytes: tuning.chunk_bytes,
-                        ring_depth: tuning.ring_depth,
-                        read_mode: last.read_mode,
-                        size,
-                        file_bytes,
-                        bytes: last.bytes,
-                        cache,
-                        seconds,
-                        seconds_all,
-                        gb_per_s,
-                        of_storage: None,
-                        of_link: link.map(|link| gb_per_s / link),
-                    });
-                }
-            }
-            Ok(())
-        })();
+        let file = SizedFile { size, path: &path, header: &header, file_bytes };
+        let outcome = loads.file(&mut report, &mut streams, &file, size == ceiling_size);
         // A file kept by an earlier run stays: only what this run wrote is removed.
         if written && !options.keep {
             let _ = std::fs::remove_file(&path);
@@ -286,6 +223,114 @@ pub fn measure(device: &Device, options: &FileOptions, status: &dyn Fn(&str)) ->
         }
     }
     Ok(report)
+}
+
+/// What every load of a run shares.
+struct Loads<'a> {
+    device: &'a Device,
+    queue: &'a Queue,
+    options: &'a FileOptions,
+    status: &'a dyn Fn(&str),
+    link: Option<f64>,
+}
+
+/// One test file, at the size it was made for.
+struct SizedFile<'a> {
+    size: usize,
+    path: &'a Path,
+    header: &'a SafetensorsHeader,
+    file_bytes: u64,
+}
+
+impl Loads<'_> {
+    /// The storage's ceiling (with `ceiling`), then each method of `streams` cold and warm on
+    /// `file`, a row each.
+    fn file(
+        &self,
+        report: &mut FileReport,
+        streams: &mut [(LoadMethod, FileStream)],
+        file: &SizedFile<'_>,
+        ceiling: bool,
+    ) -> Result<()> {
+        let (options, status, path) = (self.options, self.status, file.path);
+        if ceiling {
+            status("measuring the storage (O_DIRECT and buffered, 1 and several streams)");
+            report.storage = storage::ceiling(
+                path,
+                options.ceiling_bytes.min(file.file_bytes),
+                options.storage_streams,
+                8 << 20,
+                &|| storage::drop_cache(path, options.drop_caches),
+            )?;
+            report.storage_best_gb_per_s = report.storage.iter().map(|row| row.gb_per_s).reduce(f64::max);
+        }
+        for cache in [CacheState::Cold, CacheState::Warm] {
+            for (method, stream) in streams.iter_mut() {
+                let row = self.cell(report, *method, stream, file, cache)?;
+                report.rows.push(row);
+            }
+        }
+        Ok(())
+    }
+
+    /// `options.repeats` loads of `file` by `stream` from a `cache` page cache, each read back
+    /// and compared; the best is the row's.
+    fn cell(
+        &self,
+        report: &mut FileReport,
+        method: LoadMethod,
+        stream: &mut FileStream,
+        file: &SizedFile<'_>,
+        cache: CacheState,
+    ) -> Result<FileRow> {
+        let (options, path) = (self.options, file.path);
+        let tuning = stream.options();
+        (self.status)(&format!(
+            "{} {method}, {} threads, {} chunks, {:?} cache",
+            generate::file_name(file.size),
+            tuning.threads,
+            crate::sizes::format(tuning.chunk_bytes),
+            cache
+        ));
+        let mut seconds_all = Vec::new();
+        let mut last = None;
+        for _ in 0..options.repeats {
+            match cache {
+                CacheState::Cold => report.cache_drop = Some(storage::drop_cache(path, options.drop_caches)?),
+                CacheState::Warm => warm(path)?,
+            }
+            let loaded = stream.load_safetensors(&[path], &|_| {})?;
+            verify::compare_with_files(
+                self.device,
+                self.queue,
+                loaded.buffer,
+                &[(file.header.data.clone(), 0)],
+                Extent::Samples,
+            )?;
+            seconds_all.push(loaded.report.seconds);
+            last = Some(loaded.report);
+        }
+        let last = last.expect("repeats >= 1");
+        let seconds = seconds_all.iter().copied().fold(f64::INFINITY, f64::min);
+        let gb_per_s = last.bytes as f64 / seconds / 1e9;
+        Ok(FileRow {
+            method,
+            ran: last.method,
+            threads: tuning.threads,
+            chunk_bytes: tuning.chunk_bytes,
+            ring_depth: tuning.ring_depth,
+            read_mode: last.read_mode,
+            size: file.size,
+            file_bytes: file.file_bytes,
+            bytes: last.bytes,
+            cache,
+            seconds,
+            seconds_all,
+            gb_per_s,
+            of_storage: None,
+            of_link: self.link.map(|link| gb_per_s / link),
+        })
+    }
 }
 
 /// The link's host-to-device rate: the best of 5 copies of 256 MiB from pinned memory into
@@ -315,7 +360,7 @@ pub fn link_h2d_gb_per_s(device: &Device, queue: &Queue) -> Result<Option<f64>> 
 }
 
 /// Reads the whole file through the page cache (8 threads), so a warm load finds it there.
-fn warm(path: &Path) -> Result<()> {
+fn warm(path: &Path) -> hetmem::Result<()> {
     let file = std::fs::File::open(path)
         .map_err(|source| Error::Io { context: format!("opening {}", path.display()), source })?;
     let len = file

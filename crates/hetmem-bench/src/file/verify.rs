@@ -4,9 +4,11 @@
 use std::os::unix::fs::FileExt;
 
 use hetmem::data::FileRange;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
 use hetmem::memory::{DeviceBuf, HostBuf, PinOptions};
 use hetmem::{Device, Queue};
+
+use crate::error::{BenchError, Result};
 
 /// How much of each part to compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +26,7 @@ const WINDOW: usize = 64 << 20;
 /// files; gives the buffer back.
 ///
 /// # Errors
-/// A byte differs ([`Error::ResultMismatch`], naming the file and offset); a read or copy
+/// A byte differs ([`BenchError::ResultMismatch`], naming the file and offset); a read or copy
 /// failed.
 pub fn compare_with_files(
     device: &Device,
@@ -58,7 +60,7 @@ pub fn compare_with_files(
             if let Some(index) =
                 got.as_slice()[..span].iter().zip(&expected[..span]).position(|(a, b)| a != b)
             {
-                return Err(Error::ResultMismatch {
+                return Err(BenchError::ResultMismatch {
                     what: "a loaded file",
                     detail: format!(
                         "byte {} of {}: {:#04x} on the device, {:#04x} in the file",
@@ -75,5 +77,5 @@ pub fn compare_with_files(
     if let Some(host) = host {
         host.reclaim()?;
     }
-    loaded.reclaim()
+    Ok(loaded.reclaim()?)
 }

@@ -4,11 +4,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use super::{
-    BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random, fresh_seed,
-};
+use super::{BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random};
 use crate::Summary;
-use hetmem::error::{Error, Result};
+use crate::error::{BenchError, Result};
+use crate::random::fresh_seed;
 
 /// `memcpy` bandwidth at every size, each copy checked.
 pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
@@ -30,7 +29,7 @@ pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
             }
         }
         if dst[..words] != src[..words] {
-            return Err(Error::ResultMismatch {
+            return Err(BenchError::ResultMismatch {
                 what: "host_memcpy",
                 detail: format!("the copy of {bytes} bytes differs"),
             });

@@ -12,18 +12,24 @@
 //! were not measured.
 
 mod cpu_cache;
+mod doorbell;
 mod gpu;
 mod host;
 mod profile;
+mod words;
 
+pub use doorbell::doorbell_round_trip;
 pub use profile::{PROFILE_PATHS, cached_or_measured, measure_profile, save_profile};
+use words::{bench_word, fill_random, first_pattern_mismatch, xor_checksum};
 
 use std::str::FromStr;
 
 use super::completion::CompletionReport;
 use super::{Summary, sizes};
 use hetmem::backend::Device;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
+
+use crate::error::Result;
 
 /// The smallest bandwidth size.
 pub const MIN_SIZE: usize = 4 << 10;
@@ -173,7 +179,7 @@ impl std::fmt::Display for LinkPath {
 impl FromStr for LinkPath {
     type Err = Error;
 
-    fn from_str(text: &str) -> Result<LinkPath> {
+    fn from_str(text: &str) -> Result<LinkPath, Error> {
         LinkPath::ALL.into_iter().find(|path| path.name() == text.trim()).ok_or_else(|| {
             let names: Vec<&str> = LinkPath::ALL.iter().map(|path| path.name()).collect();
             Error::invalid("path", format!("`{text}`: the paths are {}", names.join(", ")))
@@ -293,7 +299,7 @@ impl LinkOptions {
     /// A size out of range or not a multiple of 4 KiB, no sizes or paths, zero repeats or more
     /// than [`MAX_RUNS`] with the warm-up, or latency sizes without samples; the message lists
     /// what is accepted.
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> hetmem::Result<()> {
         let range = format!("{} to {}", sizes::format(MIN_SIZE), sizes::format(MAX_SIZE));
         if self.sizes.is_empty() {
             return Err(Error::invalid("sizes", format!("none given: give sizes from {range}")));
@@ -487,102 +493,10 @@ fn ceiling_of(cells: &[BandwidthCell]) -> Option<Ceiling> {
     Some(Ceiling { h2d_gb_s: best(LinkPath::PinnedAsyncH2d)?, d2h_gb_s: best(LinkPath::PinnedAsyncD2h)? })
 }
 
-/// Round trips of a 64-byte request (gain over 16 random f32 samples) through the
-/// persistent-kernel doorbell ([`hetmem::resident::Doorbell`]), `samples` times after a tenth as
-/// many to warm up, one request in flight; every reply is checked bit for bit against the CPU.
-/// `None` on the CPU backend.
-///
-/// The doorbell's kernel stays resident while it runs, so this starts it last and shuts it
-/// down before returning: device-synchronising calls made meanwhile would wait for it.
-///
-/// # Errors
-/// The doorbell failing to start, a request timing out, or a reply that differs.
-pub fn doorbell_round_trip(device: &Device, samples: usize) -> Result<Option<Summary>> {
-    use hetmem::resident::{Doorbell, Request};
-    if device.as_cuda().is_none() {
-        return Ok(None);
-    }
-    let mut seed = fresh_seed();
-    let bell = Doorbell::start(device, 16)?;
-    let mut round_trips = Vec::with_capacity(samples);
-    let measured = (0..samples + samples / 10).try_for_each(|round| {
-        let block: Vec<f32> = (0..16)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect();
-        let request = Request::Gain { gain: 0.75, samples: &block };
-        let start = std::time::Instant::now();
-        let reply = bell.call(request)?;
-        let elapsed = start.elapsed().as_secs_f64() * 1e6;
-        if reply.iter().map(|v| v.to_bits()).ne(request.reference().iter().map(|v| v.to_bits())) {
-            return Err(Error::ResultMismatch {
-                what: "the doorbell's reply",
-                detail: format!("round {round} of the round trip benchmark"),
-            });
-        }
-        if round >= samples / 10 {
-            round_trips.push(elapsed);
-        }
-        Ok(())
-    });
-    let stopped = bell.shutdown();
-    measured?;
-    stopped?;
-    Ok(Summary::of(&round_trips))
-}
-
-/// A reproducible stream of random words: xorshift64*, seeded from the clock and the process.
-pub(crate) fn fresh_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos() as u64);
-    (nanos ^ u64::from(std::process::id()).rotate_left(32)) | 1
-}
-
-/// Fills `words` with random data from `seed` (in parallel, one stream per 1 MiB chunk).
-pub(crate) fn fill_random(words: &mut [u32], seed: u64) {
-    use rayon::prelude::*;
-    words.par_chunks_mut(1 << 18).enumerate().for_each(|(chunk, words)| {
-        let mut state = (seed ^ (chunk as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
-        for word in words {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            *word = (state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as u32;
-        }
-    });
-}
-
-/// The XOR of every word: what the read kernels compute.
-pub(crate) fn xor_checksum(words: &[u32]) -> u32 {
-    use rayon::prelude::*;
-    words.par_chunks(1 << 18).map(|chunk| chunk.iter().fold(0, |acc, &w| acc ^ w)).reduce(|| 0, |a, b| a ^ b)
-}
-
-/// The word `bench_write_u4` stores at index `i` (kernels/bench.cu's `bench_word`).
-pub(crate) fn bench_word(i: u64, seed: u32) -> u32 {
-    let mut x = (i as u32) ^ ((i >> 32) as u32).wrapping_mul(0x9E37_79B9) ^ seed;
-    x ^= x >> 16;
-    x = x.wrapping_mul(0x7FEB_352D);
-    x ^= x >> 15;
-    x = x.wrapping_mul(0x846C_A68B);
-    x ^= x >> 16;
-    x
-}
-
-/// The first index where `words` differs from `bench_word(i, seed)`.
-pub(crate) fn first_pattern_mismatch(words: &[u32], seed: u32) -> Option<usize> {
-    use rayon::prelude::*;
-    words.par_iter().enumerate().position_first(|(i, &word)| word != bench_word(i as u64, seed))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::random::fresh_seed;
 
     #[test]
     fn path_names_round_trip_and_unknown_names_list_the_valid_ones() {

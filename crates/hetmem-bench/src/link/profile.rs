@@ -3,10 +3,11 @@
 
 use hetmem::backend::Device;
 use hetmem::backend::cuda::CudaDevice;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
 use hetmem::placement::{GpuKey, LinkProfile, ProfileCache, ProfileSource};
 
 use super::{LinkOptions, LinkPath, LinkReport};
+use crate::error::Result;
 
 /// The cells a [`LinkProfile`] is made of, in the order of its rates.
 pub const PROFILE_PATHS: [LinkPath; 4] =
@@ -18,7 +19,7 @@ impl LinkReport {
     ///
     /// # Errors
     /// A report without those cells (a CPU-only run, or paths left out), naming them.
-    pub fn profile(&self) -> Result<LinkProfile> {
+    pub fn profile(&self) -> hetmem::Result<LinkProfile> {
         let rate = |path: LinkPath| {
             self.bandwidth
                 .iter()
@@ -49,7 +50,7 @@ impl LinkReport {
 ///
 /// # Errors
 /// A report without the profile's cells, no cache folder, or a file that cannot be written.
-pub fn save_profile(gpu: &CudaDevice, report: &LinkReport) -> Result<std::path::PathBuf> {
+pub fn save_profile(gpu: &CudaDevice, report: &LinkReport) -> hetmem::Result<std::path::PathBuf> {
     ProfileCache::hetmem_default().save(&GpuKey::of(gpu), &report.profile()?)
 }
 

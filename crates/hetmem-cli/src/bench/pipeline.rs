@@ -7,10 +7,11 @@ use anyhow::Context as _;
 use hetmem::backend::nvml::NvmlSession;
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout};
 use hetmem::{Device, FenceKind, Strategy};
+use hetmem_bench::pcie::PcieSampler;
 use hetmem_bench::streaming::{self, StreamingRun, StreamingSetup};
 
 use super::plot;
-use crate::frame_strategies::{self, PcieSampler, Report};
+use crate::frame_strategies::{self, Report};
 use crate::table::Table;
 use crate::ui::Ui;
 

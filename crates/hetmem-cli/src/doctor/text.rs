@@ -15,6 +15,16 @@ pub fn report_text(report: &Report) -> String {
 }
 
 fn write_text(report: &Report, out: &mut String) -> std::fmt::Result {
+    write_driver(report, out)?;
+    write_devices(report, out)?;
+    write_pairs(report, out)?;
+    write_host(report, out)?;
+    writeln!(out)?;
+    write_checks(report, out)
+}
+
+/// The backend chosen and the driver found.
+fn write_driver(report: &Report, out: &mut String) -> std::fmt::Result {
     writeln!(out, "hetmem {} doctor", report.hetmem_version)?;
     match &report.backend.fallback_reason {
         Some(reason) => writeln!(out, "backend: {} (fallback: {reason})", report.backend.selected)?,
@@ -25,6 +35,11 @@ fn write_text(report: &Report, out: &mut String) -> std::fmt::Result {
         (Some(cuda), None) => writeln!(out, "driver:  CUDA {cuda}")?,
         (None, _) => writeln!(out, "driver:  none found")?,
     }
+    Ok(())
+}
+
+/// Each GPU: its name, memory and link, and the attributes hetmem decides from.
+fn write_devices(report: &Report, out: &mut String) -> std::fmt::Result {
     for device in &report.devices {
         let link = match &device.pcie {
             Some(link) => format!(
@@ -73,6 +88,11 @@ fn write_text(report: &Report, out: &mut String) -> std::fmt::Result {
             flag(a.can_use_host_pointer_for_registered_mem)
         )?;
     }
+    Ok(())
+}
+
+/// That there is no GPU or only one, or each pair of GPUs: its topology and peer access.
+fn write_pairs(report: &Report, out: &mut String) -> std::fmt::Result {
     if report.devices.is_empty() {
         writeln!(out, "devices: none (GPU checks skipped; the CPU backend runs everything)")?;
     } else if report.devices.len() == 1 {
@@ -98,6 +118,11 @@ fn write_text(report: &Report, out: &mut String) -> std::fmt::Result {
             peer(pair.peer_access_b_to_a)
         )?;
     }
+    Ok(())
+}
+
+/// The host's limits and the kernels' code.
+fn write_host(report: &Report, out: &mut String) -> std::fmt::Result {
     let host = &report.host;
     writeln!(
         out,
@@ -121,7 +146,11 @@ fn write_text(report: &Report, out: &mut String) -> std::fmt::Result {
             }
         )?;
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// The checks, aligned, each remedy under its check, and the summary line.
+fn write_checks(report: &Report, out: &mut String) -> std::fmt::Result {
     let scope_width = report.checks.iter().map(|c| c.scope.len()).max().unwrap_or(0);
     let name_width = report.checks.iter().map(|c| c.name.len()).max().unwrap_or(0);
     for check in &report.checks {

@@ -24,25 +24,12 @@ fn json_of(output: &Output) -> Value {
 
 /// `len` fresh random bytes, none zero, in `dir/name`.
 fn random_file(dir: &Path, name: &str, len: usize) -> Vec<u8> {
-    let seed = fastrand_seed();
+    let seed = hetmem_bench::random::fresh_seed();
     eprintln!("{name}: seed {seed:#x}");
-    let mut state = seed;
-    let bytes: Vec<u8> = (0..len)
-        .map(|_| {
-            // xorshift64*: no extra dependency for the CLI's tests.
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            ((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 56) as u8).max(1)
-        })
-        .collect();
+    let mut rng = hetmem_bench::random::SplitMix64::new(seed);
+    let bytes: Vec<u8> = (0..len).map(|_| ((rng.next_u64() >> 56) as u8).max(1)).collect();
     std::fs::write(dir.join(name), &bytes).unwrap();
     bytes
-}
-
-fn fastrand_seed() -> u64 {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-    nanos ^ (u64::from(std::process::id()) << 32) | 1
 }
 
 /// The checksum `--stage checksum` computes, computed here: the sum of the file's 32-bit

@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian_cpu};
 use hetmem::{BackendChoice, BackendKind, Device, Strategy};
+use hetmem_bench::random::{SplitMix64, fresh_seed};
 
 fn command(args: &[&str]) -> Command {
     command_on("cpu", args)
@@ -108,18 +109,8 @@ fn text(path: &Path) -> &str {
 /// Random bytes, different on every call and every run (never a constant image).
 fn random_bytes(len: usize) -> Vec<u8> {
     static CALLS: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-    let mut state = (0x9E37_79B9_7F4A_7C15u64 ^ nanos ^ u64::from(std::process::id()))
-        .wrapping_add(CALLS.fetch_add(1, Ordering::Relaxed).wrapping_mul(0xD1B5_4A32_D192_ED03))
-        | 1;
-    let bytes: Vec<u8> = (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect();
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let bytes = SplitMix64::part(fresh_seed(), call).bytes(len);
     assert!(bytes.iter().any(|&b| b != bytes[0]), "random bytes came out constant");
     bytes
 }

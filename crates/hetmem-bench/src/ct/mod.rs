@@ -19,16 +19,19 @@
 use std::time::Instant;
 
 use hetmem::backend::Device;
-use hetmem::error::{Error, Result};
+use hetmem::error::Error;
 use hetmem::ops::ct::{
-    self, HuLease, HuWindow, LabelLease, LabelledVolume, Organ, OrganStats, STATS_WORDS, VolumeShape,
-    gaussian_weights, masked_gaussian_cpu, mip_height_cpu, organ_stats_cpu, window_to_gray,
+    HuWindow, LabelledVolume, Organ, OrganStats, VolumeShape, gaussian_weights, window_to_gray,
 };
-use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer, ProfileSource, Where};
-use hetmem::{DeviceBuf, HostBuf, Lent, PinOptions, Queue};
+use hetmem::placement::{AccessPattern, BufferUse, LinkProfile, Placement, Placer, ProfileSource};
 
 use crate::Summary;
+use crate::error::Result;
 use crate::link;
+
+mod outputs;
+mod reference;
+mod rows;
 
 /// The organ smoothed.
 pub const SMOOTHED_ORGAN: Organ = Organ::Liver;
@@ -94,7 +97,7 @@ impl CtOptions {
     ///
     /// # Errors
     /// No studies, or a stack too large to address.
-    pub fn volume(&self) -> Result<VolumeShape> {
+    pub fn volume(&self) -> hetmem::Result<VolumeShape> {
         let study = self.study();
         let depth = study.depth().checked_mul(self.studies).filter(|_| self.studies > 0);
         let depth =
@@ -215,7 +218,7 @@ pub struct CtRun {
 }
 
 /// The volume and template measured: the scan repeated, or each study a phantom of its own seed.
-pub fn volume_stack(options: &CtOptions) -> Result<LabelledVolume> {
+pub fn volume_stack(options: &CtOptions) -> hetmem::Result<LabelledVolume> {
     let volume = options.volume()?;
     let mut hu = Vec::with_capacity(volume.voxels());
     let mut labels = Vec::with_capacity(volume.voxels());
@@ -251,181 +254,14 @@ pub fn declared_buffers(volume: VolumeShape, windows: usize) -> [BufferUse; 2] {
     ]
 }
 
-/// The CPU's results, the reference every row is checked against.
-struct Expected {
-    stats: Vec<OrganStats>,
-    smoothed: Option<Vec<f32>>,
-    mip: Vec<i16>,
-}
-
-fn cpu_run(
-    phantom: &LabelledVolume,
-    windows: &[HuWindow],
-    smoothing: bool,
-    weights: &[f32],
-) -> Result<Expected> {
-    let mut stats = Vec::with_capacity(windows.len() * Organ::ALL.len());
-    for &window in windows {
-        for organ in Organ::ALL {
-            stats.push(organ_stats_cpu(phantom.hu(), phantom.labels(), organ.label(), window)?);
-        }
-    }
-    let smoothed = if smoothing {
-        Some(masked_gaussian_cpu(
-            phantom.shape(),
-            phantom.hu(),
-            phantom.labels(),
-            SMOOTHED_ORGAN.label(),
-            weights,
-        )?)
-    } else {
-        None
-    };
-    Ok(Expected { stats, smoothed, mip: mip_height_cpu(phantom.shape(), phantom.hu())? })
-}
-
-fn mapped<T: hetmem::Element>(device: &Device, data: &[T]) -> Result<HostBuf<T>> {
-    let mut buf = HostBuf::pinned(device, data.len(), PinOptions::default())?;
-    buf.as_mut_slice().copy_from_slice(data);
-    Ok(buf)
-}
-
-/// The outputs one run writes, mapped so the CPU reads them straight after.
-struct Outputs {
-    stats: Vec<Lent<HostBuf<u64>>>,
-    smoothed: Option<Lent<HostBuf<f32>>>,
-    mip: Lent<HostBuf<i16>>,
-}
-
-impl Outputs {
-    fn new(
-        device: &Device,
-        queue: &Queue,
-        passes: usize,
-        smoothing: bool,
-        volume: VolumeShape,
-    ) -> Result<Outputs> {
-        let mut stats = Vec::with_capacity(passes);
-        for _ in 0..passes {
-            stats.push(queue.lend(HostBuf::pinned(device, STATS_WORDS, PinOptions::default())?));
-        }
-        let smoothed = match smoothing {
-            true => Some(queue.lend(HostBuf::pinned(device, volume.voxels(), PinOptions::default())?)),
-            false => None,
-        };
-        let mip =
-            queue.lend(HostBuf::pinned(device, volume.depth() * volume.width(), PinOptions::default())?);
-        Ok(Outputs { stats, smoothed, mip })
-    }
-
-    /// Poisons every output, so a pass that wrote nothing cannot pass the check.
-    fn poison(self, queue: &Queue) -> Result<Outputs> {
-        let relend = |mut buf: HostBuf<u64>| {
-            buf.as_mut_slice().fill(0xA5A5_A5A5_A5A5_A5A5);
-            queue.lend(buf)
-        };
-        let stats = self.stats.into_iter().map(|lent| lent.reclaim().map(relend)).collect::<Result<_>>()?;
-        let smoothed = match self.smoothed {
-            Some(lent) => {
-                let mut buf = lent.reclaim()?;
-                buf.as_mut_slice().fill(f32::NAN);
-                Some(queue.lend(buf))
-            }
-            None => None,
-        };
-        let mut mip = self.mip.reclaim()?;
-        mip.as_mut_slice().fill(i16::MIN);
-        Ok(Outputs { stats, smoothed, mip: queue.lend(mip) })
-    }
-
-    /// Compares with the CPU's results.
-    fn check(self, queue: &Queue, expected: &Expected, windows: &[HuWindow]) -> Result<Outputs> {
-        let mismatch = |what: String| Error::ResultMismatch { what: "bench ct", detail: what };
-        let mut stats = Vec::with_capacity(self.stats.len());
-        for (pass, lent) in self.stats.into_iter().enumerate() {
-            let buf = lent.reclaim()?;
-            let got = OrganStats::from_words(buf.as_slice())?;
-            if got != expected.stats[pass] {
-                let organ = Organ::ALL[pass % Organ::ALL.len()];
-                let window = windows[pass / Organ::ALL.len()];
-                return Err(mismatch(format!(
-                    "statistics of {} in {window:?} differ from the CPU's",
-                    organ.name()
-                )));
-            }
-            stats.push(queue.lend(buf));
-        }
-        let smoothed = match (self.smoothed, &expected.smoothed) {
-            (Some(lent), Some(want)) => {
-                let buf = lent.reclaim()?;
-                let bad = buf
-                    .as_slice()
-                    .iter()
-                    .zip(want)
-                    .position(|(g, w)| (g - w).abs() > 1e-5 * w.abs().max(1.0) || g.is_nan());
-                if let Some(i) = bad {
-                    return Err(mismatch(format!(
-                        "smoothed voxel {i}: {} vs the CPU's {}",
-                        buf.as_slice()[i],
-                        want[i]
-                    )));
-                }
-                Some(queue.lend(buf))
-            }
-            (smoothed, _) => smoothed,
-        };
-        let mip = self.mip.reclaim()?;
-        if mip.as_slice() != &expected.mip[..] {
-            return Err(mismatch("the projection differs from the CPU's".into()));
-        }
-        Ok(Outputs { stats, smoothed, mip: queue.lend(mip) })
-    }
-}
-
-/// One GPU run of the computation: every pass, the smoothing, the projection.
-fn gpu_run<H: HuLease, L: LabelLease>(
-    queue: &Queue,
-    volume: VolumeShape,
-    hu: &H,
-    labels: &L,
-    weights: &hetmem::Shared<DeviceBuf<f32>>,
-    windows: &[HuWindow],
-    outputs: &mut Outputs,
-) -> Result<()> {
-    let mut pass = 0;
-    for &window in windows {
-        for organ in Organ::ALL {
-            ct::organ_stats(queue, hu, labels, organ.label(), window, &mut outputs.stats[pass])?;
-            pass += 1;
-        }
-    }
-    if let Some(out) = &mut outputs.smoothed {
-        ct::masked_gaussian(queue, volume, hu, labels, SMOOTHED_ORGAN.label(), weights, out)?;
-    }
-    ct::mip_height(queue, volume, hu, &mut outputs.mip)?;
-    queue.synchronize()
-}
-
-fn not_run(placing: Placing, volume: &str, template: &str, why: String) -> Row {
-    Row {
-        placing,
-        volume: volume.into(),
-        template: template.into(),
-        seconds_per_study: None,
-        speedup_over_all_copy: None,
-        not_run_because: Some(why),
-        checked: String::new(),
-    }
-}
-
 /// Runs the computation every way the machine can.
 ///
 /// # Errors
 /// Options out of range, memory that cannot be allocated, a GPU failure, or a row whose
-/// results differ from the CPU's ([`Error::ResultMismatch`]).
+/// results differ from the CPU's ([`BenchError::ResultMismatch`](crate::BenchError::ResultMismatch)).
 pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     if options.windows == 0 || options.repeats == 0 {
-        return Err(Error::invalid("bench ct", "give at least one window and one repeat"));
+        return Err(Error::invalid("bench ct", "give at least one window and one repeat").into());
     }
     let volume = options.volume()?;
     let phantom = volume_stack(options)?;
@@ -433,32 +269,15 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     let smoothing = options.studies == 1;
     let weights = gaussian_weights(SIGMA)?;
     let passes = windows.len() * Organ::ALL.len();
-    let studies = options.studies as f64;
-    let time = |mut run: Box<dyn FnMut() -> Result<()> + '_>| -> Result<Summary> {
-        let mut seconds = Vec::with_capacity(options.repeats);
-        for _ in 0..options.repeats {
-            let start = Instant::now();
-            run()?;
-            seconds.push(start.elapsed().as_secs_f64() / studies);
-        }
-        Summary::of(&seconds).ok_or_else(|| Error::invalid("bench ct", "no timed runs"))
-    };
+    let timer = Timer { repeats: options.repeats, studies: options.studies as f64 };
 
     let mut expected = None;
-    let cpu_seconds = time(Box::new(|| {
-        expected = Some(cpu_run(&phantom, &windows, smoothing, &weights)?);
+    let cpu_seconds = timer.time(&mut || {
+        expected = Some(reference::cpu_run(&phantom, &windows, smoothing, &weights)?);
         Ok(())
-    }))?;
+    })?;
     let expected = expected.ok_or_else(|| Error::invalid("bench ct", "the CPU run produced nothing"))?;
-    let widest = windows.len() - 1;
-    let organs = Organ::ALL
-        .iter()
-        .enumerate()
-        .map(|(i, &organ)| {
-            let stats = &expected.stats[widest * Organ::ALL.len() + i];
-            OrganRow { organ, count: stats.count, mean: stats.mean(), std: stats.std() }
-        })
-        .collect();
+    let organs = expected.organ_rows(windows.len());
     let cpu_row = Row {
         placing: Placing::Cpu,
         volume: "host".into(),
@@ -469,166 +288,17 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
         checked: "the reference".into(),
     };
 
-    let (profile, profile_source) = match (options.profile, device.as_cuda()) {
-        (Some(profile), _) => (profile, ProfileSource::Given.to_string()),
-        (None, Some(gpu)) => link::cached_or_measured(device, gpu)?,
-        (None, None) => {
-            (LinkProfile::built_in(), ProfileSource::BuiltIn { why: "no GPU".into() }.to_string())
-        }
-    };
+    let (profile, profile_source) = link_profile(device, options)?;
     let placement = declared_buffers(volume, windows.len())
         .into_iter()
         .fold(Placer::new(profile, options.device_budget), Placer::buffer)
         .place()?;
 
     let mip = window_to_gray(&expected.mip, HuWindow::new(-200, 1200)?);
-    let mut rows = Vec::new();
-    // On the CPU backend the placements' rows run too, each operation's CPU path on that
-    // placement's buffers (plain memory standing in for device memory): the budget's refusals
-    // and the results are the GPU run's, the seconds are not.
-    let checked = match device.as_cuda() {
-        Some(_) => "statistics bit for bit, smoothing within 1e-5, projection exactly, against the CPU",
-        None => {
-            "CPU backend (the CPU path on this placement's buffers; not GPU seconds): results as the reference"
-        }
-    };
-    let queue = Queue::new(device)?;
-    let weights_buf = {
-        let mut buf = DeviceBuf::new(device, weights.len())?;
-        buf.copy_from_slice(&weights)?;
-        queue.share(buf)
-    };
-    let mut outputs = Some(Outputs::new(device, &queue, passes, smoothing, volume)?);
-    let hu_host = queue.share(mapped(device, phantom.hu())?);
-    let labels_host = queue.share(mapped(device, phantom.labels())?);
-    let budget = hetmem::DeviceBudget::new(options.device_budget);
-    let fits = |bytes: u64| {
-        (bytes <= options.device_budget).then_some(()).ok_or_else(|| {
-            format!(
-                "does not fit: needs {bytes} bytes of device memory, more than the {} byte budget \
-                 (--device-budget); the placements that leave the volume mapped can run",
-                options.device_budget
-            )
-        })
-    };
-    let volume_bytes = volume.voxels() as u64 * 2;
-    let template_bytes = volume.voxels() as u64;
-
-    let mut run_row = |placing: Placing,
-                       volume_at: &str,
-                       template_at: &str,
-                       needs: u64,
-                       body: &mut dyn FnMut(&mut Outputs) -> Result<()>|
-     -> Result<Row> {
-        if let Err(why) = fits(needs) {
-            return Ok(not_run(placing, volume_at, template_at, why));
-        }
-        let taken = outputs.take().ok_or_else(|| Error::invalid("bench ct", "outputs lost"))?;
-        let mut out = taken.poison(&queue)?;
-        body(&mut out)?;
-        let mut out = out.check(&queue, &expected, &windows)?;
-        let seconds = time(Box::new(|| body(&mut out)))?;
-        outputs = Some(out);
-        Ok(Row {
-            placing,
-            volume: volume_at.into(),
-            template: template_at.into(),
-            seconds_per_study: Some(seconds),
-            speedup_over_all_copy: None,
-            not_run_because: None,
-            checked: checked.into(),
-        })
-    };
-
-    // All copy: device buffers of both, refilled from pinned memory before every pass.
-    let row = run_row(
-        Placing::AllCopy,
-        "copied per pass",
-        "copied per pass",
-        volume_bytes + template_bytes,
-        &mut |out| {
-            let mut hu_dev = queue.lend(DeviceBuf::<i16>::with_budget(device, volume.voxels(), &budget)?);
-            let mut labels_dev = queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
-            let refill = |hu_dev: &mut Lent<DeviceBuf<i16>>, labels_dev: &mut Lent<DeviceBuf<u8>>| {
-                queue.copy(&hu_host, hu_dev)?;
-                queue.copy(&labels_host, labels_dev)
-            };
-            for pass in 0..passes {
-                refill(&mut hu_dev, &mut labels_dev)?;
-                let (window, organ) = (windows[pass / Organ::ALL.len()], Organ::ALL[pass % Organ::ALL.len()]);
-                ct::organ_stats(&queue, &hu_dev, &labels_dev, organ.label(), window, &mut out.stats[pass])?;
-            }
-            if let Some(smoothed) = &mut out.smoothed {
-                refill(&mut hu_dev, &mut labels_dev)?;
-                let organ = SMOOTHED_ORGAN.label();
-                ct::masked_gaussian(&queue, volume, &hu_dev, &labels_dev, organ, &weights_buf, smoothed)?;
-            }
-            // The projection reads the volume only.
-            queue.copy(&hu_host, &mut hu_dev)?;
-            ct::mip_height(&queue, volume, &hu_dev, &mut out.mip)?;
-            queue.synchronize()
-        },
-    )?;
-    rows.push(row);
-
-    let row = run_row(Placing::AllMapped, "mapped", "mapped", 0, &mut |out| {
-        gpu_run(&queue, volume, &hu_host, &labels_host, &weights_buf, &windows, out)
-    })?;
-    rows.push(row);
-
-    // The template's one copy into device memory is part of each timed run.
-    let row = run_row(Placing::Hybrid, "mapped", "device", template_bytes, &mut |out| {
-        let mut labels_dev = queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
-        queue.copy(&labels_host, &mut labels_dev)?;
-        gpu_run(&queue, volume, &hu_host, &labels_dev, &weights_buf, &windows, out)
-    })?;
-    rows.push(row);
-
-    let volume_place = placement.place_of("volume").unwrap_or(Where::Mapped);
-    let template_place = placement.place_of("template").unwrap_or(Where::Mapped);
-    let row = run_row(
-        Placing::Placed,
-        &volume_place.to_string(),
-        &template_place.to_string(),
-        placement.device_bytes,
-        &mut |out| {
-            let held_hu = match volume_place {
-                Where::Device => {
-                    let mut dev =
-                        queue.lend(DeviceBuf::<i16>::with_budget(device, volume.voxels(), &budget)?);
-                    queue.copy(&hu_host, &mut dev)?;
-                    Some(dev)
-                }
-                Where::Mapped => None,
-            };
-            let held_labels = match template_place {
-                Where::Device => {
-                    let mut dev = queue.lend(DeviceBuf::<u8>::with_budget(device, volume.voxels(), &budget)?);
-                    queue.copy(&labels_host, &mut dev)?;
-                    Some(dev)
-                }
-                Where::Mapped => None,
-            };
-            match (&held_hu, &held_labels) {
-                (Some(hu), Some(labels)) => gpu_run(&queue, volume, hu, labels, &weights_buf, &windows, out),
-                (Some(hu), None) => gpu_run(&queue, volume, hu, &labels_host, &weights_buf, &windows, out),
-                (None, Some(labels)) => {
-                    gpu_run(&queue, volume, &hu_host, labels, &weights_buf, &windows, out)
-                }
-                (None, None) => gpu_run(&queue, volume, &hu_host, &labels_host, &weights_buf, &windows, out),
-            }
-        },
-    )?;
-    rows.push(row);
+    let run = rows::Run { volume, windows: &windows, passes, smoothing, expected: &expected, timer: &timer };
+    let mut rows = rows::gpu_rows(device, options, &run, &phantom, &weights, &placement)?;
     rows.push(cpu_row);
-    let all_copy = rows
-        .iter()
-        .find(|row| row.placing == Placing::AllCopy)
-        .and_then(|row| row.seconds_per_study.as_ref().map(|s| s.median));
-    for row in &mut rows {
-        row.speedup_over_all_copy =
-            all_copy.zip(row.seconds_per_study.as_ref()).map(|(copy, seconds)| copy / seconds.median);
-    }
+    speed_ups(&mut rows);
     let report = CtReport {
         device: device.name(),
         volume_kind: options
@@ -657,9 +327,51 @@ pub fn measure(device: &Device, options: &CtOptions) -> Result<CtRun> {
     })
 }
 
+/// Times `repeats` runs, in seconds per study.
+struct Timer {
+    repeats: usize,
+    studies: f64,
+}
+
+impl Timer {
+    fn time(&self, run: &mut dyn FnMut() -> hetmem::Result<()>) -> Result<Summary> {
+        let mut seconds = Vec::with_capacity(self.repeats);
+        for _ in 0..self.repeats {
+            let start = Instant::now();
+            run()?;
+            seconds.push(start.elapsed().as_secs_f64() / self.studies);
+        }
+        Summary::of(&seconds).ok_or_else(|| Error::invalid("bench ct", "no timed runs").into())
+    }
+}
+
+/// The link profile placement decides from, and where it came from.
+fn link_profile(device: &Device, options: &CtOptions) -> Result<(LinkProfile, String)> {
+    Ok(match (options.profile, device.as_cuda()) {
+        (Some(profile), _) => (profile, ProfileSource::Given.to_string()),
+        (None, Some(gpu)) => link::cached_or_measured(device, gpu)?,
+        (None, None) => {
+            (LinkProfile::built_in(), ProfileSource::BuiltIn { why: "no GPU".into() }.to_string())
+        }
+    })
+}
+
+/// Each row's speed-up over the all-copy row, where both ran.
+fn speed_ups(rows: &mut [Row]) {
+    let all_copy = rows
+        .iter()
+        .find(|row| row.placing == Placing::AllCopy)
+        .and_then(|row| row.seconds_per_study.as_ref().map(|s| s.median));
+    for row in rows {
+        row.speedup_over_all_copy =
+            all_copy.zip(row.seconds_per_study.as_ref()).map(|(copy, seconds)| copy / seconds.median);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hetmem::placement::Where;
     use hetmem::{BackendChoice, BackendKind};
 
     #[test]
