@@ -21,6 +21,7 @@
 //! summary, warnings and progress go to stderr, and `--json` needs `--report FILE` then.
 
 mod budget;
+mod container;
 mod endpoint;
 mod frame_io;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -269,8 +270,14 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
                 })
             };
             match args.raw {
-                None => y4m::filter(&job, source.into_frames(), file_len, open_output)?,
-                Some(spec) => raw::filter(&job, spec, source.into_frames(), file_len, open_output)?,
+                None => {
+                    let mut frames = source.into_frames();
+                    let video = y4m::read_header(&mut frames, &input_name.to_string())?;
+                    video::filter(&job, video, frames, file_len, open_output)?
+                }
+                Some(spec) => {
+                    video::filter(&job, raw::video(spec)?, source.into_frames(), file_len, open_output)?
+                }
             }
         }
         (Kind::Image(from_kind), Kind::Image(to_kind)) => {

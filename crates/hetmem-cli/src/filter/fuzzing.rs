@@ -14,7 +14,7 @@ use super::endpoint::{Endpoint, Named};
 use super::frame_io::FrameSink;
 use super::image::Opened;
 use super::raw::{PixFmt, RawSpec};
-use super::{ImageKind, Job, raw, y4m};
+use super::{ImageKind, Job, raw, video, y4m};
 
 /// The pixel cap the readers run under: 64 x 64, so that a frame the cap allows stays small.
 pub const MAX_PIXELS: u64 = 1 << 12;
@@ -53,7 +53,11 @@ fn sink() -> anyhow::Result<FrameSink> {
 /// # Errors
 /// What the reader says of the bytes.
 pub fn y4m(bytes: &[u8]) -> anyhow::Result<()> {
-    with_job(|job| y4m::filter(job, bytes, Some(bytes.len() as u64), sink).map(drop))
+    with_job(|job| {
+        let mut reader = bytes;
+        let video = y4m::read_header(&mut reader, &job.input.to_string())?;
+        video::filter(job, video, reader, Some(bytes.len() as u64), sink).map(drop)
+    })
 }
 
 /// The raw video reader on `bytes`, as a pipe (no size known) of frames of `width` x `height`
@@ -65,7 +69,7 @@ pub fn y4m(bytes: &[u8]) -> anyhow::Result<()> {
 pub fn raw(width: usize, height: usize, format: u8, bytes: &[u8]) -> anyhow::Result<()> {
     let pix_fmt = PixFmt::ALL[usize::from(format) % PixFmt::ALL.len()];
     let spec = RawSpec { width, height, pix_fmt };
-    with_job(|job| raw::filter(job, spec, bytes, None, sink).map(drop))
+    with_job(|job| video::filter(job, raw::video(spec)?, bytes, None, sink).map(drop))
 }
 
 /// The PNM reader (PBM, PGM, PPM, PAM) on `bytes`: the header, the cap, then the pixels into

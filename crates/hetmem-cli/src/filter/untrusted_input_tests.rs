@@ -23,7 +23,7 @@ use super::budget::Budget;
 use super::endpoint::{Endpoint, Named};
 use super::frame_io::FrameSink;
 use super::image::Opened;
-use super::{ImageKind, Job, Kind, kind_of_content, y4m};
+use super::{ImageKind, Job, Kind, kind_of_content, video, y4m};
 
 #[path = "../../tests/filter/png_crc.rs"]
 mod png_crc;
@@ -147,7 +147,9 @@ fn y4m_reads(bytes: &[u8], budget: Budget) -> (anyhow::Result<()>, usize) {
     };
     largest_allocation(|| {
         let sink = || -> anyhow::Result<FrameSink> { Ok(FrameSink::stream(Box::new(io::sink()))) };
-        y4m::filter(&job, bytes, Some(bytes.len() as u64), sink).map(drop)
+        let mut reader = bytes;
+        let video = y4m::read_header(&mut reader, &job.input.to_string())?;
+        video::filter(&job, video, reader, Some(bytes.len() as u64), sink).map(drop)
     })
 }
 

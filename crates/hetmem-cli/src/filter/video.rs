@@ -1,7 +1,7 @@
 //! Video streamed through a [`FrameRing`], whatever holds the frames: Y4M ([`super::y4m`]) or
 //! raw frames ([`super::raw`]). Each reader says what comes before the frames and around each
-//! one ([`Container`]) and how a frame's samples lie in the stream ([`Packing`]); everything
-//! else is here, once.
+//! one ([`Container`]) and how a frame's samples lie in the stream
+//! ([`Packing`](super::container::Packing)); everything else is here, once.
 //!
 //! Each frame is read straight into the ring's next input slot while earlier frames are
 //! filtered and written, in order, by a writer thread, and flushed (a regular file's frames by
@@ -21,102 +21,12 @@ use hetmem::{Device, FrameRing, RingOptions, Strategy};
 use indicatif::ProgressBar;
 
 use super::Job;
+use super::container::{Container, Start, Video};
 use super::frame_io::{FrameRead, FrameSink};
 use super::interrupt::{catch_ctrl_c, interrupted};
-use super::raw::Packing;
 use super::recovery::{self, Recovery, Retry};
 use super::stats::{Clock, Facts, Report};
 use super::y4m;
-
-/// A video stream whose header (if it has one) was read and checked: what the frames are,
-/// and what holds them.
-#[derive(Debug)]
-pub(super) struct Video {
-    /// One frame as the ring holds it.
-    pub format: FrameFormat,
-    pub container: Container,
-    /// The container's name for the pixels (`C420jpeg`, `nv12`), for messages and the report.
-    pub pixels: String,
-    /// Said before any frame is filtered (an interlaced stream, ...).
-    pub warnings: Vec<String>,
-}
-
-/// What holds the frames.
-#[derive(Debug)]
-pub(super) enum Container {
-    /// Y4M: the stream header line (written out byte for byte as it came), then a `FRAME` line
-    /// before each frame (each written out as it came too). Frames are planar.
-    Y4m { header: Vec<u8> },
-    /// Raw video: whole frames back to back, nothing before or between them, packed as
-    /// `packing` says (ffmpeg's `-f rawvideo`).
-    Raw { packing: Packing },
-}
-
-/// How the bytes before a frame's samples ended.
-pub(super) enum Start {
-    /// A frame follows.
-    Frame,
-    /// The stream ended cleanly, before a frame.
-    End,
-    /// The stream ended inside what comes before a frame (a Y4M `FRAME` line): the error to
-    /// report, unless Ctrl-C explains it.
-    Cut(anyhow::Error),
-}
-
-impl Container {
-    fn name(&self) -> &'static str {
-        match self {
-            Container::Y4m { .. } => "Y4M",
-            Container::Raw { .. } => "raw",
-        }
-    }
-
-    fn header(&self) -> &[u8] {
-        match self {
-            Container::Y4m { header } => header,
-            Container::Raw { .. } => &[],
-        }
-    }
-
-    fn packing(&self) -> Packing {
-        match self {
-            Container::Y4m { .. } => Packing::Planar,
-            Container::Raw { packing } => *packing,
-        }
-    }
-
-    /// Frames a regular file of `bytes` holds, for the progress bar (assuming no Y4M frame
-    /// parameters).
-    fn frames_in(&self, bytes: u64, frame_bytes: usize) -> u64 {
-        match self {
-            Container::Y4m { header } => {
-                bytes.saturating_sub(header.len() as u64) / (frame_bytes + y4m::FRAME.len() + 1) as u64
-            }
-            Container::Raw { .. } => bytes / frame_bytes as u64,
-        }
-    }
-
-    /// Reads what comes before frame `index`'s samples into `line`. `written` says which
-    /// frames were written, for messages.
-    fn read_start(
-        &self,
-        reader: &mut impl BufRead,
-        line: &mut Vec<u8>,
-        index: u64,
-        input: &str,
-        written: &str,
-    ) -> anyhow::Result<Start> {
-        match self {
-            Container::Y4m { .. } => y4m::read_frame_line(reader, line, index, input, written),
-            Container::Raw { .. } => {
-                let ahead = reader
-                    .fill_buf()
-                    .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
-                Ok(if ahead.is_empty() { Start::End } else { Start::Frame })
-            }
-        }
-    }
-}
 
 /// Filters `video`, whose frames `reader` holds next (`file_bytes` in all when it is a
 /// regular file), into the output `open_output` opens.
@@ -154,7 +64,7 @@ pub(super) fn filter(
         build_ring(job, (device, strategy), (format, &kernel), options, &pixels, warnings)
     };
     let mut ring = ring_for((device, strategy), &mut warnings)?;
-    let frames = file_bytes.map(|bytes| container.frames_in(bytes, format.frame_bytes()));
+    let frames = file_bytes.map(|bytes| frames_in(&container, bytes, format.frame_bytes()));
 
     let mut out = open_output()?;
     out.write_all(container.header())
@@ -313,6 +223,38 @@ impl Kept {
     /// Every frame kept, oldest first, to go through a new ring.
     fn take(&self) -> VecDeque<KeptFrame> {
         self.frames.as_ref().map(|frames| std::mem::take(&mut *Kept::lock(frames))).unwrap_or_default()
+    }
+}
+
+/// Frames a regular file of `bytes` holds, for the progress bar (assuming no Y4M frame
+/// parameters).
+fn frames_in(container: &Container, bytes: u64, frame_bytes: usize) -> u64 {
+    match container {
+        Container::Y4m { header } => {
+            bytes.saturating_sub(header.len() as u64) / (frame_bytes + y4m::FRAME.len() + 1) as u64
+        }
+        Container::Raw { .. } => bytes / frame_bytes as u64,
+    }
+}
+
+/// Reads what comes before frame `index`'s samples in `container` into `line`. `written` says which
+/// frames were written, for messages.
+fn read_start(
+    container: &Container,
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    index: u64,
+    input: &str,
+    written: &str,
+) -> anyhow::Result<Start> {
+    match container {
+        Container::Y4m { .. } => y4m::read_frame_line(reader, line, index, input, written),
+        Container::Raw { .. } => {
+            let ahead = reader
+                .fill_buf()
+                .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
+            Ok(if ahead.is_empty() { Start::End } else { Start::Frame })
+        }
     }
 }
 
@@ -503,7 +445,7 @@ impl Stream<'_> {
                 }
             };
             let cut = Cut { index, read: 0, frame_bytes };
-            match container.read_start(reader, &mut line, index, input, &written)? {
+            match read_start(container, reader, &mut line, index, input, &written)? {
                 Start::Frame => {}
                 Start::End if interrupted() => return Ok(End::Interrupted { cut: None }),
                 Start::End => return Ok(End::Input),
