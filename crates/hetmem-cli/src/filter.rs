@@ -20,21 +20,13 @@
 //! the exit status is 130. stdout carries nothing but the video when the output is `-`: the
 //! summary, warnings and progress go to stderr, and `--json` needs `--report FILE` then.
 
-mod budget;
-mod container;
-mod endpoint;
-mod frame_io;
-#[cfg(any(test, feature = "fuzzing"))]
-pub mod fuzzing;
 mod image;
 mod interrupt;
-mod raw;
 mod recovery;
 mod stats;
 #[cfg(test)]
 mod untrusted_input_tests;
 mod video;
-mod y4m;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -44,13 +36,12 @@ use anyhow::{Context as _, bail};
 use hetmem::ops::gaussian::{Border, Gaussian, MAX_RADIUS, SampleType};
 use hetmem::{Device, Strategy};
 
-use self::budget::{Budget, DEFAULT_MAX_PIXELS};
-use self::endpoint::{Endpoint, Input, Named};
-use self::frame_io::FrameSink;
-use self::raw::RawSpec;
 use crate::choices::{self, StrategyName};
 use crate::outputs::Outputs;
 use crate::ui::Ui;
+use hetmem_media::image::ImageKind;
+use hetmem_media::raw::{self, RawSpec};
+use hetmem_media::{Budget, DEFAULT_MAX_PIXELS, Endpoint, FrameSink, Input, Named, y4m};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -124,25 +115,6 @@ impl From<BorderArg> for Border {
         match border {
             BorderArg::Reflect101 => Border::Reflect101,
             BorderArg::Replicate => Border::Replicate,
-        }
-    }
-}
-
-/// The image formats, by what the `image` crate calls them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ImageKind {
-    Png,
-    Jpeg,
-    /// PPM, PGM, PBM or PAM; the extension picks the flavour on output.
-    Pnm,
-}
-
-impl ImageKind {
-    fn name(self) -> &'static str {
-        match self {
-            ImageKind::Png => "PNG",
-            ImageKind::Jpeg => "JPEG",
-            ImageKind::Pnm => "PNM",
         }
     }
 }
@@ -236,7 +208,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
     if let Some(report) = &args.report {
         outputs.check(report)?;
     }
-    let io_threads = args.io_threads.map_or_else(frame_io::default_threads, |threads| threads as usize);
+    let io_threads = args.io_threads.map_or_else(hetmem_media::default_threads, |threads| threads as usize);
     let source = Input::open(&input, &input_name.to_string(), io_threads)?;
     source.refuse_as_output(&output, &input_name.to_string(), &output_name.to_string())?;
     if let Endpoint::File(path) = &output {
@@ -246,7 +218,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
         None => kind_of_input(&source, &input, &input_name)?,
         Some(spec) => raw_input(&source, &input_name, spec)?,
     };
-    let budget = Budget { max_pixels: args.max_pixels };
+    let budget = Budget::new(args.max_pixels);
     let job = Job {
         device,
         strategy,
@@ -265,7 +237,9 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
             let file_len = source.file_len();
             let open_output = || -> anyhow::Result<FrameSink> {
                 Ok(match &output {
-                    Endpoint::Std => FrameSink::stream(endpoint::stdout().context("cannot write to stdout")?),
+                    Endpoint::Std => {
+                        FrameSink::stream(hetmem_media::stdout().context("cannot write to stdout")?)
+                    }
                     Endpoint::File(path) => FrameSink::file(outputs.create(path)?, io_threads),
                 })
             };

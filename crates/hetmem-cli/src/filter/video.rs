@@ -1,17 +1,18 @@
-//! Video streamed through a [`FrameRing`], whatever holds the frames: Y4M ([`super::y4m`]) or
-//! raw frames ([`super::raw`]). Each reader says what comes before the frames and around each
-//! one ([`Container`]) and how a frame's samples lie in the stream
-//! ([`Packing`](super::container::Packing)); everything else is here, once.
+//! `hetmem filter` on a video: streamed through a [`FrameRing`], whatever holds the frames: Y4M
+//! ([`hetmem_media::y4m`]) or raw frames ([`hetmem_media::raw`]). Each reader says what comes
+//! before the frames and around each one ([`Container`]) and how a frame's samples lie in the
+//! stream ([`Packing`](hetmem_media::Packing)); everything else is here, once.
 //!
 //! Each frame is read straight into the ring's next input slot while earlier frames are
 //! filtered and written, in order, by a writer thread, and flushed (a regular file's frames by
-//! several threads at once, by position: [`super::frame_io`]): when the input turns out
+//! several threads at once, by position: [`FrameSource`](hetmem_media::FrameSource),
+//! [`FrameSink`]): when the input turns out
 //! truncated or corrupt, every frame before the bad one is still filtered and written before
 //! the error. The size of a frame is checked against the budget before the ring's slots are
 //! allocated. Ctrl-C stops the reading; every whole frame read is still filtered and written.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
@@ -20,13 +21,13 @@ use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
 use hetmem::{Device, FrameRing, RingOptions, Strategy};
 use indicatif::ProgressBar;
 
+use hetmem_media::frames::{frames_in, read_start};
+use hetmem_media::{Container, FrameRead, FrameSink, Start, Video};
+
 use super::Job;
-use super::container::{Container, Start, Video};
-use super::frame_io::{FrameRead, FrameSink};
 use super::interrupt::{catch_ctrl_c, interrupted};
 use super::recovery::{self, Recovery, Retry};
 use super::stats::{Clock, Facts, Report};
-use super::y4m;
 
 /// Filters `video`, whose frames `reader` holds next (`file_bytes` in all when it is a
 /// regular file), into the output `open_output` opens.
@@ -223,38 +224,6 @@ impl Kept {
     /// Every frame kept, oldest first, to go through a new ring.
     fn take(&self) -> VecDeque<KeptFrame> {
         self.frames.as_ref().map(|frames| std::mem::take(&mut *Kept::lock(frames))).unwrap_or_default()
-    }
-}
-
-/// Frames a regular file of `bytes` holds, for the progress bar (assuming no Y4M frame
-/// parameters).
-fn frames_in(container: &Container, bytes: u64, frame_bytes: usize) -> u64 {
-    match container {
-        Container::Y4m { header } => {
-            bytes.saturating_sub(header.len() as u64) / (frame_bytes + y4m::FRAME.len() + 1) as u64
-        }
-        Container::Raw { .. } => bytes / frame_bytes as u64,
-    }
-}
-
-/// Reads what comes before frame `index`'s samples in `container` into `line`. `written` says which
-/// frames were written, for messages.
-fn read_start(
-    container: &Container,
-    reader: &mut impl BufRead,
-    line: &mut Vec<u8>,
-    index: u64,
-    input: &str,
-    written: &str,
-) -> anyhow::Result<Start> {
-    match container {
-        Container::Y4m { .. } => y4m::read_frame_line(reader, line, index, input, written),
-        Container::Raw { .. } => {
-            let ahead = reader
-                .fill_buf()
-                .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
-            Ok(if ahead.is_empty() { Start::End } else { Start::Frame })
-        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! interlacing, aspect, colour space, comments), and so is each `FRAME` line. 9- to 16-bit
 //! colour spaces (`C420p10`, `C422p12`, `C444p16`, `Cmono10`, ...) hold 16-bit little-endian
 //! samples: they are filtered as such, never narrowed, and written back as they came. The
-//! frames stream through [`super::video`], as raw video's do.
+//! frames are read and written by [`crate::frames`], as raw video's are.
 //!
 //! Nothing in the stream decides how much is read or allocated unchecked: the header and
 //! `FRAME` lines are read up to a bound, and the size the header declares is checked against
@@ -18,12 +18,12 @@ use std::io::{self, BufRead, Read};
 use anyhow::{Context as _, anyhow, bail};
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout, SampleType};
 
-use super::container::{Container, Start, Video};
+use crate::container::{Container, Start, Video};
 
 /// How a Y4M stream starts.
-pub(super) const MAGIC: &[u8] = b"YUV4MPEG2";
+pub const MAGIC: &[u8] = b"YUV4MPEG2";
 /// How each frame starts.
-pub(super) const FRAME: &[u8] = b"FRAME";
+pub const FRAME: &[u8] = b"FRAME";
 /// The longest stream header accepted (real ones are under 100 bytes).
 const HEADER_LIMIT: u64 = 4096;
 /// The longest `FRAME` line accepted.
@@ -157,7 +157,7 @@ fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>, limit: u64) -> io::R
 ///
 /// # Errors
 /// The stream cannot be read, or its header is missing, corrupt or unsupported.
-pub(super) fn read_header(reader: &mut impl BufRead, input: &str) -> anyhow::Result<Video> {
+pub fn read_header(reader: &mut impl BufRead, input: &str) -> anyhow::Result<Video> {
     let mut line = Vec::with_capacity(256);
     let ended = read_line(reader, &mut line, HEADER_LIMIT).with_context(|| format!("cannot read {input}"))?;
     if !line.is_empty() && !line.starts_with(&MAGIC[..line.len().min(MAGIC.len())]) {
@@ -191,7 +191,7 @@ pub(super) fn read_header(reader: &mut impl BufRead, input: &str) -> anyhow::Res
 ///
 /// # Errors
 /// The stream cannot be read, or holds something else than a `FRAME` line.
-pub(super) fn read_frame_line(
+pub fn read_frame_line(
     reader: &mut impl BufRead,
     line: &mut Vec<u8>,
     index: u64,

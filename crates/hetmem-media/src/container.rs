@@ -1,20 +1,21 @@
 //! What holds a video's frames, as its reader found it: the stream header (if there is one),
 //! what comes before each frame, and how a frame's samples lie in the stream. The readers
-//! ([`super::y4m`], [`super::raw`]) describe a stream by these types; [`super::video`] streams
-//! it, whatever the container.
+//! ([`crate::y4m`], [`crate::raw`]) describe a stream by these types; [`crate::frames`] reads
+//! and writes its frames, whatever the container.
 
 use std::io;
 
 use hetmem::ops::gaussian::FrameFormat;
 
-use super::frame_io::{FrameRead, FrameWrite};
+use crate::frame_io::{FrameRead, FrameWrite};
 
 /// A video stream whose header (if it has one) was read and checked: what the frames are,
 /// and what holds them.
 #[derive(Debug)]
-pub(super) struct Video {
+pub struct Video {
     /// One frame as the ring holds it.
     pub format: FrameFormat,
+    /// What holds the frames.
     pub container: Container,
     /// The container's name for the pixels (`C420jpeg`, `nv12`), for messages and the report.
     pub pixels: String,
@@ -24,17 +25,24 @@ pub(super) struct Video {
 
 /// What holds the frames.
 #[derive(Debug)]
-pub(super) enum Container {
+pub enum Container {
     /// Y4M: the stream header line (written out byte for byte as it came), then a `FRAME` line
     /// before each frame (each written out as it came too). Frames are planar.
-    Y4m { header: Vec<u8> },
+    Y4m {
+        /// The stream header line, with its `\n`.
+        header: Vec<u8>,
+    },
     /// Raw video: whole frames back to back, nothing before or between them, packed as
     /// `packing` says (ffmpeg's `-f rawvideo`).
-    Raw { packing: Packing },
+    Raw {
+        /// How each frame's samples lie in the stream.
+        packing: Packing,
+    },
 }
 
-/// How the bytes before a frame's samples ended.
-pub(super) enum Start {
+/// How the bytes before a frame's samples ended ([`crate::frames::read_start`]).
+#[derive(Debug)]
+pub enum Start {
     /// A frame follows.
     Frame,
     /// The stream ended cleanly, before a frame.
@@ -45,21 +53,25 @@ pub(super) enum Start {
 }
 
 impl Container {
-    pub(super) fn name(&self) -> &'static str {
+    /// `Y4M` or `raw`, for messages.
+    pub fn name(&self) -> &'static str {
         match self {
             Container::Y4m { .. } => "Y4M",
             Container::Raw { .. } => "raw",
         }
     }
 
-    pub(super) fn header(&self) -> &[u8] {
+    /// What comes before the frames, to write out before them: the Y4M stream header as it
+    /// came, nothing for raw video.
+    pub fn header(&self) -> &[u8] {
         match self {
             Container::Y4m { header } => header,
             Container::Raw { .. } => &[],
         }
     }
 
-    pub(super) fn packing(&self) -> Packing {
+    /// How each frame's samples lie in the stream.
+    pub fn packing(&self) -> Packing {
         match self {
             Container::Y4m { .. } => Packing::Planar,
             Container::Raw { packing } => *packing,
@@ -69,17 +81,22 @@ impl Container {
 
 /// How a frame's samples lie in a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Packing {
+pub enum Packing {
     /// As the ring holds them: plane after plane (each interleaved, for RGB).
     Planar,
     /// nv12: the luma plane (`luma` bytes), then U and V interleaved in one plane, which the
-    /// ring holds as two planes (planar 4:2:0).
-    Nv12 { luma: usize },
+    /// ring holds as two planes (planar 4:2:0). Built by [`crate::raw::video`] only, which
+    /// derives `luma` from the frame's format.
+    #[non_exhaustive]
+    Nv12 {
+        /// The bytes of the luma plane.
+        luma: usize,
+    },
 }
 
 impl Packing {
     /// Bytes of scratch memory a reader or a writer takes per frame of `format`.
-    pub(super) fn scratch_bytes(self, format: &FrameFormat) -> usize {
+    pub fn scratch_bytes(self, format: &FrameFormat) -> usize {
         match self {
             Packing::Planar => 0,
             Packing::Nv12 { luma } => format.frame_bytes() - luma,
@@ -88,7 +105,7 @@ impl Packing {
 
     /// Reads one frame from `reader` into `frame` (the ring's layout); returns the stream's
     /// bytes read: fewer than the frame's only where the stream ends inside it.
-    pub(super) fn read(
+    pub fn read(
         self,
         reader: &mut impl FrameRead,
         frame: &mut [u8],
@@ -114,12 +131,7 @@ impl Packing {
     }
 
     /// Writes one frame of the ring's layout to `out` as the stream holds it.
-    pub(super) fn write(
-        self,
-        out: &mut impl FrameWrite,
-        frame: &[u8],
-        scratch: &mut Vec<u8>,
-    ) -> io::Result<()> {
+    pub fn write(self, out: &mut impl FrameWrite, frame: &[u8], scratch: &mut Vec<u8>) -> io::Result<()> {
         match self {
             Packing::Planar => out.write_frame(frame),
             Packing::Nv12 { luma } => {

@@ -1,7 +1,7 @@
 //! Raw video for ffmpeg users: `--raw WxH:pix_fmt`, as ffmpeg's `-f rawvideo -pix_fmt
 //! pix_fmt -s WxH` reads and writes it. The stream is whole frames back to back, with no
-//! header; the output is raw frames of the same size and format. The frames stream through
-//! [`super::video`], as Y4M's do; how they lie in the stream is [`Packing`].
+//! header; the output is raw frames of the same size and format. The frames are read and
+//! written by [`crate::frames`], as Y4M's are; how they lie in the stream is [`Packing`].
 //!
 //! ```text
 //! ffmpeg -i in.mp4 -f rawvideo -pix_fmt nv12 - | hetmem filter --raw 1920x1080:nv12 - - \
@@ -17,7 +17,7 @@ use std::fmt;
 use anyhow::Context as _;
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
 
-use super::container::{Container, Packing, Video};
+use crate::container::{Container, Packing, Video};
 
 /// The pixel formats `--raw` takes, by ffmpeg's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub enum PixFmt {
 }
 
 impl PixFmt {
-    pub(super) const ALL: [PixFmt; 4] = [PixFmt::Gray, PixFmt::Rgb24, PixFmt::Yuv420p, PixFmt::Nv12];
+    pub(crate) const ALL: [PixFmt; 4] = [PixFmt::Gray, PixFmt::Rgb24, PixFmt::Yuv420p, PixFmt::Nv12];
 
     fn name(self) -> &'static str {
         match self {
@@ -53,11 +53,15 @@ impl PixFmt {
     }
 }
 
-/// `--raw WxH:pix_fmt`.
+/// `--raw WxH:pix_fmt`: the size and pixel format of raw video, which the stream does not
+/// say. [`video`] checks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawSpec {
+    /// Pixels per row.
     pub width: usize,
+    /// Rows.
     pub height: usize,
+    /// How the pixels are stored.
     pub pix_fmt: PixFmt,
 }
 
@@ -102,7 +106,7 @@ pub fn parse_spec(text: &str) -> Result<RawSpec, String> {
 ///
 /// # Errors
 /// A size the pixel format cannot take.
-pub(super) fn video(spec: RawSpec) -> anyhow::Result<Video> {
+pub fn video(spec: RawSpec) -> anyhow::Result<Video> {
     let format = FrameFormat::new(spec.width, spec.height, spec.pix_fmt.layout())
         .with_context(|| format!("--raw {spec}"))?;
     let packing = match spec.pix_fmt {
