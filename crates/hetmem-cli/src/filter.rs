@@ -8,7 +8,10 @@
 //! The input is opened once and its first bytes tell what it holds, so pipes work by path
 //! (`/dev/stdin`, `<(...)`, a FIFO) as files do; an output that is the input under another
 //! name is refused before it is opened. The size an input declares is checked against the
-//! memory budget (`--max-pixels`) before anything that large is allocated.
+//! memory budget (`--max-pixels`) before anything that large is allocated. The readers and
+//! writers, the endpoints and the budget are [`hetmem_media`]'s; here is the command around
+//! them: its arguments, the ring or filter each input goes through, retries, Ctrl-C and the
+//! summary.
 //!
 //! 16-bit images (PNG, PNM) and 9- to 16-bit video (Y4M `C420p10`, ...) are filtered as 16-bit
 //! samples through the same path, never narrowed.
