@@ -40,7 +40,7 @@ pub trait FrameRead: BufRead {
     }
 }
 
-/// A stream in memory (the readers' tests) reads frames as any stream does.
+/// A stream in memory reads frames as any stream does.
 impl FrameRead for &[u8] {}
 
 /// Where frames go: what comes between them is written as any stream is ([`Write`]), a
@@ -55,7 +55,7 @@ pub trait FrameWrite: Write {
     }
 }
 
-/// A stream in memory (the writers' tests) writes frames as any stream does.
+/// A stream in memory writes frames as any stream does.
 impl FrameWrite for Vec<u8> {}
 
 /// Fills `buf` unless the stream ends first; returns the bytes read.

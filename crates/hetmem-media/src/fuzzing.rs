@@ -91,7 +91,7 @@ pub fn raw(width: usize, height: usize, format: u8, bytes: &[u8]) -> anyhow::Res
 /// What the reader says of the bytes.
 pub fn pnm(bytes: &[u8]) -> anyhow::Result<()> {
     let image = Opened::new(bytes, ImageKind::Pnm, "input", &budget())?;
-    let mut pixels = vec![0; image.frame.frame_bytes()];
+    let mut pixels = vec![0; image.frame().frame_bytes()];
     image.read_into(&mut pixels)
 }
 

@@ -27,7 +27,7 @@ pub(super) fn filter(
     let (input_name, output) = (job.input.to_string(), job.output.to_string());
     let bytes = input.read_all(&job.budget, &input_name)?;
     let image = Opened::new(&bytes, kind, &input_name, &job.budget)?;
-    let (width, height, color, plan) = (image.width, image.height, image.color, image.plan());
+    let ((width, height), color, plan) = (image.size(), image.color(), image.plan());
     let encoding = image::encoding(to, output_kind, plan.written(), &output)?;
     let mut warnings = Vec::new();
     if matches!(color, ColorType::Rgb32F | ColorType::Rgba32F) {
@@ -39,7 +39,7 @@ pub(super) fn filter(
     let kernel = job
         .kernel_for(plan.sample())
         .with_context(|| format!("cannot filter {input_name} ({width}x{height} {color:?})"))?;
-    let stage = GaussianStage::new(image.frame, &kernel)?.with_segments(crate::environment::segments()?);
+    let stage = GaussianStage::new(image.frame(), &kernel)?.with_segments(crate::environment::segments()?);
     let build = |device: &Device,
                  strategy: Strategy,
                  warnings: &mut Vec<String>|

@@ -160,8 +160,8 @@ fn image_reads(bytes: &[u8], kind: ImageKind, budget: Budget) -> (anyhow::Result
         // Fallible, so that a frame the budget should have refused fails the test, not the
         // process.
         let mut pixels = Vec::new();
-        pixels.try_reserve_exact(image.frame.frame_bytes())?;
-        pixels.resize(image.frame.frame_bytes(), 0);
+        pixels.try_reserve_exact(image.frame().frame_bytes())?;
+        pixels.resize(image.frame().frame_bytes(), 0);
         image.read_into(&mut pixels)
     })
 }

@@ -24,15 +24,11 @@ pub struct Opened<'a> {
     kind: ImageKind,
     input: &'a str,
     budget: Budget,
-    /// Pixels per row, as the header declares.
-    pub width: u32,
-    /// Rows, as the header declares.
-    pub height: u32,
-    /// The pixel type the decoder gives.
-    pub color: ColorType,
+    width: u32,
+    height: u32,
+    color: ColorType,
     plan: Plan,
-    /// What the filter takes: one frame of this is what [`Opened::read_into`] fills.
-    pub frame: FrameFormat,
+    frame: FrameFormat,
 }
 
 impl std::fmt::Debug for Opened<'_> {
@@ -48,9 +44,24 @@ impl std::fmt::Debug for Opened<'_> {
 }
 
 impl<'a> Opened<'a> {
+    /// Pixels per row and rows, as the header declares.
+    pub fn size(&self) -> (u32, u32) {
+        (self.width, self.height)
+    }
+
+    /// The pixel type the decoder gives.
+    pub fn color(&self) -> ColorType {
+        self.color
+    }
+
     /// How the pixels are filtered and written back.
     pub fn plan(&self) -> Plan {
         self.plan
+    }
+
+    /// What the filter takes: one frame of this is what [`Opened::read_into`] fills.
+    pub fn frame(&self) -> FrameFormat {
+        self.frame
     }
 
     /// Reads the header of the `kind` image in `bytes` (named `input` in messages).
@@ -110,9 +121,17 @@ impl<'a> Opened<'a> {
     /// memory, 16-bit samples little-endian), converted where the pixel type needs it.
     ///
     /// # Errors
-    /// Corrupt or truncated data.
+    /// `pixels` of another size than the frame, corrupt or truncated data.
     pub fn read_into(self, pixels: &mut [u8]) -> anyhow::Result<()> {
-        let Opened { decoder, bytes, kind, input, budget, plan, .. } = self;
+        let Opened { decoder, bytes, kind, input, budget, plan, frame, .. } = self;
+        // The decoders panic on a buffer of another size than the image's: refused here instead.
+        if pixels.len() != frame.frame_bytes() {
+            bail!(
+                "{input}: its frame takes {} bytes, and the memory given holds {}",
+                frame.frame_bytes(),
+                pixels.len()
+            );
+        }
         let decoded = if plan.direct {
             // The decoders give 16-bit samples in this machine's byte order.
             decoder.read_image(pixels).map(|()| little_endian_in_place(pixels, plan.sample))
@@ -223,5 +242,25 @@ fn decode_error(
             budget.max_pixels()
         ),
         _ => anyhow::Error::new(error).context(format!("cannot decode {input} as {}", kind.name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pixels_go_into_memory_of_the_frame_size_only() {
+        let mut rng = fastrand::Rng::new();
+        let pixels: Vec<u8> = (0..3 * 2).map(|_| rng.u8(1..)).collect();
+        let mut pgm = b"P5\n3 2\n255\n".to_vec();
+        pgm.extend_from_slice(&pixels);
+        let open = || Opened::new(&pgm, ImageKind::Pnm, "in.pgm", &Budget::default()).unwrap();
+        assert_eq!((open().size(), open().color(), open().frame().frame_bytes()), ((3, 2), ColorType::L8, 6));
+        let error = open().read_into(&mut [0; 5]).unwrap_err().to_string();
+        assert!(error.contains("in.pgm: its frame takes 6 bytes, and the memory given holds 5"), "{error}");
+        let mut frame = [0; 6];
+        open().read_into(&mut frame).unwrap();
+        assert_eq!(frame[..], pixels[..]);
     }
 }

@@ -6,7 +6,7 @@ use std::io::{BufWriter, Write as _};
 use std::path::Path;
 
 use anyhow::bail;
-use hetmem::ops::gaussian::SampleType;
+use hetmem::ops::gaussian::{FrameFormat, SampleType};
 use image::codecs::jpeg::JpegEncoder;
 use image::codecs::png::PngEncoder;
 use image::codecs::pnm::{PnmEncoder, PnmSubtype, SampleEncoding};
@@ -100,7 +100,8 @@ fn native_endian(pixels: &[u8], sample: SampleType) -> std::borrow::Cow<'_, [u8]
 /// by `encoding`.
 ///
 /// # Errors
-/// The encoder or the file failing.
+/// A frame of another size than `width` x `height` of the plan's pixels, the encoder or the
+/// file failing.
 pub fn write(
     file: File,
     encoding: Encoding,
@@ -108,6 +109,16 @@ pub fn write(
     (width, height): (u32, u32),
     plan: Plan,
 ) -> anyhow::Result<()> {
+    // The encoders panic on a buffer of another size than the image's: refused here instead.
+    let expected = FrameFormat::new(width as usize, height as usize, plan.layout)?.with_sample(plan.sample);
+    if frame.len() != expected.frame_bytes() {
+        bail!(
+            "a {width}x{height} image of {} samples takes {} bytes, and the frame holds {}",
+            describe(plan.written),
+            expected.frame_bytes(),
+            frame.len()
+        );
+    }
     // Filtered as RGBA with R = G = B, so R is the gray: the same weights on the same values.
     let gray_alpha: Vec<u8> = match plan.written {
         ExtendedColorType::La8 => frame.chunks_exact(4).flat_map(|p| [p[0], p[3]]).collect(),
@@ -143,4 +154,27 @@ pub fn write(
     }
     out.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use image::ColorType;
+
+    use super::*;
+
+    #[test]
+    fn a_frame_is_written_whole_or_refused_by_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let to = dir.path().join("out.png");
+        let plan = super::super::plan(ColorType::Rgb8).unwrap();
+        let encoding = encoding(&to, ImageKind::Png, plan.written(), "out.png").unwrap();
+        let mut rng = fastrand::Rng::new();
+        let frame: Vec<u8> = (0..5 * 3 * 3).map(|_| rng.u8(1..)).collect();
+        let error = write(File::create(&to).unwrap(), encoding, &frame[1..], (5, 3), plan).unwrap_err();
+        assert!(error.to_string().contains("takes 45 bytes, and the frame holds 44"), "{error}");
+        write(File::create(&to).unwrap(), encoding, &frame, (5, 3), plan).unwrap();
+        let back = image::open(&to).unwrap().into_rgb8();
+        assert_eq!(back.dimensions(), (5, 3));
+        assert!(back.into_raw() == frame, "the PNG read back differs from the frame written");
+    }
 }
