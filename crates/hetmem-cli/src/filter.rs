@@ -38,13 +38,13 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use hetmem::ops::gaussian::{Border, Gaussian, MAX_RADIUS, SampleType};
 use hetmem::{Device, Strategy};
+use hetmem_media::image::ImageKind;
+use hetmem_media::raw::{self, RawSpec};
+use hetmem_media::{Budget, DEFAULT_MAX_PIXELS, Endpoint, FrameSink, Input, Named, y4m};
 
 use crate::choices::{self, StrategyName};
 use crate::outputs::Outputs;
 use crate::ui::Ui;
-use hetmem_media::image::ImageKind;
-use hetmem_media::raw::{self, RawSpec};
-use hetmem_media::{Budget, DEFAULT_MAX_PIXELS, Endpoint, FrameSink, Input, Named, y4m};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

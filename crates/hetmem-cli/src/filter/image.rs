@@ -5,12 +5,12 @@
 
 use std::path::Path;
 
-use ::image::ColorType;
 use anyhow::Context as _;
 use hetmem::ops::gaussian::GaussianStage;
 use hetmem::{Device, FrameFilter, Strategy};
 use hetmem_media::Input;
-use hetmem_media::image::{self, ImageKind, Opened};
+use hetmem_media::image::{ImageKind, Opened, encoding, write};
+use image::ColorType;
 
 use super::Job;
 use super::recovery::{self, Recovery, Retry};
@@ -28,7 +28,7 @@ pub(super) fn filter(
     let bytes = input.read_all(&job.budget, &input_name)?;
     let image = Opened::new(&bytes, kind, &input_name, &job.budget)?;
     let ((width, height), color, plan) = (image.size(), image.color(), image.plan());
-    let encoding = image::encoding(to, output_kind, plan.written(), &output)?;
+    let encoding = encoding(to, output_kind, plan.written(), &output)?;
     let mut warnings = Vec::new();
     if matches!(color, ColorType::Rgb32F | ColorType::Rgba32F) {
         warnings.push(format!(
@@ -87,8 +87,7 @@ pub(super) fn filter(
 
     let result = filter.output()?;
     let file = job.outputs.create(to)?;
-    image::write(file, encoding, result, (width, height), plan)
-        .with_context(|| format!("cannot write {output}"))?;
+    write(file, encoding, result, (width, height), plan).with_context(|| format!("cannot write {output}"))?;
     let facts = Facts {
         input: input_name,
         output,

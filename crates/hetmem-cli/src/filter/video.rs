@@ -6,9 +6,8 @@
 //! Each frame is read straight into the ring's next input slot while earlier frames are
 //! filtered and written, in order, by a writer thread, and flushed (a regular file's frames by
 //! several threads at once, by position: [`FrameSource`](hetmem_media::FrameSource),
-//! [`FrameSink`]): when the input turns out
-//! truncated or corrupt, every frame before the bad one is still filtered and written before
-//! the error. The size of a frame is checked against the budget before the ring's slots are
+//! [`FrameSink`]): when the input turns out truncated or corrupt, every frame before the bad
+//! one is still filtered and written before the error. The size of a frame is checked against the budget before the ring's slots are
 //! allocated. Ctrl-C stops the reading; every whole frame read is still filtered and written.
 
 use std::collections::VecDeque;
@@ -19,10 +18,9 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
 use hetmem::{Device, FrameRing, RingOptions, Strategy};
-use indicatif::ProgressBar;
-
 use hetmem_media::frames::{frames_in, read_start};
 use hetmem_media::{Container, FrameRead, FrameSink, Start, Video};
+use indicatif::ProgressBar;
 
 use super::Job;
 use super::interrupt::{catch_ctrl_c, interrupted};
