@@ -7,5 +7,5 @@ libfuzzer_sys::fuzz_target!(|bytes: &[u8]| {
     let Some((head, stream)) = bytes.split_first_chunk::<5>() else { return };
     let width = usize::from(u16::from_le_bytes([head[0], head[1]]));
     let height = usize::from(u16::from_le_bytes([head[2], head[3]]));
-    let _ = hetmem_cli::fuzzing::raw(width, height, head[4], stream);
+    let _ = hetmem_media::fuzzing::raw(width, height, head[4], stream);
 });

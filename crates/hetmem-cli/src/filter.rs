@@ -8,7 +8,10 @@
 //! The input is opened once and its first bytes tell what it holds, so pipes work by path
 //! (`/dev/stdin`, `<(...)`, a FIFO) as files do; an output that is the input under another
 //! name is refused before it is opened. The size an input declares is checked against the
-//! memory budget (`--max-pixels`) before anything that large is allocated.
+//! memory budget (`--max-pixels`) before anything that large is allocated. The readers and
+//! writers, the endpoints and the budget are [`hetmem_media`]'s; here is the command around
+//! them: its arguments, the ring or filter each input goes through, retries, Ctrl-C and the
+//! summary.
 //!
 //! 16-bit images (PNG, PNM) and 9- to 16-bit video (Y4M `C420p10`, ...) are filtered as 16-bit
 //! samples through the same path, never narrowed.
@@ -20,20 +23,13 @@
 //! the exit status is 130. stdout carries nothing but the video when the output is `-`: the
 //! summary, warnings and progress go to stderr, and `--json` needs `--report FILE` then.
 
-mod budget;
-mod endpoint;
-mod frame_io;
-#[cfg(any(test, feature = "fuzzing"))]
-pub mod fuzzing;
 mod image;
 mod interrupt;
-mod raw;
 mod recovery;
 mod stats;
 #[cfg(test)]
 mod untrusted_input_tests;
 mod video;
-mod y4m;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -42,11 +38,10 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use hetmem::ops::gaussian::{Border, Gaussian, MAX_RADIUS, SampleType};
 use hetmem::{Device, Strategy};
+use hetmem_media::image::ImageKind;
+use hetmem_media::raw::{self, RawSpec};
+use hetmem_media::{Budget, DEFAULT_MAX_PIXELS, Endpoint, FrameSink, Input, Named, y4m};
 
-use self::budget::{Budget, DEFAULT_MAX_PIXELS};
-use self::endpoint::{Endpoint, Input, Named};
-use self::frame_io::FrameSink;
-use self::raw::RawSpec;
 use crate::choices::{self, StrategyName};
 use crate::outputs::Outputs;
 use crate::ui::Ui;
@@ -123,25 +118,6 @@ impl From<BorderArg> for Border {
         match border {
             BorderArg::Reflect101 => Border::Reflect101,
             BorderArg::Replicate => Border::Replicate,
-        }
-    }
-}
-
-/// The image formats, by what the `image` crate calls them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ImageKind {
-    Png,
-    Jpeg,
-    /// PPM, PGM, PBM or PAM; the extension picks the flavour on output.
-    Pnm,
-}
-
-impl ImageKind {
-    fn name(self) -> &'static str {
-        match self {
-            ImageKind::Png => "PNG",
-            ImageKind::Jpeg => "JPEG",
-            ImageKind::Pnm => "PNM",
         }
     }
 }
@@ -235,7 +211,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
     if let Some(report) = &args.report {
         outputs.check(report)?;
     }
-    let io_threads = args.io_threads.map_or_else(frame_io::default_threads, |threads| threads as usize);
+    let io_threads = args.io_threads.map_or_else(hetmem_media::default_threads, |threads| threads as usize);
     let source = Input::open(&input, &input_name.to_string(), io_threads)?;
     source.refuse_as_output(&output, &input_name.to_string(), &output_name.to_string())?;
     if let Endpoint::File(path) = &output {
@@ -245,7 +221,7 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
         None => kind_of_input(&source, &input, &input_name)?,
         Some(spec) => raw_input(&source, &input_name, spec)?,
     };
-    let budget = Budget { max_pixels: args.max_pixels };
+    let budget = Budget::new(args.max_pixels);
     let job = Job {
         device,
         strategy,
@@ -264,13 +240,21 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
             let file_len = source.file_len();
             let open_output = || -> anyhow::Result<FrameSink> {
                 Ok(match &output {
-                    Endpoint::Std => FrameSink::stream(endpoint::stdout().context("cannot write to stdout")?),
+                    Endpoint::Std => {
+                        FrameSink::stream(hetmem_media::stdout().context("cannot write to stdout")?)
+                    }
                     Endpoint::File(path) => FrameSink::file(outputs.create(path)?, io_threads),
                 })
             };
             match args.raw {
-                None => y4m::filter(&job, source.into_frames(), file_len, open_output)?,
-                Some(spec) => raw::filter(&job, spec, source.into_frames(), file_len, open_output)?,
+                None => {
+                    let mut frames = source.into_frames();
+                    let video = y4m::read_header(&mut frames, &input_name.to_string())?;
+                    video::filter(&job, video, frames, file_len, open_output)?
+                }
+                Some(spec) => {
+                    video::filter(&job, raw::video(spec)?, source.into_frames(), file_len, open_output)?
+                }
             }
         }
         (Kind::Image(from_kind), Kind::Image(to_kind)) => {

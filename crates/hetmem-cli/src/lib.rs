@@ -1,9 +1,8 @@
 //! `hetmem`: see what this machine can do for CPU<->GPU memory sharing, and measure it.
 //!
-//! The command is thin: each subcommand parses its options and calls the library. It is a
-//! library target too (`src/main.rs` only calls [`main`]) so that the fuzz targets (`fuzz/` at
-//! the workspace root) reach the media readers, through [`fuzzing`] (feature `fuzzing`); it
-//! is no library to depend on otherwise.
+//! The command is thin: each subcommand parses its options and calls the libraries (hetmem,
+//! hetmem-bench, and hetmem-media for `hetmem filter`'s media I/O). It is a library target too
+//! (`src/main.rs` only calls [`main`]); it is no library to depend on.
 
 mod bench;
 mod choices;
@@ -19,10 +18,6 @@ mod logging;
 mod outputs;
 mod table;
 mod ui;
-
-/// The media readers' entry points for the fuzz targets.
-#[cfg(feature = "fuzzing")]
-pub use filter::fuzzing;
 
 use std::process::ExitCode;
 

@@ -19,11 +19,10 @@ use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleTy
 use hetmem::{BackendChoice, BackendKind, Device};
 use proptest::prelude::*;
 
-use super::budget::Budget;
-use super::endpoint::{Endpoint, Named};
-use super::frame_io::FrameSink;
-use super::image::Opened;
-use super::{ImageKind, Job, Kind, kind_of_content, y4m};
+use hetmem_media::image::{ImageKind, Opened};
+use hetmem_media::{Budget, Endpoint, FrameSink, Named, y4m};
+
+use super::{Job, Kind, kind_of_content, video};
 
 #[path = "../../tests/filter/png_crc.rs"]
 mod png_crc;
@@ -122,7 +121,7 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
 }
 
 fn budget() -> Budget {
-    Budget { max_pixels: MAX_PIXELS }
+    Budget::new(MAX_PIXELS)
 }
 
 /// The Y4M reader on `bytes`, as `hetmem filter - -` runs it, into a sink: the largest
@@ -147,7 +146,9 @@ fn y4m_reads(bytes: &[u8], budget: Budget) -> (anyhow::Result<()>, usize) {
     };
     largest_allocation(|| {
         let sink = || -> anyhow::Result<FrameSink> { Ok(FrameSink::stream(Box::new(io::sink()))) };
-        y4m::filter(&job, bytes, Some(bytes.len() as u64), sink).map(drop)
+        let mut reader = bytes;
+        let video = y4m::read_header(&mut reader, &job.input.to_string())?;
+        video::filter(&job, video, reader, Some(bytes.len() as u64), sink).map(drop)
     })
 }
 
@@ -159,8 +160,8 @@ fn image_reads(bytes: &[u8], kind: ImageKind, budget: Budget) -> (anyhow::Result
         // Fallible, so that a frame the budget should have refused fails the test, not the
         // process.
         let mut pixels = Vec::new();
-        pixels.try_reserve_exact(image.frame.frame_bytes())?;
-        pixels.resize(image.frame.frame_bytes(), 0);
+        pixels.try_reserve_exact(image.frame().frame_bytes())?;
+        pixels.resize(image.frame().frame_bytes(), 0);
         image.read_into(&mut pixels)
     })
 }
@@ -400,7 +401,7 @@ fn the_readers_take_valid_files_and_the_watch_sees_their_allocations() {
     let message = refused.unwrap_err().to_string();
     assert!(message.contains("2048x2048") && message.contains("--max-pixels"), "{message}");
     assert!(largest <= ALLOWANCE, "{largest}");
-    let lifted = Budget { max_pixels: 1 << 22 };
+    let lifted = Budget::new(1 << 22);
     let (_, largest) = y4m_reads(large, lifted);
     assert!(largest >= 2048 * 2048, "the watch missed the ring's slots: {largest}");
     // An image's frame, the filter's memory (here the test's stand-in for it), is allocated

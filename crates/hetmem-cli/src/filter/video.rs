@@ -1,122 +1,31 @@
-//! Video streamed through a [`FrameRing`], whatever holds the frames: Y4M ([`super::y4m`]) or
-//! raw frames ([`super::raw`]). Each reader says what comes before the frames and around each
-//! one ([`Container`]) and how a frame's samples lie in the stream ([`Packing`]); everything
-//! else is here, once.
+//! `hetmem filter` on a video: streamed through a [`FrameRing`], whatever holds the frames: Y4M
+//! ([`hetmem_media::y4m`]) or raw frames ([`hetmem_media::raw`]). Each reader says what comes
+//! before the frames and around each one ([`Container`]) and how a frame's samples lie in the
+//! stream ([`Packing`](hetmem_media::Packing)); everything else is here, once.
 //!
 //! Each frame is read straight into the ring's next input slot while earlier frames are
 //! filtered and written, in order, by a writer thread, and flushed (a regular file's frames by
-//! several threads at once, by position: [`super::frame_io`]): when the input turns out
-//! truncated or corrupt, every frame before the bad one is still filtered and written before
-//! the error. The size of a frame is checked against the budget before the ring's slots are
+//! several threads at once, by position: [`FrameSource`](hetmem_media::FrameSource),
+//! [`FrameSink`]): when the input turns out truncated or corrupt, every frame before the bad
+//! one is still filtered and written before the error. The size of a frame is checked against the budget before the ring's slots are
 //! allocated. Ctrl-C stops the reading; every whole frame read is still filtered and written.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::sync::{Mutex, mpsc};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage};
 use hetmem::{Device, FrameRing, RingOptions, Strategy};
+use hetmem_media::frames::{frames_in, read_start};
+use hetmem_media::{Container, FrameRead, FrameSink, Start, Video};
 use indicatif::ProgressBar;
 
 use super::Job;
-use super::frame_io::{FrameRead, FrameSink};
 use super::interrupt::{catch_ctrl_c, interrupted};
-use super::raw::Packing;
 use super::recovery::{self, Recovery, Retry};
 use super::stats::{Clock, Facts, Report};
-use super::y4m;
-
-/// A video stream whose header (if it has one) was read and checked: what the frames are,
-/// and what holds them.
-#[derive(Debug)]
-pub(super) struct Video {
-    /// One frame as the ring holds it.
-    pub format: FrameFormat,
-    pub container: Container,
-    /// The container's name for the pixels (`C420jpeg`, `nv12`), for messages and the report.
-    pub pixels: String,
-    /// Said before any frame is filtered (an interlaced stream, ...).
-    pub warnings: Vec<String>,
-}
-
-/// What holds the frames.
-#[derive(Debug)]
-pub(super) enum Container {
-    /// Y4M: the stream header line (written out byte for byte as it came), then a `FRAME` line
-    /// before each frame (each written out as it came too). Frames are planar.
-    Y4m { header: Vec<u8> },
-    /// Raw video: whole frames back to back, nothing before or between them, packed as
-    /// `packing` says (ffmpeg's `-f rawvideo`).
-    Raw { packing: Packing },
-}
-
-/// How the bytes before a frame's samples ended.
-pub(super) enum Start {
-    /// A frame follows.
-    Frame,
-    /// The stream ended cleanly, before a frame.
-    End,
-    /// The stream ended inside what comes before a frame (a Y4M `FRAME` line): the error to
-    /// report, unless Ctrl-C explains it.
-    Cut(anyhow::Error),
-}
-
-impl Container {
-    fn name(&self) -> &'static str {
-        match self {
-            Container::Y4m { .. } => "Y4M",
-            Container::Raw { .. } => "raw",
-        }
-    }
-
-    fn header(&self) -> &[u8] {
-        match self {
-            Container::Y4m { header } => header,
-            Container::Raw { .. } => &[],
-        }
-    }
-
-    fn packing(&self) -> Packing {
-        match self {
-            Container::Y4m { .. } => Packing::Planar,
-            Container::Raw { packing } => *packing,
-        }
-    }
-
-    /// Frames a regular file of `bytes` holds, for the progress bar (assuming no Y4M frame
-    /// parameters).
-    fn frames_in(&self, bytes: u64, frame_bytes: usize) -> u64 {
-        match self {
-            Container::Y4m { header } => {
-                bytes.saturating_sub(header.len() as u64) / (frame_bytes + y4m::FRAME.len() + 1) as u64
-            }
-            Container::Raw { .. } => bytes / frame_bytes as u64,
-        }
-    }
-
-    /// Reads what comes before frame `index`'s samples into `line`. `written` says which
-    /// frames were written, for messages.
-    fn read_start(
-        &self,
-        reader: &mut impl BufRead,
-        line: &mut Vec<u8>,
-        index: u64,
-        input: &str,
-        written: &str,
-    ) -> anyhow::Result<Start> {
-        match self {
-            Container::Y4m { .. } => y4m::read_frame_line(reader, line, index, input, written),
-            Container::Raw { .. } => {
-                let ahead = reader
-                    .fill_buf()
-                    .with_context(|| format!("cannot read frame {index} (counting from 0) of {input}"))?;
-                Ok(if ahead.is_empty() { Start::End } else { Start::Frame })
-            }
-        }
-    }
-}
 
 /// Filters `video`, whose frames `reader` holds next (`file_bytes` in all when it is a
 /// regular file), into the output `open_output` opens.
@@ -154,7 +63,7 @@ pub(super) fn filter(
         build_ring(job, (device, strategy), (format, &kernel), options, &pixels, warnings)
     };
     let mut ring = ring_for((device, strategy), &mut warnings)?;
-    let frames = file_bytes.map(|bytes| container.frames_in(bytes, format.frame_bytes()));
+    let frames = file_bytes.map(|bytes| frames_in(&container, bytes, format.frame_bytes()));
 
     let mut out = open_output()?;
     out.write_all(container.header())
@@ -503,7 +412,7 @@ impl Stream<'_> {
                 }
             };
             let cut = Cut { index, read: 0, frame_bytes };
-            match container.read_start(reader, &mut line, index, input, &written)? {
+            match read_start(container, reader, &mut line, index, input, &written)? {
                 Start::Frame => {}
                 Start::End if interrupted() => return Ok(End::Interrupted { cut: None }),
                 Start::End => return Ok(End::Input),

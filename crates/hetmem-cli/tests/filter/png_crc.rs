@@ -1,5 +1,6 @@
 //! PNG's CRC-32 (ISO 3309, as zlib's), for tests that make a PNG header declare another
-//! size and still be believed. Shared with the unit tests of `src/filter` by `#[path]`.
+//! size and still be believed. Shared with the unit tests of `src/filter`
+//! (untrusted_input_tests.rs) by `#[path]`.
 
 /// The CRC of a chunk's type and data.
 pub fn png_crc(bytes: &[u8]) -> u32 {

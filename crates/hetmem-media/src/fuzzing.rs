@@ -1,71 +1,87 @@
 //! The readers of untrusted bytes, for the fuzz targets (`fuzz/` at the workspace root,
-//! feature `fuzzing`): each as `hetmem filter` runs it, on the CPU backend, under a small
-//! pixel cap, into a sink. Whatever the bytes, a reader returns (an error, or frames); it
-//! never panics, hangs, or allocates what a header claims beyond the cap. The fuzz targets
-//! add libFuzzer's allocation limit, which catches an allocation the cap should have refused.
+//! feature `fuzzing`): each as a user of this crate runs it (as `hetmem filter` does, short of
+//! the ring), under a small pixel cap: the header, the budget, then every frame into one
+//! frame's memory and out to a sink. Whatever the bytes, a reader returns (an error, or
+//! frames); it never panics, hangs, or allocates what a header claims beyond the cap. The fuzz
+//! targets add libFuzzer's allocation limit, which catches an allocation the cap should have
+//! refused.
 
-use std::io;
+use std::io::{self, Write as _};
 
-use hetmem::ops::gaussian::{Border, Gaussian};
-use hetmem::{BackendChoice, BackendKind, Device};
+use anyhow::bail;
 
-use super::budget::Budget;
-use super::endpoint::{Endpoint, Named};
-use super::frame_io::FrameSink;
-use super::image::Opened;
-use super::raw::{PixFmt, RawSpec};
-use super::{ImageKind, Job, raw, y4m};
+use crate::budget::Budget;
+use crate::container::{Container, Start, Video};
+use crate::frame_io::{FrameRead, FrameSink};
+use crate::image::{ImageKind, Opened};
+use crate::raw::{self, PixFmt, RawSpec};
+use crate::{frames, y4m};
 
 /// The pixel cap the readers run under: 64 x 64, so that a frame the cap allows stays small.
 pub const MAX_PIXELS: u64 = 1 << 12;
 
+/// What the stream is called in messages.
+const INPUT: &str = "stdin";
+
 fn budget() -> Budget {
-    Budget { max_pixels: MAX_PIXELS }
+    Budget::new(MAX_PIXELS)
 }
 
-/// Runs `read` with a job as `hetmem filter - - --strategy cpu -q` makes it.
-fn with_job<R>(read: impl FnOnce(&Job) -> R) -> R {
-    let device = Device::open(BackendChoice::Only(BackendKind::Cpu)).expect("the CPU backend always opens");
-    let kernel = Gaussian::new(Some(1), None, Border::Reflect101).expect("radius 1 is a kernel");
-    let (input, output) = (Endpoint::Std, Endpoint::Std);
-    let job = Job {
-        device: &device,
-        strategy: hetmem::Strategy::Cpu,
-        strategy_chosen: true,
-        kernel: &kernel,
-        kernel_args: (Some(1), None, Border::Reflect101),
-        input: Named { endpoint: &input, std_name: "stdin" },
-        output: Named { endpoint: &output, std_name: "stdout" },
-        budget: budget(),
-        retries: 0,
-        ui: crate::ui::Ui { quiet: true },
-        outputs: crate::outputs::Outputs { overwrite: false },
+/// Every frame of `video`, which `reader` holds next, read into one frame's memory (allocated
+/// once the budget allowed it) and written to a sink.
+fn frames(video: Video, mut reader: impl FrameRead) -> anyhow::Result<()> {
+    let Video { format, container, .. } = video;
+    let packing = container.packing();
+    let declared_by = match container {
+        Container::Y4m { .. } => "its Y4M header",
+        Container::Raw { .. } => "--raw",
     };
-    read(&job)
+    let bytes = 2 * format.frame_bytes() as u64 + 2 * packing.scratch_bytes(&format) as u64;
+    budget().check(INPUT, declared_by, format.width() as u64, format.height() as u64, bytes)?;
+    let mut frame = vec![0; format.frame_bytes()];
+    let mut out = FrameSink::stream(Box::new(io::sink()));
+    out.write_all(container.header())?;
+    let (mut line, mut scratch) = (Vec::new(), Vec::new());
+    for index in 0.. {
+        match frames::read_start(&container, &mut reader, &mut line, index, INPUT, "")? {
+            Start::Frame => {}
+            Start::End => break,
+            Start::Cut(error) => return Err(error),
+        }
+        let read = packing.read(&mut reader, &mut frame, &mut scratch)?;
+        if read < frame.len() {
+            bail!(
+                "{INPUT}: frame {index} (counting from 0) is truncated: {read} of its {} bytes",
+                frame.len()
+            );
+        }
+        out.write_all(&line)?;
+        packing.write(&mut out, &frame, &mut scratch)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
-fn sink() -> anyhow::Result<FrameSink> {
-    Ok(FrameSink::stream(Box::new(io::sink())))
-}
-
-/// The Y4M reader on `bytes`, as a file of that size.
+/// The Y4M reader on `bytes`.
 ///
 /// # Errors
 /// What the reader says of the bytes.
 pub fn y4m(bytes: &[u8]) -> anyhow::Result<()> {
-    with_job(|job| y4m::filter(job, bytes, Some(bytes.len() as u64), sink).map(drop))
+    let mut reader = bytes;
+    let video = y4m::read_header(&mut reader, INPUT)?;
+    frames(video, reader)
 }
 
-/// The raw video reader on `bytes`, as a pipe (no size known) of frames of `width` x `height`
-/// in the pixel format `format` picks (modulo the formats there are): the size and format
-/// come from the command line, the frames from the stream.
+/// The raw video reader on `bytes`, frames of `width` x `height` in the pixel format `format`
+/// picks (modulo the formats there are): the size and format come from the command line, the
+/// frames from the stream.
 ///
 /// # Errors
 /// A size the pixel format cannot take, or what the reader says of the bytes.
 pub fn raw(width: usize, height: usize, format: u8, bytes: &[u8]) -> anyhow::Result<()> {
     let pix_fmt = PixFmt::ALL[usize::from(format) % PixFmt::ALL.len()];
     let spec = RawSpec { width, height, pix_fmt };
-    with_job(|job| raw::filter(job, spec, bytes, None, sink).map(drop))
+    frames(raw::video(spec)?, bytes)
 }
 
 /// The PNM reader (PBM, PGM, PPM, PAM) on `bytes`: the header, the cap, then the pixels into
@@ -75,7 +91,7 @@ pub fn raw(width: usize, height: usize, format: u8, bytes: &[u8]) -> anyhow::Res
 /// What the reader says of the bytes.
 pub fn pnm(bytes: &[u8]) -> anyhow::Result<()> {
     let image = Opened::new(bytes, ImageKind::Pnm, "input", &budget())?;
-    let mut pixels = vec![0; image.frame.frame_bytes()];
+    let mut pixels = vec![0; image.frame().frame_bytes()];
     image.read_into(&mut pixels)
 }
 

@@ -4,7 +4,7 @@
 //! interlacing, aspect, colour space, comments), and so is each `FRAME` line. 9- to 16-bit
 //! colour spaces (`C420p10`, `C422p12`, `C444p16`, `Cmono10`, ...) hold 16-bit little-endian
 //! samples: they are filtered as such, never narrowed, and written back as they came. The
-//! frames stream through [`super::video`], as raw video's do.
+//! frames are read and written by [`crate::frames`], as raw video's are.
 //!
 //! Nothing in the stream decides how much is read or allocated unchecked: the header and
 //! `FRAME` lines are read up to a bound, and the size the header declares is checked against
@@ -18,15 +18,12 @@ use std::io::{self, BufRead, Read};
 use anyhow::{Context as _, anyhow, bail};
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout, SampleType};
 
-use super::Job;
-use super::frame_io::{FrameRead, FrameSink};
-use super::stats::Report;
-use super::video::{self, Container, Start, Video};
+use crate::container::{Container, Start, Video};
 
 /// How a Y4M stream starts.
-pub(super) const MAGIC: &[u8] = b"YUV4MPEG2";
+pub const MAGIC: &[u8] = b"YUV4MPEG2";
 /// How each frame starts.
-pub(super) const FRAME: &[u8] = b"FRAME";
+pub const FRAME: &[u8] = b"FRAME";
 /// The longest stream header accepted (real ones are under 100 bytes).
 const HEADER_LIMIT: u64 = 4096;
 /// The longest `FRAME` line accepted.
@@ -155,18 +152,14 @@ fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>, limit: u64) -> io::R
     })
 }
 
-/// Filters the Y4M stream `reader` (of `file_bytes` when it is a regular file) into the
-/// output `open_output` opens once the stream header has been read and checked.
-pub(super) fn filter(
-    job: &Job,
-    mut reader: impl FrameRead,
-    file_bytes: Option<u64>,
-    open_output: impl FnOnce() -> anyhow::Result<FrameSink>,
-) -> anyhow::Result<Report> {
-    let input = job.input.to_string();
+/// Reads and checks the stream header of the Y4M stream `reader` (named `input` in
+/// messages): what its frames are. The frames come next in `reader`.
+///
+/// # Errors
+/// The stream cannot be read, or its header is missing, corrupt or unsupported.
+pub fn read_header(reader: &mut impl BufRead, input: &str) -> anyhow::Result<Video> {
     let mut line = Vec::with_capacity(256);
-    let ended =
-        read_line(&mut reader, &mut line, HEADER_LIMIT).with_context(|| format!("cannot read {input}"))?;
+    let ended = read_line(reader, &mut line, HEADER_LIMIT).with_context(|| format!("cannot read {input}"))?;
     if !line.is_empty() && !line.starts_with(&MAGIC[..line.len().min(MAGIC.len())]) {
         bail!("{input}: not a Y4M stream: it starts with {} instead of YUV4MPEG2", shown(&line));
     }
@@ -178,7 +171,7 @@ pub(super) fn filter(
         }
         Line::Complete => {}
     }
-    let header = parse_header(&line).with_context(|| input.clone())?;
+    let header = parse_header(&line).with_context(|| input.to_string())?;
     let (width, height) = (header.width, header.height);
     let pixels = header.colour_space_name();
     let format = FrameFormat::new(width, height, header.layout)
@@ -190,8 +183,7 @@ pub(super) fn filter(
             "{input} is interlaced (I{mode}): each frame is blurred whole, which mixes its two fields"
         ));
     }
-    let video = Video { format, container: Container::Y4m { header: line }, pixels, warnings };
-    video::filter(job, video, reader, file_bytes, open_output)
+    Ok(Video { format, container: Container::Y4m { header: line }, pixels, warnings })
 }
 
 /// Reads the `FRAME` line before frame `index` into `line`. `written` says which frames were
@@ -199,7 +191,7 @@ pub(super) fn filter(
 ///
 /// # Errors
 /// The stream cannot be read, or holds something else than a `FRAME` line.
-pub(super) fn read_frame_line(
+pub fn read_frame_line(
     reader: &mut impl BufRead,
     line: &mut Vec<u8>,
     index: u64,

@@ -1,6 +1,6 @@
-//! How much memory one `hetmem filter` may take, decided from the size an input declares
-//! before anything that large is allocated: a cap on pixels (`--max-pixels`), the memory this
-//! machine has available, and allocations that fail with an error instead of aborting.
+//! How much memory reading one input may take, decided from the size it declares before
+//! anything that large is allocated: a cap on pixels (`hetmem filter --max-pixels`), the memory
+//! this machine has available, and allocations that fail with an error instead of aborting.
 //!
 //! A header is a few bytes that may claim anything: a 65536 x 65536 PPM header needs 24 GiB
 //! for the filter's input and output frames. Allocating that first and failing later aborts
@@ -9,36 +9,49 @@
 
 use anyhow::bail;
 
-/// The default `--max-pixels`: 2^28 pixels, 16384 x 16384, beyond any camera or 16K video
-/// frame; one such frame is 1 GiB as RGBA.
-pub(super) const DEFAULT_MAX_PIXELS: u64 = 1 << 28;
+/// The default pixel cap (`hetmem filter --max-pixels`): 2^28 pixels, 16384 x 16384, beyond
+/// any camera or 16K video frame; one such frame is 1 GiB as RGBA.
+pub const DEFAULT_MAX_PIXELS: u64 = 1 << 28;
 
 /// The most bytes an encoded image may take per pixel of the cap when it is read into memory:
 /// 16-bit RGBA PNM takes 8 bytes a pixel, ASCII PNM up to 16; PNG and JPEG far less.
 const ENCODED_BYTES_PER_PIXEL: u64 = 16;
 
-/// The limits one run works within.
+/// The limits reading one input works within: the most pixels (width x height) it may
+/// declare, and the memory this machine has available.
+///
+/// Its messages name the remedy as `hetmem filter` spells it (`--max-pixels N`).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Budget {
+pub struct Budget {
     /// The most pixels (width x height) an input may declare.
-    pub max_pixels: u64,
+    max_pixels: u64,
+}
+
+impl Default for Budget {
+    /// [`DEFAULT_MAX_PIXELS`].
+    fn default() -> Budget {
+        Budget::new(DEFAULT_MAX_PIXELS)
+    }
 }
 
 impl Budget {
+    /// At most `max_pixels` pixels (width x height) an input may declare.
+    pub fn new(max_pixels: u64) -> Budget {
+        Budget { max_pixels }
+    }
+
+    /// The most pixels (width x height) an input may declare.
+    pub fn max_pixels(&self) -> u64 {
+        self.max_pixels
+    }
+
     /// Refuses a `width` x `height` image, declared by `what` (`its Y4M header`) of `input`,
     /// that is above the pixel cap, or whose filtering needs more than `bytes` the machine has
     /// available. Called before anything of that size is allocated.
     ///
     /// # Errors
     /// Either limit exceeded, with the declared size, the bytes it needs and the remedy.
-    pub(super) fn check(
-        &self,
-        input: &str,
-        what: &str,
-        width: u64,
-        height: u64,
-        bytes: u64,
-    ) -> anyhow::Result<()> {
+    pub fn check(&self, input: &str, what: &str, width: u64, height: u64, bytes: u64) -> anyhow::Result<()> {
         let pixels = width.saturating_mul(height);
         let needs = format!(
             "{input}: {what} declares {width}x{height} pixels ({pixels} pixels), which needs {bytes} bytes ({}) \
@@ -67,7 +80,7 @@ impl Budget {
 
     /// The most bytes an encoded image (a file or a pipe) may hold: more cannot be an image
     /// within the cap.
-    pub(super) fn max_encoded_bytes(&self) -> u64 {
+    pub(crate) fn max_encoded_bytes(&self) -> u64 {
         self.max_pixels.saturating_mul(ENCODED_BYTES_PER_PIXEL).saturating_add(1 << 20)
     }
 }
@@ -85,7 +98,7 @@ fn available_memory() -> Option<u64> {
 ///
 /// # Errors
 /// The allocation failing.
-pub(super) fn reserve(buffer: &mut Vec<u8>, bytes: usize, what: &str) -> anyhow::Result<()> {
+pub(crate) fn reserve(buffer: &mut Vec<u8>, bytes: usize, what: &str) -> anyhow::Result<()> {
     if buffer.try_reserve(bytes).is_err() {
         bail!(
             "cannot allocate {} bytes ({}) for {what}: out of memory",

@@ -30,7 +30,7 @@ const WRITE_BUFFER_BYTES: usize = 1 << 16;
 
 /// A source of frames: what comes between them is read line by line ([`BufRead`]), a frame's
 /// samples by [`FrameRead::read_frame`].
-pub(super) trait FrameRead: BufRead {
+pub trait FrameRead: BufRead {
     /// Fills `frame` unless the stream ends first; returns the bytes read.
     ///
     /// # Errors
@@ -40,12 +40,12 @@ pub(super) trait FrameRead: BufRead {
     }
 }
 
-/// A stream in memory (the readers' tests) reads frames as any stream does.
+/// A stream in memory reads frames as any stream does.
 impl FrameRead for &[u8] {}
 
 /// Where frames go: what comes between them is written as any stream is ([`Write`]), a
 /// frame's samples by [`FrameWrite::write_frame`].
-pub(super) trait FrameWrite: Write {
+pub trait FrameWrite: Write {
     /// Writes all of `frame`.
     ///
     /// # Errors
@@ -55,11 +55,11 @@ pub(super) trait FrameWrite: Write {
     }
 }
 
-/// A stream in memory (the writers' tests) writes frames as any stream does.
+/// A stream in memory writes frames as any stream does.
 impl FrameWrite for Vec<u8> {}
 
 /// Fills `buf` unless the stream ends first; returns the bytes read.
-pub(super) fn read_full(reader: &mut (impl Read + ?Sized), buf: &mut [u8]) -> io::Result<usize> {
+pub(crate) fn read_full(reader: &mut (impl Read + ?Sized), buf: &mut [u8]) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         match reader.read(&mut buf[filled..]) {
@@ -72,8 +72,9 @@ pub(super) fn read_full(reader: &mut (impl Read + ?Sized), buf: &mut [u8]) -> io
     Ok(filled)
 }
 
-/// The threads a frame may be split over by default: [`MAX_THREADS`], or the cores if fewer.
-pub(super) fn default_threads() -> usize {
+/// The threads a frame of a regular file is split over by default (`hetmem filter`'s
+/// `--io-threads`): 8, or the cores if fewer.
+pub fn default_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     cores.clamp(1, MAX_THREADS)
 }
@@ -86,7 +87,7 @@ fn threads_for(bytes: usize, max: usize) -> usize {
 /// A regular file read or written at a position of its own (`pread`/`pwrite`), never its
 /// descriptor's offset, so that several threads can move parts of one frame at once.
 #[derive(Debug)]
-pub(super) struct PositionedFile {
+pub(crate) struct PositionedFile {
     file: File,
     /// Where the next byte is read or written.
     position: u64,
@@ -96,7 +97,7 @@ pub(super) struct PositionedFile {
 
 impl PositionedFile {
     /// `file`, read or written from `position` on, each frame by up to `threads` threads.
-    pub(super) fn new(file: File, position: u64, threads: usize) -> PositionedFile {
+    pub(crate) fn new(file: File, position: u64, threads: usize) -> PositionedFile {
         PositionedFile { file, position, threads }
     }
 
@@ -231,7 +232,7 @@ fn write_at_all(file: &File, buf: &[u8], at: u64) -> io::Result<()> {
 }
 
 /// Where an input's bytes come from after its first ones.
-pub(super) enum Source {
+pub(crate) enum Source {
     /// A regular file, read by position: frames by several threads.
     File(PositionedFile),
     /// A pipe, a terminal, anything read front to back.
@@ -247,15 +248,23 @@ impl Read for Source {
     }
 }
 
-/// An input read as video: its first bytes (read already, to tell its format), then the rest
-/// through a buffer for the lines between frames; frames skip that buffer.
-pub(super) struct FrameSource {
+/// An input read as video ([`Input::into_frames`](crate::Input::into_frames)): its first bytes
+/// (read already, to tell its format), then the rest through a buffer for the lines between
+/// frames; frames skip that buffer, and a regular file's go straight from the file into the
+/// frame, by several threads at once.
+pub struct FrameSource {
     stream: io::Chain<io::Cursor<Vec<u8>>, io::BufReader<Source>>,
+}
+
+impl std::fmt::Debug for FrameSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameSource").finish_non_exhaustive()
+    }
 }
 
 impl FrameSource {
     /// `head`, then what `rest` holds.
-    pub(super) fn new(head: Vec<u8>, rest: io::BufReader<Source>) -> FrameSource {
+    pub(crate) fn new(head: Vec<u8>, rest: io::BufReader<Source>) -> FrameSource {
         FrameSource { stream: io::Cursor::new(head).chain(rest) }
     }
 }
@@ -301,51 +310,63 @@ impl FrameRead for FrameSource {
 
 /// Where a video's frames go: a regular file the run created, written by position (frames by
 /// several threads), or a stream written front to back (stdout, a pipe).
-pub(super) enum FrameSink {
+pub struct FrameSink(Sink);
+
+/// What a [`FrameSink`] writes to.
+enum Sink {
     File(PositionedFile),
     Stream(BufWriter<Box<dyn Write + Send>>),
+}
+
+impl std::fmt::Debug for FrameSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Sink::File(_) => "FrameSink::File",
+            Sink::Stream(_) => "FrameSink::Stream",
+        })
+    }
 }
 
 impl FrameSink {
     /// A file the run opened, new or emptied: a regular file is written from its start, each
     /// frame by up to `threads` threads; anything else (a FIFO, `/dev/null`, a terminal given
     /// by path) as the stream it is.
-    pub(super) fn file(file: File, threads: usize) -> FrameSink {
+    pub fn file(file: File, threads: usize) -> FrameSink {
         if file.metadata().is_ok_and(|metadata| metadata.is_file()) {
-            FrameSink::File(PositionedFile::new(file, 0, threads))
+            FrameSink(Sink::File(PositionedFile::new(file, 0, threads)))
         } else {
             FrameSink::stream(Box::new(file))
         }
     }
 
     /// A stream written front to back.
-    pub(super) fn stream(stream: Box<dyn Write + Send>) -> FrameSink {
-        FrameSink::Stream(BufWriter::with_capacity(WRITE_BUFFER_BYTES, stream))
+    pub fn stream(stream: Box<dyn Write + Send>) -> FrameSink {
+        FrameSink(Sink::Stream(BufWriter::with_capacity(WRITE_BUFFER_BYTES, stream)))
     }
 }
 
 impl FrameWrite for FrameSink {
     /// By several threads to a file.
     fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
-        match self {
-            FrameSink::File(file) => file.write_frame(frame),
-            FrameSink::Stream(stream) => stream.write_all(frame),
+        match &mut self.0 {
+            Sink::File(file) => file.write_frame(frame),
+            Sink::Stream(stream) => stream.write_all(frame),
         }
     }
 }
 
 impl Write for FrameSink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            FrameSink::File(file) => file.write(buf),
-            FrameSink::Stream(stream) => stream.write(buf),
+        match &mut self.0 {
+            Sink::File(file) => file.write(buf),
+            Sink::Stream(stream) => stream.write(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            FrameSink::File(file) => file.flush(),
-            FrameSink::Stream(stream) => stream.flush(),
+        match &mut self.0 {
+            Sink::File(file) => file.flush(),
+            Sink::Stream(stream) => stream.flush(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Raw video for ffmpeg users: `--raw WxH:pix_fmt`, as ffmpeg's `-f rawvideo -pix_fmt
 //! pix_fmt -s WxH` reads and writes it. The stream is whole frames back to back, with no
-//! header; the output is raw frames of the same size and format. The frames stream through
-//! [`super::video`], as Y4M's do.
+//! header; the output is raw frames of the same size and format. The frames are read and
+//! written by [`crate::frames`], as Y4M's are; how they lie in the stream is [`Packing`].
 //!
 //! ```text
 //! ffmpeg -i in.mp4 -f rawvideo -pix_fmt nv12 - | hetmem filter --raw 1920x1080:nv12 - - \
@@ -13,15 +13,11 @@
 //! yuv420p's) and interleaved again as it is written.
 
 use std::fmt;
-use std::io;
 
 use anyhow::Context as _;
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout};
 
-use super::Job;
-use super::frame_io::{FrameRead, FrameSink, FrameWrite};
-use super::stats::Report;
-use super::video::{self, Container, Video};
+use crate::container::{Container, Packing, Video};
 
 /// The pixel formats `--raw` takes, by ffmpeg's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +33,7 @@ pub enum PixFmt {
 }
 
 impl PixFmt {
-    pub(super) const ALL: [PixFmt; 4] = [PixFmt::Gray, PixFmt::Rgb24, PixFmt::Yuv420p, PixFmt::Nv12];
+    pub(crate) const ALL: [PixFmt; 4] = [PixFmt::Gray, PixFmt::Rgb24, PixFmt::Yuv420p, PixFmt::Nv12];
 
     fn name(self) -> &'static str {
         match self {
@@ -57,11 +53,15 @@ impl PixFmt {
     }
 }
 
-/// `--raw WxH:pix_fmt`.
+/// `--raw WxH:pix_fmt`: the size and pixel format of raw video, which the stream does not
+/// say. [`video`] checks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawSpec {
+    /// Pixels per row.
     pub width: usize,
+    /// Rows.
     pub height: usize,
+    /// How the pixels are stored.
     pub pix_fmt: PixFmt,
 }
 
@@ -102,95 +102,23 @@ pub fn parse_spec(text: &str) -> Result<RawSpec, String> {
     Ok(RawSpec { width, height, pix_fmt })
 }
 
-/// How a frame's samples lie in a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Packing {
-    /// As the ring holds them: plane after plane (each interleaved, for RGB).
-    Planar,
-    /// nv12: the luma plane (`luma` bytes), then U and V interleaved in one plane, which the
-    /// ring holds as two planes (planar 4:2:0).
-    Nv12 { luma: usize },
-}
-
-impl Packing {
-    /// Bytes of scratch memory a reader or a writer takes per frame of `format`.
-    pub(super) fn scratch_bytes(self, format: &FrameFormat) -> usize {
-        match self {
-            Packing::Planar => 0,
-            Packing::Nv12 { luma } => format.frame_bytes() - luma,
-        }
-    }
-
-    /// Reads one frame from `reader` into `frame` (the ring's layout); returns the stream's
-    /// bytes read: fewer than the frame's only where the stream ends inside it.
-    pub(super) fn read(
-        self,
-        reader: &mut impl FrameRead,
-        frame: &mut [u8],
-        scratch: &mut Vec<u8>,
-    ) -> io::Result<usize> {
-        match self {
-            Packing::Planar => reader.read_frame(frame),
-            Packing::Nv12 { luma } => {
-                let (luma, chroma) = frame.split_at_mut(luma);
-                let read = reader.read_frame(luma)?;
-                if read < luma.len() {
-                    return Ok(read);
-                }
-                scratch.resize(chroma.len(), 0);
-                let read_chroma = reader.read_frame(scratch)?;
-                let (u, v) = chroma.split_at_mut(chroma.len() / 2);
-                for ((pair, u), v) in scratch.chunks_exact(2).zip(u).zip(v) {
-                    (*u, *v) = (pair[0], pair[1]);
-                }
-                Ok(read + read_chroma)
-            }
-        }
-    }
-
-    /// Writes one frame of the ring's layout to `out` as the stream holds it.
-    pub(super) fn write(
-        self,
-        out: &mut impl FrameWrite,
-        frame: &[u8],
-        scratch: &mut Vec<u8>,
-    ) -> io::Result<()> {
-        match self {
-            Packing::Planar => out.write_frame(frame),
-            Packing::Nv12 { luma } => {
-                let (luma, chroma) = frame.split_at(luma);
-                let (u, v) = chroma.split_at(chroma.len() / 2);
-                scratch.clear();
-                scratch.extend(u.iter().zip(v).flat_map(|(&u, &v)| [u, v]));
-                out.write_frame(luma)?;
-                out.write_frame(scratch)
-            }
-        }
-    }
-}
-
-/// Filters the raw frames of `spec` in `reader` (of `file_bytes` when it is a regular file)
-/// into the output `open_output` opens.
-pub(super) fn filter(
-    job: &Job,
-    spec: RawSpec,
-    reader: impl FrameRead,
-    file_bytes: Option<u64>,
-    open_output: impl FnOnce() -> anyhow::Result<FrameSink>,
-) -> anyhow::Result<Report> {
+/// The video `--raw spec` declares: what each frame is, and how the stream holds it.
+///
+/// # Errors
+/// A size the pixel format cannot take.
+pub fn video(spec: RawSpec) -> anyhow::Result<Video> {
     let format = FrameFormat::new(spec.width, spec.height, spec.pix_fmt.layout())
         .with_context(|| format!("--raw {spec}"))?;
     let packing = match spec.pix_fmt {
         PixFmt::Nv12 => Packing::Nv12 { luma: format.planes()[0].bytes() },
         _ => Packing::Planar,
     };
-    let video = Video {
+    Ok(Video {
         format,
         container: Container::Raw { packing },
         pixels: spec.pix_fmt.name().into(),
         warnings: Vec::new(),
-    };
-    video::filter(job, video, reader, file_bytes, open_output)
+    })
 }
 
 #[cfg(test)]
@@ -219,26 +147,5 @@ mod tests {
             assert!(error.contains(said), "{bad}: {error}");
         }
         assert!(parse_spec("1920x1080").unwrap_err().contains(RAW_FORMATS));
-    }
-
-    #[test]
-    fn nv12_is_planar_4_2_0_interleaved_and_back() {
-        // 3x3: a 9-byte luma plane, 2x2 chroma: U and V of 4 bytes each.
-        let format = FrameFormat::new(3, 3, PixelLayout::Yuv420).unwrap();
-        let packing = Packing::Nv12 { luma: 9 };
-        assert_eq!(packing.scratch_bytes(&format), 8);
-        let stream: Vec<u8> = (0..17).map(|byte| byte * 7 + 3).collect();
-        let mut frame = vec![0; format.frame_bytes()];
-        let mut scratch = Vec::new();
-        assert_eq!(packing.read(&mut &stream[..], &mut frame, &mut scratch).unwrap(), 17);
-        assert_eq!(&frame[..9], &stream[..9]);
-        let (u, v): (Vec<u8>, Vec<u8>) = stream[9..].chunks(2).map(|pair| (pair[0], pair[1])).unzip();
-        assert_eq!((&frame[9..13], &frame[13..]), (&u[..], &v[..]));
-        let mut written = Vec::new();
-        packing.write(&mut written, &frame, &mut scratch).unwrap();
-        assert_eq!(written, stream);
-        // A stream that ends inside the chroma plane says how far it got.
-        assert_eq!(packing.read(&mut &stream[..12], &mut frame, &mut scratch).unwrap(), 12);
-        assert_eq!(packing.read(&mut &stream[..4], &mut frame, &mut scratch).unwrap(), 4);
     }
 }

@@ -1,5 +1,5 @@
-//! The two ends of `hetmem filter`: the input, opened once, and the output, checked not to be
-//! the input under another name before anything is written to it.
+//! The two ends of a filter such as `hetmem filter`: the input, opened once, and the output,
+//! checked not to be the input under another name before anything is written to it.
 //!
 //! An input is opened once and read front to back, never seeked and never opened again: its
 //! first bytes tell its format and are then handed on with the rest. So pipes given as paths
@@ -13,26 +13,31 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
 
-use super::budget::{self, Budget};
-use super::frame_io::{FrameSource, PositionedFile, Source};
+use crate::budget::{self, Budget};
+use crate::frame_io::{FrameSource, PositionedFile, Source};
 
 /// An input or output: a file, or `-` (stdin for the input, stdout for the output).
 #[derive(Debug, Clone)]
-pub(super) enum Endpoint {
+pub enum Endpoint {
+    /// `-`: stdin or stdout.
     Std,
+    /// A path: a regular file, or a FIFO, `/dev/stdin`, a device.
     File(PathBuf),
 }
 
 impl Endpoint {
-    pub(super) fn new(path: &Path) -> Endpoint {
+    /// `-` for stdin or stdout, anything else a path.
+    pub fn new(path: &Path) -> Endpoint {
         if path.as_os_str() == "-" { Endpoint::Std } else { Endpoint::File(path.to_path_buf()) }
     }
 }
 
 /// How endpoints are named in messages: the path, or stdin/stdout for `-`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Named<'a> {
+pub struct Named<'a> {
+    /// What is named.
     pub endpoint: &'a Endpoint,
+    /// The name of `-`: `stdin` or `stdout`.
     pub std_name: &'static str,
 }
 
@@ -51,8 +56,9 @@ const HEAD_BYTES: u64 = 16;
 const BUFFER_BYTES: usize = 1 << 16;
 
 /// An input, opened once, with its first bytes already read to tell its format.
-pub(super) struct Input {
-    /// The first [`HEAD_BYTES`] bytes, fewer only when the input is shorter.
+pub struct Input {
+    /// The first 16 bytes (enough to tell every format read here), fewer only when the input
+    /// is shorter.
     pub head: Vec<u8>,
     rest: BufReader<Source>,
     /// What was opened, as `fstat` sees it; `None` where that cannot be asked.
@@ -72,7 +78,7 @@ impl Input {
     ///
     /// # Errors
     /// It cannot be opened or read, or it is a directory.
-    pub(super) fn open(endpoint: &Endpoint, name: &str, io_threads: usize) -> anyhow::Result<Input> {
+    pub fn open(endpoint: &Endpoint, name: &str, io_threads: usize) -> anyhow::Result<Input> {
         let (reader, metadata) = match endpoint {
             Endpoint::Std => stdin(io_threads).context("cannot read stdin")?,
             Endpoint::File(path) => {
@@ -99,12 +105,12 @@ impl Input {
     }
 
     /// The input's length, when it is a regular file (a pipe's is unknown until its end).
-    pub(super) fn file_len(&self) -> Option<u64> {
+    pub fn file_len(&self) -> Option<u64> {
         self.metadata.as_ref().filter(|metadata| metadata.is_file()).map(Metadata::len)
     }
 
     /// The whole input as one stream of frames: the first bytes, then the rest.
-    pub(super) fn into_frames(self) -> FrameSource {
+    pub fn into_frames(self) -> FrameSource {
         FrameSource::new(self.head, self.rest)
     }
 
@@ -113,13 +119,13 @@ impl Input {
     ///
     /// # Errors
     /// A read failing, an input larger than that, or no memory for it.
-    pub(super) fn read_all(self, budget: &Budget, name: &str) -> anyhow::Result<Vec<u8>> {
+    pub fn read_all(self, budget: &Budget, name: &str) -> anyhow::Result<Vec<u8>> {
         let limit = budget.max_encoded_bytes();
         let too_large = |at_least: u64| {
             anyhow!(
                 "{name} holds {at_least} bytes or more, more than an image within --max-pixels {} can take \
                  ({limit} bytes): pass a larger --max-pixels if the image is genuine",
-                budget.max_pixels
+                budget.max_pixels()
             )
         };
         let what = format!("reading {name}");
@@ -158,7 +164,7 @@ impl Input {
     ///
     /// # Errors
     /// The output is the input.
-    pub(super) fn refuse_as_output(
+    pub fn refuse_as_output(
         &self,
         output: &Endpoint,
         input_name: &str,
@@ -219,9 +225,13 @@ fn stdout_metadata() -> Option<Metadata> {
     duplicate(io::stdout()).and_then(|file| file.metadata()).ok()
 }
 
-/// stdout, for the video.
+/// stdout, for a video: written through the caller's buffer alone (std's stdout flushes at
+/// every `\n` byte, which would split frames).
+///
+/// # Errors
+/// stdout cannot be duplicated.
 #[cfg(unix)]
-pub(super) fn stdout() -> io::Result<Box<dyn Write + Send>> {
+pub fn stdout() -> io::Result<Box<dyn Write + Send>> {
     Ok(Box::new(duplicate(io::stdout())?))
 }
 
@@ -241,7 +251,11 @@ fn stdout_metadata() -> Option<Metadata> {
     None
 }
 
+/// stdout, for a video.
+///
+/// # Errors
+/// None here; the signature is the Unix one's.
 #[cfg(not(unix))]
-pub(super) fn stdout() -> io::Result<Box<dyn Write + Send>> {
+pub fn stdout() -> io::Result<Box<dyn Write + Send>> {
     Ok(Box::new(io::stdout()))
 }
