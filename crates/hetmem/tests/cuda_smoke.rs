@@ -106,24 +106,27 @@ fn backend_errors_name_the_call_and_the_remedy() {
     let mut garbage = random_words(256);
     garbage[0] = u32::from_le_bytes(*b"//x ");
     // SAFETY: not an ELF image (checked above), so the driver reads text up to the NUL.
-    match unsafe { Module::load(&device, bytemuck::cast_slice(&garbage)) } {
+    match unsafe { Module::load(&device, bytemuck::cast_slice(&garbage)) }.map_err(Error::from) {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.call, "cuModuleLoadData");
             assert!(error.name.starts_with("CUDA_ERROR_"), "{error}");
         }
         other => panic!("loading garbage should fail in the driver, got {other:?}"),
     }
-    match DeviceAlloc::new(&device, 1 << 50) {
+    match DeviceAlloc::new(&device, 1 << 50).map_err(Error::from) {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.name, "CUDA_ERROR_OUT_OF_MEMORY");
             assert!(error.to_string().contains("GPU is out of memory"), "{error}");
         }
         other => panic!("a 1 PiB allocation should fail, got {other:?}"),
     }
-    assert!(matches!(DeviceAlloc::new(&device, 0), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(DeviceAlloc::new(&device, 0).map_err(Error::from), Err(Error::InvalidArgument { .. })));
     let stream = Stream::new(&device).unwrap();
     let mut small = DeviceAlloc::new(&device, 16).unwrap();
-    assert!(matches!(small.upload(&stream, &[1; 17]), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        small.upload(&stream, &[1; 17]).map_err(Error::from),
+        Err(Error::InvalidArgument { .. })
+    ));
     assert!(matches!(
         kernels::kernel(&device, &AFFINE, "no_such_kernel"),
         Err(Error::InvalidArgument { .. })

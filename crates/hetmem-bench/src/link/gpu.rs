@@ -336,7 +336,7 @@ impl Rig {
         let config = LaunchConfig::linear(items, BLOCK, max_blocks);
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
         // SAFETY: the caller's contract; each pointer points to a live u64 for this call.
-        unsafe { kernel.launch(&self.stream, config, &mut pointers) }
+        Ok(unsafe { kernel.launch(&self.stream, config, &mut pointers) }?)
     }
 
     /// The checksum slots, after the stream is idle.
@@ -456,19 +456,19 @@ impl Rig {
             LinkPath::HostMemcpy => unreachable!("host cells are measured by the host module"),
             LinkPath::PageableH2d => {
                 let (dev, src) = (&mut b.dev_in, &b.pageable[..words]);
-                Rig::timed_cpu(bytes, runs, || dev.upload_sync(bytemuck::cast_slice(src)))?
+                Rig::timed_cpu(bytes, runs, || Ok(dev.upload_sync(bytemuck::cast_slice(src))?))?
             }
             LinkPath::PinnedSyncH2d => {
                 let (dev, src) = (&mut b.dev_in, &b.src.as_slice()[..words]);
-                Rig::timed_cpu(bytes, runs, || dev.upload_sync(bytemuck::cast_slice(src)))?
+                Rig::timed_cpu(bytes, runs, || Ok(dev.upload_sync(bytemuck::cast_slice(src))?))?
             }
             LinkPath::PageableD2h => {
                 let (dev, dst) = (&b.dev_out, &mut b.pageable_out[..words]);
-                Rig::timed_cpu(bytes, runs, || dev.download_sync(bytemuck::cast_slice_mut(dst)))?
+                Rig::timed_cpu(bytes, runs, || Ok(dev.download_sync(bytemuck::cast_slice_mut(dst))?))?
             }
             LinkPath::PinnedSyncD2h => {
                 let (dev, dst) = (&b.dev_out, &mut b.dst.as_mut_slice()[..words]);
-                Rig::timed_cpu(bytes, runs, || dev.download_sync(bytemuck::cast_slice_mut(dst)))?
+                Rig::timed_cpu(bytes, runs, || Ok(dev.download_sync(bytemuck::cast_slice_mut(dst))?))?
             }
             LinkPath::PinnedAsyncH2d => self.timed(
                 bytes,
@@ -478,7 +478,7 @@ impl Rig {
                     // SAFETY: `bytes` of pinned `src` into `dev_in`, both at least `largest` long and
                     // held until the stream is idle; the CPU does not touch them before `timed`
                     // synchronises it.
-                    unsafe { self.stream.copy_async(dev_in, src_host, bytes) }
+                    Ok(unsafe { self.stream.copy_async(dev_in, src_host, bytes) }?)
                 },
             )?,
             LinkPath::PinnedAsyncD2h => self.timed(
@@ -487,7 +487,7 @@ impl Rig {
                 || Ok(()),
                 |_| {
                     // SAFETY: as above, `dev_out` into pinned `dst`.
-                    unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }
+                    Ok(unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }?)
                 },
             )?,
             LinkPath::PinnedAsyncBoth => {

@@ -270,7 +270,7 @@ enum BackingArg {
 }
 
 fn parse_devices(text: &str) -> Result<DeviceSelection, hetmem::Error> {
-    text.parse()
+    Ok(text.parse::<DeviceSelection>()?)
 }
 
 pub fn run(

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use crate::error::Unavailable;
+use crate::backend::cuda::error::Unavailable;
 
 /// The host CPU as a backend.
 #[derive(Debug, Clone)]

@@ -98,7 +98,7 @@ impl QueueCore {
     /// # Errors
     /// As for [`QueueCore::submit`]; the lease then waits for the whole stream.
     pub(crate) fn record_queued_use(&self, lease: &LeaseState) -> Result<()> {
-        self.submit(&[lease], |_| Ok(()))
+        self.submit(&[lease], |_| Ok::<(), Error>(()))
     }
 
     /// Queues `work` on the stream and records a fence after it on every lease in `leases`.
@@ -107,11 +107,14 @@ impl QueueCore {
     /// descriptors left), or `work` fail after queueing part of itself, each lease records a
     /// fence on the whole stream instead, and the error is returned: a lease never forgets work
     /// that uses its buffer.
-    pub(crate) fn submit(
+    pub(crate) fn submit<E>(
         &self,
         leases: &[&LeaseState],
-        work: impl FnOnce(&Stream) -> Result<()>,
-    ) -> Result<()> {
+        work: impl FnOnce(&Stream) -> Result<(), E>,
+    ) -> Result<()>
+    where
+        Error: From<E>,
+    {
         let QueueBackend::Cuda { stream, .. } = &self.backend else {
             return Err(Error::invalid("GPU work", "this queue is on the CPU backend"));
         };
@@ -121,7 +124,7 @@ impl QueueCore {
             for lease in leases {
                 lease.record_use(fence.clone());
             }
-            return Err(error);
+            return Err(error.into());
         }
         let (fence, failure) = match self.signal() {
             Ok(fence) => (fence, None),
@@ -347,7 +350,7 @@ impl Queue {
         self.check_owner(dst)?;
         match &self.core.backend {
             QueueBackend::Cpu => {
-                crate::faults::fail(FaultPoint::Copy)?;
+                crate::faults::fail::<Error>(FaultPoint::Copy)?;
                 src.cpu_read(|from| dst.cpu_write(|to| to.copy_from_slice(from)))??
             }
             QueueBackend::Cuda { .. } => {
@@ -399,7 +402,7 @@ impl Queue {
         let elem = size_of::<<S::Buf as Buffer>::Elem>();
         match &self.core.backend {
             QueueBackend::Cpu => {
-                crate::faults::fail(FaultPoint::Copy)?;
+                crate::faults::fail::<Error>(FaultPoint::Copy)?;
                 src.cpu_read(|from| {
                     dst.cpu_write(|to| {
                         to[dst_offset..dst_offset + len].copy_from_slice(&from[src_offset..src_offset + len])
@@ -424,11 +427,14 @@ impl Queue {
     /// Queues `work` (which may fan out to other streams, provided it joins them back into the
     /// queue's stream before returning) and records a fence after it on every lease in
     /// `leases`: for hetmem's ops that queue several operations as one unit.
-    pub(crate) fn submit_joined(
+    pub(crate) fn submit_joined<E>(
         &self,
         leases: &[&LeaseState],
-        work: impl FnOnce(&Stream) -> Result<()>,
-    ) -> Result<()> {
+        work: impl FnOnce(&Stream) -> Result<(), E>,
+    ) -> Result<()>
+    where
+        Error: From<E>,
+    {
         self.core.submit(leases, work)
     }
 

@@ -98,7 +98,7 @@ impl<T: Element> DeviceBuf<T> {
         self.check_len(src.len())?;
         match &mut self.storage {
             DeviceStorage::Plain(memory) => {
-                crate::faults::fail(crate::faults::FaultPoint::Copy)?;
+                crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Copy)?;
                 memory[..size_of_val(src)].copy_from_slice(bytemuck::cast_slice(src))
             }
             DeviceStorage::Cuda { alloc, device } => {
@@ -117,7 +117,7 @@ impl<T: Element> DeviceBuf<T> {
         self.check_len(dst.len())?;
         match &self.storage {
             DeviceStorage::Plain(memory) => {
-                crate::faults::fail(crate::faults::FaultPoint::Copy)?;
+                crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Copy)?;
                 bytemuck::cast_slice_mut(dst).copy_from_slice(&memory[..self.len * size_of::<T>()])
             }
             DeviceStorage::Cuda { alloc, device } => {

@@ -134,7 +134,10 @@ impl<T: Element> MappedFile<T> {
                     Err(failed) => {
                         // The mapping comes back when the registration kept no reference to it.
                         drop(failed.owner);
-                        return Err(RegisterError { error: failed.error, memory: Arc::into_inner(map) });
+                        return Err(RegisterError {
+                            error: failed.error.into(),
+                            memory: Arc::into_inner(map),
+                        });
                     }
                 }
             }

@@ -290,7 +290,9 @@ impl<T: Element> HostBuf<T> {
             match unsafe { Registration::register(cuda, start, span, flags, options.max_piece_bytes, owner) }
             {
                 Ok(registration) => registration,
-                Err(failed) => return Err(RegisterError { error: failed.error, memory: failed.owner }),
+                Err(failed) => {
+                    return Err(RegisterError { error: failed.error.into(), memory: failed.owner });
+                }
             };
         let device_ptr = registration.device_ptr().map(|base| base + offset as u64);
         let storage = HostStorage::Registered(registration);
@@ -329,7 +331,9 @@ impl<T: Element> HostBuf<T> {
                     )
                 } {
                     Ok(registration) => HostStorage::Registered(registration),
-                    Err(failed) => return Err(RegisterError { error: failed.error, memory: failed.owner }),
+                    Err(failed) => {
+                        return Err(RegisterError { error: failed.error.into(), memory: failed.owner });
+                    }
                 }
             }
         };

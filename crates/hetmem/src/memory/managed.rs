@@ -98,7 +98,7 @@ impl<T: Element> ManagedBuf<T> {
     /// The driver's error.
     pub fn advise(&self, advice: Advice) -> Result<()> {
         match &self.storage {
-            ManagedStorage::Cuda(alloc) => alloc.advise(advice),
+            ManagedStorage::Cuda(alloc) => Ok(alloc.advise(advice)?),
             ManagedStorage::Plain(_) => Ok(()),
         }
     }

@@ -65,7 +65,7 @@ impl<T: super::Element> PageBox<T> {
 
     fn map(len: usize, align: usize, huge: bool) -> Result<PageBox<T>> {
         let bytes = byte_len::<T>("page-aligned buffer length", len)?;
-        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
+        crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Allocation)?;
         if align_of::<T>() > page_size() {
             return Err(Error::invalid("element type", "alignment above the page size"));
         }

@@ -32,7 +32,7 @@ pub use stream::{Event, Stream};
 
 use cudarc::driver::{DriverError, sys};
 
-use crate::error::CudaError;
+use crate::backend::cuda::error::CudaError;
 
 /// Turns a cudarc driver error into hetmem's, naming the call that failed.
 fn cuda_error(call: &'static str, error: DriverError) -> CudaError {

@@ -8,7 +8,8 @@ use cudarc::driver::{result, sys};
 use super::context::{Context, Keep, Release};
 use super::interop::Wrappers;
 use super::{Call, CudaDevice, split};
-use crate::error::CudaError;
+use crate::backend::cuda::error::CudaError;
+use crate::backend::error::BackendError;
 
 /// A CUDA stream: one hetmem made (non-blocking: it does not synchronise with the legacy
 /// default stream), or one borrowed from cudarc ([`crate::Queue::from_cudarc`]).
@@ -109,8 +110,8 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> crate::Result<()> {
-        crate::faults::fail(crate::faults::FaultPoint::Copy)?;
+    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> crate::backend::error::Result<()> {
+        crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Copy)?;
         self.ctx.bind()?;
         let mut copy = |at: usize, len: usize| {
             // SAFETY: the caller guarantees the ranges and their lifetime; `in_parts` passes

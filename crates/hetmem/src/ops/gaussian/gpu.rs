@@ -394,7 +394,7 @@ where
         ));
     }
     let Some(device) = queue.cuda_device() else {
-        crate::faults::fail(crate::faults::FaultPoint::Launch)?;
+        crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Launch)?;
         return input
             .cpu_read(|src| output.cpu_write(|dst| gaussian_cpu(&plan.format, &plan.kernel, src, dst)))??;
     };
