@@ -334,6 +334,7 @@ impl From<BackendError> for Error {
             BackendError::ResidentKernelRunning { call, running } => {
                 Error::ResidentKernelRunning { call, running }
             }
+            BackendError::Io { context, source } => Error::Io { context, source },
             BackendError::InjectedFault(injected) => injected.into(),
         }
     }

@@ -67,6 +67,15 @@ pub enum BackendError {
         /// Resident kernels running on the device.
         running: usize,
     },
+    /// An operating-system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the backend was doing.
+        context: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A fault injected by a test (feature `testing`).
     #[error("{}", injected_message(.0))]
     InjectedFault(Injected),

@@ -14,6 +14,7 @@
 pub mod cpu;
 pub mod cuda;
 mod error;
+pub(crate) mod memory;
 #[cfg(feature = "nvml")]
 pub mod nvml;
 mod selection;

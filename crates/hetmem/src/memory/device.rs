@@ -7,9 +7,9 @@ use std::sync::Arc;
 use super::Element;
 use super::budget::{Charge, DeviceBudget};
 use super::in_flight::{InFlight, Waiter};
-use super::page::{PageBox, byte_len};
 use super::{Buffer, Region, Sealed, WritableBuffer};
 use crate::backend::Device;
+use crate::backend::cpu::memory::{PageBox, byte_len};
 use crate::backend::cuda::{CudaDevice, DeviceAlloc};
 use crate::error::{Error, Result};
 

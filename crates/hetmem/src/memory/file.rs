@@ -9,9 +9,9 @@ use std::sync::atomic::AtomicBool;
 use memmap2::Mmap;
 
 use super::Element;
-use super::page::page_size;
 use super::{Buffer, FileOrigin, FileSpan, HostVisible, Region, RegisterError, RegisterOptions, Sealed};
 use crate::backend::Device;
+use crate::backend::cpu::memory::page_size;
 use crate::backend::cuda::{CudaDevice, RegisterFlags, Registration};
 use crate::error::{Error, Result};
 

@@ -3,9 +3,9 @@
 use std::ptr::NonNull;
 
 use super::Element;
-use super::page::{PageBox, byte_len};
 use super::{Buffer, Region, Sealed, WritableBuffer};
 use crate::backend::Device;
+use crate::backend::cpu::memory::{PageBox, byte_len};
 use crate::backend::cuda::{Advice, ManagedAlloc};
 use crate::error::{Error, Result};
 

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use super::claims::{Access, Claim, Claims};
-use super::page::page_size;
 use super::{
     Buffer, Element, FileOrigin, FileSpan, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer,
     guarded,
 };
 use crate::backend::Device;
+use crate::backend::cpu::memory::page_size;
 use std::os::unix::fs::FileExt;
 
 use crate::backend::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
