@@ -6,10 +6,14 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use super::Device;
 use super::cpu::memory::{HUGE_PAGE_BYTES, PageBox, page_size};
-use super::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc, RegisterFlags, Registration, RegistrationFailed};
+use super::cuda::{
+    Advice, CudaDevice, DeviceAlloc, HostAllocFlags, ManagedAlloc, PinnedAlloc, RegisterFlags, Registration,
+    RegistrationFailed, Stream,
+};
 use super::error::{BackendError, Result};
 
 /// Host memory as a backend holds it.
@@ -47,8 +51,21 @@ pub(crate) struct HostRegister {
     pub mapped: bool,
     /// Usable from every GPU's context.
     pub portable: bool,
+    /// Registered to be read only (a read-only file mapping).
+    pub read_only: bool,
     /// The largest range one registration call takes.
     pub max_piece_bytes: usize,
+}
+
+impl std::fmt::Debug for HostMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HostMemory::Plain(_) => "Plain",
+            HostMemory::Pinned(_) => "Pinned",
+            HostMemory::Registered(_) => "Registered",
+            HostMemory::Unregistered(_) => "Unregistered",
+        })
+    }
 }
 
 impl HostMemory {
@@ -85,6 +102,11 @@ impl HostMemory {
             HostMemory::Registered(registration) => registration.device_ptr(),
             _ => None,
         }
+    }
+
+    /// Whether the driver registered the memory.
+    pub(crate) fn is_registered(&self) -> bool {
+        matches!(self, HostMemory::Registered(_))
     }
 
     /// Whether the memory was pinned with the portable flag (usable from every context).
@@ -151,7 +173,7 @@ impl Device {
                 let flags = RegisterFlags {
                     portable: options.portable,
                     device_map: options.mapped,
-                    read_only: false,
+                    read_only: options.read_only,
                 };
                 // SAFETY: the caller's contract, passed on.
                 unsafe { Registration::register(cuda, ptr, bytes, flags, options.max_piece_bytes, owner) }
@@ -190,4 +212,190 @@ fn pin_on_gpu(device: &CudaDevice, bytes: usize, pin: HostPin) -> Result<HostMem
     }
     .map_err(|failed| failed.error)?;
     Ok(HostMemory::Registered(registration))
+}
+
+/// Managed (unified) memory as a backend holds it: one address for the CPU and the GPU.
+pub(crate) enum ManagedMemory {
+    /// Plain pages (the CPU backend).
+    Plain(#[allow(dead_code, reason = "owned only to be freed on drop")] PageBox<u8>),
+    /// The driver's managed allocation.
+    Cuda(ManagedAlloc),
+}
+
+impl ManagedMemory {
+    /// The memory's first byte, which the CPU may touch at any time.
+    pub(crate) fn host_ptr(&self) -> NonNull<u8> {
+        match self {
+            ManagedMemory::Plain(memory) => memory.pages().0,
+            ManagedMemory::Cuda(alloc) => {
+                NonNull::new(alloc.ptr() as *mut u8).expect("managed allocations are never null")
+            }
+        }
+    }
+
+    /// The address kernels use: the same as the CPU's, on a GPU.
+    pub(crate) fn device_ptr(&self) -> Option<u64> {
+        match self {
+            ManagedMemory::Plain(_) => None,
+            ManagedMemory::Cuda(alloc) => Some(alloc.ptr()),
+        }
+    }
+
+    /// Gives the driver a hint about how the memory will be used; nothing to do on the CPU.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub(crate) fn advise(&self, advice: Advice) -> Result<()> {
+        match self {
+            ManagedMemory::Cuda(alloc) => alloc.advise(advice),
+            ManagedMemory::Plain(_) => Ok(()),
+        }
+    }
+
+    /// The driver allocation, where there is one.
+    pub(crate) fn managed_alloc(&self) -> Option<&ManagedAlloc> {
+        match self {
+            ManagedMemory::Cuda(alloc) => Some(alloc),
+            ManagedMemory::Plain(_) => None,
+        }
+    }
+}
+
+impl Device {
+    /// `bytes` of zeroed managed memory (plain pages on the CPU backend).
+    ///
+    /// # Errors
+    /// A GPU that does not let the CPU and the GPU touch managed memory at once (a CPU access
+    /// during GPU work would crash), or the allocation failing.
+    pub(crate) fn allocate_managed(&self, bytes: usize) -> Result<ManagedMemory> {
+        let cuda = match self {
+            Device::Cpu(_) => return Ok(ManagedMemory::Plain(PageBox::zeroed(bytes)?)),
+            Device::Cuda(cuda) => cuda,
+        };
+        if !cuda.attributes().concurrent_managed_access {
+            return Err(BackendError::invalid(
+                "memory kind",
+                format!(
+                    "{} does not let CPU and GPU touch managed memory at once, so a CPU access \
+                     during GPU work would crash: use HostBuf::pinned or DeviceBuf instead",
+                    cuda.name()
+                ),
+            ));
+        }
+        let memory = ManagedMemory::Cuda(ManagedAlloc::new(cuda, bytes)?);
+        // SAFETY: the allocation holds `bytes` bytes at its address, CPU-accessible because the
+        // device has concurrent managed access (checked above); zeroing initialises them.
+        unsafe { std::ptr::write_bytes(memory.host_ptr().as_ptr(), 0, bytes) };
+        Ok(memory)
+    }
+}
+
+/// Device memory as a backend holds it: the GPU's, or plain pages on the CPU backend.
+pub(crate) enum DeviceMemory {
+    /// Plain pages (the CPU backend).
+    Plain(PageBox<u8>),
+    /// Memory on a GPU, with the stream its whole-buffer copies run on.
+    Cuda {
+        /// The allocation.
+        alloc: DeviceAlloc,
+        /// The device's utility stream, which its copies and its zeroing run on.
+        stream: Arc<Stream>,
+        /// Its device.
+        device: CudaDevice,
+    },
+}
+
+impl Device {
+    /// `bytes` of device memory (plain zeroed pages on the CPU backend). A GPU's memory comes
+    /// uninitialised: hold it where it is freed only once [`DeviceMemory::stream`] is idle,
+    /// then [`DeviceMemory::zero_fresh`] it.
+    ///
+    /// # Errors
+    /// The allocation failing, or the device's utility stream failing to be made.
+    pub(crate) fn allocate_device(&self, bytes: usize) -> Result<DeviceMemory> {
+        match self {
+            Device::Cpu(_) => Ok(DeviceMemory::Plain(PageBox::zeroed(bytes)?)),
+            Device::Cuda(cuda) => {
+                let stream = cuda.utility_stream()?;
+                Ok(DeviceMemory::Cuda { alloc: DeviceAlloc::new(cuda, bytes)?, stream, device: cuda.clone() })
+            }
+        }
+    }
+}
+
+impl DeviceMemory {
+    /// The stream GPU work on the memory runs on, which must be idle before it is freed (none
+    /// on the CPU backend).
+    pub(crate) fn stream(&self) -> Option<&Arc<Stream>> {
+        match self {
+            DeviceMemory::Plain(_) => None,
+            DeviceMemory::Cuda { stream, .. } => Some(stream),
+        }
+    }
+
+    /// Zeroes memory fresh from [`Device::allocate_device`], queued on its stream: the GPU's
+    /// comes uninitialised, the CPU backend's pages are zero already.
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub(crate) fn zero_fresh(&mut self) -> Result<()> {
+        match self {
+            DeviceMemory::Plain(_) => Ok(()),
+            DeviceMemory::Cuda { alloc, stream, .. } => alloc.zero(stream),
+        }
+    }
+
+    /// Copies `src` to the memory's start and waits for the copy.
+    ///
+    /// # Errors
+    /// `src` longer than the memory; a failed copy.
+    pub(crate) fn upload(&mut self, src: &[u8]) -> Result<()> {
+        match self {
+            DeviceMemory::Plain(memory) => {
+                crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Copy)?;
+                memory[..src.len()].copy_from_slice(src);
+                Ok(())
+            }
+            DeviceMemory::Cuda { alloc, stream, .. } => alloc.upload(stream, src),
+        }
+    }
+
+    /// Copies the memory's first `dst.len()` bytes into `dst` and waits for the copy.
+    ///
+    /// # Errors
+    /// `dst` longer than the memory; a failed copy.
+    pub(crate) fn download(&self, dst: &mut [u8]) -> Result<()> {
+        match self {
+            DeviceMemory::Plain(memory) => {
+                crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Copy)?;
+                dst.copy_from_slice(&memory[..dst.len()]);
+                Ok(())
+            }
+            DeviceMemory::Cuda { alloc, stream, .. } => alloc.download(stream, dst),
+        }
+    }
+
+    /// The memory's first byte for the CPU: on the CPU backend only.
+    pub(crate) fn host_ptr(&self) -> Option<NonNull<u8>> {
+        match self {
+            DeviceMemory::Plain(memory) => Some(memory.pages().0),
+            DeviceMemory::Cuda { .. } => None,
+        }
+    }
+
+    /// The memory's address on its GPU.
+    pub(crate) fn device_ptr(&self) -> Option<u64> {
+        match self {
+            DeviceMemory::Plain(_) => None,
+            DeviceMemory::Cuda { alloc, .. } => Some(alloc.device_ptr()),
+        }
+    }
+
+    /// The ordinal of its GPU.
+    pub(crate) fn gpu_ordinal(&self) -> Option<usize> {
+        match self {
+            DeviceMemory::Plain(_) => None,
+            DeviceMemory::Cuda { device, .. } => Some(device.ordinal()),
+        }
+    }
 }

@@ -437,6 +437,7 @@ fn register_options(options: &RegisterOptions) -> HostRegister {
     HostRegister {
         mapped: options.mapped,
         portable: options.portable,
+        read_only: false,
         max_piece_bytes: options.max_piece_bytes,
     }
 }
