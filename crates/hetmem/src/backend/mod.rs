@@ -17,6 +17,7 @@ mod error;
 pub(crate) mod memory;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub(crate) mod queue;
 mod selection;
 
 use std::fmt;

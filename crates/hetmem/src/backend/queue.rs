@@ -1,0 +1,80 @@
+//! Where a queue's work runs: a stream of a CUDA device, or the calling thread on the CPU
+//! backend. `crate::handoff::Queue` holds one and asks it, rather than the device, what it
+//! runs on.
+
+use std::sync::Arc;
+
+use super::cuda::{CudaDevice, Stream};
+use super::error::Result;
+use super::{BackendKind, Device};
+
+/// A queue's place on a backend.
+pub(crate) enum QueueStream {
+    /// A stream of a GPU.
+    Cuda {
+        /// The stream's device.
+        device: CudaDevice,
+        /// The stream work is queued on.
+        stream: Arc<Stream>,
+    },
+    /// The calling thread (the CPU backend).
+    Cpu,
+}
+
+impl std::fmt::Debug for QueueStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueueStream::Cuda { device, .. } => f.debug_tuple("Cuda").field(device).finish(),
+            QueueStream::Cpu => f.write_str("Cpu"),
+        }
+    }
+}
+
+impl QueueStream {
+    /// A new stream on `device` (the calling thread on the CPU backend).
+    ///
+    /// # Errors
+    /// Creating the stream failed.
+    pub(crate) fn new(device: &Device) -> Result<QueueStream> {
+        Ok(match device {
+            Device::Cpu(_) => QueueStream::Cpu,
+            Device::Cuda(cuda) => QueueStream::on(cuda.clone(), Arc::new(Stream::new(cuda)?)),
+        })
+    }
+
+    /// `stream`, a stream of `device`.
+    pub(crate) fn on(device: CudaDevice, stream: Arc<Stream>) -> QueueStream {
+        QueueStream::Cuda { device, stream }
+    }
+
+    /// The backend the queue runs on.
+    pub(crate) fn backend(&self) -> BackendKind {
+        match self {
+            QueueStream::Cuda { .. } => BackendKind::Cuda,
+            QueueStream::Cpu => BackendKind::Cpu,
+        }
+    }
+
+    /// The GPU and its stream, on a GPU.
+    pub(crate) fn gpu(&self) -> Option<(&CudaDevice, &Arc<Stream>)> {
+        match self {
+            QueueStream::Cuda { device, stream } => Some((device, stream)),
+            QueueStream::Cpu => None,
+        }
+    }
+
+    /// The stream, on a GPU.
+    pub(crate) fn stream(&self) -> Option<&Arc<Stream>> {
+        self.gpu().map(|(_, stream)| stream)
+    }
+
+    /// The GPU, on a GPU.
+    pub(crate) fn cuda_device(&self) -> Option<&CudaDevice> {
+        self.gpu().map(|(device, _)| device)
+    }
+
+    /// The GPU's ordinal, on a GPU.
+    pub(crate) fn gpu_ordinal(&self) -> Option<usize> {
+        self.cuda_device().map(CudaDevice::ordinal)
+    }
+}
