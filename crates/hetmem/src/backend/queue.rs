@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::cpu::CpuDevice;
 use super::cuda::{CudaDevice, Stream};
 use super::error::Result;
 use super::{BackendKind, Device};
@@ -18,14 +19,14 @@ pub(crate) enum QueueStream {
         stream: Arc<Stream>,
     },
     /// The calling thread (the CPU backend).
-    Cpu,
+    Cpu(CpuDevice),
 }
 
 impl std::fmt::Debug for QueueStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             QueueStream::Cuda { device, .. } => f.debug_tuple("Cuda").field(device).finish(),
-            QueueStream::Cpu => f.write_str("Cpu"),
+            QueueStream::Cpu(_) => f.write_str("Cpu"),
         }
     }
 }
@@ -37,7 +38,7 @@ impl QueueStream {
     /// Creating the stream failed.
     pub(crate) fn new(device: &Device) -> Result<QueueStream> {
         Ok(match device {
-            Device::Cpu(_) => QueueStream::Cpu,
+            Device::Cpu(cpu) => QueueStream::Cpu(cpu.clone()),
             Device::Cuda(cuda) => QueueStream::on(cuda.clone(), Arc::new(Stream::new(cuda)?)),
         })
     }
@@ -51,7 +52,7 @@ impl QueueStream {
     pub(crate) fn backend(&self) -> BackendKind {
         match self {
             QueueStream::Cuda { .. } => BackendKind::Cuda,
-            QueueStream::Cpu => BackendKind::Cpu,
+            QueueStream::Cpu(_) => BackendKind::Cpu,
         }
     }
 
@@ -59,7 +60,15 @@ impl QueueStream {
     pub(crate) fn gpu(&self) -> Option<(&CudaDevice, &Arc<Stream>)> {
         match self {
             QueueStream::Cuda { device, stream } => Some((device, stream)),
-            QueueStream::Cpu => None,
+            QueueStream::Cpu(_) => None,
+        }
+    }
+
+    /// The device the queue runs on.
+    pub(crate) fn device(&self) -> Device {
+        match self {
+            QueueStream::Cuda { device, .. } => Device::Cuda(device.clone()),
+            QueueStream::Cpu(cpu) => Device::Cpu(cpu.clone()),
         }
     }
 

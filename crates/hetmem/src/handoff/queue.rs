@@ -202,6 +202,11 @@ impl Queue {
         self.core.backend.backend()
     }
 
+    /// The device the queue runs on.
+    pub(crate) fn device(&self) -> Device {
+        self.core.backend.device()
+    }
+
     /// The CUDA device, on the CUDA backend.
     pub fn cuda_device(&self) -> Option<&CudaDevice> {
         self.core.backend.cuda_device()

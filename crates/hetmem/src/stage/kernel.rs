@@ -347,7 +347,7 @@ impl Stage for KernelStage {
                 format!("{} constant places for {} constants", places.len(), self.constants.len()),
             ));
         }
-        let device = crate::backend::Device::Cuda(gpu.clone());
+        let device = queue.device();
         let constants = self
             .constants
             .iter()

@@ -121,10 +121,10 @@ impl GaussianOverlap {
         segments: Segments,
     ) -> Result<GaussianOverlap> {
         let segments = segment_count(plan.format().frame_bytes(), segments)?;
-        let (Some(gpu), Some(queue_gpu)) = (device.as_cuda(), queue.cuda_device()) else {
+        let (Some(ordinal), Some(gpu)) = (device.gpu_ordinal(), queue.cuda_device()) else {
             return Err(Error::invalid("overlapped blur", "it needs a queue on a CUDA device"));
         };
-        if gpu.ordinal() != queue_gpu.ordinal() {
+        if ordinal != gpu.ordinal() {
             return Err(Error::invalid("overlapped blur", "the queue belongs to another device"));
         }
         let sms = gpu.attributes().multiprocessor_count;
