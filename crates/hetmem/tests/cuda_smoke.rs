@@ -3,7 +3,8 @@
 
 use std::ffi::c_void;
 
-use hetmem::backend::cuda::{DeviceAlloc, Event, LaunchConfig, Module, Stream};
+use hetmem::backend::cuda::raw::{self, DeviceAlloc};
+use hetmem::backend::cuda::{Event, LaunchConfig, Module, Stream};
 use hetmem::kernels::{self, AFFINE, CodeOrigin};
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, Error};
@@ -71,7 +72,7 @@ fn affine_matches_the_cpu(device: &hetmem::backend::cuda::CudaDevice, origin: Co
     start.record(&stream).unwrap();
     // SAFETY: the arguments match affine_u32(const u32*, u32*, u64, u32, u32) in order and type;
     // both allocations hold `len` words and outlive the stream synchronisation below.
-    unsafe { kernel.launch(&stream, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
+    unsafe { raw::launch(&kernel, &stream, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
     end.record(&stream).unwrap();
     stream.synchronize().unwrap();
     assert!(end.is_complete().unwrap());
@@ -170,7 +171,7 @@ fn the_legacy_default_stream_is_borrowed_and_its_events_mark_its_work() {
         ];
         // SAFETY: the arguments match affine_u32(const u32*, u32*, u64, u32, u32) in order and
         // type; both allocations hold `len` words and outlive the event's wait below.
-        unsafe { kernel.launch(&legacy, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
+        unsafe { raw::launch(&kernel, &legacy, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
         let done = Event::new(&device, false).unwrap();
         done.record(&legacy).unwrap();
         drop(legacy);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hetmem::backend::cuda::{RegisterFlags, Registration};
+use hetmem::backend::cuda::raw::{RegisterFlags, Registration};
 use hetmem::memory::{HostBuf, PageBox, PinOptions};
 use hetmem::ops::affine_u32;
 use hetmem::resident::Gate;

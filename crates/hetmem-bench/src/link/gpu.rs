@@ -23,7 +23,8 @@ use crate::Summary;
 use crate::completion::{self, CompletionReport};
 use crate::kernels::BENCH;
 use hetmem::backend::Device;
-use hetmem::backend::cuda::{CudaDevice, DeviceAlloc, Event, Kernel, LaunchConfig, MemLocation, Stream};
+use hetmem::backend::cuda::raw::{self, DeviceAlloc};
+use hetmem::backend::cuda::{CudaDevice, Event, Kernel, LaunchConfig, MemLocation, Stream};
 use hetmem::error::{Error, Result};
 use hetmem::handoff::Queue;
 use hetmem::kernels;
@@ -336,7 +337,7 @@ impl Rig {
         let config = LaunchConfig::linear(items, BLOCK, max_blocks);
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
         // SAFETY: the caller's contract; each pointer points to a live u64 for this call.
-        Ok(unsafe { kernel.launch(&self.stream, config, &mut pointers) }?)
+        Ok(unsafe { raw::launch(kernel, &self.stream, config, &mut pointers) }?)
     }
 
     /// The checksum slots, after the stream is idle.
@@ -478,7 +479,7 @@ impl Rig {
                     // SAFETY: `bytes` of pinned `src` into `dev_in`, both at least `largest` long and
                     // held until the stream is idle; the CPU does not touch them before `timed`
                     // synchronises it.
-                    Ok(unsafe { self.stream.copy_async(dev_in, src_host, bytes) }?)
+                    Ok(unsafe { raw::copy_async(&self.stream, dev_in, src_host, bytes) }?)
                 },
             )?,
             LinkPath::PinnedAsyncD2h => self.timed(
@@ -487,7 +488,7 @@ impl Rig {
                 || Ok(()),
                 |_| {
                     // SAFETY: as above, `dev_out` into pinned `dst`.
-                    Ok(unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }?)
+                    Ok(unsafe { raw::copy_async(&self.stream, dst_host, dev_out, bytes) }?)
                 },
             )?,
             LinkPath::PinnedAsyncBoth => {
@@ -645,8 +646,8 @@ impl Rig {
             // both streams are idle; the CPU does not touch them before both are synchronised
             // below.
             unsafe {
-                self.stream.copy_async(upload.0, upload.1, bytes)?;
-                self.second.copy_async(download.0, download.1, bytes)?;
+                raw::copy_async(&self.stream, upload.0, upload.1, bytes)?;
+                raw::copy_async(&self.second, download.0, download.1, bytes)?;
             }
             self.end.record(&self.stream)?;
             self.second_end.record(&self.second)?;
@@ -691,14 +692,19 @@ impl Rig {
                     // idle and synchronised before the next statement; neither is touched by the
                     // CPU meanwhile.
                     unsafe {
-                        self.stream.copy_async(b.dev_in.device_ptr(), b.src.as_slice().as_ptr() as u64, bytes)
+                        raw::copy_async(
+                            &self.stream,
+                            b.dev_in.device_ptr(),
+                            b.src.as_slice().as_ptr() as u64,
+                            bytes,
+                        )
                     }?;
                     self.stream.synchronize()?;
                 }
                 LatencyPath::PinnedAsyncD2h => {
                     let dst = b.dst.as_mut_slice().as_mut_ptr() as u64;
                     // SAFETY: as above, `dev_out` into pinned `dst`.
-                    unsafe { self.stream.copy_async(dst, b.dev_out.device_ptr(), bytes) }?;
+                    unsafe { raw::copy_async(&self.stream, dst, b.dev_out.device_ptr(), bytes) }?;
                     self.stream.synchronize()?;
                 }
                 LatencyPath::ZeroCopyKernelRead => {

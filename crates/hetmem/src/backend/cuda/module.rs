@@ -213,7 +213,7 @@ impl Kernel {
     /// # Errors
     /// A launch the driver rejects (too many threads, too much shared memory, a stream of
     /// another device).
-    pub unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         stream: &Stream,
         config: LaunchConfig,

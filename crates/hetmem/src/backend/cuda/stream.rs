@@ -110,7 +110,12 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> crate::backend::error::Result<()> {
+    pub(crate) unsafe fn copy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    ) -> crate::backend::error::Result<()> {
         crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Copy)?;
         self.ctx.bind()?;
         let mut copy = |at: usize, len: usize| {
@@ -138,7 +143,7 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn write_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
+    pub(crate) unsafe fn write_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
         self.ctx.bind()?;
         // SAFETY: the caller guarantees the address; DEFAULT flags keep the barrier.
         unsafe {
@@ -162,7 +167,7 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn wait_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
+    pub(crate) unsafe fn wait_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
         self.ctx.bind()?;
         // SAFETY: the caller guarantees the address and that the value will be stored.
         unsafe {
