@@ -86,6 +86,12 @@ impl From<hetmem::error::CudaError> for BenchError {
     }
 }
 
+impl From<hetmem::backend::BackendError> for BenchError {
+    fn from(error: hetmem::backend::BackendError) -> Self {
+        BenchError::Hetmem(error.into())
+    }
+}
+
 impl<M> From<hetmem::memory::RegisterError<M>> for BenchError {
     fn from(error: hetmem::memory::RegisterError<M>) -> Self {
         BenchError::Hetmem(error.into())

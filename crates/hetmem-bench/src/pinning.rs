@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::Summary;
 use hetmem::backend::Device;
-use hetmem::backend::cuda::{HostAllocFlags, PinnedAlloc};
+use hetmem::backend::cuda::raw::{HostAllocFlags, PinnedAlloc};
 use hetmem::error::{Error, Result};
 use hetmem::memory::{HostBuf, PageBox, PinMethod, PinOptions, PinnedPool, RegisterOptions};
 

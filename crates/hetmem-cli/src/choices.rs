@@ -144,7 +144,7 @@ impl FromStr for Backend {
     type Err = hetmem::Error;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        text.parse().map(Backend)
+        Ok(Backend(text.parse()?))
     }
 }
 

@@ -17,7 +17,7 @@ impl Device {
     /// Opens the best device of this machine (`hetmem::Device::open_best`).
     #[staticmethod]
     fn open_best() -> PyResult<Device> {
-        hetmem::Device::open_best().map(|inner| Device { inner }).map_err(to_py_err)
+        hetmem::Device::open_best().map(|inner| Device { inner }).map_err(|error| to_py_err(error.into()))
     }
 
     /// `"cuda"` or `"cpu"`.
@@ -51,7 +51,7 @@ impl Device {
     /// and CuPy share); nothing to wait for on the CPU backend.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         match self.inner.as_cuda() {
-            Some(cuda) => py.detach(|| cuda.synchronize()).map_err(to_py_err),
+            Some(cuda) => py.detach(|| cuda.synchronize()).map_err(|error| to_py_err(error.into())),
             None => Ok(()),
         }
     }

@@ -6,10 +6,10 @@
 
 use std::fmt;
 
-use crate::backend::BackendKind;
 pub use crate::backend::cuda::error::{
     CudaError, NVRTC_REMEDY, NvrtcError, Unavailable, cuda_version_string,
 };
+use crate::backend::{BackendError, BackendKind};
 
 /// The result type of every fallible hetmem function.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -331,6 +331,39 @@ pub enum Error {
     },
 }
 
+impl From<BackendError> for Error {
+    /// The backend's failure as the variant of the same name, with the same message.
+    fn from(error: BackendError) -> Self {
+        match error {
+            BackendError::Cuda(error) => Error::Cuda(error),
+            BackendError::Nvrtc(error) => Error::Nvrtc(error),
+            BackendError::Unavailable { requested, reason } => {
+                Error::BackendUnavailable { requested, reason }
+            }
+            BackendError::UnknownBackend(name) => Error::UnknownBackend(name),
+            BackendError::InvalidArgument { what, problem } => Error::InvalidArgument { what, problem },
+            BackendError::NoSuchDevices { asked, present } => Error::NoSuchDevices { asked, present },
+            BackendError::ResidentKernelRunning { call, running } => {
+                Error::ResidentKernelRunning { call, running }
+            }
+            BackendError::Io { context, source } => Error::Io { context, source },
+            BackendError::InjectedFault(injected) => injected.into(),
+        }
+    }
+}
+
+impl From<crate::faults::Injected> for Error {
+    fn from(injected: crate::faults::Injected) -> Self {
+        #[cfg(feature = "testing")]
+        {
+            let crate::faults::Injected { point, nth, kind } = injected;
+            Error::InjectedFault { point, nth, kind }
+        }
+        #[cfg(not(feature = "testing"))]
+        match injected {}
+    }
+}
+
 impl Error {
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(what: &'static str, problem: impl Into<String>) -> Self {
@@ -580,6 +613,44 @@ mod tests {
         assert_eq!(Error::Stopped { what: "load" }.to_string(), "the load was stopped before it finished");
         let lent = Error::LentToGpu { device: 1 }.to_string();
         assert!(lent.contains("lent to GPU work on CUDA device 1") && lent.contains("reclaim"), "{lent}");
+    }
+
+    #[test]
+    fn backend_errors_keep_their_message_as_hetmem_errors() {
+        let unavailable = || Unavailable::DriverTooOld { driver_version: 11080, required_version: 12000 };
+        let cases = [
+            BackendError::Cuda(cuda_error("cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY")),
+            BackendError::Unavailable { requested: BackendKind::Cuda, reason: unavailable() },
+            BackendError::UnknownBackend("vulkan".into()),
+            BackendError::invalid("device allocation size", "0 bytes"),
+            BackendError::NoSuchDevices { asked: "4".into(), present: "none".into() },
+            BackendError::ResidentKernelRunning { call: "cuCtxSynchronize", running: 1 },
+        ];
+        for backend in cases {
+            let text = backend.to_string();
+            let error = Error::from(backend);
+            assert_eq!(error.to_string(), text, "{error:?}");
+            assert!(!matches!(error, Error::InvalidArgument { .. }) || text.starts_with("invalid "));
+        }
+        let error =
+            Error::from(BackendError::Unavailable { requested: BackendKind::Cuda, reason: unavailable() });
+        assert!(matches!(error, Error::BackendUnavailable { requested: BackendKind::Cuda, .. }), "{error:?}");
+        let error = Error::from(BackendError::ResidentKernelRunning { call: "cuCtxSynchronize", running: 2 });
+        assert!(matches!(error, Error::ResidentKernelRunning { running: 2, .. }), "{error:?}");
+    }
+
+    #[cfg(feature = "testing")]
+    #[test]
+    fn injected_faults_keep_their_message_and_kind() {
+        use crate::faults::{FaultKind, FaultPoint, Injected};
+        let injected = Injected { point: FaultPoint::Copy, nth: 3, kind: FaultKind::Transient };
+        let text = BackendError::from(injected).to_string();
+        let error = Error::from(BackendError::from(injected));
+        assert_eq!(error.to_string(), text);
+        assert_eq!(text, "injected fault: call 3 at Copy (copy) failed as a Transient error would");
+        assert!(error.is_transient() && !error.is_sticky());
+        let sticky = Error::from(Injected { kind: FaultKind::Sticky, ..injected });
+        assert!(sticky.is_sticky() && !sticky.is_transient());
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! Rules are armed process-wide through [`crate::testing::faults`] (feature `testing`); a test
 //! that arms them runs in a child process of its own, so no other test sees them. Without the
 //! feature every check compiles to nothing.
-
-use crate::error::Result;
+//!
+//! This module sits below every other: a fault it injects is an [`Injected`], which each
+//! layer's error type converts from (`crate::Error::InjectedFault` above the backend).
 
 /// Where a fault can be injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,6 +55,23 @@ pub enum FaultKind {
     Trap,
 }
 
+/// A fault that a check injected: the `nth` call at `point` fails as `kind`.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Injected {
+    /// Where.
+    pub point: FaultPoint,
+    /// Which call there, counting from 1.
+    pub nth: u64,
+    /// As what kind of failure.
+    pub kind: FaultKind,
+}
+
+/// A fault that a check injected; without the feature `testing` none can be.
+#[cfg(not(feature = "testing"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injected {}
+
 /// What a check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hit {
@@ -71,18 +89,19 @@ pub use armed::{arm, calls, clear, fired};
 /// Checks for a fault at `point`; `Ok(Hit::Trap)` asks a GPU launch to fault for real.
 #[cfg(not(feature = "testing"))]
 #[inline(always)]
-pub(crate) fn check(_point: FaultPoint) -> Result<Hit> {
+pub(crate) fn check(_point: FaultPoint) -> Result<Hit, Injected> {
     Ok(Hit::None)
 }
 
 /// Checks for a fault at a point that cannot launch the faulting kernel: a trap fails like a
-/// sticky error there.
+/// sticky error there. The fault comes as the caller's error type, so a layer reports it as
+/// it reports its own failures.
 #[inline(always)]
-pub(crate) fn fail(point: FaultPoint) -> Result<()> {
+pub(crate) fn fail<E: From<Injected>>(point: FaultPoint) -> Result<(), E> {
     match check(point)? {
         Hit::None => Ok(()),
         #[cfg(feature = "testing")]
-        Hit::Trap => Err(crate::Error::InjectedFault { point, nth: calls(point), kind: FaultKind::Trap }),
+        Hit::Trap => Err(E::from(Injected { point, nth: calls(point), kind: FaultKind::Trap })),
         #[cfg(not(feature = "testing"))]
         Hit::Trap => Ok(()),
     }
@@ -93,8 +112,7 @@ mod armed {
     use std::collections::HashMap;
     use std::sync::Mutex;
 
-    use super::{FaultKind, FaultPoint, Hit};
-    use crate::error::{Error, Result};
+    use super::{FaultKind, FaultPoint, Hit, Injected};
 
     /// A fault to inject: the `nth` call at `point` from now (1 is the next) fails as `kind`.
     #[derive(Debug, Clone, Copy)]
@@ -153,7 +171,7 @@ mod armed {
         with(|state| state.calls.get(&point).copied().unwrap_or(0))
     }
 
-    pub(crate) fn check(point: FaultPoint) -> Result<Hit> {
+    pub(crate) fn check(point: FaultPoint) -> Result<Hit, Injected> {
         with(|state| {
             let count = state.calls.entry(point).or_insert(0);
             *count += 1;
@@ -166,7 +184,7 @@ mod armed {
             tracing::warn!("injecting a {:?} fault into call {call} at {point:?}", rule.kind);
             match rule.kind {
                 FaultKind::Trap if point == FaultPoint::Launch => Ok(Hit::Trap),
-                kind => Err(Error::InjectedFault { point, nth: call, kind }),
+                kind => Err(Injected { point, nth: call, kind }),
             }
         })
     }

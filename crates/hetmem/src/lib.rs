@@ -10,9 +10,10 @@
 //! Bottom up, as the imports are (`scripts/architecture/run-all` draws them); a layer uses only
 //! layers below it, often several at once (a pipeline calls ops, the hand-off, memory and the
 //! backend directly):
-//! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
-//!   cudarc, loaded at run time), and [`backend::cpu`]; with [`error`] and the fault
-//!   injection hooks (feature `testing`), which it still shares a circle with.
+//! - the fault injection hooks (feature `testing`), below everything; [`backend`]:
+//!   [`backend::cuda`], the only module that calls the CUDA driver (through cudarc, loaded at
+//!   run time), and [`backend::cpu`], with errors of their own ([`backend::BackendError`]);
+//!   [`error`], hetmem's one error type, which the backend's convert into.
 //! - [`memory`]: typed buffers in every kind of shareable memory, a pinned pool, file windows
 //!   mapped on demand (within a pinned budget), buffers cut into ranges lent on their own,
 //!   and a device-memory budget; [`kernels`]: hetmem's CUDA sources, compiled by NVRTC on

@@ -3,7 +3,8 @@
 
 use std::ffi::c_void;
 
-use hetmem::backend::cuda::{DeviceAlloc, Event, LaunchConfig, Module, Stream};
+use hetmem::backend::cuda::raw::{self, DeviceAlloc};
+use hetmem::backend::cuda::{Event, LaunchConfig, Module, Stream};
 use hetmem::kernels::{self, AFFINE, CodeOrigin};
 use hetmem::testing::cuda_device_or_skip;
 use hetmem::{Device, Error};
@@ -71,7 +72,7 @@ fn affine_matches_the_cpu(device: &hetmem::backend::cuda::CudaDevice, origin: Co
     start.record(&stream).unwrap();
     // SAFETY: the arguments match affine_u32(const u32*, u32*, u64, u32, u32) in order and type;
     // both allocations hold `len` words and outlive the stream synchronisation below.
-    unsafe { kernel.launch(&stream, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
+    unsafe { raw::launch(&kernel, &stream, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
     end.record(&stream).unwrap();
     stream.synchronize().unwrap();
     assert!(end.is_complete().unwrap());
@@ -106,24 +107,27 @@ fn backend_errors_name_the_call_and_the_remedy() {
     let mut garbage = random_words(256);
     garbage[0] = u32::from_le_bytes(*b"//x ");
     // SAFETY: not an ELF image (checked above), so the driver reads text up to the NUL.
-    match unsafe { Module::load(&device, bytemuck::cast_slice(&garbage)) } {
+    match unsafe { Module::load(&device, bytemuck::cast_slice(&garbage)) }.map_err(Error::from) {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.call, "cuModuleLoadData");
             assert!(error.name.starts_with("CUDA_ERROR_"), "{error}");
         }
         other => panic!("loading garbage should fail in the driver, got {other:?}"),
     }
-    match DeviceAlloc::new(&device, 1 << 50) {
+    match DeviceAlloc::new(&device, 1 << 50).map_err(Error::from) {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.name, "CUDA_ERROR_OUT_OF_MEMORY");
             assert!(error.to_string().contains("GPU is out of memory"), "{error}");
         }
         other => panic!("a 1 PiB allocation should fail, got {other:?}"),
     }
-    assert!(matches!(DeviceAlloc::new(&device, 0), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(DeviceAlloc::new(&device, 0).map_err(Error::from), Err(Error::InvalidArgument { .. })));
     let stream = Stream::new(&device).unwrap();
     let mut small = DeviceAlloc::new(&device, 16).unwrap();
-    assert!(matches!(small.upload(&stream, &[1; 17]), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(
+        small.upload(&stream, &[1; 17]).map_err(Error::from),
+        Err(Error::InvalidArgument { .. })
+    ));
     assert!(matches!(
         kernels::kernel(&device, &AFFINE, "no_such_kernel"),
         Err(Error::InvalidArgument { .. })
@@ -167,7 +171,7 @@ fn the_legacy_default_stream_is_borrowed_and_its_events_mark_its_work() {
         ];
         // SAFETY: the arguments match affine_u32(const u32*, u32*, u64, u32, u32) in order and
         // type; both allocations hold `len` words and outlive the event's wait below.
-        unsafe { kernel.launch(&legacy, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
+        unsafe { raw::launch(&kernel, &legacy, LaunchConfig::linear(len, 256, 1024), &mut args) }.unwrap();
         let done = Event::new(&device, false).unwrap();
         done.record(&legacy).unwrap();
         drop(legacy);

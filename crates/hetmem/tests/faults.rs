@@ -220,7 +220,7 @@ fn a_real_trap(device: &Device) {
         println!("refused after the trap: {error}");
     }
     drop(ring);
-    let error = device.as_cuda().unwrap().synchronize().unwrap_err();
+    let error = hetmem::Error::from(device.as_cuda().unwrap().synchronize().unwrap_err());
     assert!(error.is_sticky(), "{error}");
     println!("a real trap: {outcomes:?}");
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hetmem::backend::cuda::{RegisterFlags, Registration};
+use hetmem::backend::cuda::raw::{RegisterFlags, Registration};
 use hetmem::memory::{HostBuf, PageBox, PinOptions};
 use hetmem::ops::affine_u32;
 use hetmem::resident::Gate;
@@ -331,7 +331,9 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     // SAFETY: `memory` outlives both registrations (dropped at the end of the test).
     let first = unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX, ()) }.unwrap();
     // SAFETY: as above; the driver refuses this second registration.
-    match unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX, ()) }.map_err(|f| f.error) {
+    match unsafe { Registration::register(&gpu, ptr, 1 << 20, flags, usize::MAX, ()) }
+        .map_err(|f| Error::from(f.error))
+    {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.name, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED");
             assert!(error.to_string().contains("already registered"), "{error}");
@@ -351,7 +353,7 @@ fn registering_twice_and_read_only_mappings_get_driver_errors_with_remedies() {
     let start = map.as_ptr().cast_mut();
     // SAFETY: `map` outlives the attempt; the driver refuses it.
     match unsafe { Registration::register(&gpu, start, map.len(), flags, usize::MAX, ()) }
-        .map_err(|f| f.error)
+        .map_err(|f| Error::from(f.error))
     {
         Err(Error::Cuda(error)) => {
             assert_eq!(error.name, "CUDA_ERROR_INVALID_VALUE");

@@ -244,5 +244,5 @@ pub(super) enum BackingArg {
 }
 
 fn parse_devices(text: &str) -> Result<DeviceSelection, hetmem::Error> {
-    text.parse()
+    Ok(text.parse::<DeviceSelection>()?)
 }

@@ -14,14 +14,19 @@
 mod capabilities;
 pub mod cpu;
 pub mod cuda;
+mod error;
+pub(crate) mod memory;
 #[cfg(feature = "nvml")]
 pub mod nvml;
+pub(crate) mod queue;
 mod selection;
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{Error, Result, Unavailable};
+use cuda::error::Unavailable;
+pub use error::BackendError;
+use error::Result;
 
 pub use capabilities::Capabilities;
 pub use selection::DeviceSelection;
@@ -60,14 +65,14 @@ pub enum BackendChoice {
 }
 
 impl FromStr for BackendChoice {
-    type Err = Error;
+    type Err = BackendError;
 
     fn from_str(text: &str) -> Result<Self> {
         match text.trim().to_ascii_lowercase().as_str() {
             "" | "auto" => Ok(BackendChoice::Auto),
             "cpu" => Ok(BackendChoice::Only(BackendKind::Cpu)),
             "cuda" | "gpu" => Ok(BackendChoice::Only(BackendKind::Cuda)),
-            _ => Err(Error::UnknownBackend(text.to_string())),
+            _ => Err(BackendError::UnknownBackend(text.to_string())),
         }
     }
 }
@@ -76,13 +81,13 @@ impl BackendChoice {
     /// The choice `HETMEM_BACKEND` makes; `Auto` when it is unset.
     ///
     /// # Errors
-    /// [`Error::UnknownBackend`] when it names no backend.
+    /// [`BackendError::UnknownBackend`] when it names no backend.
     pub fn from_env() -> Result<Self> {
         match std::env::var(BACKEND_ENV) {
             Ok(value) => value.parse(),
             Err(std::env::VarError::NotPresent) => Ok(BackendChoice::Auto),
             Err(std::env::VarError::NotUnicode(value)) => {
-                Err(Error::UnknownBackend(value.to_string_lossy().into()))
+                Err(BackendError::UnknownBackend(value.to_string_lossy().into()))
             }
         }
     }
@@ -118,13 +123,13 @@ impl Device {
     /// The device for an explicit choice.
     ///
     /// # Errors
-    /// [`Error::BackendUnavailable`] when `Only(Cuda)` is asked for where CUDA cannot run.
+    /// [`BackendError::Unavailable`] when `Only(Cuda)` is asked for where CUDA cannot run.
     pub fn open(choice: BackendChoice) -> Result<Device> {
         match choice {
             BackendChoice::Only(BackendKind::Cpu) => Ok(Device::Cpu(cpu::CpuDevice::chosen())),
             BackendChoice::Only(BackendKind::Cuda) => cuda::CudaDevice::open(0)
                 .map(Device::Cuda)
-                .map_err(|reason| Error::BackendUnavailable { requested: BackendKind::Cuda, reason }),
+                .map_err(|reason| BackendError::Unavailable { requested: BackendKind::Cuda, reason }),
             BackendChoice::Auto => Ok(match cuda::CudaDevice::open(0) {
                 Ok(device) => Device::Cuda(device),
                 Err(reason) => {
@@ -138,11 +143,11 @@ impl Device {
     /// CUDA device `ordinal`, whatever `HETMEM_BACKEND` says.
     ///
     /// # Errors
-    /// [`Error::BackendUnavailable`] when CUDA cannot run or there is no such device.
+    /// [`BackendError::Unavailable`] when CUDA cannot run or there is no such device.
     pub fn open_ordinal(ordinal: usize) -> Result<Device> {
         cuda::CudaDevice::open(ordinal)
             .map(Device::Cuda)
-            .map_err(|reason| Error::BackendUnavailable { requested: BackendKind::Cuda, reason })
+            .map_err(|reason| BackendError::Unavailable { requested: BackendKind::Cuda, reason })
     }
 
     /// The devices `selection` names, in its order, on the backend `choice` allows.
@@ -152,8 +157,8 @@ impl Device {
     /// Ordinals always mean GPUs: without one they are an error.
     ///
     /// # Errors
-    /// [`Error::NoSuchDevices`] listing the GPUs present (or why there are none) for a
-    /// missing ordinal; [`Error::BackendUnavailable`] when `choice` is CUDA only where CUDA
+    /// [`BackendError::NoSuchDevices`] listing the GPUs present (or why there are none) for a
+    /// missing ordinal; [`BackendError::Unavailable`] when `choice` is CUDA only where CUDA
     /// cannot run; a context that cannot be made.
     ///
     /// # Examples
@@ -173,14 +178,14 @@ impl Device {
             (Ok(names), _) => selection.resolve(&names)?.into_iter().map(Device::open_ordinal).collect(),
             (Err(reason), _) if choice == BackendChoice::Only(BackendKind::Cuda) => {
                 let reason = reason.unwrap_or(Unavailable::NoDevice);
-                Err(Error::BackendUnavailable { requested: BackendKind::Cuda, reason })
+                Err(BackendError::Unavailable { requested: BackendKind::Cuda, reason })
             }
             (Err(None), DeviceSelection::All) => Ok(vec![Device::Cpu(cpu::CpuDevice::chosen())]),
             (Err(Some(reason)), DeviceSelection::All) => {
                 tracing::info!("no usable GPU, running on the CPU backend: {reason}");
                 Ok(vec![Device::Cpu(cpu::CpuDevice::fallback(reason))])
             }
-            (Err(reason), DeviceSelection::Ordinals(_)) => Err(Error::NoSuchDevices {
+            (Err(reason), DeviceSelection::Ordinals(_)) => Err(BackendError::NoSuchDevices {
                 asked: selection.to_string(),
                 present: match reason {
                     Some(reason) => format!("none ({reason})"),
@@ -238,7 +243,7 @@ mod tests {
     #[test]
     fn unknown_backend_is_an_error_naming_the_choices() {
         let error = "vulkan".parse::<BackendChoice>().unwrap_err();
-        assert!(matches!(&error, Error::UnknownBackend(name) if name == "vulkan"));
+        assert!(matches!(&error, BackendError::UnknownBackend(name) if name == "vulkan"));
         assert_eq!(error.to_string(), "unknown backend \"vulkan\": expected one of `auto`, `cpu`, `cuda`");
     }
 
@@ -262,7 +267,7 @@ mod tests {
     fn a_missing_gpu_is_an_error_listing_those_present() {
         let error = Device::open_selection(BackendChoice::Auto, &DeviceSelection::Ordinals(vec![0, 4096]))
             .unwrap_err();
-        assert!(matches!(&error, Error::NoSuchDevices { .. }), "{error}");
+        assert!(matches!(&error, BackendError::NoSuchDevices { .. }), "{error}");
         assert!(error.to_string().starts_with("GPU "), "{error}");
     }
 

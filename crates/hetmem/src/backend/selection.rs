@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::{Error, Result};
+use crate::backend::error::{BackendError, Result};
 
 /// The GPUs a user asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,7 +20,7 @@ pub enum DeviceSelection {
 }
 
 impl FromStr for DeviceSelection {
-    type Err = Error;
+    type Err = BackendError;
 
     /// `all`, or ordinals separated by commas (`0,1`), each at most once.
     fn from_str(text: &str) -> Result<Self> {
@@ -31,13 +31,13 @@ impl FromStr for DeviceSelection {
         let mut ordinals = Vec::new();
         for part in text.split(',').map(str::trim) {
             let ordinal: usize = part.parse().map_err(|_| {
-                Error::invalid(
+                BackendError::invalid(
                     "device selection",
                     format!("{part:?} in {text:?} is not a GPU number: write `all` or numbers like `0,1`"),
                 )
             })?;
             if ordinals.contains(&ordinal) {
-                return Err(Error::invalid(
+                return Err(BackendError::invalid(
                     "device selection",
                     format!("GPU {ordinal} is named twice in {text:?}: name each GPU once"),
                 ));
@@ -64,10 +64,11 @@ impl DeviceSelection {
     /// The ordinals chosen among the GPUs present, `present[i]` being GPU i's name.
     ///
     /// # Errors
-    /// [`Error::NoSuchDevices`], listing the GPUs present, when an ordinal is out of range or
+    /// [`BackendError::NoSuchDevices`], listing the GPUs present, when an ordinal is out of range or
     /// when `all` finds none.
     pub fn resolve(&self, present: &[String]) -> Result<Vec<usize>> {
-        let missing = |asked: String| Error::NoSuchDevices { asked, present: describe_present(present) };
+        let missing =
+            |asked: String| BackendError::NoSuchDevices { asked, present: describe_present(present) };
         match self {
             DeviceSelection::All if present.is_empty() => Err(missing("all".to_string())),
             DeviceSelection::All => Ok((0..present.len()).collect()),
@@ -116,7 +117,7 @@ mod tests {
         for bad in ["", "0,", "gpu1", "-1", "0;1"] {
             let error = bad.parse::<DeviceSelection>().unwrap_err();
             assert!(
-                matches!(error, Error::InvalidArgument { what: "device selection", .. }),
+                matches!(error, BackendError::InvalidArgument { what: "device selection", .. }),
                 "{bad}: {error}"
             );
         }
@@ -133,7 +134,7 @@ mod tests {
     #[test]
     fn out_of_range_ordinals_are_refused_listing_the_gpus_present() {
         let error = DeviceSelection::Ordinals(vec![0, 2, 5]).resolve(&two_gpus()).unwrap_err();
-        assert!(matches!(&error, Error::NoSuchDevices { asked, .. } if asked == "2,5"), "{error}");
+        assert!(matches!(&error, BackendError::NoSuchDevices { asked, .. } if asked == "2,5"), "{error}");
         assert_eq!(
             error.to_string(),
             "GPU 2,5 asked for, but the GPUs present are: 0 (NVIDIA H200), 1 (NVIDIA H100)"

@@ -72,7 +72,7 @@ impl Queue {
         let (Some(device), Some(stream)) = (self.cuda_device(), self.stream()) else {
             return Err(cpu_queue());
         };
-        stream.to_cudarc(device.ordinal(), ctx)
+        Ok(stream.to_cudarc(device.ordinal(), ctx)?)
     }
 }
 

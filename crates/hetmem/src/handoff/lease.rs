@@ -75,7 +75,7 @@ impl LeaseState {
     }
 
     fn wait(&self) -> Result<()> {
-        crate::faults::fail(crate::faults::FaultPoint::FenceWait)?;
+        crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::FenceWait)?;
         if let Some(fence) = self.pending() {
             fence.wait()?;
             *self.last_use.lock().unwrap_or_else(|poison| poison.into_inner()) = None;

@@ -8,6 +8,7 @@ use super::guard::Guard;
 use super::launch::KernelArgs;
 use super::lease::{CpuRead, Lease, LeaseParts, LeaseState, Lent, Shared};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Stream, mapped_address};
+use crate::backend::queue::QueueStream;
 use crate::backend::{BackendKind, Device};
 use crate::error::{Error, Result};
 use crate::faults::{FaultPoint, Hit};
@@ -37,47 +38,38 @@ pub struct Queue {
     core: Arc<QueueCore>,
 }
 
-#[derive(Debug)]
 pub(crate) struct QueueCore {
-    backend: QueueBackend,
+    backend: QueueStream,
+    /// The flag page of flag fences: on a GPU only.
+    flags: Option<Arc<FlagPage>>,
     fence_kind: FenceKind,
     /// Held from queueing work until its fence is recorded on the leases, so that across
     /// threads the last fence a lease records is also the last in stream order.
     submit_order: Mutex<()>,
 }
 
-enum QueueBackend {
-    Cuda { device: CudaDevice, stream: Arc<Stream>, flags: Arc<FlagPage> },
-    Cpu,
-}
-
-impl std::fmt::Debug for QueueBackend {
+impl std::fmt::Debug for QueueCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            QueueBackend::Cuda { device, .. } => f.debug_tuple("Cuda").field(device).finish(),
-            QueueBackend::Cpu => f.write_str("Cpu"),
-        }
+        f.debug_struct("QueueCore")
+            .field("backend", &self.backend)
+            .field("fence_kind", &self.fence_kind)
+            .field("submit_order", &self.submit_order)
+            .finish()
     }
 }
 
 impl QueueCore {
     pub(crate) fn is_cpu(&self) -> bool {
-        matches!(self.backend, QueueBackend::Cpu)
+        self.backend.backend() == BackendKind::Cpu
     }
 
     /// The ordinal of the GPU the queue runs on; `None` on the CPU backend.
     pub(crate) fn cuda_ordinal(&self) -> Option<usize> {
-        match &self.backend {
-            QueueBackend::Cuda { device, .. } => Some(device.ordinal()),
-            QueueBackend::Cpu => None,
-        }
+        self.backend.gpu_ordinal()
     }
 
     pub(crate) fn stream(&self) -> Option<&Stream> {
-        match &self.backend {
-            QueueBackend::Cuda { stream, .. } => Some(stream),
-            QueueBackend::Cpu => None,
-        }
+        self.backend.stream().map(|stream| &**stream)
     }
 
     pub(crate) fn signal(&self) -> Result<Fence> {
@@ -86,10 +78,7 @@ impl QueueCore {
 
     /// A fence on everything queued on the stream at the time of waiting; `None` on the CPU.
     pub(crate) fn stream_fence(&self) -> Option<Fence> {
-        match &self.backend {
-            QueueBackend::Cuda { stream, .. } => Some(Fence::stream(Arc::clone(stream))),
-            QueueBackend::Cpu => None,
-        }
+        self.backend.stream().map(|stream| Fence::stream(Arc::clone(stream)))
     }
 
     /// Records on `lease` a fence after all work queued on the stream so far, by whoever queued
@@ -98,7 +87,7 @@ impl QueueCore {
     /// # Errors
     /// As for [`QueueCore::submit`]; the lease then waits for the whole stream.
     pub(crate) fn record_queued_use(&self, lease: &LeaseState) -> Result<()> {
-        self.submit(&[lease], |_| Ok(()))
+        self.submit(&[lease], |_| Ok::<(), Error>(()))
     }
 
     /// Queues `work` on the stream and records a fence after it on every lease in `leases`.
@@ -107,12 +96,15 @@ impl QueueCore {
     /// descriptors left), or `work` fail after queueing part of itself, each lease records a
     /// fence on the whole stream instead, and the error is returned: a lease never forgets work
     /// that uses its buffer.
-    pub(crate) fn submit(
+    pub(crate) fn submit<E>(
         &self,
         leases: &[&LeaseState],
-        work: impl FnOnce(&Stream) -> Result<()>,
-    ) -> Result<()> {
-        let QueueBackend::Cuda { stream, .. } = &self.backend else {
+        work: impl FnOnce(&Stream) -> Result<(), E>,
+    ) -> Result<()>
+    where
+        Error: From<E>,
+    {
+        let Some(stream) = self.backend.stream() else {
             return Err(Error::invalid("GPU work", "this queue is on the CPU backend"));
         };
         let _order = self.submit_order.lock().unwrap_or_else(|poison| poison.into_inner());
@@ -121,7 +113,7 @@ impl QueueCore {
             for lease in leases {
                 lease.record_use(fence.clone());
             }
-            return Err(error);
+            return Err(error.into());
         }
         let (fence, failure) = match self.signal() {
             Ok(fence) => (fence, None),
@@ -134,9 +126,9 @@ impl QueueCore {
     }
 
     fn signal_with(&self, kind: FenceKind) -> Result<Fence> {
-        match &self.backend {
-            QueueBackend::Cuda { device, stream, flags } => Fence::signal(device, stream, flags, kind),
-            QueueBackend::Cpu => Ok(Fence::done()),
+        match (self.backend.gpu(), &self.flags) {
+            (Some((device, stream)), Some(flags)) => Fence::signal(device, stream, flags, kind),
+            _ => Ok(Fence::done()),
         }
     }
 }
@@ -176,10 +168,7 @@ impl Queue {
     /// # Errors
     /// Creating the stream or its flag page failed.
     pub fn with_fence_kind(device: &Device, kind: FenceKind) -> Result<Queue> {
-        match device {
-            Device::Cpu(_) => Ok(Queue::with_backend(QueueBackend::Cpu, kind)),
-            Device::Cuda(cuda) => Queue::on_stream(cuda.clone(), Stream::new(cuda)?, kind),
-        }
+        Queue::with_backend(QueueStream::new(device)?, kind)
     }
 
     /// A queue of work on `stream`, a stream of `device`.
@@ -187,13 +176,20 @@ impl Queue {
     /// # Errors
     /// Creating the flag page failed.
     pub(super) fn on_stream(device: CudaDevice, stream: Stream, kind: FenceKind) -> Result<Queue> {
-        let stream = Arc::new(stream);
-        let flags = Arc::new(FlagPage::new(&device, Arc::clone(&stream))?);
-        Ok(Queue::with_backend(QueueBackend::Cuda { device, stream, flags }, kind))
+        Queue::with_backend(QueueStream::on(device, Arc::new(stream)), kind)
     }
 
-    fn with_backend(backend: QueueBackend, kind: FenceKind) -> Queue {
-        Queue { core: Arc::new(QueueCore { backend, fence_kind: kind, submit_order: Mutex::new(()) }) }
+    /// A queue on `backend`, with a flag page for flag fences where it is a GPU's stream.
+    ///
+    /// # Errors
+    /// Creating the flag page failed.
+    fn with_backend(backend: QueueStream, kind: FenceKind) -> Result<Queue> {
+        let flags = match backend.gpu() {
+            Some((device, stream)) => Some(Arc::new(FlagPage::new(device, Arc::clone(stream))?)),
+            None => None,
+        };
+        let core = QueueCore { backend, flags, fence_kind: kind, submit_order: Mutex::new(()) };
+        Ok(Queue { core: Arc::new(core) })
     }
 
     /// The queue `lease` belongs to.
@@ -203,15 +199,17 @@ impl Queue {
 
     /// The backend the queue runs on.
     pub fn backend(&self) -> BackendKind {
-        if self.core.is_cpu() { BackendKind::Cpu } else { BackendKind::Cuda }
+        self.core.backend.backend()
+    }
+
+    /// The device the queue runs on.
+    pub(crate) fn device(&self) -> Device {
+        self.core.backend.device()
     }
 
     /// The CUDA device, on the CUDA backend.
     pub fn cuda_device(&self) -> Option<&CudaDevice> {
-        match &self.core.backend {
-            QueueBackend::Cuda { device, .. } => Some(device),
-            QueueBackend::Cpu => None,
-        }
+        self.core.backend.cuda_device()
     }
 
     /// The queue's CUDA stream, on the CUDA backend: for timing events around its work.
@@ -345,12 +343,12 @@ impl Queue {
         }
         self.check_owner(src)?;
         self.check_owner(dst)?;
-        match &self.core.backend {
-            QueueBackend::Cpu => {
-                crate::faults::fail(FaultPoint::Copy)?;
+        match self.core.stream() {
+            None => {
+                crate::faults::fail::<Error>(FaultPoint::Copy)?;
                 src.cpu_read(|from| dst.cpu_write(|to| to.copy_from_slice(from)))??
             }
-            QueueBackend::Cuda { .. } => {
+            Some(_) => {
                 let (from, to) = (self.copy_address(src)?, self.copy_address(dst)?);
                 let bytes = src.region().bytes;
                 self.core.submit(&[src.state(), dst.state()], |stream| {
@@ -397,17 +395,17 @@ impl Queue {
         self.check_owner(src)?;
         self.check_owner(dst)?;
         let elem = size_of::<<S::Buf as Buffer>::Elem>();
-        match &self.core.backend {
-            QueueBackend::Cpu => {
-                crate::faults::fail(FaultPoint::Copy)?;
+        match self.core.stream() {
+            None => {
+                crate::faults::fail::<Error>(FaultPoint::Copy)?;
                 src.cpu_read(|from| {
                     dst.cpu_write(|to| {
                         to[dst_offset..dst_offset + len].copy_from_slice(&from[src_offset..src_offset + len])
                     })
                 })??
             }
-            QueueBackend::Cuda { .. } if len == 0 => {}
-            QueueBackend::Cuda { .. } => {
+            Some(_) if len == 0 => {}
+            Some(_) => {
                 let from = self.copy_address(src)? + (src_offset * elem) as u64;
                 let to = self.copy_address(dst)? + (dst_offset * elem) as u64;
                 self.core.submit(&[src.state(), dst.state()], |stream| {
@@ -424,11 +422,14 @@ impl Queue {
     /// Queues `work` (which may fan out to other streams, provided it joins them back into the
     /// queue's stream before returning) and records a fence after it on every lease in
     /// `leases`: for hetmem's ops that queue several operations as one unit.
-    pub(crate) fn submit_joined(
+    pub(crate) fn submit_joined<E>(
         &self,
         leases: &[&LeaseState],
-        work: impl FnOnce(&Stream) -> Result<()>,
-    ) -> Result<()> {
+        work: impl FnOnce(&Stream) -> Result<(), E>,
+    ) -> Result<()>
+    where
+        Error: From<E>,
+    {
         self.core.submit(leases, work)
     }
 
@@ -499,7 +500,7 @@ impl Queue {
 
     /// Whether this queue's device may use the region's memory, and how.
     fn check_device(&self, region: &Region) -> Result<Reach<'_>> {
-        let QueueBackend::Cuda { device, .. } = &self.core.backend else { return Ok(Reach::Own) };
+        let Some(device) = self.core.backend.cuda_device() else { return Ok(Reach::Own) };
         Ok(match reach(region.device_ordinal, region.portable, device.ordinal())? {
             ReachKind::Own => Reach::Own,
             ReachKind::Portable => Reach::Portable(device),

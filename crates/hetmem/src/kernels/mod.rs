@@ -207,10 +207,10 @@ pub fn kernel_from(
     let module = device.cached_module(&key, || match ptx {
         // SAFETY: the PTX was generated from this source by scripts/gen-ptx and built into the
         // program with it; the driver compiles it for the device.
-        Some(ptx) => unsafe { Module::load(device, ptx.as_bytes()) },
+        Some(ptx) => Ok(unsafe { Module::load(device, ptx.as_bytes()) }?),
         None => load_module(device, source, &device.compute_capability().sm_name()),
     })?;
-    module.kernel(entry)
+    Ok(module.kernel(entry)?)
 }
 
 /// A user's CUDA C `source` (its file `name`, for messages and the cache), compiled for and
@@ -227,7 +227,7 @@ pub fn user_module(device: &CudaDevice, name: &str, source: &str) -> Result<Arc<
         // SAFETY: the image is NVRTC's CUBIN of the caller's source, fresh or from a cache file
         // whose SHA-256 matched; what the code does on the GPU is the caller's contract (see
         // crate::stage::KernelStage::new).
-        unsafe { Module::load(device, &image) }
+        Ok(unsafe { Module::load(device, &image) }?)
     })
 }
 
@@ -241,8 +241,8 @@ fn load_module(device: &CudaDevice, source: &KernelSource, arch: &str) -> Result
             tracing::warn!("cached kernel {} for {arch} rejected ({error}); recompiling", source.name);
             let image = cache.recompile(source, arch)?;
             // SAFETY: as above, freshly compiled.
-            unsafe { Module::load(device, &image) }
+            Ok(unsafe { Module::load(device, &image) }?)
         }
-        Err(error) => Err(error),
+        Err(error) => Err(error.into()),
     }
 }

@@ -7,8 +7,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::claims::{Access, Claim, Claims};
-use super::page::page_size;
 use super::{Buffer, FileSpan, HostVisible, Region, Sealed, WritableBuffer};
+use crate::backend::cpu::memory::page_size;
 use crate::error::{Error, Result};
 
 /// A buffer owned by its ranges: [`Chunked::chunk`] gives elements `range` to write,

@@ -1,33 +1,22 @@
 //! [`DeviceBuf`]: memory on the GPU (plain host memory on the CPU backend).
 
 use std::marker::PhantomData;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::Element;
 use super::budget::{Charge, DeviceBudget};
 use super::in_flight::{InFlight, Waiter};
-use super::page::{PageBox, byte_len};
 use super::{Buffer, Region, Sealed, WritableBuffer};
 use crate::backend::Device;
-use crate::backend::cuda::{CudaDevice, DeviceAlloc};
+use crate::backend::cpu::memory::byte_len;
+use crate::backend::memory::DeviceMemory;
 use crate::error::{Error, Result};
-
-enum DeviceStorage {
-    /// The buffer's own copies run on the device's utility stream and wait for themselves; one
-    /// whose wait failed may still be queued there, so the allocation is freed only once that
-    /// stream is idle (and leaked if it cannot be waited for).
-    Cuda {
-        alloc: InFlight<DeviceAlloc>,
-        device: CudaDevice,
-    },
-    Plain(PageBox<u8>),
-}
 
 /// `len` elements of device memory. The CPU cannot address it: data moves in and out by
 /// copies ([`DeviceBuf::copy_from_slice`], or queued copies between leases).
 pub struct DeviceBuf<T> {
-    storage: DeviceStorage,
+    /// Freed only once its stream is idle (at once on the CPU backend).
+    storage: InFlight<DeviceMemory>,
     len: usize,
     /// The bytes taken from a [`DeviceBudget`], given back when the buffer is freed.
     _charge: Option<Charge>,
@@ -67,16 +56,12 @@ impl<T: Element> DeviceBuf<T> {
 
     fn allocate(device: &Device, len: usize, charge: Option<Charge>) -> Result<DeviceBuf<T>> {
         let bytes = byte_len::<T>("device buffer length", len)?;
-        let storage = match device {
-            Device::Cpu(_) => DeviceStorage::Plain(PageBox::zeroed(bytes)?),
-            Device::Cuda(cuda) => {
-                let stream = cuda.utility_stream()?;
-                let mut alloc =
-                    InFlight::new(DeviceAlloc::new(cuda, bytes)?, [Waiter::Stream(Arc::clone(&stream))]);
-                alloc.zero(&stream)?;
-                DeviceStorage::Cuda { alloc, device: cuda.clone() }
-            }
-        };
+        let memory = device.allocate_device(bytes)?;
+        // Held from the start where it is freed only once its stream is idle, so that a failed
+        // zeroing does not free it under the GPU.
+        let waiters = memory.stream().map(|stream| Waiter::Stream(Arc::clone(stream)));
+        let mut storage = InFlight::new(memory, waiters);
+        storage.zero_fresh()?;
         Ok(DeviceBuf { storage, len, _charge: charge, _elems: PhantomData })
     }
 
@@ -96,17 +81,7 @@ impl<T: Element> DeviceBuf<T> {
     /// `src` of another length, or a failed copy.
     pub fn copy_from_slice(&mut self, src: &[T]) -> Result<()> {
         self.check_len(src.len())?;
-        match &mut self.storage {
-            DeviceStorage::Plain(memory) => {
-                crate::faults::fail(crate::faults::FaultPoint::Copy)?;
-                memory[..size_of_val(src)].copy_from_slice(bytemuck::cast_slice(src))
-            }
-            DeviceStorage::Cuda { alloc, device } => {
-                let stream = device.utility_stream()?;
-                alloc.upload(&stream, bytemuck::cast_slice(src))?
-            }
-        }
-        Ok(())
+        Ok(self.storage.upload(bytemuck::cast_slice(src))?)
     }
 
     /// Copies the buffer into `dst` and waits for the copy.
@@ -115,17 +90,7 @@ impl<T: Element> DeviceBuf<T> {
     /// `dst` of another length, or a failed copy.
     pub fn copy_to_slice(&self, dst: &mut [T]) -> Result<()> {
         self.check_len(dst.len())?;
-        match &self.storage {
-            DeviceStorage::Plain(memory) => {
-                crate::faults::fail(crate::faults::FaultPoint::Copy)?;
-                bytemuck::cast_slice_mut(dst).copy_from_slice(&memory[..self.len * size_of::<T>()])
-            }
-            DeviceStorage::Cuda { alloc, device } => {
-                let stream = device.utility_stream()?;
-                alloc.download(&stream, bytemuck::cast_slice_mut(dst))?
-            }
-        }
-        Ok(())
+        Ok(self.storage.download(bytemuck::cast_slice_mut(dst))?)
     }
 
     /// The buffer's contents in a new `Vec`.
@@ -152,25 +117,14 @@ impl<T: Element> DeviceBuf<T> {
 impl<T: Element> Sealed for DeviceBuf<T> {
     fn region(&self) -> Region {
         let bytes = self.len * size_of::<T>();
-        match &self.storage {
-            DeviceStorage::Plain(memory) => Region {
-                host: Some(memory.pages().0),
-                device: None,
-                bytes,
-                device_ordinal: None,
-                pages: None,
-                read_only: false,
-                portable: false,
-            },
-            DeviceStorage::Cuda { alloc, device } => Region {
-                host: None::<NonNull<u8>>,
-                device: Some(alloc.device_ptr()),
-                bytes,
-                device_ordinal: Some(device.ordinal()),
-                pages: None,
-                read_only: false,
-                portable: false,
-            },
+        Region {
+            host: self.storage.host_ptr(),
+            device: self.storage.device_ptr(),
+            bytes,
+            device_ordinal: self.storage.gpu_ordinal(),
+            pages: None,
+            read_only: false,
+            portable: false,
         }
     }
 }

@@ -9,10 +9,10 @@ use std::sync::atomic::AtomicBool;
 use memmap2::Mmap;
 
 use super::Element;
-use super::page::page_size;
 use super::{Buffer, FileOrigin, FileSpan, HostVisible, Region, RegisterError, RegisterOptions, Sealed};
 use crate::backend::Device;
-use crate::backend::cuda::{CudaDevice, RegisterFlags, Registration};
+use crate::backend::cpu::memory::page_size;
+use crate::backend::memory::{HostMemory, HostRegister};
 use crate::error::{Error, Result};
 
 /// A read-only file mapping of `T`s, registered read-only with the GPU (plain on the CPU
@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 pub struct MappedFile<T> {
     /// Holds a second reference to the mapping, so it is unmapped only after the range is
     /// unregistered (which waits while a resident kernel runs).
-    registration: Option<Registration>,
+    registration: HostMemory,
     map: Arc<Mmap>,
     /// The file and the offset the mapping starts at, where known.
     origin: Option<(Arc<FileOrigin>, u64)>,
@@ -109,44 +109,36 @@ impl<T: Element> MappedFile<T> {
             return refuse("the mapping does not start on a page boundary".into(), map);
         }
         let map = Arc::new(map);
-        let registration = match device {
-            Device::Cpu(_) => None,
-            Device::Cuda(cuda) => {
-                let flags = RegisterFlags { portable: false, device_map: true, read_only: true };
-                #[allow(
-                    clippy::as_ptr_cast_mut,
-                    reason = "registered read-only: the driver's signature wants *mut, nothing writes"
-                )]
-                let start = map.as_ptr().cast_mut();
-                // SAFETY: `map` covers the range, and the registration keeps a reference to it,
-                // so it is unmapped only after the range is unregistered.
-                match unsafe {
-                    Registration::register(
-                        cuda,
-                        start,
-                        map.len(),
-                        flags,
-                        RegisterOptions::default().max_piece_bytes,
-                        Arc::clone(&map),
-                    )
-                } {
-                    Ok(registration) => Some(registration),
-                    Err(failed) => {
-                        // The mapping comes back when the registration kept no reference to it.
-                        drop(failed.owner);
-                        return Err(RegisterError { error: failed.error, memory: Arc::into_inner(map) });
-                    }
-                }
+        let options = HostRegister {
+            mapped: true,
+            portable: false,
+            read_only: true,
+            max_piece_bytes: RegisterOptions::default().max_piece_bytes,
+        };
+        #[allow(
+            clippy::as_ptr_cast_mut,
+            reason = "registered read-only: the driver's signature wants *mut, nothing writes"
+        )]
+        let start = map.as_ptr().cast_mut();
+        // SAFETY: `map` covers the range, and the registration keeps a reference to it, so it
+        // is unmapped only after the range is unregistered.
+        let registration = match unsafe { device.register_host(start, map.len(), options, Arc::clone(&map)) }
+        {
+            Ok(registration) => registration,
+            Err(failed) => {
+                // The mapping comes back when the registration kept no reference to it.
+                drop(failed.owner);
+                return Err(RegisterError { error: failed.error.into(), memory: Arc::into_inner(map) });
             }
         };
         Ok(MappedFile {
-            device_ptr: registration.as_ref().and_then(Registration::device_ptr),
+            device_ptr: registration.registered_device_ptr(),
             registration,
             len: map.len() / size_of::<T>(),
             map,
             origin: None,
             faulted: AtomicBool::new(false),
-            device_ordinal: device.as_cuda().map(CudaDevice::ordinal),
+            device_ordinal: device.gpu_ordinal(),
             _elems: PhantomData,
         })
     }
@@ -168,7 +160,7 @@ impl<T: Element> MappedFile<T> {
 
     /// Whether the mapping is registered with a GPU.
     pub fn is_registered(&self) -> bool {
-        self.registration.is_some()
+        self.registration.is_registered()
     }
 
     /// The address kernels read the file at, when registered (as [`crate::HostBuf::device_ptr`]):
@@ -218,7 +210,7 @@ impl<T> std::fmt::Debug for MappedFile<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MappedFile")
             .field("len", &self.len)
-            .field("registered", &self.registration.is_some())
+            .field("registered", &self.registration.is_registered())
             .finish_non_exhaustive()
     }
 }

@@ -6,11 +6,11 @@ use std::marker::PhantomData;
 use std::ptr::NonNull;
 
 use super::Element;
-use super::page::{PageBox, byte_len, page_size};
 use super::pool::PoolReturn;
 use super::{Buffer, HostVisible, Region, Sealed, WritableBuffer};
 use crate::backend::Device;
-use crate::backend::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
+use crate::backend::cpu::memory::{PageBox, byte_len, page_size};
+use crate::backend::memory::{HostMemory, HostPin, HostRegister};
 use crate::error::{Error, Result};
 
 /// How a pinned buffer is made.
@@ -129,13 +129,8 @@ pub enum HostKind {
 
 /// The owner of a host buffer's memory.
 pub(crate) enum HostStorage {
-    Plain(#[allow(dead_code, reason = "owned only to be freed on drop")] PageBox<u8>),
-    Allocated(PinnedAlloc),
-    /// Memory of the process, registered: the registration owns the memory it covers
-    /// ([`Registration::covering`]), so the memory is freed only once it is unregistered.
-    Registered(Registration),
-    /// Memory of the process on the CPU backend, where nothing registers it.
-    Unregistered(#[allow(dead_code, reason = "owned only to be freed on drop")] Box<dyn Any + Send + Sync>),
+    /// Memory the backend pinned, registered or holds as is.
+    Backend(HostMemory),
     Pooled(Box<PoolReturn>),
 }
 
@@ -179,13 +174,8 @@ impl<T: Element> HostBuf<T> {
     /// Zero length, size overflow, or the driver refusing to pin (see the error's remedy).
     pub fn pinned(device: &Device, len: usize, options: PinOptions) -> Result<HostBuf<T>> {
         let bytes = byte_len::<T>("pinned buffer length", len)?;
-        match device {
-            Device::Cpu(_) => Ok(Self::plain(PageBox::zeroed(bytes)?, len)),
-            Device::Cuda(cuda) => {
-                let storage = pin_bytes(cuda, bytes, &options)?;
-                Ok(Self::from_storage(storage, len, Some(cuda.ordinal())))
-            }
-        }
+        let storage = pin_bytes(device, bytes, &options)?;
+        Ok(Self::from_storage(storage, len, device.gpu_ordinal()))
     }
 
     /// Registers a [`PageBox`] with `device` (kept as is on the CPU backend). The box owns whole
@@ -271,32 +261,41 @@ impl<T: Element> HostBuf<T> {
     ) -> Result<HostBuf<T>, RegisterError<M>> {
         let bytes = match byte_len::<T>("registration length", len) {
             Ok(bytes) => bytes,
-            Err(error) => return Err(RegisterError { error, memory: Some(owner) }),
-        };
-        let Device::Cuda(cuda) = device else {
-            return Ok(Self::from_parts(HostStorage::Unregistered(Box::new(owner)), ptr, len, None, None));
+            Err(error) => return Err(RegisterError { error: error.into(), memory: Some(owner) }),
         };
         let address = ptr.as_ptr() as usize;
         let offset = address % page_size();
         let span = (offset + bytes).div_ceil(page_size()) * page_size();
-        let flags =
-            RegisterFlags { portable: options.portable, device_map: options.mapped, read_only: false };
         // The covering pages' start, derived from the caller's writable pointer.
         let start = ptr.as_ptr().cast::<u8>().wrapping_sub(offset);
         // SAFETY: the pages covering the caller's range are mapped while `owner` lives (the
         // function's contract), and `owner` moves into the registration, which unregisters the
         // pages before it lets the owner go.
-        let registration =
-            match unsafe { Registration::register(cuda, start, span, flags, options.max_piece_bytes, owner) }
-            {
-                Ok(registration) => registration,
-                Err(failed) => return Err(RegisterError { error: failed.error, memory: failed.owner }),
-            };
-        let device_ptr = registration.device_ptr().map(|base| base + offset as u64);
-        let storage = HostStorage::Registered(registration);
-        let mut buf = Self::from_parts(storage, ptr, len, device_ptr, Some(cuda.ordinal()));
-        buf.kind = HostKind::Registered;
-        Ok(buf)
+        let memory = match unsafe { device.register_host(start, span, register_options(&options), owner) } {
+            Ok(memory) => memory,
+            Err(failed) => return Err(RegisterError { error: failed.error.into(), memory: failed.owner }),
+        };
+        Ok(Self::registered(memory, ptr, len, offset, device))
+    }
+
+    /// A buffer of `len` elements at `ptr`, `offset` bytes into the start of `memory`, which
+    /// [`Device::register_host`] made.
+    fn registered(
+        memory: HostMemory,
+        ptr: NonNull<T>,
+        len: usize,
+        offset: usize,
+        device: &Device,
+    ) -> HostBuf<T> {
+        let device_ptr = memory.registered_device_ptr().map(|base| base + offset as u64);
+        let kind = match memory {
+            HostMemory::Registered(_) => HostKind::Registered,
+            _ => HostKind::Plain,
+        };
+        let mut buf =
+            Self::from_parts(HostStorage::Backend(memory), ptr, len, device_ptr, device.gpu_ordinal());
+        buf.kind = kind;
+        buf
     }
 
     #[allow(clippy::result_large_err, reason = "the error hands the caller\'s memory back, on a cold path")]
@@ -308,47 +307,15 @@ impl<T: Element> HostBuf<T> {
         options: RegisterOptions,
     ) -> Result<HostBuf<T>, RegisterError<M>> {
         let bytes = len * size_of::<T>();
-        let storage = match device {
-            Device::Cpu(_) => HostStorage::Unregistered(Box::new(memory)),
-            Device::Cuda(cuda) => {
-                let flags = RegisterFlags {
-                    portable: options.portable,
-                    device_map: options.mapped,
-                    read_only: false,
-                };
-                // SAFETY: `memory` owns [ptr, ptr + bytes) and moves into the registration,
-                // which frees it only after unregistering the range.
-                match unsafe {
-                    Registration::register(
-                        cuda,
-                        ptr.as_ptr().cast(),
-                        bytes,
-                        flags,
-                        options.max_piece_bytes,
-                        memory,
-                    )
-                } {
-                    Ok(registration) => HostStorage::Registered(registration),
-                    Err(failed) => return Err(RegisterError { error: failed.error, memory: failed.owner }),
-                }
-            }
+        // SAFETY: `memory` owns [ptr, ptr + bytes) and moves into the registration, which
+        // frees it only after unregistering the range.
+        let memory = match unsafe {
+            device.register_host(ptr.as_ptr().cast(), bytes, register_options(&options), memory)
+        } {
+            Ok(memory) => memory,
+            Err(failed) => return Err(RegisterError { error: failed.error.into(), memory: failed.owner }),
         };
-        let device_ptr = match &storage {
-            HostStorage::Registered(registration) => registration.device_ptr(),
-            _ => None,
-        };
-        let mut buf =
-            Self::from_parts(storage, ptr, len, device_ptr, device.as_cuda().map(CudaDevice::ordinal));
-        buf.kind = if device.as_cuda().is_some() { HostKind::Registered } else { HostKind::Plain };
-        Ok(buf)
-    }
-
-    fn plain(memory: PageBox<u8>, len: usize) -> HostBuf<T> {
-        let pages = memory.pages();
-        let ptr = pages.0.cast();
-        let mut buf = Self::from_parts(HostStorage::Plain(memory), ptr, len, None, None);
-        buf.pages = Some(pages);
-        buf
+        Ok(Self::registered(memory, ptr, len, 0, device))
     }
 
     /// A buffer over storage made by [`pin_bytes`] (or the pool), which holds at least
@@ -447,64 +414,38 @@ impl<T: Element> HostBuf<T> {
     /// How many driver registrations hold the memory (0 unless registered).
     pub fn registration_pieces(&self) -> usize {
         match &self.storage {
-            HostStorage::Registered(registration) => registration.pieces(),
-            _ => 0,
+            HostStorage::Backend(memory) => memory.pieces(),
+            HostStorage::Pooled(_) => 0,
         }
     }
 }
 
-/// Pins `bytes` for `device` the way `options` asks.
-pub(crate) fn pin_bytes(device: &CudaDevice, bytes: usize, options: &PinOptions) -> Result<HostStorage> {
-    match options.resolved_method() {
-        PinMethod::HostAlloc | PinMethod::Auto => {
-            let flags = HostAllocFlags {
-                portable: options.portable,
-                device_map: options.mapped,
-                write_combined: options.write_combined,
-            };
-            // Whole pages, so the buffer can be guarded and shares no page with another.
-            let alloc = PinnedAlloc::zeroed(device, bytes.div_ceil(page_size()) * page_size(), flags)?;
-            Ok(HostStorage::Allocated(alloc))
-        }
-        PinMethod::Register => {
-            if options.write_combined {
-                return Err(Error::invalid(
-                    "pin options",
-                    "write-combined memory can only come from the driver: use PinMethod::HostAlloc",
-                ));
-            }
-            let memory = if bytes >= super::HUGE_PAGE_BYTES {
-                PageBox::<u8>::huge(bytes)?
-            } else {
-                PageBox::<u8>::zeroed(bytes)?
-            };
-            let (start, map_len) = memory.pages();
-            let flags =
-                RegisterFlags { portable: options.portable, device_map: options.mapped, read_only: false };
-            // SAFETY: `memory` owns [start, start + map_len) and moves into the registration,
-            // which frees it only after unregistering the range.
-            let registration = unsafe {
-                Registration::register(
-                    device,
-                    start.as_ptr(),
-                    map_len,
-                    flags,
-                    RegisterOptions::default().max_piece_bytes,
-                    memory,
-                )
-            }
-            .map_err(|failed| failed.error)?;
-            Ok(HostStorage::Registered(registration))
-        }
+/// Pins `bytes` for `device` the way `options` asks (plain pages on the CPU backend).
+pub(crate) fn pin_bytes(device: &Device, bytes: usize, options: &PinOptions) -> Result<HostStorage> {
+    let pin = HostPin {
+        mapped: options.mapped,
+        portable: options.portable,
+        write_combined: options.write_combined,
+        driver_alloc: matches!(options.resolved_method(), PinMethod::HostAlloc | PinMethod::Auto),
+        max_piece_bytes: RegisterOptions::default().max_piece_bytes,
+    };
+    Ok(HostStorage::Backend(device.pin_host(bytes, pin)?))
+}
+
+/// The backend's registration options for `options`.
+fn register_options(options: &RegisterOptions) -> HostRegister {
+    HostRegister {
+        mapped: options.mapped,
+        portable: options.portable,
+        read_only: false,
+        max_piece_bytes: options.max_piece_bytes,
     }
 }
 
 /// Whether the storage was pinned with the portable flag (usable from every context).
 fn storage_portable(storage: &HostStorage) -> bool {
     match storage {
-        HostStorage::Plain(_) | HostStorage::Unregistered(_) => false,
-        HostStorage::Allocated(alloc) => alloc.is_portable(),
-        HostStorage::Registered(registration) => registration.is_portable(),
+        HostStorage::Backend(memory) => memory.is_portable(),
         HostStorage::Pooled(block) => storage_portable(block.storage()),
     }
 }
@@ -512,24 +453,14 @@ fn storage_portable(storage: &HostStorage) -> bool {
 /// The start, usable size, device address and kind of storage made by [`pin_bytes`].
 pub(crate) fn storage_layout(storage: &HostStorage) -> (NonNull<u8>, usize, Option<u64>, HostKind) {
     match storage {
-        HostStorage::Plain(memory) => {
-            let (start, bytes) = memory.pages();
-            (start, bytes, None, HostKind::Plain)
-        }
-        HostStorage::Allocated(alloc) => (
-            NonNull::new(alloc.host_ptr()).expect("driver allocations are never null"),
-            alloc.len_bytes(),
-            alloc.device_ptr(),
-            HostKind::DriverPinned,
-        ),
-        HostStorage::Registered(registration) => (
-            NonNull::new(registration.host_ptr()).expect("registrations are never null"),
-            registration.len_bytes(),
-            registration.device_ptr(),
-            HostKind::Registered,
-        ),
-        HostStorage::Unregistered(_) => {
-            unreachable!("pin_bytes and the pool always register what they store")
+        HostStorage::Backend(memory) => {
+            let (start, bytes, device_ptr) = memory.layout();
+            let kind = match memory {
+                HostMemory::Pinned(_) => HostKind::DriverPinned,
+                HostMemory::Registered(_) => HostKind::Registered,
+                HostMemory::Plain(_) | HostMemory::Unregistered(_) => HostKind::Plain,
+            };
+            (start, bytes, device_ptr, kind)
         }
         HostStorage::Pooled(block) => storage_layout(block.storage()),
     }

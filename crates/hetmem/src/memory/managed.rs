@@ -3,16 +3,12 @@
 use std::ptr::NonNull;
 
 use super::Element;
-use super::page::{PageBox, byte_len};
 use super::{Buffer, Region, Sealed, WritableBuffer};
 use crate::backend::Device;
+use crate::backend::cpu::memory::byte_len;
 use crate::backend::cuda::{Advice, ManagedAlloc};
-use crate::error::{Error, Result};
-
-enum ManagedStorage {
-    Cuda(ManagedAlloc),
-    Plain(#[allow(dead_code, reason = "owned only to be freed on drop")] PageBox<u8>),
-}
+use crate::backend::memory::ManagedMemory;
+use crate::error::Result;
 
 /// `len` elements of managed memory (plain memory on the CPU backend).
 ///
@@ -22,7 +18,7 @@ enum ManagedStorage {
 /// (`concurrent_managed_access`) get managed buffers: elsewhere a CPU access during any GPU
 /// work would crash the process.
 pub struct ManagedBuf<T> {
-    storage: ManagedStorage,
+    storage: ManagedMemory,
     ptr: NonNull<T>,
     len: usize,
     device_ordinal: Option<usize>,
@@ -41,31 +37,9 @@ impl<T: Element> ManagedBuf<T> {
     /// driver's error.
     pub fn new(device: &Device, len: usize) -> Result<ManagedBuf<T>> {
         let bytes = byte_len::<T>("managed buffer length", len)?;
-        let (storage, ptr, device_ordinal) = match device {
-            Device::Cpu(_) => {
-                let memory = PageBox::<u8>::zeroed(bytes)?;
-                let ptr = memory.pages().0;
-                (ManagedStorage::Plain(memory), ptr, None)
-            }
-            Device::Cuda(cuda) => {
-                if !cuda.attributes().concurrent_managed_access {
-                    return Err(Error::invalid(
-                        "memory kind",
-                        format!(
-                            "{} does not let CPU and GPU touch managed memory at once, so a CPU access \
-                             during GPU work would crash: use HostBuf::pinned or DeviceBuf instead",
-                            cuda.name()
-                        ),
-                    ));
-                }
-                let alloc = ManagedAlloc::new(cuda, bytes)?;
-                let ptr = NonNull::new(alloc.ptr() as *mut u8).expect("managed allocations are never null");
-                // SAFETY: the allocation holds `bytes` bytes at `ptr`, CPU-accessible because the
-                // device has concurrent managed access (checked above); zeroing initialises them.
-                unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
-                (ManagedStorage::Cuda(alloc), ptr, Some(cuda.ordinal()))
-            }
-        };
+        let storage = device.allocate_managed(bytes)?;
+        let ptr = storage.host_ptr();
+        let device_ordinal = device.gpu_ordinal();
         Ok(ManagedBuf { storage, ptr: ptr.cast(), len, device_ordinal })
     }
 
@@ -97,28 +71,21 @@ impl<T: Element> ManagedBuf<T> {
     /// # Errors
     /// The driver's error.
     pub fn advise(&self, advice: Advice) -> Result<()> {
-        match &self.storage {
-            ManagedStorage::Cuda(alloc) => alloc.advise(advice),
-            ManagedStorage::Plain(_) => Ok(()),
-        }
+        Ok(self.storage.advise(advice)?)
     }
 
     /// The driver allocation, for prefetches and kernels given its address on a stream of your
     /// own (none on the CPU backend).
     pub fn managed_alloc(&self) -> Option<&ManagedAlloc> {
-        match &self.storage {
-            ManagedStorage::Cuda(alloc) => Some(alloc),
-            ManagedStorage::Plain(_) => None,
-        }
+        self.storage.managed_alloc()
     }
 }
 
 impl<T: Element> Sealed for ManagedBuf<T> {
     fn region(&self) -> Region {
-        let cuda = matches!(self.storage, ManagedStorage::Cuda(_));
         Region {
             host: Some(self.ptr.cast()),
-            device: cuda.then_some(self.ptr.as_ptr() as u64),
+            device: self.storage.device_ptr(),
             bytes: self.len * size_of::<T>(),
             device_ordinal: self.device_ordinal,
             pages: None,

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::Element;
 use super::host::{HostStorage, pin_bytes};
-use super::page::{PageBox, byte_len};
 use super::{HostBuf, PinOptions};
 use crate::backend::Device;
+use crate::backend::cpu::memory::byte_len;
 use crate::error::{Error, Result};
 
 /// What the pool has done and holds.
@@ -113,7 +113,7 @@ impl PinnedPool {
         let bytes = byte_len::<T>("pooled buffer length", len)?;
         let class = size_class(bytes);
         let key = (options, class);
-        let ordinal = self.inner.device.as_cuda().map(|cuda| cuda.ordinal());
+        let ordinal = self.inner.device.gpu_ordinal();
         let mut evicted = Vec::new();
         {
             let mut state = self.lock();
@@ -141,11 +141,7 @@ impl PinnedPool {
         }
         // Freeing and pinning take milliseconds: both happen outside the lock.
         drop(evicted);
-        let storage = match &self.inner.device {
-            Device::Cpu(_) => PageBox::zeroed(class).map(HostStorage::Plain),
-            Device::Cuda(cuda) => pin_bytes(cuda, class, &options),
-        };
-        match storage {
+        match pin_bytes(&self.inner.device, class, &options) {
             Ok(storage) => Ok(self.wrap(storage, key, len, ordinal)),
             Err(error) => {
                 let mut state = self.lock();

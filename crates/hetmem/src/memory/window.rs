@@ -14,15 +14,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use super::claims::{Access, Claim, Claims};
-use super::page::page_size;
 use super::{
     Buffer, Element, FileOrigin, FileSpan, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer,
     guarded,
 };
 use crate::backend::Device;
+use crate::backend::cpu::memory::page_size;
 use std::os::unix::fs::FileExt;
 
-use crate::backend::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc, RegisterFlags, Registration};
+use crate::backend::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc};
+use crate::backend::memory::{HostMemory, HostRegister};
 use crate::error::{Error, Result};
 
 /// A file opened for windows: [`WindowedFile::window`] maps and registers a byte range of it
@@ -334,42 +335,29 @@ impl WindowedFile {
     ) -> Result<WindowMapping> {
         let read_only = matches!(map, Mapping::ReadOnly(_));
         let map = Arc::new(map);
-        let registration = match &self.device {
-            Device::Cpu(_) => None,
-            Device::Cuda(cuda) => {
-                let flags = RegisterFlags { portable: false, device_map: true, read_only };
-                // SAFETY: `map` covers [start, start + span) and the registration keeps a
-                // reference to it, so it is unmapped only after the range is unregistered (on
-                // a failure part-way too); no other registration covers this mapping, which
-                // was made just now.
-                let registration = unsafe {
-                    Registration::register(
-                        cuda,
-                        start.as_ptr(),
-                        span,
-                        flags,
-                        RegisterOptions::default().max_piece_bytes,
-                        Arc::clone(&map),
-                    )
-                }
-                .map_err(|failed| failed.error)?;
-                Some(registration)
-            }
+        let options = HostRegister {
+            mapped: true,
+            portable: false,
+            read_only,
+            max_piece_bytes: RegisterOptions::default().max_piece_bytes,
         };
+        // SAFETY: `map` covers [start, start + span) and the registration keeps a reference to
+        // it, so it is unmapped only after the range is unregistered (on a failure part-way
+        // too); no other registration covers this mapping, which was made just now.
+        let registration =
+            unsafe { self.device.register_host(start.as_ptr(), span, options, Arc::clone(&map)) }
+                .map_err(|failed| failed.error)?;
         let lead = (range.start % page_size() as u64) as usize;
         Ok(WindowMapping {
-            device_ptr: registration
-                .as_ref()
-                .and_then(Registration::device_ptr)
-                .map(|base| base + lead as u64),
-            registration,
+            device_ptr: registration.registered_device_ptr().map(|base| base + lead as u64),
+            registration: Some(registration),
             map,
             origin: Some(Arc::clone(&self.origin)),
             faulted: AtomicBool::new(false),
             start,
             lead,
             range,
-            device_ordinal: self.device.as_cuda().map(|cuda| cuda.ordinal()),
+            device_ordinal: self.device.gpu_ordinal(),
             _claim: claim,
         })
     }
@@ -424,7 +412,7 @@ struct WindowMapping {
     /// Holds a second reference to the mapping, so it is unmapped only after the range is
     /// unregistered (which waits while a resident kernel runs).
     #[allow(dead_code, reason = "held only to keep the range registered until the window drops")]
-    registration: Option<Registration>,
+    registration: Option<HostMemory>,
     map: Arc<Mapping>,
     /// The file, when the window maps it (not for staged memory, which the CPU reads safely).
     origin: Option<Arc<FileOrigin>>,

@@ -5,9 +5,9 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use super::budget::{Charge, PinnedBudget};
-use super::page::page_size;
 use super::window::{FileWindow, WindowedFile};
 use super::{Buffer, Element, FileSpan, HostVisible, Region, Sealed};
+use crate::backend::cpu::memory::page_size;
 use crate::error::Result;
 
 /// Read-only windows of one or more [`WindowedFile`]s, mapped and registered with the GPU on

@@ -39,7 +39,7 @@ where
         ));
     }
     let Some(device) = queue.cuda_device() else {
-        crate::faults::fail(crate::faults::FaultPoint::Launch)?;
+        crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Launch)?;
         return input.cpu_read(|x| output.cpu_write(|y| affine_u32_cpu(x, y, a, b)))?;
     };
     let kernel = kernels::kernel(device, &AFFINE, "affine_u32")?;

@@ -92,7 +92,7 @@ where
         ));
     }
     let Some(device) = queue.cuda_device() else {
-        crate::faults::fail(crate::faults::FaultPoint::Launch)?;
+        crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Launch)?;
         let part = input.cpu_read(|bytes| checksum_cpu(&bytes[offset..offset + len], file_offset))?;
         return sums.cpu_write(|words| {
             let total = Checksum { sum: words[2 * pair], weighted: words[2 * pair + 1] }.combine(part);

@@ -286,10 +286,10 @@ impl KernelStage {
             KernelCode::Ptx(text) => self.load_image(device, text.as_bytes())?,
             KernelCode::Cubin(image) => self.load_image(device, image)?,
             KernelCode::Cudarc { context, function } => {
-                return device.kernel_from_cudarc(context, function, &self.entry);
+                return Ok(device.kernel_from_cudarc(context, function, &self.entry)?);
             }
         };
-        module.kernel(&self.entry)
+        Ok(module.kernel(&self.entry)?)
     }
 
     fn load_image(&self, device: &CudaDevice, image: &[u8]) -> Result<Arc<Module>> {
@@ -297,7 +297,7 @@ impl KernelStage {
         let digest: String = Sha256::digest(image).iter().map(|byte| format!("{byte:02x}")).collect();
         device.cached_module(&format!("image:{digest}"), || {
             // SAFETY: the constructor's caller promised a complete image from a trusted source.
-            unsafe { Module::load(device, image) }
+            Ok(unsafe { Module::load(device, image) }?)
         })
     }
 }
@@ -347,7 +347,7 @@ impl Stage for KernelStage {
                 format!("{} constant places for {} constants", places.len(), self.constants.len()),
             ));
         }
-        let device = crate::backend::Device::Cuda(gpu.clone());
+        let device = queue.device();
         let constants = self
             .constants
             .iter()

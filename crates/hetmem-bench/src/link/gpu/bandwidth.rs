@@ -8,7 +8,7 @@ use crate::Summary;
 use crate::error::{BenchError, Result};
 use crate::link::{Direction, LinkOptions, LinkPath, bench_word, xor_checksum};
 use crate::random::fresh_seed;
-use hetmem::backend::cuda::MemLocation;
+use hetmem::backend::cuda::{MemLocation, raw};
 use hetmem::memory::InFlight;
 
 impl Rig {
@@ -104,7 +104,7 @@ impl Rig {
                     // SAFETY: `bytes` of pinned `src` into `dev_in`, both at least `largest` long and
                     // held until the stream is idle; the CPU does not touch them before `timed`
                     // synchronises it.
-                    unsafe { self.stream.copy_async(dev_in, src_host, bytes) }
+                    unsafe { raw::copy_async(&self.stream, dev_in, src_host, bytes) }
                 },
             )?,
             LinkPath::PinnedAsyncD2h => self.timed(
@@ -113,7 +113,7 @@ impl Rig {
                 || Ok(()),
                 |_| {
                     // SAFETY: as above, `dev_out` into pinned `dst`.
-                    unsafe { self.stream.copy_async(dst_host, dev_out, bytes) }
+                    unsafe { raw::copy_async(&self.stream, dst_host, dev_out, bytes) }
                 },
             )?,
             LinkPath::PinnedAsyncBoth => {

@@ -6,7 +6,7 @@ use crate::error::Result;
 use crate::link::{LinkPath, cpu_cache, fill_random, xor_checksum};
 use crate::random::fresh_seed;
 use hetmem::backend::Device;
-use hetmem::backend::cuda::DeviceAlloc;
+use hetmem::backend::cuda::raw::DeviceAlloc;
 use hetmem::error::Error;
 use hetmem::memory::{
     HostBuf, InFlight, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, RegisterOptions,

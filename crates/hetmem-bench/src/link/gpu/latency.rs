@@ -7,6 +7,7 @@ use super::rig::Rig;
 use crate::Summary;
 use crate::error::Result;
 use crate::link::{LatencyPath, xor_checksum};
+use hetmem::backend::cuda::raw;
 use hetmem::memory::InFlight;
 
 impl Rig {
@@ -40,14 +41,19 @@ impl Rig {
                     // idle and synchronised before the next statement; neither is touched by the
                     // CPU meanwhile.
                     unsafe {
-                        self.stream.copy_async(b.dev_in.device_ptr(), b.src.as_slice().as_ptr() as u64, bytes)
+                        raw::copy_async(
+                            &self.stream,
+                            b.dev_in.device_ptr(),
+                            b.src.as_slice().as_ptr() as u64,
+                            bytes,
+                        )
                     }?;
                     self.stream.synchronize()?;
                 }
                 LatencyPath::PinnedAsyncD2h => {
                     let dst = b.dst.as_mut_slice().as_mut_ptr() as u64;
                     // SAFETY: as above, `dev_out` into pinned `dst`.
-                    unsafe { self.stream.copy_async(dst, b.dev_out.device_ptr(), bytes) }?;
+                    unsafe { raw::copy_async(&self.stream, dst, b.dev_out.device_ptr(), bytes) }?;
                     self.stream.synchronize()?;
                 }
                 LatencyPath::ZeroCopyKernelRead => {

@@ -9,7 +9,8 @@ use super::{BLOCK, SLOTS};
 use crate::Summary;
 use crate::error::{BenchError, Result};
 use crate::kernels::BENCH;
-use hetmem::backend::cuda::{CudaDevice, DeviceAlloc, Event, Kernel, LaunchConfig, Stream};
+use hetmem::backend::cuda::raw::{self, DeviceAlloc};
+use hetmem::backend::cuda::{CudaDevice, Event, Kernel, LaunchConfig, Stream};
 use hetmem::kernels;
 use hetmem::memory::{InFlight, Waiter};
 
@@ -108,7 +109,7 @@ impl Rig {
         let config = LaunchConfig::linear(items, BLOCK, max_blocks);
         let mut pointers: Vec<*mut c_void> = words.iter_mut().map(|word| (word as *mut u64).cast()).collect();
         // SAFETY: the caller's contract; each pointer points to a live u64 for this call.
-        unsafe { kernel.launch(&self.stream, config, &mut pointers) }
+        Ok(unsafe { raw::launch(kernel, &self.stream, config, &mut pointers) }?)
     }
 
     /// The checksum slots, after the stream is idle.
@@ -218,8 +219,8 @@ impl Rig {
             // both streams are idle; the CPU does not touch them before both are synchronised
             // below.
             unsafe {
-                self.stream.copy_async(upload.0, upload.1, bytes)?;
-                self.second.copy_async(download.0, download.1, bytes)?;
+                raw::copy_async(&self.stream, upload.0, upload.1, bytes)?;
+                raw::copy_async(&self.second, download.0, download.1, bytes)?;
             }
             self.end.record(&self.stream)?;
             self.second_end.record(&self.second)?;

@@ -16,7 +16,7 @@
 //!   last token drops; a kernel that never stops keeps its token (leaked), and the deferred
 //!   releases are leaked with it rather than hang the process;
 //! - the calls a caller makes and waits for (loading a module, synchronising the context)
-//!   fail at once with [`Error::ResidentKernelRunning`] instead of hanging.
+//!   fail at once with [`BackendError::ResidentKernelRunning`](crate::backend::BackendError::ResidentKernelRunning) instead of hanging.
 //!
 //! The count is kept per driver context for the whole process, so every open of a device
 //! sees it; and a call that found no resident kernel holds a shared lock until it returns,
@@ -34,7 +34,8 @@ use std::sync::{Mutex, RwLock, RwLockReadGuard};
 use cudarc::driver::{result, sys};
 
 use super::Call;
-use crate::error::{CudaError, Error};
+use crate::backend::cuda::error::CudaError;
+use crate::backend::error::BackendError;
 
 #[derive(Debug)]
 pub(crate) struct Context {
@@ -290,11 +291,11 @@ impl Context {
 
     /// An error instead of `call` when it would wait for a resident kernel; else a guard to
     /// hold until `call` has returned, so that none starts meanwhile.
-    pub(crate) fn check_no_resident(&self, call: &'static str) -> Result<NoResidentGuard, Error> {
+    pub(crate) fn check_no_resident(&self, call: &'static str) -> Result<NoResidentGuard, BackendError> {
         let guard = waiting_calls();
         match self.with_resident(|resident| resident.running) {
             0 => Ok(guard),
-            running => Err(Error::ResidentKernelRunning { call, running }),
+            running => Err(BackendError::ResidentKernelRunning { call, running }),
         }
     }
 

@@ -10,7 +10,7 @@ use super::context::Context;
 use super::module::Module;
 use super::stream::Stream;
 use super::{Call, driver};
-use crate::error::{CudaError, Unavailable};
+use crate::backend::cuda::error::{CudaError, Unavailable};
 
 /// A GPU's compute capability, for example 9.0 for Hopper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -260,9 +260,9 @@ impl CudaDevice {
     ///
     /// # Errors
     /// A failed kernel or copy anywhere on the device, or a deferred release error;
-    /// [`crate::Error::ResidentKernelRunning`] while a resident kernel (a doorbell) runs, since
+    /// [`BackendError::ResidentKernelRunning`](crate::backend::BackendError::ResidentKernelRunning) while a resident kernel (a doorbell) runs, since
     /// the wait would never end.
-    pub fn synchronize(&self) -> crate::Result<()> {
+    pub fn synchronize(&self) -> crate::backend::error::Result<()> {
         self.synchronize_work()?;
         match self.shared.ctx.take_deferred_error() {
             Some(error) => Err(error.into()),
@@ -277,9 +277,9 @@ impl CudaDevice {
     ///
     /// # Errors
     /// A failed kernel or copy anywhere on the device (the work may not have finished);
-    /// [`crate::Error::ResidentKernelRunning`] while a resident kernel runs, since the wait
+    /// [`BackendError::ResidentKernelRunning`](crate::backend::BackendError::ResidentKernelRunning) while a resident kernel runs, since the wait
     /// would never end.
-    pub fn synchronize_work(&self) -> crate::Result<()> {
+    pub fn synchronize_work(&self) -> crate::backend::error::Result<()> {
         let no_resident = self.shared.ctx.check_no_resident("cuCtxSynchronize")?;
         self.bind()?;
         result::ctx::synchronize().call("cuCtxSynchronize")?;
@@ -320,11 +320,11 @@ impl CudaDevice {
     }
 
     /// The module cached under `key`, loading it with `load` on first use.
-    pub(crate) fn cached_module(
+    pub(crate) fn cached_module<E>(
         &self,
         key: &str,
-        load: impl FnOnce() -> crate::Result<Arc<Module>>,
-    ) -> crate::Result<Arc<Module>> {
+        load: impl FnOnce() -> Result<Arc<Module>, E>,
+    ) -> Result<Arc<Module>, E> {
         let mut modules = self.shared.modules.lock().unwrap_or_else(|poison| poison.into_inner());
         if let Some(module) = modules.get(key) {
             return Ok(Arc::clone(module));

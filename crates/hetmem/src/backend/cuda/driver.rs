@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use cudarc::driver::{result, sys};
 
 use super::{Call, cuda_error};
-use crate::error::Unavailable;
+use crate::backend::cuda::error::Unavailable;
 
 /// The oldest CUDA version (`major * 1000 + minor * 10`) of a driver hetmem runs on: 12.0 with
 /// its default `cuda-12000` feature (every call it makes exists since, and the newer forms it

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use cudarc::driver::sys;
 
 use super::Call;
-use crate::error::CudaError;
+use crate::backend::cuda::error::CudaError;
 
 /// `CUmemLocation`'s layout: a location type and an id (a device ordinal, or 0 for the host).
 #[repr(C)]

@@ -1,6 +1,6 @@
 //! The CUDA backend's errors: a failed driver call ([`CudaError`], with the remedies hetmem
 //! knows for each call and result), NVRTC's failures ([`NvrtcError`]), and why the backend
-//! cannot run on a machine ([`Unavailable`]). `crate::error::Error` wraps them.
+//! cannot run on a machine ([`Unavailable`]). [`crate::backend::BackendError`] wraps them, and `crate::Error` wraps that.
 
 use std::fmt;
 

@@ -13,7 +13,8 @@ use cudarc::driver::{result, sys};
 
 use super::context::{Context, Keep, Release};
 use super::{Call, CudaDevice};
-use crate::error::{CudaError, Error, Result};
+use crate::backend::cuda::error::CudaError;
+use crate::backend::error::{BackendError, Result};
 
 /// Flags of a pinned allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -119,9 +120,9 @@ impl PinnedAlloc {
     /// Zero bytes, or the driver's error (out of memory).
     pub fn new(device: &CudaDevice, bytes: usize, flags: HostAllocFlags) -> Result<PinnedAlloc> {
         if bytes == 0 {
-            return Err(Error::invalid("pinned allocation size", "0 bytes: allocate at least 1 byte"));
+            return Err(BackendError::invalid("pinned allocation size", "0 bytes: allocate at least 1 byte"));
         }
-        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
+        crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Allocation)?;
         device.bind()?;
         // SAFETY: the context is bound and the size non-zero; the pointer is freed once, in Drop.
         let ptr = unsafe { result::malloc_host(bytes, flags.bits()) }.call("cuMemHostAlloc")? as *mut u8;
@@ -219,7 +220,7 @@ unsafe impl Sync for Registration {}
 #[derive(Debug)]
 pub struct RegistrationFailed<M> {
     /// Why it failed.
-    pub error: Error,
+    pub error: BackendError,
     /// The owner, unregistered; `None` when the registration failed part-way while a resident
     /// kernel runs: the pieces registered before the failure are unregistered once the resident
     /// kernels end, and the owner is kept until then (then dropped).
@@ -254,13 +255,13 @@ impl Registration {
     ) -> Result<Registration, RegistrationFailed<M>> {
         if bytes == 0 {
             return Err(RegistrationFailed {
-                error: Error::invalid("registration size", "0 bytes"),
+                error: BackendError::invalid("registration size", "0 bytes"),
                 owner: Some(owner),
             });
         }
         let max_chunk = max_chunk.max(1);
         if bytes > max_chunk && !device.uses_host_pointer_for_registered_memory() {
-            let error = Error::invalid(
+            let error = BackendError::invalid(
                 "registration size",
                 format!(
                     "{bytes} bytes exceed one registration ({max_chunk} bytes) and this device does \
@@ -269,8 +270,8 @@ impl Registration {
             );
             return Err(RegistrationFailed { error, owner: Some(owner) });
         }
-        if let Err(error) =
-            crate::faults::fail(crate::faults::FaultPoint::Registration).and_then(|()| Ok(device.bind()?))
+        if let Err(error) = crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Registration)
+            .and_then(|()| Ok(device.bind()?))
         {
             return Err(RegistrationFailed { error, owner: Some(owner) });
         }
@@ -308,7 +309,7 @@ impl Registration {
             // unregistered, on the error path too (`unwind`).
             let chunk = unsafe { ptr.add(offset) };
             if offset > 0 {
-                crate::faults::fail(crate::faults::FaultPoint::Registration)?;
+                crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Registration)?;
             }
             // SAFETY: as above.
             unsafe { sys::cuMemHostRegister_v2(chunk.cast::<c_void>(), len, flags.bits()) }
@@ -322,7 +323,7 @@ impl Registration {
                 let expected = base + (chunk as u64 - ptr as u64);
                 let actual = device_pointer(chunk)?;
                 if actual != expected {
-                    return Err(Error::invalid(
+                    return Err(BackendError::invalid(
                         "registration",
                         format!("piece at {chunk:p} maps to {actual:#x}, not {expected:#x}: not contiguous"),
                     ));

@@ -10,7 +10,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use super::context::Context;
 use super::{CudaDevice, Stream};
 use crate::backend::BackendKind;
-use crate::error::{Error, Result};
+use crate::backend::error::{BackendError, Result};
 
 /// `CU_STREAM_PER_THREAD`: the calling thread's default stream, a different stream on each
 /// thread (cudarc's `CudaContext::per_thread_stream`).
@@ -73,7 +73,7 @@ impl CudaDevice {
     /// `ctx` is not a device's primary context; the device cannot be opened.
     pub(crate) fn from_cudarc(ctx: &CudaContext) -> Result<CudaDevice> {
         let device = CudaDevice::open(ctx.ordinal())
-            .map_err(|reason| Error::BackendUnavailable { requested: BackendKind::Cuda, reason })?;
+            .map_err(|reason| BackendError::Unavailable { requested: BackendKind::Cuda, reason })?;
         device.check_cudarc_context(ctx)?;
         Ok(device)
     }
@@ -128,7 +128,7 @@ fn check_context(ours: &Context, ordinal: usize, ctx: &CudaContext) -> Result<()
     } else {
         format!("CUDA device {}'s context", ctx.ordinal())
     };
-    Err(Error::invalid(
+    Err(BackendError::invalid(
         "cudarc context",
         format!(
             "{whose}, where CUDA device {ordinal}'s primary context is needed: make it with \
@@ -146,7 +146,7 @@ impl Stream {
     pub(crate) fn from_cudarc(device: &CudaDevice, stream: &Arc<CudaStream>) -> Result<Stream> {
         check_context(device.context(), device.ordinal(), stream.context())?;
         if stream.cu_stream() as usize == PER_THREAD_STREAM {
-            return Err(Error::invalid(
+            return Err(BackendError::invalid(
                 "cudarc stream",
                 "the per-thread default stream is another stream on each thread: use \
                  `CudaContext::new_stream` or `default_stream`",

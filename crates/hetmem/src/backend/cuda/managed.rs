@@ -7,7 +7,7 @@ use cudarc::driver::sys;
 use super::context::{Context, Release};
 use super::entry::{self, Location};
 use super::{Call, CudaDevice, Stream};
-use crate::error::{Error, Result};
+use crate::backend::error::{BackendError, Result};
 
 /// Where managed memory should live or be prefetched to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,9 +59,12 @@ impl ManagedAlloc {
     /// Zero bytes, or the driver's error.
     pub fn new(device: &CudaDevice, bytes: usize) -> Result<ManagedAlloc> {
         if bytes == 0 {
-            return Err(Error::invalid("managed allocation size", "0 bytes: allocate at least 1 byte"));
+            return Err(BackendError::invalid(
+                "managed allocation size",
+                "0 bytes: allocate at least 1 byte",
+            ));
         }
-        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
+        crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Allocation)?;
         device.bind()?;
         let mut ptr = 0;
         // SAFETY: the context is bound; the call writes one address, freed once in Drop.
@@ -103,7 +106,7 @@ impl ManagedAlloc {
         len: usize,
     ) -> Result<()> {
         if len == 0 || offset.checked_add(len).is_none_or(|end| end > self.bytes) {
-            return Err(Error::invalid(
+            return Err(BackendError::invalid(
                 "managed prefetch range",
                 format!("{len} bytes at offset {offset} of a {}-byte allocation", self.bytes),
             ));

@@ -11,7 +11,7 @@ use cudarc::driver::{result, sys};
 use super::context::{Context, Release};
 use super::split::in_parts;
 use super::{Call, CudaDevice, Stream};
-use crate::error::{Error, Result};
+use crate::backend::error::{BackendError, Result};
 
 /// A block of device memory (`cuMemAlloc`), freed on drop.
 ///
@@ -37,9 +37,9 @@ impl DeviceAlloc {
     /// Zero bytes, or the driver's out-of-memory error.
     pub fn new(device: &CudaDevice, bytes: usize) -> Result<DeviceAlloc> {
         if bytes == 0 {
-            return Err(Error::invalid("device allocation size", "0 bytes: allocate at least 1 byte"));
+            return Err(BackendError::invalid("device allocation size", "0 bytes: allocate at least 1 byte"));
         }
-        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
+        crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Allocation)?;
         device.bind()?;
         // SAFETY: the context is bound and `bytes` is non-zero; the pointer is freed once, in Drop.
         let ptr = unsafe { result::malloc_sync(bytes) }.call("cuMemAlloc")?;
@@ -133,9 +133,9 @@ impl DeviceAlloc {
 
     /// Checks a copy of `len` bytes: it fits, and no fault is injected into it.
     fn check_fits(&self, len: usize) -> Result<()> {
-        crate::faults::fail(crate::faults::FaultPoint::Copy)?;
+        crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Copy)?;
         if len > self.bytes {
-            return Err(Error::invalid(
+            return Err(BackendError::invalid(
                 "copy length",
                 format!("{len} bytes do not fit a {}-byte device allocation", self.bytes),
             ));

@@ -17,6 +17,7 @@ mod managed;
 mod memory;
 mod module;
 pub mod nvrtc;
+pub mod raw;
 mod split;
 mod stream;
 
@@ -24,15 +25,15 @@ pub(crate) use context::ResidentKernel;
 pub use device::{ComputeCapability, CudaDevice, DeviceAttributes};
 pub use driver::REQUIRED_CUDA_VERSION;
 pub(crate) use host::mapped_address;
-pub use host::{HostAllocFlags, PinnedAlloc, RegisterFlags, Registration, RegistrationFailed};
+pub(crate) use host::{HostAllocFlags, PinnedAlloc, RegisterFlags, Registration, RegistrationFailed};
 pub use managed::{Advice, ManagedAlloc, MemLocation};
-pub use memory::DeviceAlloc;
+pub(crate) use memory::DeviceAlloc;
 pub use module::{Kernel, LaunchConfig, Module};
 pub use stream::{Event, Stream};
 
 use cudarc::driver::{DriverError, sys};
 
-use crate::error::CudaError;
+use crate::backend::cuda::error::CudaError;
 
 /// Turns a cudarc driver error into hetmem's, naming the call that failed.
 fn cuda_error(call: &'static str, error: DriverError) -> CudaError {

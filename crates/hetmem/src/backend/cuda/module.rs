@@ -8,7 +8,7 @@ use cudarc::driver::{result, sys};
 
 use super::context::{Context, Release};
 use super::{Call, CudaDevice, Stream};
-use crate::error::{Error, Result};
+use crate::backend::error::{BackendError, Result};
 
 /// A module loaded from a CUBIN or PTX image; unloaded when the last kernel from it drops.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ impl Module {
     /// newer than the driver.
     pub unsafe fn load(device: &CudaDevice, image: &[u8]) -> Result<Arc<Module>> {
         if image.is_empty() {
-            return Err(Error::invalid("module image", "empty"));
+            return Err(BackendError::invalid("module image", "empty"));
         }
         // PTX is text and must end in NUL; a CUBIN (ELF) carries its own length.
         let owned;
@@ -66,7 +66,7 @@ impl Module {
     /// No such entry point in the module.
     pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Kernel> {
         let c_name = CString::new(name)
-            .map_err(|_| Error::invalid("kernel name", format!("{name:?} contains NUL")))?;
+            .map_err(|_| BackendError::invalid("kernel name", format!("{name:?} contains NUL")))?;
         self.ctx.bind()?;
         // SAFETY: `raw` is a loaded module; the returned handle lives as long as the module,
         // which the Kernel keeps alive through its Arc.
@@ -213,14 +213,14 @@ impl Kernel {
     /// # Errors
     /// A launch the driver rejects (too many threads, too much shared memory, a stream of
     /// another device).
-    pub unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         stream: &Stream,
         config: LaunchConfig,
         args: &mut [*mut c_void],
     ) -> Result<()> {
         if !self.owner.ctx().same_as(stream.context()) {
-            return Err(Error::invalid(
+            return Err(BackendError::invalid(
                 "kernel launch",
                 format!("kernel `{}` and the stream belong to different devices", self.name),
             ));

@@ -11,7 +11,7 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
 
-use crate::error::NvrtcError;
+use crate::backend::cuda::error::NvrtcError;
 
 /// The library names tried, in order: NVRTC 13, NVRTC 12, then an unversioned link.
 pub const LIBRARY_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];

@@ -8,7 +8,8 @@ use cudarc::driver::{result, sys};
 use super::context::{Context, Keep, Release};
 use super::interop::Wrappers;
 use super::{Call, CudaDevice, split};
-use crate::error::CudaError;
+use crate::backend::cuda::error::CudaError;
+use crate::backend::error::BackendError;
 
 /// A CUDA stream: one hetmem made (non-blocking: it does not synchronise with the legacy
 /// default stream), or one borrowed from cudarc ([`crate::Queue::from_cudarc`]).
@@ -109,8 +110,13 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn copy_async(&self, dst: u64, src: u64, bytes: usize) -> crate::Result<()> {
-        crate::faults::fail(crate::faults::FaultPoint::Copy)?;
+    pub(crate) unsafe fn copy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    ) -> crate::backend::error::Result<()> {
+        crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Copy)?;
         self.ctx.bind()?;
         let mut copy = |at: usize, len: usize| {
             // SAFETY: the caller guarantees the ranges and their lifetime; `in_parts` passes
@@ -137,7 +143,7 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn write_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
+    pub(crate) unsafe fn write_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
         self.ctx.bind()?;
         // SAFETY: the caller guarantees the address; DEFAULT flags keep the barrier.
         unsafe {
@@ -161,7 +167,7 @@ impl Stream {
     ///
     /// # Errors
     /// A failing driver call.
-    pub unsafe fn wait_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
+    pub(crate) unsafe fn wait_value32(&self, address: u64, value: u32) -> Result<(), CudaError> {
         self.ctx.bind()?;
         // SAFETY: the caller guarantees the address and that the value will be stored.
         unsafe {

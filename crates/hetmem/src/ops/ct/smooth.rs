@@ -207,7 +207,7 @@ where
             ),
         ));
     }
-    let gpu = crate::backend::Device::Cuda(device.clone());
+    let gpu = queue.device();
     let mut scratch = Vec::with_capacity(4);
     for _ in 0..4 {
         scratch.push(queue.lend(DeviceBuf::<f32>::new(&gpu, n)?));

@@ -117,16 +117,16 @@ impl Stage for MaskedGaussianStage {
         _strategy: Strategy,
         constants: &[Where],
     ) -> Result<MaskedGaussianPrepared> {
-        let Some(gpu) = queue.cuda_device() else {
+        if queue.cuda_device().is_none() {
             return Ok(MaskedGaussianPrepared { weights: Weights::Cpu });
-        };
+        }
         let &[place] = constants else {
             return Err(Error::invalid(
                 "masked Gaussian stage",
                 format!("{} places for its one constant buffer, the weights", constants.len()),
             ));
         };
-        let device = Device::Cuda(gpu.clone());
+        let device = queue.device();
         let weights = match place {
             Where::Device => {
                 let mut buffer = DeviceBuf::<f32>::new(&device, self.weights.len())?;

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use super::cpu::{check, gaussian_cpu};
 use super::{FrameFormat, Gaussian, MAX_SIDE, SampleType};
-use crate::backend::Device;
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig};
 use crate::error::{Error, Result};
 use crate::handoff::{CpuRead, KernelArgs, Lease, Lent, Queue, Shared};
@@ -346,10 +345,10 @@ impl GaussianPlan {
     /// The allocation or the upload failing.
     pub fn upload_table(&self, queue: &Queue, place: Where) -> Result<GaussianTable> {
         let words = Arc::clone(&self.table);
-        let Some(gpu) = queue.cuda_device() else {
+        if queue.cuda_device().is_none() {
             return Ok(GaussianTable { memory: TableMemory::Cpu, words });
-        };
-        let device = Device::Cuda(gpu.clone());
+        }
+        let device = queue.device();
         let memory = match place {
             Where::Mapped => {
                 let mut table = HostBuf::<u32>::pinned(&device, words.len(), PinOptions::default())?;
@@ -394,7 +393,7 @@ where
         ));
     }
     let Some(device) = queue.cuda_device() else {
-        crate::faults::fail(crate::faults::FaultPoint::Launch)?;
+        crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Launch)?;
         return input
             .cpu_read(|src| output.cpu_write(|dst| gaussian_cpu(&plan.format, &plan.kernel, src, dst)))??;
     };

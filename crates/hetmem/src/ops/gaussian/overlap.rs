@@ -121,10 +121,10 @@ impl GaussianOverlap {
         segments: Segments,
     ) -> Result<GaussianOverlap> {
         let segments = segment_count(plan.format().frame_bytes(), segments)?;
-        let (Some(gpu), Some(queue_gpu)) = (device.as_cuda(), queue.cuda_device()) else {
+        let (Some(ordinal), Some(gpu)) = (device.gpu_ordinal(), queue.cuda_device()) else {
             return Err(Error::invalid("overlapped blur", "it needs a queue on a CUDA device"));
         };
-        if gpu.ordinal() != queue_gpu.ordinal() {
+        if ordinal != gpu.ordinal() {
             return Err(Error::invalid("overlapped blur", "the queue belongs to another device"));
         }
         let sms = gpu.attributes().multiprocessor_count;
@@ -294,7 +294,7 @@ impl GaussianOverlap {
                     // the life of `self`.
                     unsafe { upload.write_value32(ready_in(s), seq) }?;
                 }
-                crate::faults::fail(crate::faults::FaultPoint::Launch)?;
+                crate::faults::fail::<crate::Error>(crate::faults::FaultPoint::Launch)?;
                 // SAFETY: gaussian_u8_overlap and gaussian_u16_overlap (src, dst, table,
                 // plane_count, radius, border, sync, segments, segment_bytes, frame_bytes, seq,
                 // download) match `words` in order and type (32-bit parameters read the low
@@ -321,7 +321,7 @@ impl GaussianOverlap {
             main.wait_event(uploaded)?;
             downloaded.record(download)?;
             main.wait_event(downloaded)?;
-            Ok(())
+            Ok::<(), Error>(())
         });
         if let Err(error) = joined {
             // The streams could not be joined, and no lease recorded a fence after this frame:

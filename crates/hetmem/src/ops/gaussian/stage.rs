@@ -179,7 +179,7 @@ impl Stage for GaussianStage {
         let overlap = match strategy {
             // One segment is the plain copy, blur, copy sequence: no overlap kernel for it.
             Strategy::PinnedAsync if self.segments != Segments::Count(1) => {
-                let device = Device::Cuda(gpu.clone());
+                let device = queue.device();
                 Some(Box::new(GaussianOverlap::with_segments(&device, queue, &plan, self.segments)?))
             }
             _ => None,

@@ -1,11 +1,15 @@
 //! The CPU backend: plain host memory and host threads.
 //!
 //! It has no state beyond a description of the machine; the operations above run their CPU
-//! paths when handed a [`CpuDevice`].
+//! paths when handed a [`CpuDevice`]. Its memory is [`PageBox`]: page-aligned, whole pages.
 
 use std::sync::OnceLock;
 
-use crate::error::Unavailable;
+pub(crate) mod memory;
+
+pub use memory::{HUGE_PAGE_BYTES, PageBox, page_size};
+
+use crate::backend::cuda::error::Unavailable;
 
 /// The host CPU as a backend.
 #[derive(Debug, Clone)]

@@ -1,4 +1,5 @@
-//! Page-aligned heap slices: memory that can be registered with the GPU whole, and guarded.
+//! The CPU backend's memory: page-aligned heap slices, which a GPU can also register whole,
+//! and which can be guarded.
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
@@ -6,7 +7,9 @@ use std::ptr::NonNull;
 
 use rustix::mm::{Advice, MapFlags, ProtFlags};
 
-use crate::error::{Error, Result};
+use bytemuck::Pod;
+
+use crate::backend::error::{BackendError, Result};
 
 /// The transparent-huge-page size on x86-64 and most Arm kernels.
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
@@ -19,10 +22,13 @@ pub fn page_size() -> usize {
 /// `len` elements of `T` in bytes, or a clear error on zero or overflow.
 pub(crate) fn byte_len<T>(what: &'static str, len: usize) -> Result<usize> {
     if len == 0 {
-        return Err(Error::invalid(what, "0 elements: a buffer needs at least one"));
+        return Err(BackendError::invalid(what, "0 elements: a buffer needs at least one"));
     }
     len.checked_mul(size_of::<T>()).filter(|&bytes| bytes <= isize::MAX as usize).ok_or_else(|| {
-        Error::invalid(what, format!("{len} elements of {} bytes overflow the address space", size_of::<T>()))
+        BackendError::invalid(
+            what,
+            format!("{len} elements of {} bytes overflow the address space", size_of::<T>()),
+        )
     })
 }
 
@@ -41,11 +47,11 @@ pub struct PageBox<T> {
 }
 
 // SAFETY: a PageBox owns its mapping exclusively, like a Box<[T]>; T: Pod is plain data.
-unsafe impl<T: super::Element> Send for PageBox<T> {}
+unsafe impl<T: Pod + Send + Sync> Send for PageBox<T> {}
 // SAFETY: shared access gives out only &[T], as Box<[T]> does.
-unsafe impl<T: super::Element> Sync for PageBox<T> {}
+unsafe impl<T: Pod + Send + Sync> Sync for PageBox<T> {}
 
-impl<T: super::Element> PageBox<T> {
+impl<T: Pod + Send + Sync> PageBox<T> {
     /// `len` zeroed elements on base pages.
     ///
     /// # Errors
@@ -65,9 +71,9 @@ impl<T: super::Element> PageBox<T> {
 
     fn map(len: usize, align: usize, huge: bool) -> Result<PageBox<T>> {
         let bytes = byte_len::<T>("page-aligned buffer length", len)?;
-        crate::faults::fail(crate::faults::FaultPoint::Allocation)?;
+        crate::faults::fail::<BackendError>(crate::faults::FaultPoint::Allocation)?;
         if align_of::<T>() > page_size() {
-            return Err(Error::invalid("element type", "alignment above the page size"));
+            return Err(BackendError::invalid("element type", "alignment above the page size"));
         }
         let map_len = bytes.div_ceil(align) * align;
         // Over-map by the alignment, then cut the unaligned head and the tail away.
@@ -81,7 +87,7 @@ impl<T: super::Element> PageBox<T> {
                 MapFlags::PRIVATE,
             )
         }
-        .map_err(|errno| Error::Io {
+        .map_err(|errno| BackendError::Io {
             context: format!("mapping {over_len} bytes of anonymous memory"),
             source: errno.into(),
         })?
