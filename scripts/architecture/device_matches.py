@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Lines outside crates/hetmem/src/backend/ that discriminate on the backend.
 Tier A: the public Device API: Device::Cpu / Device::Cuda (patterns or constructors),
-        .as_cuda(), .backend() / BackendKind::Cpu|Cuda.
+        .as_cuda(), BackendKind::Cpu|Cuda, and .backend() compared (== / !=) or matched on.
+        A bare .backend() that passes the kind on (a getter, a log line) decides nothing and
+        is not counted; a comparison with a BackendKind is, through BackendKind::.
 Tier B: the hand-off's internal mirror of it: QueueCore::is_cpu(), .cuda_ordinal(),
         the Option<&Stream> of QueueCore::stream(), QueueBackend::{Cuda,Cpu}, stream_fence().
 Tier C: the Queue's public backend accessors used above the queue: .cuda_device(), queue.stream().
@@ -12,7 +14,7 @@ import os, re, sys, collections
 sys.path.insert(0, os.path.dirname(__file__))
 from rustlex import *
 ROOT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), '../../crates/hetmem/src')
-A = re.compile(r'\bDevice::(Cpu|Cuda)\b|\.as_cuda\(\)|\.backend\(\)|\bBackendKind::(Cpu|Cuda)\b')
+A = re.compile(r'\bDevice::(Cpu|Cuda)\b|\.as_cuda\(\)|\.backend\(\)\s*(==|!=)|\bmatch\b.*\.backend\(\)\s*\{|\bBackendKind::(Cpu|Cuda)\b')
 B = re.compile(r'\.is_cpu\(\)|\.cuda_ordinal\(\)|\bQueueBackend::(Cuda|Cpu)\b|\.stream_fence\(\)|\bcore\(\)\.stream\(\)|\.core\.stream\(\)|\bself\.stream\(\)')
 C = re.compile(r'\.cuda_device\(\)|\bqueue\.stream\(\)|queue\.stream\(\)')
 res = {'A': collections.defaultdict(list), 'B': collections.defaultdict(list), 'C': collections.defaultdict(list), 'A+C': collections.defaultdict(list)}

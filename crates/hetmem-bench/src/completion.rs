@@ -84,8 +84,9 @@ pub struct CompletionReport {
 pub fn measure(queue: &Queue, samples: usize) -> Result<CompletionReport> {
     let device = queue
         .cuda_device()
-        .ok_or_else(|| {
-            Error::invalid("completion benchmark", "needs a GPU; the CPU backend has no completion signals")
+        .ok_or_else(|| Error::NeedsGpu {
+            what: "the completion benchmark".into(),
+            detail: "the CPU backend has no completion signals".into(),
         })?
         .clone();
     let gate = Gate::new(queue)?;

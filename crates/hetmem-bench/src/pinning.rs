@@ -79,9 +79,10 @@ pub struct PinningReport {
 /// # Errors
 /// No GPU, or pinning failing.
 pub fn measure(device: &Device, sizes: &[usize], repeats: usize) -> Result<PinningReport> {
-    let cuda = device
-        .as_cuda()
-        .ok_or_else(|| Error::invalid("pinning benchmark", "needs a GPU; the CPU backend pins nothing"))?;
+    let cuda = device.as_cuda().ok_or_else(|| Error::NeedsGpu {
+        what: "the pinning benchmark".into(),
+        detail: "the CPU backend pins nothing".into(),
+    })?;
     let mut rows = Vec::new();
     for &bytes in sizes {
         let mut setup = vec![Vec::new(); METHODS.len()];

@@ -10,10 +10,12 @@
 //! Bottom up, as the imports are (`scripts/architecture/run-all` draws them); a layer uses only
 //! layers below it, often several at once (a pipeline calls ops, the hand-off, memory and the
 //! backend directly):
-//! - the fault injection hooks (feature `testing`), below everything; [`backend`]:
-//!   [`backend::cuda`], the only module that calls the CUDA driver (through cudarc, loaded at
-//!   run time), and [`backend::cpu`], with errors of their own ([`backend::BackendError`]);
-//!   [`error`], hetmem's one error type, which the backend's convert into.
+//! - `faults`, the fault injection hooks (armed by tests only), below everything.
+//! - [`backend`]: [`backend::cuda`], the only module that calls the CUDA driver (through
+//!   cudarc, loaded at run time), and [`backend::cpu`], behind one dispatch: the memory, the
+//!   queue's stream and the [`backend::Capabilities`] the layers above ask for, with errors
+//!   of their own ([`backend::BackendError`]).
+//! - [`error`], hetmem's one error type, which the backend's convert into.
 //! - [`memory`]: typed buffers in every kind of shareable memory, a pinned pool, file windows
 //!   mapped on demand (within a pinned budget), buffers cut into ranges lent on their own,
 //!   and a device-memory budget; [`kernels`]: hetmem's CUDA sources, compiled by NVRTC on
@@ -21,7 +23,7 @@
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
 //!   GPU never write one buffer at once; [`placement`]: which buffers of a computation go to
 //!   device memory and which stay mapped, under a budget, from a measured link profile, with
-//!   a reason for each.
+//!   a reason for each; and, with feature `testing`, `testing`'s helpers for tests.
 //! - [`stage`]: what runs on a frame (inputs, outputs and constants by [`stage::FrameLayout`],
 //!   a GPU and a CPU path) and the [`Strategy`] a stage is told; [`resident`]: kernels that
 //!   stay on the GPU and poll mapped memory (the doorbell); [`data`]: files on their way to

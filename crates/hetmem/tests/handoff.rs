@@ -278,7 +278,7 @@ fn buffers_the_device_cannot_reach_are_refused_by_name() {
     let other = Queue::new(&device).unwrap();
     let foreign = other.share(HostBuf::<u32>::pinned(&device, 64, PinOptions::default()).unwrap());
     let error = affine_u32(&queue, &foreign, &mut output, 1, 1).unwrap_err().to_string();
-    assert!(error.contains("another queue"), "{error}");
+    assert!(error.contains("belongs to another queue"), "{error}");
 
     let short = queue.share(HostBuf::<u32>::pinned(&device, 63, PinOptions::default()).unwrap());
     assert!(matches!(affine_u32(&queue, &short, &mut output, 1, 1), Err(Error::InvalidArgument { .. })));

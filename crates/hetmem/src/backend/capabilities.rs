@@ -12,6 +12,14 @@ pub struct Capabilities {
     pub maps_host_memory: bool,
     /// The CPU and the GPU may access managed memory at once.
     pub concurrent_managed_access: bool,
+    /// Units that run blocks at once: the GPU's multiprocessors (1 on the CPU backend, whose
+    /// emulation of a kernel plans as for one).
+    pub multiprocessors: u32,
+    /// The GPU shares the host's memory (an integrated GPU): mapped memory is its own memory.
+    pub integrated: bool,
+    /// The GPU reads host memory through the CPU's page tables (a coherent link such as
+    /// NVLink-C2C) rather than across PCIe.
+    pub host_memory_through_page_tables: bool,
 }
 
 impl Device {
@@ -24,9 +32,19 @@ impl Device {
                     gpu: true,
                     maps_host_memory: attributes.can_map_host_memory,
                     concurrent_managed_access: attributes.concurrent_managed_access,
+                    multiprocessors: attributes.multiprocessor_count,
+                    integrated: attributes.integrated,
+                    host_memory_through_page_tables: attributes.pageable_memory_access_uses_host_page_tables,
                 }
             }
-            None => Capabilities { gpu: false, maps_host_memory: false, concurrent_managed_access: false },
+            None => Capabilities {
+                gpu: false,
+                maps_host_memory: false,
+                concurrent_managed_access: false,
+                multiprocessors: 1,
+                integrated: false,
+                host_memory_through_page_tables: false,
+            },
         }
     }
 }

@@ -140,6 +140,11 @@ impl Device {
         }
     }
 
+    /// The CPU backend, chosen on purpose (the CPU strategy's queue, a CPU-only ring).
+    pub fn cpu() -> Device {
+        Device::Cpu(cpu::CpuDevice::chosen())
+    }
+
     /// CUDA device `ordinal`, whatever `HETMEM_BACKEND` says.
     ///
     /// # Errors

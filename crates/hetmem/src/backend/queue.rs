@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::cpu::CpuDevice;
-use super::cuda::{CudaDevice, Stream};
+use super::cuda::{CudaDevice, Event, Stream};
 use super::error::Result;
 use super::{BackendKind, Device};
 
@@ -80,6 +80,30 @@ impl QueueStream {
     /// The GPU, on a GPU.
     pub(crate) fn cuda_device(&self) -> Option<&CudaDevice> {
         self.gpu().map(|(device, _)| device)
+    }
+
+    /// A fresh timing event on the queue's GPU; `None` on the CPU backend, whose work is not
+    /// timed by events.
+    ///
+    /// # Errors
+    /// Creating the event failed.
+    pub(crate) fn timing_event(&self) -> Result<Option<Event>> {
+        match self {
+            QueueStream::Cuda { device, .. } => Ok(Some(Event::new(device, true)?)),
+            QueueStream::Cpu(_) => Ok(None),
+        }
+    }
+
+    /// Records `event` at the point the queue's work has reached (nothing to record on the
+    /// CPU backend, whose work is done when queued).
+    ///
+    /// # Errors
+    /// Recording failed.
+    pub(crate) fn record(&self, event: &Event) -> Result<()> {
+        match self {
+            QueueStream::Cuda { stream, .. } => Ok(event.record(stream)?),
+            QueueStream::Cpu(_) => Ok(()),
+        }
     }
 
     /// The GPU's ordinal, on a GPU.

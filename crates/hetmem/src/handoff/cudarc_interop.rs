@@ -77,7 +77,7 @@ impl Queue {
 }
 
 fn cpu_queue() -> Error {
-    Error::invalid("cudarc interop", "the queue is on the CPU backend; cudarc needs a CUDA queue")
+    Error::NeedsGpu { what: "cudarc interop".into(), detail: "cudarc needs a queue on a CUDA device".into() }
 }
 
 impl<B: Buffer> Shared<B> {

@@ -7,7 +7,7 @@ use super::fence::{Fence, FenceKind, FlagPage};
 use super::guard::Guard;
 use super::launch::KernelArgs;
 use super::lease::{CpuRead, Lease, LeaseParts, LeaseState, Lent, Shared};
-use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Stream, mapped_address};
+use crate::backend::cuda::{CudaDevice, Event, Kernel, LaunchConfig, Stream, mapped_address};
 use crate::backend::queue::QueueStream;
 use crate::backend::{BackendKind, Device};
 use crate::error::{Error, Result};
@@ -105,7 +105,10 @@ impl QueueCore {
         Error: From<E>,
     {
         let Some(stream) = self.backend.stream() else {
-            return Err(Error::invalid("GPU work", "this queue is on the CPU backend"));
+            return Err(Error::NeedsGpu {
+                what: "GPU work".into(),
+                detail: "it was queued on a queue of the CPU backend".into(),
+            });
         };
         let _order = self.submit_order.lock().unwrap_or_else(|poison| poison.into_inner());
         if let Err(error) = work(stream) {
@@ -202,6 +205,22 @@ impl Queue {
         self.core.backend.backend()
     }
 
+    /// A fresh timing event on this queue's GPU; `None` on the CPU backend.
+    ///
+    /// # Errors
+    /// Creating the event failed.
+    pub(crate) fn timing_event(&self) -> Result<Option<Event>> {
+        Ok(self.core.backend.timing_event()?)
+    }
+
+    /// Records `event` at the point this queue's work has reached.
+    ///
+    /// # Errors
+    /// Recording failed.
+    pub(crate) fn record(&self, event: &Event) -> Result<()> {
+        Ok(self.core.backend.record(event)?)
+    }
+
     /// The device the queue runs on.
     pub(crate) fn device(&self) -> Device {
         self.core.backend.device()
@@ -284,10 +303,11 @@ impl Queue {
     /// mapped, or of another device); the driver rejecting the launch.
     pub unsafe fn launch(&self, kernel: &Kernel, config: LaunchConfig, args: KernelArgs<'_>) -> Result<()> {
         if self.core.is_cpu() {
-            return Err(Error::invalid(
-                "kernel launch",
-                "CUDA kernels need a queue on the cuda backend; hetmem's ops run their CPU path instead",
-            ));
+            return Err(Error::NeedsGpu {
+                what: "a CUDA kernel launch".into(),
+                detail: "kernels run on a queue of the cuda backend; hetmem's ops run their CPU path instead"
+                    .into(),
+            });
         }
         let (mut words, leases) = args.resolve(|state, region| self.device_address(state, region))?;
         if crate::faults::check(FaultPoint::Launch)? == Hit::Trap {
@@ -457,14 +477,17 @@ impl Queue {
         if Arc::ptr_eq(&lease.state().queue, &self.core) {
             Ok(())
         } else {
-            Err(Error::invalid("lease", "it belongs to another queue: reclaim it and lend it to this one"))
+            Err(Error::ForeignQueue { what: "this lease", remedy: "reclaim it and lend it to this queue" })
         }
     }
 
     /// The address a kernel on this queue's device uses for the lease's buffer.
     fn device_address(&self, state: &LeaseState, region: &Region) -> Result<u64> {
         if !Arc::ptr_eq(&state.queue, &self.core) {
-            return Err(Error::invalid("kernel argument", "a lease of another queue"));
+            return Err(Error::ForeignQueue {
+                what: "a kernel argument's lease",
+                remedy: "pass leases of the queue the kernel runs on",
+            });
         }
         let mapped = self.mapped_address(region)?;
         mapped.ok_or_else(|| {

@@ -59,7 +59,7 @@ struct Whole<B> {
 /// A [`Chunked`] buffer that still has chunks alive, handed back by [`Chunked::into_inner`].
 #[derive(Debug)]
 pub struct ChunksAlive<B: Buffer> {
-    /// Which error this is ([`Error::InvalidArgument`] naming how many chunks live).
+    /// Which error this is ([`Error::StillHeld`] naming how many chunks live).
     pub error: Error,
     /// The buffer, still chunked.
     pub chunked: Chunked<B>,
@@ -127,14 +127,14 @@ impl<B: Buffer> Chunked<B> {
             Err(whole) => {
                 let chunked = Chunked { whole };
                 Err(ChunksAlive {
-                    error: Error::invalid(
-                        "Chunked::into_inner",
-                        format!(
-                            "{} chunk(s) of the buffer are alive: drop them, or reclaim the leases \
-                             holding them, first",
+                    error: Error::StillHeld {
+                        what: "the chunked buffer",
+                        remedy: format!(
+                            "{} chunk(s) of it are alive: drop them, or reclaim the leases holding them, \
+                             first",
                             chunked.live_chunks()
                         ),
-                    ),
+                    },
                     chunked,
                 })
             }

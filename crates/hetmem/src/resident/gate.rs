@@ -42,10 +42,10 @@ impl Gate {
     /// opened), or the driver's error.
     pub fn new(queue: &Queue) -> Result<Gate> {
         let Some(device) = queue.cuda_device() else {
-            return Err(Error::invalid(
-                "gate",
-                "a gate needs a GPU: on the CPU backend its kernel would never finish",
-            ));
+            return Err(Error::NeedsGpu {
+                what: "a gate".into(),
+                detail: "on the CPU backend its kernel would never finish".into(),
+            });
         };
         let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
         let gate = Gate {

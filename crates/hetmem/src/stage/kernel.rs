@@ -386,8 +386,9 @@ impl Stage for KernelStage {
                  this stage for the queue",
             ));
         }
-        let kernel = prepared.kernel.as_ref().ok_or_else(|| {
-            Error::invalid("kernel stage", "prepared for the CPU backend: it has no GPU there")
+        let kernel = prepared.kernel.as_ref().ok_or_else(|| Error::NeedsGpu {
+            what: "the kernel stage".into(),
+            detail: "it was prepared on a queue of the CPU backend, which has no GPU to run it".into(),
         })?;
         check_lengths("input", inputs.iter().map(Lease::len), &self.inputs)?;
         check_lengths("output", outputs.iter().map(Lease::len), &self.outputs)?;

@@ -170,7 +170,10 @@ impl Stage for MaskedGaussianStage {
             Weights::Mapped(weights) => {
                 queue_masked_gaussian(queue, gpu, shape, hu, labels, organ, weights, radius, out)
             }
-            Weights::Cpu => Err(Error::invalid("masked Gaussian stage", "prepared for the CPU backend")),
+            Weights::Cpu => Err(Error::NeedsGpu {
+                what: "the masked Gaussian stage's GPU path".into(),
+                detail: "it was prepared on a queue of the CPU backend".into(),
+            }),
         }
     }
 

@@ -241,7 +241,10 @@ impl GaussianOverlap {
     fn queue_frame(&mut self, queue: &Queue, frame_at: Frame, leases: &[&LeaseState]) -> Result<()> {
         let plan = &self.plan;
         let frame = plan.format().frame_bytes();
-        let device = queue.cuda_device().ok_or_else(|| Error::invalid("overlapped blur", "a CPU queue"))?;
+        let device = queue.cuda_device().ok_or_else(|| Error::NeedsGpu {
+            what: "the overlapped blur".into(),
+            detail: "it was given a queue of the CPU backend".into(),
+        })?;
         check_aligned(plan, "device input", frame_at.dev_in)?;
         check_aligned(plan, "output the kernel writes", frame_at.dst)?;
         let kernel = plan.entry_point(device, true)?;

@@ -5,8 +5,7 @@ use super::{
     FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, GaussianTable, SampleType, Segments, gaussian,
     gaussian_cpu,
 };
-use crate::backend::Device;
-use crate::backend::cuda::{CudaDevice, DeviceAttributes};
+use crate::backend::{Capabilities, Device};
 use crate::error::{Error, Result};
 use crate::handoff::{Lease, Lent, Queue};
 use crate::memory::{Buffer, WritableBuffer};
@@ -109,10 +108,11 @@ impl GaussianStage {
         &self.kernel
     }
 
-    /// The tiling `strategy`'s frames suit on `gpu` (see [`mapped_tiling`]).
-    fn plan(&self, gpu: &CudaDevice, strategy: Strategy) -> Result<GaussianPlan> {
-        let multiprocessors = gpu.attributes().multiprocessor_count;
-        if mapped_tiling(strategy, gpu.attributes()) {
+    /// The tiling `strategy`'s frames suit on a device that `offers` this (see
+    /// [`mapped_tiling`]); the CPU's emulation plans as for one multiprocessor.
+    fn plan(&self, offers: &Capabilities, strategy: Strategy) -> Result<GaussianPlan> {
+        let multiprocessors = offers.multiprocessors;
+        if mapped_tiling(strategy, offers) {
             GaussianPlan::for_mapped(&self.format, &self.kernel, multiprocessors)
         } else {
             GaussianPlan::new(&self.format, &self.kernel, multiprocessors)
@@ -127,10 +127,11 @@ impl GaussianStage {
 /// memory is its own memory, and across a coherent link (NVLink-C2C, which reads host memory
 /// through the CPU's page tables) the SMs rather than the link may bound a frame, and the
 /// plain tiling uses every SM.
-fn mapped_tiling(strategy: Strategy, attributes: &DeviceAttributes) -> bool {
-    strategy.traits().is_some_and(|traits| traits.frames == FrameMemory::Mapped)
-        && !attributes.integrated
-        && !attributes.pageable_memory_access_uses_host_page_tables
+fn mapped_tiling(strategy: Strategy, offers: &Capabilities) -> bool {
+    offers.gpu
+        && strategy.traits().is_some_and(|traits| traits.frames == FrameMemory::Mapped)
+        && !offers.integrated
+        && !offers.host_memory_through_page_tables
 }
 
 impl Stage for GaussianStage {
@@ -151,11 +152,9 @@ impl Stage for GaussianStage {
     /// The table of tile offsets and weights, which every tile reads. Only the hybrid strategy
     /// places it, so its reads per frame are those of the hybrid strategy's tiling.
     fn constants(&self, device: &Device) -> Vec<ConstantUse> {
-        let plan = match device.as_cuda() {
-            Some(gpu) => self.plan(gpu, Strategy::Hybrid),
-            None => GaussianPlan::new(&self.format, &self.kernel, 1),
-        }
-        .expect("the constructor planned this format and kernel");
+        let plan = self
+            .plan(&device.capabilities(), Strategy::Hybrid)
+            .expect("the constructor planned this format and kernel");
         vec![ConstantUse {
             name: "gaussian table".into(),
             bytes: std::mem::size_of_val(plan.table()) as u64,
@@ -164,22 +163,24 @@ impl Stage for GaussianStage {
     }
 
     fn prepare(&self, queue: &Queue, strategy: Strategy, constants: &[Where]) -> Result<GaussianPrepared> {
-        let Some(gpu) = queue.cuda_device() else {
+        let device = queue.device();
+        let offers = device.capabilities();
+        if !offers.gpu {
+            // The CPU path reads the table from the plan itself.
             let plan = GaussianPlan::new(&self.format, &self.kernel, 1)?;
             return Ok(GaussianPrepared { plan, table: None, overlap: None });
-        };
+        }
         let &[place] = constants else {
             return Err(Error::invalid(
                 "gaussian stage",
                 format!("{} places for its one constant buffer, the table", constants.len()),
             ));
         };
-        let plan = self.plan(gpu, strategy)?;
+        let plan = self.plan(&offers, strategy)?;
         let table = plan.upload_table(queue, place)?;
         let overlap = match strategy {
             // One segment is the plain copy, blur, copy sequence: no overlap kernel for it.
             Strategy::PinnedAsync if self.segments != Segments::Count(1) => {
-                let device = queue.device();
                 Some(Box::new(GaussianOverlap::with_segments(&device, queue, &plan, self.segments)?))
             }
             _ => None,
@@ -254,13 +255,22 @@ mod tests {
 
     #[test]
     fn only_mapped_frames_across_pcie_take_the_mapped_tiling() {
-        let discrete = DeviceAttributes::default();
-        let integrated = DeviceAttributes { integrated: true, ..discrete };
-        let coherent = DeviceAttributes { pageable_memory_access_uses_host_page_tables: true, ..discrete };
+        let discrete = Capabilities {
+            gpu: true,
+            maps_host_memory: true,
+            concurrent_managed_access: true,
+            multiprocessors: 132,
+            integrated: false,
+            host_memory_through_page_tables: false,
+        };
+        let integrated = Capabilities { integrated: true, ..discrete };
+        let coherent = Capabilities { host_memory_through_page_tables: true, ..discrete };
+        let cpu = Capabilities { gpu: false, maps_host_memory: false, multiprocessors: 1, ..discrete };
         for strategy in Strategy::ALL {
             let mapped = matches!(strategy, Strategy::ZeroCopy | Strategy::Hybrid);
             assert_eq!(mapped_tiling(strategy, &discrete), mapped, "{strategy:?}");
             assert!(!mapped_tiling(strategy, &integrated) && !mapped_tiling(strategy, &coherent));
+            assert!(!mapped_tiling(strategy, &cpu));
         }
     }
 }

@@ -21,7 +21,6 @@ pub use future::NextOutput;
 use super::slot::{self, Slot, SlotOptions};
 use super::{Strategy, hybrid};
 use crate::backend::Device;
-use crate::backend::cuda::Event;
 use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::FenceKind;
 use crate::placement::{Placement, Where};
@@ -164,13 +163,13 @@ fn check_slots(slots: usize) -> Result<()> {
 
 /// Gives every timed slot one reference event, recorded before any frame, so the frames'
 /// intervals on the GPU can be merged (events of one context compare across streams).
-fn time_against_one_origin<S: Stage>(device: &Device, slots: &[Mutex<Slot<S>>]) -> Result<()> {
-    let Some(gpu) = device.as_cuda() else { return Ok(()) };
+fn time_against_one_origin<S: Stage>(slots: &[Mutex<Slot<S>>]) -> Result<()> {
     let first = lock(&slots[0]);
-    let Some(stream) = first.queue().and_then(|queue| queue.stream()) else { return Ok(()) };
-    let origin = Arc::new(Event::new(gpu, true)?);
-    origin.record(stream)?;
+    let Some(queue) = first.queue() else { return Ok(()) };
+    let Some(origin) = queue.timing_event()? else { return Ok(()) };
+    queue.record(&origin)?;
     origin.synchronize()?;
+    let origin = Arc::new(origin);
     drop(first);
     for slot in slots {
         if !lock(slot).time_against(&origin) {
@@ -265,7 +264,7 @@ impl<S: Stage> FrameRing<S> {
             }
         }
         if options.timing {
-            time_against_one_origin(device, &slots)?;
+            time_against_one_origin(&slots)?;
         }
         let (host_bytes, device_bytes) = slots.iter().fold((0, 0), |(host, device), slot| {
             let (h, d) = lock(slot).footprint();
@@ -551,7 +550,6 @@ impl FrameRing<CpuStage> {
             Error::invalid("frame size", format!("{frame_bytes} bytes: frames hold at least one byte"))
         })?;
         let stage = CpuStage::map(layout.clone(), layout, stage)?;
-        let device = Device::open(crate::backend::BackendChoice::Only(crate::backend::BackendKind::Cpu))?;
-        FrameRing::with_stage(&device, Strategy::Cpu, stage, options)
+        FrameRing::with_stage(&Device::cpu(), Strategy::Cpu, stage, options)
     }
 }
