@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::mem::ManuallyDrop;
 
-use hetmem::{HostBuf, HostKind, PinOptions};
+use hetmem::{HostBuf, PinOptions, memory::HostKind};
 use pyo3::prelude::*;
 
 use crate::device::Device;

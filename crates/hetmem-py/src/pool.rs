@@ -9,13 +9,13 @@ use crate::memory::Memory;
 use crate::size::Int;
 use crate::to_py_err;
 
-/// A pool of pinned host memory (`hetmem::PinnedPool`) within a byte budget: a buffer given
+/// A pool of pinned host memory (`hetmem::memory::PinnedPool`) within a byte budget: a buffer given
 /// back (its `Memory` and every view of it dead) stays pinned for the next `acquire` of its
 /// size class, so pinning is paid once.
 #[pyclass(frozen, module = "hetmem._native")]
 #[derive(Debug)]
 pub struct PinnedPool {
-    inner: hetmem::PinnedPool,
+    inner: hetmem::memory::PinnedPool,
     device: hetmem::Device,
 }
 
@@ -26,7 +26,7 @@ impl PinnedPool {
     fn new(device: &Device, budget_bytes: Int) -> PyResult<PinnedPool> {
         let budget_bytes = budget_bytes.size("pool budget_bytes")?;
         Ok(PinnedPool {
-            inner: hetmem::PinnedPool::new(&device.inner, budget_bytes),
+            inner: hetmem::memory::PinnedPool::new(&device.inner, budget_bytes),
             device: device.inner.clone(),
         })
     }

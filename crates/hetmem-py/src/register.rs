@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use hetmem::{HostBuf, RegisterOptions};
+use hetmem::{HostBuf, memory::RegisterOptions};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 

@@ -9,7 +9,7 @@
 //!
 //! Run with `cargo run -p hetmem --example managed_prefetch`.
 
-use hetmem::{Advice, Device, ManagedBuf, MemLocation, Queue, ops};
+use hetmem::{Device, ManagedBuf, Queue, backend::cuda::Advice, backend::cuda::MemLocation, ops};
 
 /// Words per buffer: a bit over 4 MiB, and not a multiple of the block size.
 const LEN: usize = (1 << 20) + 7;

@@ -12,7 +12,7 @@ use hetmem::ops::gaussian::{
     FrameFormat, Gaussian, GaussianOverlap, GaussianPlan, PixelLayout, Segments, gaussian, gaussian_cpu,
 };
 use hetmem::placement::Where;
-use hetmem::{Device, DeviceBuf, HostBuf, PinMethod, PinOptions, Queue};
+use hetmem::{Device, DeviceBuf, HostBuf, PinOptions, Queue, memory::PinMethod};
 
 mod support;
 

@@ -78,17 +78,13 @@ pub mod stage;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use backend::cuda::{Advice, MemLocation};
+// The types a program starts with; the rest is reached through its module (`memory::`,
+// `handoff::`, `error::`, `backend::`, ...).
 pub use backend::{BackendChoice, BackendKind, Device};
-pub use error::{
-    BudgetKind, CudaError, DoorbellStop, Error, FrameMemoryHolder, NvrtcError, Result, Unavailable,
-};
-pub use handoff::{
-    CudarcHostMut, CudarcView, CudarcViewMut, Fence, FenceKind, KernelArgs, Lease, Lent, Queue, Shared,
-};
+pub use error::{Error, Result};
+pub use handoff::{Fence, FenceKind, Lease, Lent, Queue, Shared};
 pub use memory::{
-    Buffer, CachedWindow, Chunk, Chunked, DeviceBudget, DeviceBuf, Element, FileWindow, FileWindowMut,
-    HostBuf, HostKind, HostVisible, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, PinnedBudget,
-    PinnedPool, ReadChunk, RegisterOptions, WindowCache, WindowedFile, WritableBuffer,
+    Buffer, DeviceBuf, Element, HostBuf, ManagedBuf, MappedFile, PageBox, PinOptions, WindowedFile,
+    WritableBuffer,
 };
 pub use pipeline::{FrameFilter, FrameRing, RingOptions, Strategy};

@@ -15,7 +15,8 @@ use hetmem::kernels::{DEFAULT_CHECK_ARCH, KernelSource};
 use hetmem::ops::{affine_u32, affine_u32_cpu};
 use hetmem::testing::{cuda_device_or_skip, nvrtc_or_skip};
 use hetmem::{
-    CudarcHostMut, CudarcView, CudarcViewMut, Device, HostBuf, Lent, MappedFile, PinOptions, Queue, Shared,
+    Device, HostBuf, Lent, MappedFile, PinOptions, Queue, Shared, handoff::CudarcHostMut,
+    handoff::CudarcView, handoff::CudarcViewMut,
 };
 
 use crate::support::{POISON, first_mismatch, random_words};

@@ -11,8 +11,8 @@ use std::time::Duration;
 use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, GaussianStage, PixelLayout, gaussian_cpu};
 use hetmem::testing::faults::{self, FaultKind, FaultPoint};
 use hetmem::{
-    Device, Error, FrameFilter, FrameMemoryHolder, FrameRing, HostBuf, PinOptions, Queue, RingOptions,
-    Strategy,
+    Device, Error, FrameFilter, FrameRing, HostBuf, PinOptions, Queue, RingOptions, Strategy,
+    error::FrameMemoryHolder,
 };
 
 use crate::support::{assert_child_passes, child_role, cpu_device};
@@ -367,7 +367,7 @@ fn partial_registration() {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use hetmem::resident::Gate;
-    use hetmem::{PageBox, RegisterOptions};
+    use hetmem::{PageBox, memory::RegisterOptions};
 
     /// Memory that says when it is freed.
     struct Owner {

@@ -11,7 +11,7 @@ use hetmem::memory::{HostBuf, PageBox, PinOptions};
 use hetmem::ops::affine_u32;
 use hetmem::resident::Gate;
 use hetmem::testing::cuda_device_or_skip;
-use hetmem::{Device, Error, FenceKind, KernelArgs, Queue};
+use hetmem::{Device, Error, FenceKind, Queue, handoff::KernelArgs};
 
 use crate::support::{
     POISON, assert_child_passes, child_role, cpu_device, first_mismatch, random_words, run_child,
@@ -381,7 +381,7 @@ fn memlock_child() {
         rustix::process::setrlimit(rustix::process::Resource::Memlock, limit)
     );
     let device = Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap());
-    for method in [hetmem::PinMethod::HostAlloc, hetmem::PinMethod::Register] {
+    for method in [hetmem::memory::PinMethod::HostAlloc, hetmem::memory::PinMethod::Register] {
         let options = PinOptions { method, ..PinOptions::default() };
         match HostBuf::<u8>::pinned(&device, 64 << 20, options) {
             Ok(_) => println!("{method:?}: pinned 64 MiB despite the limit"),

@@ -3,7 +3,7 @@
 use hetmem::backend::cuda::nvrtc;
 use hetmem::kernels::{self, CacheOutcome, DEFAULT_CHECK_ARCH, KernelCache, KernelSource};
 use hetmem::testing::nvrtc_or_skip;
-use hetmem::{Error, NvrtcError};
+use hetmem::{Error, error::NvrtcError};
 
 #[test]
 fn every_kernel_compiles_to_machine_code_with_its_entry_points() {

@@ -7,7 +7,7 @@ use hetmem::memory::{
     DeviceBuf, HostBuf, ManagedBuf, MappedFile, PageBox, PinMethod, PinOptions, PinnedPool, RegisterOptions,
 };
 use hetmem::ops::{affine_u32, affine_u32_cpu};
-use hetmem::{Buffer, Device, Lease, Lent, MemLocation, Queue, WritableBuffer};
+use hetmem::{Buffer, Device, Lease, Lent, Queue, WritableBuffer, backend::cuda::MemLocation};
 
 use crate::support::{POISON, first_mismatch, on_every_backend, random_words};
 
@@ -147,7 +147,7 @@ fn managed_memory_with_prefetch() {
         let (a, b) = coefficients();
         let mut input = ManagedBuf::<u32>::new(device, LEN).unwrap();
         input.as_mut_slice().copy_from_slice(&data);
-        input.advise(hetmem::Advice::ReadMostly).unwrap();
+        input.advise(hetmem::backend::cuda::Advice::ReadMostly).unwrap();
         let mut output = ManagedBuf::<u32>::new(device, LEN).unwrap();
         output.as_mut_slice().fill(POISON);
         let ordinal = queue.cuda_device().map_or(0, |gpu| gpu.ordinal());

@@ -8,7 +8,7 @@ use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, gaussian
 use hetmem::pipeline::FanOutRing;
 use hetmem::stage::Stage;
 use hetmem::testing::cuda_device_or_skip;
-use hetmem::{Device, FrameRing, HostBuf, PinMethod, PinOptions, Queue, RingOptions, Strategy, ops};
+use hetmem::{Device, FrameRing, HostBuf, PinOptions, Queue, RingOptions, Strategy, memory::PinMethod, ops};
 
 use crate::support::{POISON, first_mismatch, on_every_backend, random_words};
 

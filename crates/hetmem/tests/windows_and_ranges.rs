@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use hetmem::memory::{Chunk, Chunked, DeviceBudget, PinnedBudget, ReadChunk, WindowCache, WindowedFile};
 use hetmem::ops::{affine_u32, affine_u32_cpu};
-use hetmem::{BudgetKind, Device, DeviceBuf, Error, HostBuf, Lent, PinOptions, Queue, Shared};
+use hetmem::{Device, DeviceBuf, Error, HostBuf, Lent, PinOptions, Queue, Shared, error::BudgetKind};
 
 use crate::support::{POISON, first_mismatch, on_every_backend, random_words};
 

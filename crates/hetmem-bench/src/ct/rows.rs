@@ -5,7 +5,7 @@ use hetmem::backend::Device;
 use hetmem::error::Error;
 use hetmem::ops::ct::{self, HuLease, HuWindow, LabelLease, LabelledVolume, Organ, VolumeShape};
 use hetmem::placement::{Placement, Where};
-use hetmem::{DeviceBudget, DeviceBuf, HostBuf, Lent, PinOptions, Queue, Shared};
+use hetmem::{DeviceBuf, HostBuf, Lent, PinOptions, Queue, Shared, memory::DeviceBudget};
 
 use super::outputs::Outputs;
 use super::reference::Expected;

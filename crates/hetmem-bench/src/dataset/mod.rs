@@ -28,7 +28,7 @@ use std::time::Instant;
 use hetmem::backend::cuda::CudaDevice;
 use hetmem::error::{Error, Result};
 use hetmem::kernels::KernelSource;
-use hetmem::{Buffer, Device, HostBuf, HostVisible, MappedFile, PinOptions, Queue};
+use hetmem::{Buffer, Device, HostBuf, MappedFile, PinOptions, Queue, memory::HostVisible};
 
 use crate::random::fresh_seed;
 

@@ -7,8 +7,8 @@ use hetmem::backend::cuda::{Kernel, LaunchConfig};
 use hetmem::error::{Error, Result};
 use hetmem::kernels;
 use hetmem::{
-    Buffer, Device, DeviceBuf, HostBuf, HostVisible, KernelArgs, Lease, Lent, PinOptions, Queue, Shared,
-    WritableBuffer,
+    Buffer, Device, DeviceBuf, HostBuf, Lease, Lent, PinOptions, Queue, Shared, WritableBuffer,
+    handoff::KernelArgs, memory::HostVisible,
 };
 
 use super::{DATASET, DatasetOptions, Method, MethodRun, TILE, blur3_rgb_cpu};

@@ -124,7 +124,7 @@ mod tests {
     use super::*;
 
     fn gpu_fault() -> anyhow::Error {
-        let fault = hetmem::CudaError {
+        let fault = hetmem::error::CudaError {
             call: "cuEventSynchronize",
             code: 700,
             name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),

@@ -112,7 +112,8 @@ mod tests {
     fn a_gpu_on_the_host_page_tables_is_refused_and_the_pages_stay_open() {
         let cpu = crate::Device::open(crate::BackendChoice::Only(crate::BackendKind::Cpu)).unwrap();
         let memory = PageBox::<u8>::zeroed(4096).unwrap();
-        let mut buf = crate::HostBuf::register(&cpu, memory, crate::RegisterOptions::default()).unwrap();
+        let mut buf =
+            crate::HostBuf::register(&cpu, memory, crate::memory::RegisterOptions::default()).unwrap();
         let error = Guard::protect(&buf.region(), true).unwrap_err().to_string();
         assert!(error.contains("page tables") && error.contains("Queue::lend"), "{error}");
         // Nothing was protected: the CPU still reads and writes the buffer.

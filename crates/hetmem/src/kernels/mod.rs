@@ -189,7 +189,7 @@ pub fn kernel(device: &CudaDevice, source: &KernelSource, entry: &str) -> Result
 /// A source without PTX is compiled by NVRTC whatever the origin.
 ///
 /// # Errors
-/// As [`kernel`]; [`crate::NvrtcError::NotFound`] when NVRTC is needed and missing.
+/// As [`kernel`]; [`crate::error::NvrtcError::NotFound`] when NVRTC is needed and missing.
 pub fn kernel_from(
     device: &CudaDevice,
     source: &KernelSource,

@@ -37,7 +37,7 @@ pub struct PoolStats {
 ///
 /// # Examples
 /// ```
-/// use hetmem::{Device, PinOptions, PinnedPool};
+/// use hetmem::{Device, PinOptions, memory::PinnedPool};
 /// let device = Device::open_best()?;
 /// let pool = PinnedPool::new(&device, 256 << 20);
 /// let frame = pool.acquire::<u8>(1920 * 1080 * 3, PinOptions::default())?;

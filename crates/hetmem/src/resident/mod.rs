@@ -7,7 +7,7 @@
 //!   completion signals (hetmem-bench's `completion`) and for testing that waits do not block.
 //!
 //! A layer beside the hand-off ([`crate::handoff`]) that uses it: each kernel runs on its own
-//! [`Queue`](crate::Queue), launched with [`KernelArgs`](crate::KernelArgs).
+//! [`Queue`](crate::Queue), launched with [`KernelArgs`](crate::handoff::KernelArgs).
 //!
 //! # Resident kernels and the driver
 //! While such a kernel runs, driver calls that wait for the whole device (freeing or

@@ -1,6 +1,6 @@
 // Promise: a slice of a chunk cannot outlive lending the chunk: `lend` takes the chunk by value,
 // so a CPU write through a slice taken before would race the GPU.
-use hetmem::*;
+use hetmem::{memory::Chunked, *};
 
 fn main() {
     let device = Device::open_best().unwrap();

@@ -1,6 +1,6 @@
 // Promise: a chunk lent to GPU work cannot be read on the CPU until it is reclaimed, while the
 // CPU keeps working on the chunk beside it.
-use hetmem::*;
+use hetmem::{memory::Chunked, *};
 
 fn main() {
     let device = Device::open_best().unwrap();

@@ -1,6 +1,6 @@
 // Promise: a range of a read-only MappedFile can be read (and shared), never taken to write:
 // `Chunked::chunk` exists only for writable buffers.
-use hetmem::*;
+use hetmem::{memory::Chunked, *};
 
 fn main() {
     let device = Device::open_best().unwrap();

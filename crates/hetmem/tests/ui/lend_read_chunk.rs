@@ -1,6 +1,6 @@
 // Promise: a read chunk of a buffer may overlap other read chunks, so it can be shared with the
 // GPU but never lent for writing.
-use hetmem::*;
+use hetmem::{memory::Chunked, *};
 
 fn main() {
     let device = Device::open_best().unwrap();

@@ -1,5 +1,5 @@
 // Promise: one launch cannot be handed the same Lent buffer both to read and to write.
-use hetmem::*;
+use hetmem::{handoff::KernelArgs, *};
 
 fn main() {
     let device = Device::open_best().unwrap();
