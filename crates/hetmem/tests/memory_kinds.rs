@@ -178,11 +178,16 @@ fn managed_prefetch_of_a_range_is_checked() {
     let stream = hetmem::backend::cuda::Stream::new(&gpu).unwrap();
     let alloc = buffer.managed_alloc().expect("a CUDA managed allocation");
     let bytes = alloc.len_bytes();
-    alloc.prefetch_range(&stream, MemLocation::Device(gpu.ordinal()), bytes / 4, bytes / 2).unwrap();
-    alloc.prefetch_range(&stream, MemLocation::Host, bytes / 4, bytes / 2).unwrap();
+    let to_device = MemLocation::Device(gpu.ordinal());
+    // SAFETY: `buffer` lives past the stream's synchronisation below.
+    unsafe { alloc.prefetch_range(&stream, to_device, bytes / 4, bytes / 2) }.unwrap();
+    // SAFETY: as above.
+    unsafe { alloc.prefetch_range(&stream, MemLocation::Host, bytes / 4, bytes / 2) }.unwrap();
     stream.synchronize().unwrap();
     for (offset, len) in [(0, bytes + 1), (bytes / 2, bytes / 2 + 4), (4, 0), (usize::MAX, 8)] {
-        let error = alloc.prefetch_range(&stream, MemLocation::Host, offset, len).unwrap_err().to_string();
+        // SAFETY: refused before anything is queued (and `buffer` outlives the stream anyway).
+        let error = unsafe { alloc.prefetch_range(&stream, MemLocation::Host, offset, len) };
+        let error = error.unwrap_err().to_string();
         assert!(error.contains("managed prefetch range"), "{offset}+{len}: {error}");
     }
     assert_eq!(first_mismatch(buffer.as_slice(), &data), None, "a prefetch changed the contents");

@@ -344,10 +344,12 @@ impl LinkOptions {
     /// does not take a minute while a 4 MiB cell (a tenth of a millisecond each) gets a median
     /// of 100. On the H200 machine, mid-size cells ran slow for stretches of milliseconds at a
     /// time (23-39 GB/s for one cell from run to run with 20 repetitions): the link is shared
-    /// with the rest of the host.
+    /// with the rest of the host. Never more than fit beside the warm-up in [`MAX_RUNS`]: each
+    /// run has one checksum slot on the GPU.
     pub fn repeats_at(&self, bytes: usize) -> usize {
-        let scaled = self.repeats * (64 << 20) / bytes.max(1);
-        scaled.clamp(self.repeats.min(3), MID_SIZE_REPEATS_FACTOR * self.repeats)
+        let scaled = self.repeats.saturating_mul(64 << 20) / bytes.max(1);
+        let scaled = scaled.clamp(self.repeats.min(3), MID_SIZE_REPEATS_FACTOR.saturating_mul(self.repeats));
+        scaled.min(MAX_RUNS.saturating_sub(self.warm_up))
     }
 }
 
@@ -534,6 +536,17 @@ mod tests {
         assert_eq!(options.repeats_at(64 << 20), 20);
         assert_eq!(options.repeats_at(256 << 20), 5);
         assert_eq!(options.repeats_at(1 << 30), 3);
+    }
+
+    /// Each run XORs into a slot of its own on the GPU: five times 205 repeats of a small cell
+    /// would write past the slots.
+    #[test]
+    fn scaled_repeats_never_pass_the_checksum_slots() {
+        let options = LinkOptions { repeats: 205, warm_up: 3, ..LinkOptions::full() };
+        options.validate().unwrap();
+        assert_eq!(options.warm_up + options.repeats_at(4096), MAX_RUNS);
+        let options = LinkOptions { repeats: 1000, warm_up: 24, ..LinkOptions::full() };
+        assert_eq!(options.warm_up + options.repeats_at(4096), MAX_RUNS);
     }
 
     #[test]

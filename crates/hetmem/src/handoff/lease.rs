@@ -271,7 +271,9 @@ impl<T: Element> Lent<ManagedBuf<T>> {
         let (Some(alloc), Some(_)) = (held.buf.managed_alloc(), held.state.queue.stream()) else {
             return Ok(());
         };
-        held.state.queue.submit(&[&held.state], |stream| alloc.prefetch(stream, location))
+        // SAFETY: the allocation is the lent buffer's, which the lease holds until the fence
+        // `submit` records on it (after the prefetch, on the same stream) has passed.
+        held.state.queue.submit(&[&held.state], |stream| unsafe { alloc.prefetch(stream, location) })
     }
 }
 

@@ -138,12 +138,18 @@ impl Rig {
                 // Only the measured bytes move: the buffer is as large as the largest cell, and
                 // prefetching all of it made every smaller cell time a 1 GiB migration.
                 let to_host = || {
-                    alloc.prefetch_range(&self.stream, MemLocation::Host, 0, bytes)?;
+                    // SAFETY: the managed buffer is held (`Rig::hold`) until the stream is idle,
+                    // and the stream is synchronised next.
+                    unsafe { alloc.prefetch_range(&self.stream, MemLocation::Host, 0, bytes) }?;
                     Ok(self.stream.synchronize()?)
                 };
                 self.timed(bytes, runs, to_host, |rep| {
                     if prefetch {
-                        alloc.prefetch_range(&self.stream, MemLocation::Device(ordinal), 0, bytes)?;
+                        // SAFETY: the managed buffer is held (`Rig::hold`) until the stream is
+                        // idle, which `timed` waits for before returning.
+                        unsafe {
+                            alloc.prefetch_range(&self.stream, MemLocation::Device(ordinal), 0, bytes)
+                        }?;
                     }
                     self.queue_read(false, alloc.ptr(), bytes, rep)
                 })?

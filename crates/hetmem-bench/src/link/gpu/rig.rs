@@ -143,11 +143,15 @@ impl Rig {
         bytes: usize,
         slot: usize,
     ) -> hetmem::Result<()> {
+        if slot >= SLOTS {
+            return Err(hetmem::Error::invalid("checksum slot", format!("{slot}: there are {SLOTS}")));
+        }
         let out = self.slots.device_ptr() + 4 * slot as u64;
         let (kernel, items) = if strided { (&self.strided, bytes / 4) } else { (&self.read, bytes / 16) };
         // SAFETY: bench_read_u4(const uint4*, u64 n16, u32* out) and bench_read_strided(const
         // u32*, u64 n32, u32* out) read `bytes` at `from` (a mapped or device range of at least
-        // that size in the held buffers, per the callers) and XOR into one slot inside `slots`;
+        // that size in the held buffers, per the callers) and XOR into slot `slot` of `slots`
+        // (inside it, checked above);
         // both are held until the stream is idle, and callers synchronise it before touching
         // either.
         unsafe { self.launch(kernel, items, &mut [from, items as u64, out]) }

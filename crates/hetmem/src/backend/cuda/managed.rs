@@ -87,18 +87,27 @@ impl ManagedAlloc {
 
     /// Queues a migration of the whole allocation to `location` on `stream`.
     ///
+    /// # Safety
+    /// As for [`ManagedAlloc::prefetch_range`].
+    ///
     /// # Errors
     /// The driver's error (a device without concurrent managed access rejects prefetches).
-    pub fn prefetch(&self, stream: &Stream, location: MemLocation) -> Result<()> {
-        self.prefetch_range(stream, location, 0, self.bytes)
+    pub unsafe fn prefetch(&self, stream: &Stream, location: MemLocation) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.prefetch_range(stream, location, 0, self.bytes) }
     }
 
     /// Queues a migration of `len` bytes from byte `offset` to `location` on `stream`: only
     /// the part a kernel is about to read, where the allocation is larger.
     ///
+    /// # Safety
+    /// The migration runs after this returns: the allocation must stay alive until `stream`
+    /// has finished it (synchronise the stream, or hold the allocation through a lease of the
+    /// hand-off, whose fence covers the prefetch), since nothing here keeps it.
+    ///
     /// # Errors
     /// A range that is empty or runs past the allocation, or the driver's error.
-    pub fn prefetch_range(
+    pub unsafe fn prefetch_range(
         &self,
         stream: &Stream,
         location: MemLocation,

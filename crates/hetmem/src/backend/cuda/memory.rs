@@ -63,15 +63,19 @@ impl DeviceAlloc {
     pub fn upload(&mut self, stream: &Stream, src: &[u8]) -> Result<()> {
         self.check_fits(src.len())?;
         stream.bind()?;
-        in_parts(src.as_ptr() as usize, src.len(), &mut |at, len| {
+        let queued = in_parts(src.as_ptr() as usize, src.len(), &mut |at, len| {
             // SAFETY: the destination range [ptr + at, ptr + at + len) lies inside this
             // allocation (checked; `in_parts` stays within `src.len()`); `src` is borrowed until
             // the stream is synchronised below, so the driver never reads it after this
             // function returns.
             unsafe { result::memcpy_htod_async(self.ptr + at as u64, &src[at..at + len], stream.raw()) }
         })
-        .call("cuMemcpyHtoDAsync")?;
-        Ok(stream.synchronize()?)
+        .call("cuMemcpyHtoDAsync");
+        // The parts queued before a refused one still read `src`: wait for them whatever the
+        // outcome, before the borrow ends.
+        let waited = stream.synchronize();
+        queued?;
+        Ok(waited?)
     }
 
     /// Copies the start of this allocation into `dst` through `stream` and waits for it.
@@ -81,14 +85,18 @@ impl DeviceAlloc {
     pub fn download(&self, stream: &Stream, dst: &mut [u8]) -> Result<()> {
         self.check_fits(dst.len())?;
         stream.bind()?;
-        in_parts(dst.as_ptr() as usize, dst.len(), &mut |at, len| {
+        let queued = in_parts(dst.as_ptr() as usize, dst.len(), &mut |at, len| {
             // SAFETY: the source range lies inside this allocation (checked; `in_parts` stays
             // within `dst.len()`); `dst` is borrowed mutably until the stream is synchronised
             // below, so nothing else sees it while the driver writes it.
             unsafe { result::memcpy_dtoh_async(&mut dst[at..at + len], self.ptr + at as u64, stream.raw()) }
         })
-        .call("cuMemcpyDtoHAsync")?;
-        Ok(stream.synchronize()?)
+        .call("cuMemcpyDtoHAsync");
+        // The parts queued before a refused one still write `dst`: wait for them whatever the
+        // outcome, before the borrow ends.
+        let waited = stream.synchronize();
+        queued?;
+        Ok(waited?)
     }
 
     /// Copies `src` to the start of this allocation with the driver's synchronous copy

@@ -22,9 +22,11 @@ use crate::backend::error::Result;
 /// pinned host addresses, with unified addressing).
 ///
 /// # Safety
-/// Both ranges must be memory the stream's device can reach, stay valid, and not be
-/// accessed in a way that races the copy (the CPU writing either, or reading `dst`), until
-/// the work queued on `stream` has finished.
+/// - `[dst, dst + bytes)` and `[src, src + bytes)` are each valid memory the stream's
+///   device can reach, and they do not overlap (a copy split into parts may repeat a part).
+/// - Both stay valid, and nothing (the CPU, or other GPU work) writes either or reads `dst`
+///   in a way that races the copy, until the work queued on `stream` has finished: also when
+///   this returns an error, since parts may already be queued.
 ///
 /// # Errors
 /// A failing driver call.
@@ -38,9 +40,11 @@ pub unsafe fn copy_async(stream: &Stream, dst: u64, src: u64, bytes: usize) -> R
 /// # Safety
 /// - `args` holds one pointer per kernel parameter, in order, each pointing to a value of
 ///   exactly that parameter's type; the values are copied during this call.
-/// - Every device address passed belongs to the kernel's device and stays valid, and is not
-///   accessed by the host in a way that races the kernel, until the work queued on `stream`
-///   has finished; the kernel must stay inside the memory at those addresses.
+/// - Every device address passed (device memory, or mapped host memory, whose pinning or
+///   registration must outlive the work) belongs to the kernel's device and stays valid, and
+///   is not accessed by the host or by other GPU work in a way that races the kernel, until
+///   the work queued on `stream` has finished; the kernel must stay inside the memory at
+///   those addresses.
 ///
 /// # Errors
 /// A launch the driver rejects (too many threads, too much shared memory, a stream of
