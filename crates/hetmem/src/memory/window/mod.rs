@@ -11,20 +11,23 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use memmap2::MmapOptions;
 
 use super::claims::{Access, Claim, Claims};
-use super::{
-    Buffer, Element, FileOrigin, FileSpan, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer,
-    guarded,
-};
+use super::{Element, FileOrigin, RegisterOptions};
 use crate::backend::Device;
 use crate::backend::cpu::memory::page_size;
 use std::os::unix::fs::FileExt;
 
 use crate::backend::cuda::{CudaDevice, HostAllocFlags, PinnedAlloc};
-use crate::backend::memory::{HostMemory, HostRegister};
+use crate::backend::memory::HostRegister;
 use crate::error::{Error, Result};
+
+mod mapping;
+mod views;
+
+use mapping::{Mapping, Staged, WindowMapping};
+pub use views::{FileWindow, FileWindowMut};
 
 /// A file opened for windows: [`WindowedFile::window`] maps and registers a byte range of it
 /// read-only, [`WindowedFile::window_mut`] read-write (`MAP_SHARED`: what the CPU or a kernel
@@ -363,331 +366,15 @@ impl WindowedFile {
     }
 }
 
-fn io(context: String, source: std::io::Error) -> Error {
+pub(super) fn io(context: String, source: std::io::Error) -> Error {
     Error::Io { context, source }
-}
-
-/// A window's memory: a read-only or read-write mapping of the file, or, for a read-write
-/// window on a GPU, pinned memory staging the range ([`WindowedFile::window_mut`]).
-#[derive(Debug)]
-enum Mapping {
-    ReadOnly(#[allow(dead_code, reason = "held only to keep the mapping until the window drops")] Mmap),
-    ReadWrite(MmapMut),
-    Staged(Staged),
-}
-
-/// A read-write window's bytes in pinned mapped memory, and where they go in the file.
-#[derive(Debug)]
-struct Staged {
-    alloc: PinnedAlloc,
-    file: std::fs::File,
-    offset: u64,
-}
-
-impl Staged {
-    /// Writes `bytes` of the staging memory from `from` to the file, and waits until the file
-    /// holds them.
-    fn write_back(&self, from: usize, bytes: usize) -> std::io::Result<()> {
-        // SAFETY: `from + bytes` is within the allocation (callers pass a range of the window);
-        // no GPU work writes it now (the window is not lent: `&mut` or being dropped).
-        let data = unsafe { std::slice::from_raw_parts(self.alloc.host_ptr().add(from), bytes) };
-        self.file.write_all_at(data, self.offset + from as u64)?;
-        self.file.sync_data()
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        // As a shared mapping would, the window's last contents reach the file.
-        if let Err(error) = self.write_back(0, self.alloc.len_bytes()) {
-            tracing::error!("writing a read-write file window back at byte {} failed: {error}", self.offset);
-        }
-    }
-}
-
-/// What both kinds of window hold: the mapping (from the page holding the window's first byte),
-/// its registration, and the window's claim on the file's range.
-#[derive(Debug)]
-struct WindowMapping {
-    /// Holds a second reference to the mapping, so it is unmapped only after the range is
-    /// unregistered (which waits while a resident kernel runs).
-    #[allow(dead_code, reason = "held only to keep the range registered until the window drops")]
-    registration: Option<HostMemory>,
-    map: Arc<Mapping>,
-    /// The file, when the window maps it (not for staged memory, which the CPU reads safely).
-    origin: Option<Arc<FileOrigin>>,
-    /// Whether a CPU access faulted on a page past the file's end (see `truncation`).
-    faulted: AtomicBool,
-    /// The mapping's first byte.
-    start: NonNull<u8>,
-    /// Bytes mapped before the window's first byte (its offset in its page).
-    lead: usize,
-    /// The window's bytes in the file.
-    range: Range<u64>,
-    /// The device address of the window's first byte, when registered.
-    device_ptr: Option<u64>,
-    device_ordinal: Option<usize>,
-    /// Released last, once the window is unmapped or its unmapping is queued.
-    _claim: Claim,
-}
-
-// SAFETY: `start` points into the mapping this value owns (through `map`), which is freed with
-// it; the CPU reaches the bytes only through the window's methods, which follow `&`/`&mut`.
-unsafe impl Send for WindowMapping {}
-// SAFETY: as for Send: shared references hand out only shared slices.
-unsafe impl Sync for WindowMapping {}
-
-impl WindowMapping {
-    fn bytes(&self) -> usize {
-        (self.range.end - self.range.start) as usize
-    }
-
-    /// The window's first byte.
-    fn host(&self) -> NonNull<u8> {
-        // SAFETY: `lead` bytes into the mapping, which is `lead + bytes()` long.
-        unsafe { self.start.add(self.lead) }
-    }
-
-    fn file_span(&self) -> Option<FileSpan<'_>> {
-        let origin = self.origin.as_deref()?;
-        Some(FileSpan {
-            origin: Some(origin),
-            offset: self.range.start,
-            writable: matches!(*self.map, Mapping::ReadWrite(_)),
-            faulted: &self.faulted,
-        })
-    }
-
-    /// Runs `f` over the window's bytes with the file checked and a fault recovered.
-    fn guarded<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-        // SAFETY: the span is this window's, whose bytes start at `host()` in its own mapping,
-        // which `self` keeps mapped.
-        unsafe { guarded(self.file_span(), self.host(), self.bytes(), f) }
-    }
-
-    fn region(&self) -> Region {
-        let mapped = self.lead + self.bytes();
-        Region {
-            host: Some(self.host()),
-            device: self.device_ptr,
-            bytes: self.bytes(),
-            device_ordinal: self.device_ordinal,
-            // The mapping is the window's own, so all its pages may be protected; the staging
-            // memory of a read-write window on a GPU is the driver's, so it is not.
-            pages: match *self.map {
-                Mapping::Staged(_) => None,
-                _ => Some((self.start, mapped.div_ceil(page_size()) * page_size())),
-            },
-            read_only: matches!(*self.map, Mapping::ReadOnly(_)),
-            portable: false,
-        }
-    }
-}
-
-/// A read-only window of a [`WindowedFile`]: the bytes of a range as `T`s, mapped and
-/// registered read-only with the GPU (plain on the CPU backend) while it lives. Nothing can
-/// write it, so it is shared with the GPU ([`crate::Queue::share`]), never lent.
-///
-/// The file's safety contract ([`WindowedFile`]) holds while the window lives.
-#[derive(Debug)]
-pub struct FileWindow<T> {
-    mapping: WindowMapping,
-    _elems: PhantomData<T>,
-}
-
-/// A read-write window of a [`WindowedFile`]: the bytes of a range as `T`s, mapped
-/// `MAP_SHARED` on the CPU backend, staged in pinned mapped memory on a GPU (written back by
-/// [`FileWindowMut::flush`] and when dropped; see [`WindowedFile::window_mut`]). The CPU
-/// writes it through [`FileWindowMut::as_mut_slice`], kernels through a [`crate::Lent`] lease;
-/// [`FileWindowMut::flush`] makes what both wrote durable in the file.
-///
-/// The file's safety contract ([`WindowedFile`]) holds while the window lives.
-#[derive(Debug)]
-pub struct FileWindowMut<T> {
-    mapping: WindowMapping,
-    _elems: PhantomData<T>,
-}
-
-macro_rules! window_common {
-    ($window:ident) => {
-        impl<T: Element> $window<T> {
-            /// The number of elements.
-            pub fn len(&self) -> usize {
-                self.mapping.bytes() / size_of::<T>()
-            }
-
-            /// Always false: windows hold at least one element.
-            pub fn is_empty(&self) -> bool {
-                self.len() == 0
-            }
-
-            /// The window's bytes in the file.
-            pub fn file_range(&self) -> Range<u64> {
-                self.mapping.range.clone()
-            }
-
-            /// The elements.
-            pub fn as_slice(&self) -> &[T] {
-                // SAFETY: `len` elements at `host`, mapped while the window lives and aligned
-                // for `T` (checked when the window was made); every bit pattern is a valid `T`
-                // (Pod); nothing writes them while `&self` is held (a read-write window is
-                // written only through `&mut self` or a Lent lease, which owns it).
-                unsafe { std::slice::from_raw_parts(self.mapping.host().as_ptr().cast::<T>(), self.len()) }
-            }
-
-            /// Whether kernels on a GPU reach the window directly: a registered mapping, or
-            /// (read-write windows) pinned memory staging the range.
-            pub fn is_registered(&self) -> bool {
-                self.mapping.device_ptr.is_some()
-            }
-
-            /// The address kernels use for the window's first element, when registered, on the
-            /// device it was registered with.
-            pub fn device_ptr(&self) -> Option<u64> {
-                self.mapping.device_ptr
-            }
-
-            /// Bytes page-locked for the window: whole pages from the one holding its first
-            /// byte.
-            pub fn locked_bytes(&self) -> usize {
-                (self.mapping.lead + self.mapping.bytes()).div_ceil(page_size()) * page_size()
-            }
-        }
-
-        impl<T: Element> $window<T> {
-            /// Checks that the file still holds the window's bytes, and that no access through
-            /// the window faulted: before handing the window's memory to code that reads it
-            /// unguarded (a NumPy view, say), which a truncated file would crash.
-            ///
-            /// # Errors
-            /// [`Error::FileTruncated`], or the operating system's error reading the file's size.
-            pub fn check_file(&self) -> Result<()> {
-                match self.mapping.file_span() {
-                    Some(span) => span.check(self.mapping.bytes()),
-                    None => Ok(()),
-                }
-            }
-
-            /// Runs `f`, which reads (or, through a read-write window's memory, writes) the
-            /// window, with a fault from a truncation while `f` runs recovered: the pages from
-            /// the faulting one on read as zeros, `f` returns, its result is dropped and the call
-            /// answers [`Error::FileTruncated`]. The window then stays faulted
-            /// ([`Self::check_file`] fails, and so does every later guarded call): drop it. A
-            /// fault outside the window is not recovered; one on the window from another thread
-            /// while `f` runs is (that thread reads zeros where the file ended). A panic in `f`
-            /// unwinds through, and the window is marked faulted all the same if it faulted.
-            ///
-            /// # Errors
-            /// [`Error::FileTruncated`]; [`Error::FileUnreadable`] for a fault on a page the
-            /// file still holds (its storage failed to read it); the operating system's error
-            /// reading the file's size.
-            pub fn guard_truncation<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-                self.mapping.guarded(f)
-            }
-        }
-
-        impl<T: Element> Sealed for $window<T> {
-            fn region(&self) -> Region {
-                self.mapping.region()
-            }
-
-            fn file_span(&self) -> Option<FileSpan<'_>> {
-                self.mapping.file_span()
-            }
-        }
-
-        impl<T: Element> Buffer for $window<T> {
-            type Elem = T;
-
-            fn len(&self) -> usize {
-                self.mapping.bytes() / size_of::<T>()
-            }
-        }
-
-        impl<T: Element> HostVisible for $window<T> {}
-    };
-}
-
-window_common!(FileWindow);
-window_common!(FileWindowMut);
-
-impl<T: Element> WritableBuffer for FileWindowMut<T> {}
-
-impl<T: Element> FileWindowMut<T> {
-    /// The elements, for the CPU to write.
-    pub fn as_mut_slice(&mut self) -> &mut [T] {
-        // SAFETY: as in `as_slice`; the mapping is writable, the pointer comes from the
-        // mutable mapping, and `&mut self` makes the access exclusive (no other window of the
-        // file overlaps this one).
-        unsafe { std::slice::from_raw_parts_mut(self.mapping.host().as_ptr().cast::<T>(), self.len()) }
-    }
-
-    /// Writes the whole window to the file and waits until it is there (`msync`).
-    ///
-    /// # Errors
-    /// The operating system's error.
-    pub fn flush(&mut self) -> Result<()> {
-        self.flush_range(0..self.len())
-    }
-
-    /// Writes the elements `range` of the window to the file and waits until they are there.
-    ///
-    /// A kernel's writes reach the page cache at once (the pages are shared), but the kernel
-    /// does not see them as CPU writes: pages the system wrote back while registered would
-    /// count as clean. So each page of the range is first marked dirty by a CPU write of its
-    /// own first byte, then synced. Call it after reclaiming the lease the kernel wrote through.
-    ///
-    /// # Errors
-    /// A range past the window; [`Error::FileTruncated`] when the file no longer holds the
-    /// window (what was written past its end is lost); the operating system's error.
-    pub fn flush_range(&mut self, range: Range<usize>) -> Result<()> {
-        if range.start >= range.end || range.end > self.len() {
-            return Err(Error::invalid(
-                "flush range",
-                format!("elements {range:?} of a window of {}", self.len()),
-            ));
-        }
-        let page = page_size();
-        let own = self.mapping.lead + range.start * size_of::<T>();
-        let first = own / page * page;
-        let end = self.mapping.lead + range.end * size_of::<T>();
-        let start = self.mapping.start;
-        // The touches reach the file's pages: a file truncated under the window answers an
-        // error here, not SIGBUS; what the file still holds is synced all the same.
-        let touched = self.mapping.guarded(|| {
-            for page_start in (first..end).step_by(page) {
-                // The window's own byte: a page it shares with a neighbouring window is touched
-                // at the first byte of this window in it, never at a byte the neighbour may be
-                // writing.
-                let offset = page_start.max(own);
-                // SAFETY: `offset` is inside the window's own bytes (`own..end`), in its
-                // writable mapping; `&mut self` means no lease holds the window, so no GPU work
-                // writes it now and no Rust reference into it lives. Writing back the byte read
-                // changes no data.
-                unsafe {
-                    let byte = start.as_ptr().add(offset);
-                    byte.write_volatile(byte.read_volatile());
-                }
-            }
-        });
-        let synced = match &*self.mapping.map {
-            Mapping::ReadWrite(map) => map.flush_range(first, end - first),
-            Mapping::Staged(staged) => staged.write_back(own, end - own),
-            Mapping::ReadOnly(_) => unreachable!("read-write windows hold writable memory"),
-        };
-        synced.map_err(|source| {
-            io(format!("syncing bytes {:?} of a file window", self.mapping.range), source)
-        })?;
-        touched?;
-        // A file that shrank meanwhile dropped the window's pages past its end, synced or not.
-        self.check_file()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::{BackendChoice, BackendKind};
+    use crate::memory::Sealed;
 
     fn cpu() -> Device {
         Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap()
