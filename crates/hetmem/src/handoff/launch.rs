@@ -20,7 +20,7 @@ enum Arg<'a> {
 /// cannot be handed the same buffer to read and to write through two arguments.
 ///
 /// ```
-/// # use hetmem::*;
+/// # use hetmem::{handoff::KernelArgs, *};
 /// # fn launch(queue: &Queue, kernel: &hetmem::backend::cuda::Kernel,
 /// #           input: &Shared<HostBuf<u32>>, output: &mut Lent<HostBuf<u32>>) -> Result<()> {
 /// let args = KernelArgs::new().read(input).write(output).value(input.len() as u64);
