@@ -18,7 +18,8 @@ use crate::backend::memory::HostMemory;
 use crate::error::Result;
 
 /// A window's memory: a read-only or read-write mapping of the file, or, for a read-write
-/// window on a GPU, pinned memory staging the range ([`WindowedFile::window_mut`]).
+/// window on a GPU, pinned memory staging the range
+/// ([`WindowedFile::window_mut`](super::WindowedFile::window_mut)).
 #[derive(Debug)]
 pub(super) enum Mapping {
     ReadOnly(#[allow(dead_code, reason = "held only to keep the mapping until the window drops")] Mmap),

@@ -10,24 +10,24 @@ use super::mapping::{Mapping, WindowMapping};
 use crate::backend::cpu::memory::page_size;
 use crate::error::{Error, Result};
 
-/// A read-only window of a [`WindowedFile`]: the bytes of a range as `T`s, mapped and
+/// A read-only window of a [`WindowedFile`](super::WindowedFile): the bytes of a range as `T`s, mapped and
 /// registered read-only with the GPU (plain on the CPU backend) while it lives. Nothing can
 /// write it, so it is shared with the GPU ([`crate::Queue::share`]), never lent.
 ///
-/// The file's safety contract ([`WindowedFile`]) holds while the window lives.
+/// The file's safety contract ([`WindowedFile`](super::WindowedFile)) holds while the window lives.
 #[derive(Debug)]
 pub struct FileWindow<T> {
     pub(super) mapping: WindowMapping,
     pub(super) _elems: PhantomData<T>,
 }
 
-/// A read-write window of a [`WindowedFile`]: the bytes of a range as `T`s, mapped
+/// A read-write window of a [`WindowedFile`](super::WindowedFile): the bytes of a range as `T`s, mapped
 /// `MAP_SHARED` on the CPU backend, staged in pinned mapped memory on a GPU (written back by
-/// [`FileWindowMut::flush`] and when dropped; see [`WindowedFile::window_mut`]). The CPU
-/// writes it through [`FileWindowMut::as_mut_slice`], kernels through a [`crate::Lent`] lease;
+/// [`FileWindowMut::flush`] and when dropped; see
+/// [`WindowedFile::window_mut`](super::WindowedFile::window_mut)). The CPU writes it through [`FileWindowMut::as_mut_slice`], kernels through a [`crate::Lent`] lease;
 /// [`FileWindowMut::flush`] makes what both wrote durable in the file.
 ///
-/// The file's safety contract ([`WindowedFile`]) holds while the window lives.
+/// The file's safety contract ([`WindowedFile`](super::WindowedFile)) holds while the window lives.
 #[derive(Debug)]
 pub struct FileWindowMut<T> {
     pub(super) mapping: WindowMapping,
