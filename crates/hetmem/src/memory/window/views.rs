@@ -21,10 +21,11 @@ pub struct FileWindow<T> {
     pub(super) _elems: PhantomData<T>,
 }
 
-/// A read-write window of a [`WindowedFile`](super::WindowedFile): the bytes of a range as `T`s, mapped
-/// `MAP_SHARED` on the CPU backend, staged in pinned mapped memory on a GPU (written back by
-/// [`FileWindowMut::flush`] and when dropped; see
-/// [`WindowedFile::window_mut`](super::WindowedFile::window_mut)). The CPU writes it through [`FileWindowMut::as_mut_slice`], kernels through a [`crate::Lent`] lease;
+/// A read-write window of a [`WindowedFile`](super::WindowedFile): the bytes of a range as `T`s,
+/// mapped `MAP_SHARED` on the CPU backend, staged in pinned mapped memory on a GPU (written back
+/// by [`FileWindowMut::flush`] and when dropped; see
+/// [`WindowedFile::window_mut`](super::WindowedFile::window_mut)). The CPU writes it through
+/// [`FileWindowMut::as_mut_slice`], kernels through a [`crate::Lent`] lease;
 /// [`FileWindowMut::flush`] makes what both wrote durable in the file.
 ///
 /// The file's safety contract ([`WindowedFile`](super::WindowedFile)) holds while the window lives.
