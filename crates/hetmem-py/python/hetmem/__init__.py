@@ -516,3 +516,5 @@ def stream() -> Stream:
 
 # Registration needs Buffer and device() above.
 from ._register import register  # noqa: E402
+# hetmem.nixl: NIXL transfers that keep the hand-off (NIXL itself is loaded only when used).
+from . import nixl  # noqa: E402,F401

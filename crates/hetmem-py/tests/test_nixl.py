@@ -1,0 +1,321 @@
+"""hetmem.nixl on the CPU path: hetmem buffers, file windows and files registered with NIXL
+agents and moved over UCX (two agents in one process, and two processes) or POSIX, with the
+hand-off kept (a buffer a transfer writes is lent until NIXL says it is done; one it reads
+is shared), and NIXL's errors named. Every transfer's destination is poisoned first and
+compared byte for byte with fresh random bytes.
+
+Skipped where the nixl package is not installed, unless HETMEM_REQUIRE_NIXL=1 (CI installs
+it), which makes its absence a failure."""
+
+import multiprocessing
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+import hetmem
+import hetmem.nixl as hn
+from nixl_peer import random_bytes, serve
+
+MiB = 1 << 20
+POISON = 0xA5
+_MISSING = hn.available()
+
+needs_nixl = pytest.mark.skipif(_MISSING is not None, reason=f"NIXL is not installed: {_MISSING}")
+
+
+def test_nixl_is_installed_where_required():
+    if os.environ.get("HETMEM_REQUIRE_NIXL") == "1":
+        assert _MISSING is None, _MISSING
+    elif _MISSING is not None:
+        pytest.skip(f"NIXL is not installed: {_MISSING}")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def filled(rng, nbytes: int) -> hetmem.Buffer:
+    buffer = hetmem.pinned(nbytes)
+    buffer.numpy()[:] = rng.integers(0, 256, nbytes, dtype=np.uint8)
+    return buffer
+
+
+def poisoned(nbytes: int) -> hetmem.Buffer:
+    buffer = hetmem.pinned(nbytes)
+    buffer.numpy()[:] = POISON
+    return buffer
+
+
+@pytest.fixture
+def pair():
+    """Two agents of this process that know each other (metadata is loaded again by the tests
+    after they register what the peer uses)."""
+    return hn.Agent(unique("sender")), hn.Agent(unique("receiver"))
+
+
+@needs_nixl
+@pytest.mark.parametrize("nbytes", [1 * MiB, 16 * MiB])
+def test_two_agents_write_then_read_every_byte(rng, pair, nbytes):
+    sender, receiver = pair
+    source, destination, back = filled(rng, nbytes), poisoned(nbytes), poisoned(nbytes)
+    expected = source.numpy().copy()
+    source_registration, destination_registration = sender.register(source), receiver.register(destination)
+    back_registration = sender.register(back)
+    sender.add_peer(receiver.metadata())
+
+    incoming = receiver.expect(destination_registration, sender.name, b"written")
+    assert destination.lent
+    with pytest.raises(hetmem.LentError):
+        destination.numpy()
+    transfer = sender.write(source_registration, destination_registration.remote(), notify=b"written")
+    assert transfer.backend == "UCX"
+    assert not source.lent  # read by the transfer: shared, its host views still work
+    assert np.array_equal(source.numpy(), expected)
+    transfer.wait(timeout=60)
+    incoming.wait(timeout=60)
+    assert not destination.lent
+    assert np.array_equal(destination.numpy(), expected)
+
+    # Back the other way: this agent reads the peer's buffer into its own.
+    reading = sender.read(back_registration, destination_registration.remote())
+    reading.wait(timeout=60)
+    assert not back.lent
+    assert np.array_equal(back.numpy(), expected)
+
+
+@needs_nixl
+def test_parts_of_a_remote_region(rng, pair):
+    sender, receiver = pair
+    nbytes = 4 * MiB
+    destination = poisoned(nbytes)
+    destination_registration = receiver.register(destination)
+    sender.add_peer(receiver.metadata())
+    region = destination_registration.remote()
+    pieces = [filled(rng, MiB), filled(rng, 2 * MiB)]
+    incoming = [receiver.expect(destination_registration, sender.name, b"part 0")]
+    sender.write(sender.register(pieces[0]), region.part(MiB, MiB), notify=b"part 0").wait(timeout=60)
+    incoming[0].wait(timeout=60)
+    incoming.append(receiver.expect(destination_registration, sender.name, b"part 1"))
+    sender.write(sender.register(pieces[1]), region.part(2 * MiB), notify=b"part 1").wait(timeout=60)
+    incoming[1].wait(timeout=60)
+    got = destination.numpy()
+    assert (got[:MiB] == POISON).all()
+    assert np.array_equal(got[MiB:2 * MiB], pieces[0].numpy())
+    assert np.array_equal(got[2 * MiB:], pieces[1].numpy())
+    for offset, size in ((0, 0), (4 * MiB, None), (3 * MiB, 2 * MiB), (-1, 1)):
+        with pytest.raises(ValueError):
+            region.part(offset, size)
+
+
+@needs_nixl
+@pytest.mark.parametrize("nbytes", [1 * MiB, 8 * MiB, 64 * MiB])
+def test_two_processes_host_to_host_every_byte(rng, nbytes):
+    seed = int(rng.integers(0, 2**31))
+    agent = hn.Agent(unique("parent"))
+    destination, back = poisoned(nbytes), poisoned(nbytes)
+    destination_registration, back_registration = agent.register(destination), agent.register(back)
+    peer = unique("child")
+    context = multiprocessing.get_context("spawn")
+    commands, replies = context.Queue(), context.Queue()
+    child = context.Process(target=serve, args=(peer, commands, replies))
+    child.start()
+    try:
+        incoming = agent.expect(destination_registration, peer, b"written")
+        commands.put((agent.name, agent.metadata(), destination_registration.remote(), seed, nbytes))
+        status, metadata, readable = replies.get(timeout=180)
+        assert status == "ready", metadata
+        incoming.wait(timeout=60)
+        assert np.array_equal(destination.numpy(), random_bytes(seed, nbytes))
+
+        agent.add_peer(metadata)
+        agent.read(back_registration, readable, notify=b"read").wait(timeout=60)
+        assert np.array_equal(back.numpy(), random_bytes(seed + 1, nbytes))
+        assert replies.get(timeout=60)[0] == "done"
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+
+
+@needs_nixl
+def test_hand_off_while_a_transfer_is_in_flight(rng):
+    # Without a progress thread the initiator's transfers complete only when polled, so the
+    # transfer is still in flight when the checks run (a 64 MiB UCX transfer is a rendezvous
+    # of several steps). The target keeps its thread: nobody polls it here.
+    sender = hn.Agent(unique("sender"), progress_thread=False)
+    receiver = hn.Agent(unique("receiver"))
+    nbytes = 64 * MiB
+    source, destination, other = filled(rng, nbytes), poisoned(nbytes), poisoned(nbytes)
+    source_registration, destination_registration = sender.register(source), receiver.register(destination)
+    other_registration = sender.register(other)
+    sender.add_peer(receiver.metadata())
+
+    reading = sender.read(other_registration, destination_registration.remote())
+    assert reading._state == "PROC", "the read finished when posted: the test needs one in flight"
+    assert other.lent
+    with pytest.raises(hetmem.LentError):
+        other.numpy()
+    with pytest.raises(hetmem.LentError):
+        np.asarray(other)
+    with pytest.raises(hetmem.LentError):  # a second transfer cannot take it either
+        sender.write(other_registration, destination_registration.remote())
+    with pytest.raises(hn.NixlError, match="in flight"):
+        other_registration.close()
+    reading.wait(timeout=60)
+    assert not other.lent
+    assert (other.numpy() == POISON).all()  # it read the peer's poisoned buffer, as asked
+
+    # A buffer offered to a peer's read is shared until the peer's notification: readable here,
+    # written by no transfer.
+    offered = receiver.offer(destination_registration, sender.name, b"read it")
+    assert not destination.lent
+    assert (destination.numpy() == POISON).all()
+    with pytest.raises(hetmem.LentError, match="being read"):
+        receiver.expect(destination_registration, sender.name, b"write")
+    with pytest.raises(hetmem.LentError, match="being read"):
+        receiver.read(destination_registration, source_registration.remote())
+    sender.read(other_registration, destination_registration.remote(), notify=b"read it").wait(timeout=60)
+    offered.wait(timeout=60)
+    incoming = receiver.expect(destination_registration, sender.name, b"written")  # no longer shared
+    sender.write(source_registration, destination_registration.remote(), notify=b"written").wait(timeout=60)
+    incoming.wait(timeout=60)
+    assert np.array_equal(destination.numpy(), source.numpy())
+
+
+@needs_nixl
+def test_a_buffer_lent_to_the_gpu_is_not_given_to_a_transfer(rng, pair):
+    sender, receiver = pair
+    source, destination = filled(rng, MiB), poisoned(MiB)
+    source_registration, destination_registration = sender.register(source), receiver.register(destination)
+    sender.add_peer(receiver.metadata())
+    with source.lend():
+        with pytest.raises(hetmem.LentError, match="reclaim it"):
+            sender.write(source_registration, destination_registration.remote())
+    with destination.lend():
+        with pytest.raises(hetmem.LentError):
+            receiver.expect(destination_registration, sender.name, b"x")
+    sender.write(source_registration, destination_registration.remote()).wait(timeout=60)
+    assert np.array_equal(destination.numpy(), source.numpy())
+
+
+@needs_nixl
+def test_a_file_window_is_host_memory_a_transfer_reads(rng, pair, tmp_path):
+    sender, receiver = pair
+    data = rng.integers(0, 256, 3 * MiB, dtype=np.uint8)
+    path = tmp_path / "weights.bin"
+    data.tofile(path)
+    window = hetmem.MappedFile(path).window(MiB, 2 * MiB)
+    destination = poisoned(2 * MiB)
+    window_registration, destination_registration = sender.register(window), receiver.register(destination)
+    assert window_registration.kind == "DRAM"
+    sender.add_peer(receiver.metadata())
+    sender.write(window_registration, destination_registration.remote()).wait(timeout=60)
+    assert np.array_equal(destination.numpy(), data[MiB:])
+    with pytest.raises(ValueError, match="read-only"):
+        sender.read(window_registration, destination_registration.remote())
+
+
+@needs_nixl
+def test_files_through_posix(rng, tmp_path):
+    agent = hn.Agent(unique("files"), backends=("POSIX",))
+    data = rng.integers(0, 256, 4 * MiB, dtype=np.uint8)
+    path = tmp_path / "shard.bin"
+    data.tofile(path)
+    file = agent.register_file(path)
+    assert file.kind == "FILE"
+    destination = poisoned(MiB)
+    destination_registration = agent.register(destination)
+    agent.read_file(file, 3 * MiB, destination_registration).wait(timeout=60)
+    assert np.array_equal(destination.numpy(), data[3 * MiB:])
+    with pytest.raises(ValueError, match="inside the registration"):
+        agent.read_file(file, 3 * MiB + 1, destination_registration)
+    with pytest.raises(ValueError, match="read-only"):
+        agent.write_file(destination_registration, file, 0)
+
+    out_path = tmp_path / "out.bin"
+    np.full(4 * MiB, POISON, np.uint8).tofile(out_path)
+    out = agent.register_file(out_path, writable=True)
+    source = filled(rng, MiB)
+    agent.write_file(agent.register(source), out, MiB).wait(timeout=60)
+    out.close()
+    written = np.fromfile(out_path, np.uint8)
+    assert (written[:MiB] == POISON).all() and (written[2 * MiB:] == POISON).all()
+    assert np.array_equal(written[MiB:2 * MiB], source.numpy())
+
+
+@needs_nixl
+def test_deregistered_when_closed_or_dropped_and_not_before(rng, pair):
+    sender, receiver = pair
+    source, destination = filled(rng, MiB), poisoned(MiB)
+    destination_registration = receiver.register(destination)
+    sender.add_peer(receiver.metadata())
+    region = destination_registration.remote()
+
+    def raw_write(descriptor):
+        # What a transfer prepares, without the registration that checks it.
+        handle = sender._prepare("WRITE", "DRAM", descriptor, receiver.name, "DRAM", region._descriptor(), b"")
+        handle.release()
+
+    registration = sender.register(source)
+    descriptor = registration._descriptor
+    raw_write(descriptor)  # registered: NIXL prepares it
+    registration.close()
+    assert registration.closed
+    with pytest.raises(hn.NixlError, match="registered no memory"):
+        raw_write(descriptor)
+    with pytest.raises(hn.NixlError, match="closed"):
+        sender.write(registration, region)
+
+    # A registration an expected write holds outlives the caller's reference to it.
+    incoming = receiver.expect(destination_registration, sender.name, b"late")
+    del destination_registration
+    sender.write(sender.register(source), region, notify=b"late").wait(timeout=60)
+    incoming.wait(timeout=60)
+    assert np.array_equal(destination.numpy(), source.numpy())
+
+
+@needs_nixl
+def test_only_hetmem_memory_is_registered(pair):
+    sender, _ = pair
+    with pytest.raises(TypeError, match="hetmem Buffer"):
+        sender.register(np.zeros(16, np.uint8))
+    with pytest.raises(TypeError, match="hetmem Buffer"):
+        sender.register(0x7F0000000000)
+    with pytest.raises(ValueError, match="empty"):
+        sender.register(hetmem.pinned(16)[0:0])
+    with pytest.raises(TypeError, match="Registration.remote"):
+        hn.RemoteRegion(0x7F0000000000, 4096)
+
+
+@needs_nixl
+def test_errors_name_the_backend_the_call_and_a_remedy(rng, pair, monkeypatch):
+    sender, receiver = pair
+    source = filled(rng, MiB)
+    source_registration = sender.register(source)
+    destination_registration = receiver.register(poisoned(2 * MiB))
+
+    with pytest.raises(ValueError, match="region.part"):
+        sender.write(source_registration, destination_registration.remote())
+    with pytest.raises(hn.NixlError, match=r"NIXL UCX: preparing a WRITE .*add_peer"):
+        sender.write(source_registration, destination_registration.remote().part(0, MiB))  # no metadata yet
+    sender.add_peer(receiver.metadata())
+    region = destination_registration.remote()
+    forged = hn.RemoteRegion._make(region.agent, "DRAM", region._base + 2 * MiB, MiB, 0)  # past what it registered
+    with pytest.raises(hn.NixlError, match="registered no memory holding the range"):
+        sender.write(source_registration, forged)
+    assert not source.lent and source_registration._active == 0  # nothing is left held
+    with pytest.raises(hn.NixlError, match="Agent.metadata"):
+        sender.add_peer(b"not metadata")
+    with pytest.raises(hn.NixlError, match=r"NIXL NOPE: no such plugin .*UCX"):
+        hn.Agent(unique("nope"), backends=("NOPE",))
+    with pytest.raises(ValueError, match="not in backends"):
+        hn.Agent(unique("params"), params={"POSIX": {}})
+
+    monkeypatch.setenv("UCX_TLS", "sm,self")
+    with pytest.raises(hn.NixlError, match=r"NIXL UCX: starting the UCX backend .*ucx_error_handling_mode"):
+        hn.Agent(unique("shm"))
+    quiet = hn.Agent(unique("shm"), params={"UCX": {"ucx_error_handling_mode": "none"}})
+    assert quiet.backends == ["UCX"]
