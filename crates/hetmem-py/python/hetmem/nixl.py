@@ -205,7 +205,8 @@ def _readers(buffer: Buffer) -> _Readers:
     readers = getattr(state, "nixl_readers", None)
     if readers is None:
         readers = _Readers()
-        state.nixl_readers = readers
+        # Kept on the state every view of the memory shares, as the lease is.
+        setattr(state, "nixl_readers", readers)
     return readers
 
 
@@ -238,7 +239,7 @@ class _Share:
         if buffer._state.lease is not None:
             raise LentError(f"{what}: the buffer is lent (to the GPU or to a transfer that writes it); reclaim it "
                             "before a transfer reads it")
-        self._buffer = buffer
+        self._buffer: Optional[Buffer] = buffer
         _readers(buffer).count += 1
 
     def give_back(self) -> None:
@@ -255,6 +256,12 @@ class RemoteRegion:
     pickles); NIXL refuses a range the peer did not register."""
 
     __slots__ = ("_agent", "_kind", "_base", "_nbytes", "_device", "_offset")
+    _agent: str
+    _kind: str
+    _base: int
+    _nbytes: int
+    _device: int
+    _offset: int
 
     def __init__(self, *args: Any, **kwargs: Any):
         raise TypeError("a RemoteRegion is made by the peer's Registration.remote(), then sent over, not built "
@@ -427,6 +434,8 @@ class FileRegistration(Registration):
                         "(read_file/write_file); a peer reads it through memory this agent registers")
 
     def _part_descriptor(self, offset: Any, nbytes: int) -> Tuple[int, int, int]:
+        if self._fd is None:
+            raise NixlError(f"{self._path}: the file registration is closed; register the file again")
         offset, nbytes = _part(self._nbytes, offset, nbytes, f"{self._path}")
         return (offset, nbytes, self._fd)
 
