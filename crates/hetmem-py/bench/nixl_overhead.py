@@ -21,6 +21,7 @@ import numpy as np
 
 import hetmem
 import hetmem.nixl as hn
+from hetmem.nixl._errors import _nixl
 
 MiB = 1 << 20
 
@@ -34,7 +35,7 @@ def main() -> None:
     tag = uuid.uuid4().hex[:6]
     sender, receiver = hn.Agent(f"sender-{tag}", params=params), hn.Agent(f"receiver-{tag}", params=params)
     rng = np.random.default_rng()
-    print(json.dumps({"nixl": hn._nixl().__name__, "backend": hetmem.device().backend,
+    print(json.dumps({"nixl": _nixl().__name__, "backend": hetmem.device().backend,
                       "ucx_error_handling_mode": "none" if args.ucx_none else "peer"}), flush=True)
     for size in (1, 4, 16, 64, 256):
         nbytes = size * MiB
