@@ -311,7 +311,8 @@ impl Queue {
                     .into(),
             });
         }
-        let (mut words, leases) = args.resolve(|state, region| self.device_address(state, region))?;
+        let (mut words, leases) =
+            args.resolve(self.core.cuda_ordinal(), |state, region| self.device_address(state, region))?;
         if crate::faults::check(FaultPoint::Launch)? == Hit::Trap {
             return self.launch_illegal_store(&leases);
         }

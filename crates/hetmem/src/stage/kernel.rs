@@ -12,7 +12,7 @@ use super::{ConstantUse, FrameLayout, Runs, Stage};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Module};
 use crate::error::{Error, Result};
 use crate::handoff::{KernelArgs, Lease, Lent, Queue, Shared};
-use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
+use crate::memory::{Buffer, DeviceBuf, HostBuf, MappedView, PinOptions, WritableBuffer};
 use crate::placement::Where;
 
 /// Where a kernel's code comes from.
@@ -64,6 +64,10 @@ pub enum Param {
         /// The constant's length in bytes, all of which the kernel may read.
         bytes: usize,
     },
+    /// A pointer to the first word of the stage's mapped view `index` (a flag, counter or
+    /// mailbox of `hetmem::resident::mapped`, given with [`KernelStage::with_mapped`]), which
+    /// the kernel touches only through `hetmem/mapped.cuh`, within the view's words.
+    Mapped(usize),
     /// A value of at most 8 bytes, passed by value (see [`Param::value`]).
     Value {
         /// The value's bytes, little-endian, zero-padded to 8.
@@ -101,8 +105,11 @@ impl Param {
 /// listed, in order and type (buffers as pointers to their first byte, values as their own
 /// type); it reads only the input and constant buffers, within `inputs[i].bytes()` bytes of
 /// each input and the `bytes` its [`Param::Constant`] declares of each constant, and writes
-/// only the output buffers, within `outputs[j].bytes()` bytes of each; it keeps no pointer after
-/// it returns and ends on its own, whatever the constants' contents. Everything around the
+/// only the output buffers, within `outputs[j].bytes()` bytes of each; it touches a mapped view
+/// ([`Param::Mapped`]) only through `hetmem/mapped.cuh`'s functions for that kind of view, in
+/// the role the CPU does not play; it keeps no pointer after it returns and ends on its own,
+/// whatever the constants' contents (a kernel that waits on a mapped view ends once the CPU
+/// gives it what it waits for). Everything around the
 /// launch is safe: the pipeline hands it buffers of exactly those sizes, lent to the GPU through
 /// the hand-off, so the CPU cannot touch them meanwhile, and [`KernelStage::with_constants`]
 /// takes only constants of the declared lengths (a clone of the stage keeps the same
@@ -146,6 +153,8 @@ pub struct KernelStage {
     /// constants cannot run with the ones another clone prepared.
     id: u64,
     constants: Vec<Arc<[u8]>>,
+    /// The mapped views [`Param::Mapped`] passes, by index.
+    mapped: Vec<Arc<dyn MappedView + Send + Sync>>,
     cpu: Option<Arc<CpuFn>>,
 }
 
@@ -179,6 +188,7 @@ impl std::fmt::Debug for KernelStage {
             .field("params", &self.params)
             .field("config", &self.config)
             .field("constants", &self.constants.len())
+            .field("mapped", &self.mapped.len())
             .field("cpu", &self.cpu.is_some())
             .finish()
     }
@@ -242,6 +252,7 @@ impl KernelStage {
             constant_bytes,
             id: NEXT_STAGE.fetch_add(1, Ordering::Relaxed),
             constants: Vec::new(),
+            mapped: Vec::new(),
             cpu: None,
         })
     }
@@ -261,6 +272,14 @@ impl KernelStage {
         self.constants = constants;
         self.id = NEXT_STAGE.fetch_add(1, Ordering::Relaxed);
         Ok(self)
+    }
+
+    /// Adds a mapped flag, counter or mailbox (`hetmem::resident::mapped`) that
+    /// [`Param::Mapped`] passes: the first call gives view 0, the next view 1, and so on. The
+    /// stage keeps it alive; it must be of the GPU the stage runs on (checked at launch).
+    pub fn with_mapped<V: MappedView + Send + Sync + 'static>(mut self, view: Arc<V>) -> KernelStage {
+        self.mapped.push(view);
+        self
     }
 
     /// Adds the CPU path: `cpu` computes what the kernel computes, on the same buffers. The
@@ -401,6 +420,19 @@ impl Stage for KernelStage {
                     args.write(outputs[index].take().expect("the constructor passes each output once"))
                 }
                 Param::Value { bytes, len } => args.value_bytes(&bytes[..usize::from(len)]),
+                Param::Mapped(index) => match self.mapped.get(index) {
+                    Some(view) => args.mapped(&**view),
+                    None => {
+                        return Err(Error::invalid(
+                            "kernel stage",
+                            format!(
+                                "a parameter passes mapped view {index}, of {}: give each with \
+                                 KernelStage::with_mapped",
+                                self.mapped.len()
+                            ),
+                        ));
+                    }
+                },
                 Param::Constant { index, .. } => match &prepared.constants[index] {
                     Constant::Host(buffer) => args.read(buffer),
                     Constant::Device(buffer) => args.read(buffer),

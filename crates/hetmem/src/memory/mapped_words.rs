@@ -1,0 +1,128 @@
+//! [`MappedWords`]: 32-bit words that the CPU and a GPU kernel both poll and write: mapped
+//! pinned memory on a GPU, plain memory on the CPU backend. The memory of the doorbell and of
+//! the views users build their own protocols with (`crate::resident::mapped`), and
+//! [`MappedView`], how a kernel argument finds a view's memory.
+
+use std::sync::atomic::AtomicU32;
+
+use crate::backend::Device;
+use crate::backend::cuda::{HostAllocFlags, PinnedAlloc};
+use crate::error::{Error, Result};
+
+/// The most words one allocation holds (64 MiB): far more than any flag, counter or mailbox
+/// needs, and small enough that a word count from a caller cannot overflow a byte count.
+pub(crate) const MAX_WORDS: usize = 1 << 24;
+
+/// Words on one 64-byte cache line: views put words the two sides write on lines of their own,
+/// so one side's polling never contends with the other's writes.
+pub(crate) const LINE_WORDS: usize = 16;
+
+/// Zeroed 32-bit words in memory both the CPU and the device's kernels reach. (Public only so
+/// that [`MappedView`] can name it: its module is private, so code outside hetmem cannot.)
+///
+/// The CPU touches them only as [`AtomicU32`] (so no access of the CPU's is a data race, whatever
+/// a kernel does); kernels by 32- or 64-bit loads and stores at system scope (see
+/// `kernels/hetmem/mapped.cuh`).
+///
+/// Dropping frees the memory. On a GPU that waits for the device (`cuMemFreeHost`), or, while a
+/// resident kernel hetmem knows of runs, is deferred until it has stopped: memory is never
+/// freed under a kernel that may still touch it.
+pub struct MappedWords {
+    memory: Memory,
+}
+
+enum Memory {
+    Cpu(Box<[AtomicU32]>),
+    /// Allocated zeroed and mapped (`device_map`), so the slice over it is initialised.
+    Cuda {
+        alloc: PinnedAlloc,
+        ordinal: usize,
+    },
+}
+
+impl MappedWords {
+    /// `words` zeroed words on `device`: mapped pinned memory on a GPU (page-aligned), plain
+    /// memory on the CPU backend.
+    ///
+    /// # Errors
+    /// No words or more than [`MAX_WORDS`]; a GPU that cannot map host memory; the driver's
+    /// error (pinned memory counts against `ulimit -l`).
+    pub(crate) fn zeroed(device: &Device, words: usize) -> Result<MappedWords> {
+        if words == 0 || words > MAX_WORDS {
+            return Err(Error::invalid("mapped words", format!("{words} words: ask for 1 to {MAX_WORDS}")));
+        }
+        let memory = match device.as_cuda() {
+            None => Memory::Cpu((0..words).map(|_| AtomicU32::new(0)).collect()),
+            Some(cuda) => {
+                if !cuda.attributes().can_map_host_memory {
+                    return Err(Error::NeedsGpu {
+                        what: "mapped words".into(),
+                        detail: format!("{} cannot map host memory into its address space", device.name()),
+                    });
+                }
+                let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
+                // Zeroed before any word is read as an atomic: the driver leaves its memory
+                // unwritten. `words * 4` cannot overflow: words ≤ MAX_WORDS.
+                let alloc = PinnedAlloc::zeroed(cuda, words * 4, flags)?;
+                Memory::Cuda { alloc, ordinal: cuda.ordinal() }
+            }
+        };
+        Ok(MappedWords { memory })
+    }
+
+    /// The words, as the CPU touches them.
+    pub(crate) fn words(&self) -> &[AtomicU32] {
+        match &self.memory {
+            Memory::Cpu(words) => words,
+            Memory::Cuda { alloc, .. } => {
+                // SAFETY: the allocation is page-aligned (so 4-byte aligned), len_bytes long (a
+                // multiple of 4), zeroed when allocated and owned by `self` for as long as the
+                // returned borrow. The CPU touches it only through these atomics; kernels only
+                // by 32- and 64-bit accesses, which never tear a word the CPU reads.
+                unsafe {
+                    std::slice::from_raw_parts(alloc.host_ptr().cast::<AtomicU32>(), alloc.len_bytes() / 4)
+                }
+            }
+        }
+    }
+
+    /// The address kernels reach the first word at; `None` on the CPU backend.
+    pub(crate) fn device_address(&self) -> Option<u64> {
+        match &self.memory {
+            Memory::Cpu(_) => None,
+            Memory::Cuda { alloc, .. } => alloc.device_ptr(),
+        }
+    }
+
+    /// The GPU whose kernels may use [`MappedWords::device_address`]; `None` on the CPU backend.
+    pub(crate) fn gpu_ordinal(&self) -> Option<usize> {
+        match &self.memory {
+            Memory::Cpu(_) => None,
+            Memory::Cuda { ordinal, .. } => Some(*ordinal),
+        }
+    }
+
+    /// Whether the words are on the CPU backend, where the CPU plays both sides.
+    pub(crate) fn is_cpu(&self) -> bool {
+        matches!(self.memory, Memory::Cpu(_))
+    }
+}
+
+impl std::fmt::Debug for MappedWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedWords")
+            .field("words", &self.words().len())
+            .field("gpu", &self.gpu_ordinal())
+            .finish()
+    }
+}
+
+mod private {
+    /// Views a kernel may be given the address of (`crate::resident::mapped`'s); unnameable
+    /// outside hetmem, so no other type can pass an address of its choosing as one.
+    pub trait MappedView {
+        /// The memory the view lives in.
+        fn memory(&self) -> &super::MappedWords;
+    }
+}
+pub(crate) use private::MappedView;
