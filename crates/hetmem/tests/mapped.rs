@@ -146,4 +146,104 @@ fn the_worker_kernel_compile_check_passes_with_the_mapped_header() {
     // The header defines nothing a source could not also define: a second copy of it is fine.
     let twice = format!("#include <hetmem/mapped.cuh>\n{}", mailbox::SOURCE);
     assert!(cache.get_or_compile_user("twice", &twice, DEFAULT_CHECK_ARCH).is_ok());
+    cache.get_or_compile_user("gain_from_flag", GAIN_SOURCE, DEFAULT_CHECK_ARCH).unwrap();
+}
+
+/// `y = x * gain`, the gain read from a mapped flag the CPU raises, each block counting itself
+/// in a mapped counter the GPU writes: a user's stage with mapped views.
+const GAIN_SOURCE: &str = r#"
+#include <hetmem/mapped.cuh>
+extern "C" __global__ void gain_from_flag(const unsigned int* x, unsigned int* y, unsigned int n,
+                                          const unsigned int* gain, unsigned int* blocks_done) {
+    const unsigned int g = hetmem_flag_load(gain);
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        y[i] = x[i] * g;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        hetmem_counter_add(blocks_done, 1);
+    }
+}
+"#;
+
+fn stage_with_mapped_views(device: &Device) {
+    use hetmem::backend::cuda::LaunchConfig;
+    use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
+    use hetmem::{FrameFilter, Strategy};
+    use std::sync::Arc;
+    if device.as_cuda().is_some()
+        && hetmem::testing::nvrtc_or_skip("stage_with_mapped_views on the GPU").is_none()
+    {
+        return;
+    }
+    const WORDS: usize = 1 << 14;
+    const BLOCKS: u32 = 16;
+    let gpu = device.capabilities().gpu;
+    let gain = Arc::new(SeqFlag::new(device).unwrap());
+    // The side that runs the stage writes the counter: the GPU, or the CPU path's thread.
+    let done = Arc::new(Counter::new(device, if gpu { Writer::Gpu } else { Writer::Cpu }).unwrap());
+    let words = FrameLayout::samples(WORDS, ScalarType::U32).unwrap();
+    // SAFETY: gain_from_flag(const u32* x, u32* y, u32 n, const u32* gain, u32* blocks_done)
+    // takes these parameters in order; with n = WORDS it reads x[0..n), writes y[0..n) (both
+    // WORDS words), loads the flag and adds to the GPU-written counter through mapped.cuh.
+    let stage = unsafe {
+        KernelStage::new(
+            KernelCode::CudaC { name: "gain_from_flag".into(), source: GAIN_SOURCE.into() },
+            "gain_from_flag",
+            vec![words.clone()],
+            vec![words],
+            vec![
+                Param::Input(0),
+                Param::Output(0),
+                Param::value(WORDS as u32),
+                Param::Mapped(0),
+                Param::Mapped(1),
+            ],
+            LaunchConfig { grid: (BLOCKS, 1, 1), block: (256, 1, 1), shared_bytes: 0 },
+        )
+    }
+    .unwrap()
+    .with_mapped(Arc::clone(&gain))
+    .with_mapped(Arc::clone(&done));
+    let (cpu_gain, cpu_done) = (Arc::clone(&gain), Arc::clone(&done));
+    let stage = stage.with_cpu(move |inputs, outputs| {
+        let g = cpu_gain.load();
+        for (y, x) in outputs[0].chunks_exact_mut(4).zip(inputs[0].chunks_exact(4)) {
+            y.copy_from_slice(&u32::from_le_bytes(x.try_into().unwrap()).wrapping_mul(g).to_le_bytes());
+        }
+        cpu_done.add(BLOCKS)?;
+        Ok(())
+    });
+    let strategy = if gpu { Strategy::ZeroCopy } else { Strategy::Cpu };
+    let mut filter = FrameFilter::with_stage(device, strategy, stage).unwrap();
+    for frame in 1..=4u32 {
+        let g = fastrand::u32(2..);
+        gain.publish(g);
+        let input: Vec<u32> = (0..WORDS).map(|_| fastrand::u32(..)).collect();
+        filter.fill_output(0xA5).unwrap();
+        filter.input_mut().unwrap().copy_from_slice(bytemuck::cast_slice(&input));
+        filter.run().unwrap();
+        let got: Vec<u32> = filter
+            .output()
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        let expected: Vec<u32> = input.iter().map(|x| x.wrapping_mul(g)).collect();
+        assert_eq!(
+            crate::support::first_mismatch(&got, &expected),
+            None,
+            "frame {frame} on {}",
+            device.name()
+        );
+        assert_eq!(done.load(), frame * BLOCKS, "frame {frame}: blocks counted");
+    }
+}
+
+#[test]
+fn a_stage_kernel_reads_a_mapped_flag_and_counts_in_a_mapped_counter() {
+    crate::support::on_every_backend(
+        "a_stage_kernel_reads_a_mapped_flag_and_counts_in_a_mapped_counter",
+        stage_with_mapped_views,
+    );
 }
