@@ -2,8 +2,9 @@
 //! CPU sends pieces of fresh random work into one mailbox, a kernel that stays on the GPU
 //! (examples/mailbox_worker.cu, which includes `hetmem/mapped.cuh`) takes each, computes with
 //! its block, and answers through another; the CPU checks every answer against the same
-//! computation of its own. No driver call per message. On the CPU backend a thread plays the
-//! kernel's part with the same protocol.
+//! computation of its own. No driver call per message. The kernel is CUDA C, compiled by NVRTC
+//! (`hetmem::kernels::user_module`, in support/mailbox.rs). On the CPU backend a thread plays
+//! the kernel's part with the same protocol.
 //!
 //! Run with `cargo run --release -p hetmem --example mailbox_worker [messages]` (default
 //! 2000). Under `compute-sanitizer --tool racecheck` the kernel's shared-memory hand-offs are
