@@ -6,7 +6,7 @@
 use std::sync::atomic::AtomicU32;
 
 use crate::backend::Device;
-use crate::backend::cuda::{HostAllocFlags, PinnedAlloc};
+use crate::backend::memory::WordMemory;
 use crate::error::{Error, Result};
 
 /// The most words one allocation holds (64 MiB): far more than any flag, counter or mailbox
@@ -28,16 +28,7 @@ pub(crate) const LINE_WORDS: usize = 16;
 /// resident kernel hetmem knows of runs, is deferred until it has stopped: memory is never
 /// freed under a kernel that may still touch it.
 pub struct MappedWords {
-    memory: Memory,
-}
-
-enum Memory {
-    Cpu(Box<[AtomicU32]>),
-    /// Allocated zeroed and mapped (`device_map`), so the slice over it is initialised.
-    Cuda {
-        alloc: PinnedAlloc,
-        ordinal: usize,
-    },
+    memory: WordMemory,
 }
 
 impl MappedWords {
@@ -51,60 +42,27 @@ impl MappedWords {
         if words == 0 || words > MAX_WORDS {
             return Err(Error::invalid("mapped words", format!("{words} words: ask for 1 to {MAX_WORDS}")));
         }
-        let memory = match device.as_cuda() {
-            None => Memory::Cpu((0..words).map(|_| AtomicU32::new(0)).collect()),
-            Some(cuda) => {
-                if !cuda.attributes().can_map_host_memory {
-                    return Err(Error::NeedsGpu {
-                        what: "mapped words".into(),
-                        detail: format!("{} cannot map host memory into its address space", device.name()),
-                    });
-                }
-                let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
-                // Zeroed before any word is read as an atomic: the driver leaves its memory
-                // unwritten. `words * 4` cannot overflow: words ≤ MAX_WORDS.
-                let alloc = PinnedAlloc::zeroed(cuda, words * 4, flags)?;
-                Memory::Cuda { alloc, ordinal: cuda.ordinal() }
-            }
-        };
-        Ok(MappedWords { memory })
+        Ok(MappedWords { memory: device.allocate_words(words)? })
     }
 
     /// The words, as the CPU touches them.
     pub(crate) fn words(&self) -> &[AtomicU32] {
-        match &self.memory {
-            Memory::Cpu(words) => words,
-            Memory::Cuda { alloc, .. } => {
-                // SAFETY: the allocation is page-aligned (so 4-byte aligned), len_bytes long (a
-                // multiple of 4), zeroed when allocated and owned by `self` for as long as the
-                // returned borrow. The CPU touches it only through these atomics; kernels only
-                // by 32- and 64-bit accesses, which never tear a word the CPU reads.
-                unsafe {
-                    std::slice::from_raw_parts(alloc.host_ptr().cast::<AtomicU32>(), alloc.len_bytes() / 4)
-                }
-            }
-        }
+        self.memory.words()
     }
 
     /// The address kernels reach the first word at; `None` on the CPU backend.
     pub(crate) fn device_address(&self) -> Option<u64> {
-        match &self.memory {
-            Memory::Cpu(_) => None,
-            Memory::Cuda { alloc, .. } => alloc.device_ptr(),
-        }
+        self.memory.device_address()
     }
 
     /// The GPU whose kernels may use [`MappedWords::device_address`]; `None` on the CPU backend.
     pub(crate) fn gpu_ordinal(&self) -> Option<usize> {
-        match &self.memory {
-            Memory::Cpu(_) => None,
-            Memory::Cuda { ordinal, .. } => Some(*ordinal),
-        }
+        self.memory.gpu_ordinal()
     }
 
     /// Whether the words are on the CPU backend, where the CPU plays both sides.
     pub(crate) fn is_cpu(&self) -> bool {
-        matches!(self.memory, Memory::Cpu(_))
+        self.gpu_ordinal().is_none()
     }
 }
 
