@@ -18,9 +18,9 @@ use crate::memory::{Element, ManagedBuf};
 ///   (a lease of another queue). `Attached` itself is no buffer, so it cannot be lent to
 ///   another queue.
 /// - The CPU reaches the elements only through [`Attached::host`] and [`Attached::host_mut`],
-///   which first wait for every piece of work queued on the lease (so the stream has passed
-///   it), and whose borrow keeps [`Attached::lease`] from queuing more while the CPU holds the
-///   slice.
+///   which first wait for every piece of work queued on the lease, then synchronise the queue
+///   (CUDA lets the CPU touch memory attached to one stream once that stream is idle), and
+///   whose borrow keeps [`Attached::lease`] from queuing more while the CPU holds the slice.
 /// - It borrows the queue, so it cannot outlive the stream it is attached to.
 ///
 /// Dropping it waits for the work queued on it, then frees the memory. On the CPU backend the
@@ -102,16 +102,18 @@ impl<'q, T: Element> Attached<'q, T> {
         self.lease()?.prefetch(location)
     }
 
-    /// The elements, for the CPU to read, once the work queued on the buffer has finished.
+    /// The elements, for the CPU to read, once the work queued on the buffer has finished and
+    /// the queue is idle (a call that finds the buffer with the CPU already returns at once).
     ///
     /// # Errors
-    /// The error of failed GPU work (the buffer is then leaked, and later calls fail).
+    /// The error of failed GPU work (the buffer is then leaked, and later calls fail), or of
+    /// synchronising the queue.
     pub fn host(&mut self) -> Result<&[T]> {
         Ok(self.host_mut()?)
     }
 
     /// The elements, for the CPU to read and write, once the work queued on the buffer has
-    /// finished.
+    /// finished and the queue is idle.
     ///
     /// # Errors
     /// As for [`Attached::host`].
@@ -123,6 +125,9 @@ impl<'q, T: Element> Attached<'q, T> {
             // On failure the lease leaks the buffer (it may still be in use) and `side` stays
             // Lost.
             self.side = Side::Cpu(lent.reclaim()?);
+            // The stream the memory is attached to is idle before the CPU touches it, whatever
+            // else was queued on it.
+            self.queue.synchronize()?;
         }
         match &mut self.side {
             Side::Cpu(buffer) => Ok(buffer.as_mut_slice()),
