@@ -90,9 +90,31 @@ pub fn exchange(
     messages: usize,
     random: &mut dyn FnMut() -> u32,
 ) -> Result<Exchanged, String> {
+    let works: Vec<Work> = (1..=messages as u32)
+        .map(|id| Work {
+            id,
+            stop: 0,
+            seed: random(),
+            scale: random() | 1,
+            data: std::array::from_fn(|_| random()),
+        })
+        .collect();
     let inbox = Mailbox::<Work>::new(device, DEPTH).map_err(error("inbox"))?;
     let outbox = Mailbox::<Reply>::new(device, DEPTH).map_err(error("outbox"))?;
     let queue = Queue::new(device).map_err(error("queue"))?;
+    let (mut work, mut replies) =
+        (inbox.sender().map_err(error("inbox"))?, outbox.receiver().map_err(error("outbox"))?);
+    // The CPU's side runs on a thread of its own, started before the worker, so the exchange
+    // goes on even where a launch returns only once its kernel has ended (as a sanitizer may
+    // make it). It stops the worker whatever happened, so the worker never outlives the
+    // mailboxes.
+    let producer = std::thread::spawn(move || {
+        let start = Instant::now();
+        let result = produce(&mut work, &mut replies, &works);
+        let elapsed = start.elapsed();
+        let stop = Work { stop: 1, ..Work::zeroed() };
+        (result, work.send(&stop, STALL).map_err(error("sending stop")), elapsed)
+    });
     let worker = match device.as_cuda() {
         None => {
             let (work, replies) =
@@ -100,28 +122,30 @@ pub fn exchange(
             Some(std::thread::spawn(move || cpu_worker(work, replies)))
         }
         Some(gpu) => {
-            let module =
-                hetmem::kernels::user_module(gpu, "mailbox_worker", SOURCE).map_err(error("compiling"))?;
-            let kernel = module.kernel(ENTRY).map_err(|e| format!("loading: {e}"))?;
-            let config = LaunchConfig { grid: (1, 1, 1), block: (THREADS, 1, 1), shared_bytes: 0 };
-            let args = KernelArgs::new().mapped(&inbox).mapped(&outbox);
-            // SAFETY: mailbox_worker(u32* inbox, u32* outbox) takes the two mailboxes' first
-            // words, as passed; it plays the inbox's receiving end and the outbox's sending end
-            // (the CPU takes the other two below) through hetmem/mapped.cuh only, with the
-            // mailboxes' own message types, and ends once it receives a stop message, which
-            // this function sends before the mailboxes are dropped, then waits for the queue.
-            unsafe { queue.launch(&kernel, config, args) }.map_err(error("launching"))?;
+            // If this fails, the producer finds no answers within STALL and stops.
+            let launched = (|| {
+                let module = hetmem::kernels::user_module(gpu, "mailbox_worker", SOURCE)
+                    .map_err(error("compiling"))?;
+                let kernel = module.kernel(ENTRY).map_err(|e| format!("loading: {e}"))?;
+                let config = LaunchConfig { grid: (1, 1, 1), block: (THREADS, 1, 1), shared_bytes: 0 };
+                let args = KernelArgs::new().mapped(&inbox).mapped(&outbox);
+                // SAFETY: mailbox_worker(u32* inbox, u32* outbox) takes the two mailboxes' first
+                // words, as passed; it plays the inbox's receiving end and the outbox's sending
+                // end (the producer thread holds the other two) through hetmem/mapped.cuh only,
+                // with the mailboxes' own message types, and ends once it receives the stop
+                // message the producer sends last; the mailboxes are dropped only after that
+                // and after the queue has synchronised (or leaked, below).
+                unsafe { queue.launch(&kernel, config, args) }.map_err(error("launching"))
+            })();
+            if let Err(why) = launched {
+                let _ = producer.join();
+                return Err(why);
+            }
             None
         }
     };
-    let mut work = inbox.sender().map_err(error("inbox"))?;
-    let mut replies = outbox.receiver().map_err(error("outbox"))?;
-    let start = Instant::now();
-    let result = produce(&mut work, &mut replies, messages, random);
-    let elapsed = start.elapsed();
-    // Stops the worker whatever happened, so that it never outlives the mailboxes.
-    let stop = Work { stop: 1, ..Work::zeroed() };
-    let stopped = work.send(&stop, STALL).map_err(error("sending stop"));
+    let (result, stopped, elapsed) =
+        producer.join().map_err(|_| "the producer thread panicked".to_string())?;
     if worker.is_none()
         && let Err(why) = stopped
     {
@@ -150,25 +174,18 @@ fn error(what: &'static str) -> impl Fn(hetmem::Error) -> String {
 fn produce(
     work: &mut MailboxSender<Work>,
     replies: &mut MailboxReceiver<Reply>,
-    messages: usize,
-    random: &mut dyn FnMut() -> u32,
+    works: &[Work],
 ) -> Result<(), String> {
+    let messages = works.len();
     let mut in_flight = std::collections::VecDeque::new();
     let mut answered = 0;
     let mut progress = Instant::now();
     while answered < messages {
-        if (work.sent() as usize) < messages && in_flight.len() < DEPTH {
-            let next = Work {
-                id: work.sent() + 1,
-                stop: 0,
-                seed: random(),
-                scale: random() | 1,
-                data: std::array::from_fn(|_| random()),
-            };
-            if work.try_send(&next) {
-                in_flight.push_back(next);
-                continue;
-            }
+        if let Some(next) = works.get(work.sent() as usize).filter(|_| in_flight.len() < DEPTH)
+            && work.try_send(next)
+        {
+            in_flight.push_back(*next);
+            continue;
         }
         match replies.try_recv() {
             Some(reply) => {
