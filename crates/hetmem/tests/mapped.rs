@@ -168,6 +168,7 @@ extern "C" __global__ void gain_from_flag(const unsigned int* x, unsigned int* y
 
 fn stage_with_mapped_views(device: &Device) {
     use hetmem::backend::cuda::LaunchConfig;
+    use hetmem::memory::MappedKind;
     use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
     use hetmem::{FrameFilter, Strategy};
     use std::sync::Arc;
@@ -196,8 +197,8 @@ fn stage_with_mapped_views(device: &Device) {
                 Param::Input(0),
                 Param::Output(0),
                 Param::value(WORDS as u32),
-                Param::Mapped(0),
-                Param::Mapped(1),
+                Param::Mapped { index: 0, kind: MappedKind::Flag },
+                Param::Mapped { index: 1, kind: MappedKind::Counter },
             ],
             LaunchConfig { grid: (BLOCKS, 1, 1), block: (256, 1, 1), shared_bytes: 0 },
         )
@@ -246,4 +247,45 @@ fn a_stage_kernel_reads_a_mapped_flag_and_counts_in_a_mapped_counter() {
         "a_stage_kernel_reads_a_mapped_flag_and_counts_in_a_mapped_counter",
         stage_with_mapped_views,
     );
+}
+
+#[test]
+fn a_stage_refuses_a_mapped_view_of_another_kind_than_its_parameter_declares() {
+    use hetmem::backend::cuda::LaunchConfig;
+    use hetmem::memory::MappedKind;
+    use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
+    use hetmem::{FrameFilter, Strategy};
+    use std::sync::Arc;
+    let device = cpu_device();
+    let words = FrameLayout::samples(64, ScalarType::U32).unwrap();
+    let kind = MappedKind::Mailbox { message_bytes: 16 };
+    let stage = || {
+        // SAFETY: never launched (the CPU backend runs the CPU path); only the checks run.
+        unsafe {
+            KernelStage::new(
+                KernelCode::CudaC { name: "k".into(), source: "extern \"C\" __global__ void k() {}".into() },
+                "k",
+                vec![words.clone()],
+                vec![words.clone()],
+                vec![Param::Input(0), Param::Output(0), Param::Mapped { index: 0, kind }],
+                LaunchConfig::linear(64, 64, 1),
+            )
+        }
+        .unwrap()
+        .with_cpu(|inputs, outputs| {
+            outputs[0].copy_from_slice(inputs[0]);
+            Ok(())
+        })
+    };
+    let run = |stage: KernelStage| FrameFilter::with_stage(&device, Strategy::Cpu, stage).map(drop);
+    // A flag where the kernel takes a mailbox, a mailbox of another message size, none at all.
+    let error = run(stage().with_mapped(Arc::new(SeqFlag::new(&device).unwrap()))).unwrap_err().to_string();
+    assert!(error.contains("is a Flag") && error.contains("Mailbox"), "{error}");
+    let other = Arc::new(Mailbox::<[u32; 8]>::new(&device, 2).unwrap());
+    let error = run(stage().with_mapped(other)).unwrap_err().to_string();
+    assert!(error.contains("message_bytes: 32"), "{error}");
+    let error = run(stage()).unwrap_err().to_string();
+    assert!(error.contains("with_mapped"), "{error}");
+    let right = Arc::new(Mailbox::<[u32; 4]>::new(&device, 2).unwrap());
+    run(stage().with_mapped(right)).unwrap();
 }

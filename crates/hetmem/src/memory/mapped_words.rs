@@ -75,12 +75,29 @@ impl std::fmt::Debug for MappedWords {
     }
 }
 
+/// What a mapped view is, as a kernel that is given one must know: how many of its words the
+/// kernel may touch follows from it (a mailbox describes its own slots in its first words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MappedKind {
+    /// A `SeqFlag`: one word.
+    Flag,
+    /// A `Counter`: one word.
+    Counter,
+    /// A `Mailbox` of messages of `message_bytes` bytes.
+    Mailbox {
+        /// The size of its message type.
+        message_bytes: usize,
+    },
+}
+
 mod private {
     /// Views a kernel may be given the address of (`crate::resident::mapped`'s); unnameable
     /// outside hetmem, so no other type can pass an address of its choosing as one.
     pub trait MappedView {
         /// The memory the view lives in.
         fn memory(&self) -> &super::MappedWords;
+        /// What kind of view it is.
+        fn kind(&self) -> super::MappedKind;
     }
 }
 pub(crate) use private::MappedView;

@@ -56,6 +56,7 @@ pub use file::MappedFile;
 pub use host::{HostBuf, HostKind, PinMethod, PinOptions, RegisterError, RegisterOptions};
 pub use in_flight::{InFlight, Wait, Waiter};
 pub use managed::ManagedBuf;
+pub use mapped_words::MappedKind;
 pub(crate) use mapped_words::{LINE_WORDS, MappedView, MappedWords};
 pub use pool::{PinnedPool, PoolStats};
 pub use window::{FileWindow, FileWindowMut, WindowedFile};

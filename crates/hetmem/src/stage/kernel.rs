@@ -12,7 +12,7 @@ use super::{ConstantUse, FrameLayout, Runs, Stage};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Module};
 use crate::error::{Error, Result};
 use crate::handoff::{KernelArgs, Lease, Lent, Queue, Shared};
-use crate::memory::{Buffer, DeviceBuf, HostBuf, MappedView, PinOptions, WritableBuffer};
+use crate::memory::{Buffer, DeviceBuf, HostBuf, MappedKind, MappedView, PinOptions, WritableBuffer};
 use crate::placement::Where;
 
 /// Where a kernel's code comes from.
@@ -66,8 +66,19 @@ pub enum Param {
     },
     /// A pointer to the first word of the stage's mapped view `index` (a flag, counter or
     /// mailbox of `hetmem::resident::mapped`, given with [`KernelStage::with_mapped`]), which
-    /// the kernel touches only through `hetmem/mapped.cuh`, within the view's words.
-    Mapped(usize),
+    /// the kernel touches only through `hetmem/mapped.cuh`, as the view of `kind` it is.
+    ///
+    /// `kind` is part of the kernel's signature, promised with the rest of it to
+    /// [`KernelStage::new`]: a launch whose view `index` is missing or of another kind (a flag
+    /// where the kernel expects a mailbox, a mailbox of another message size) is refused, so
+    /// the safe code that gives the views cannot make the kernel reach past one.
+    Mapped {
+        /// Which view: they are numbered from 0 in the order [`KernelStage::with_mapped`]
+        /// gives them.
+        index: usize,
+        /// What the kernel takes it for.
+        kind: MappedKind,
+    },
     /// A value of at most 8 bytes, passed by value (see [`Param::value`]).
     Value {
         /// The value's bytes, little-endian, zero-padded to 8.
@@ -276,7 +287,8 @@ impl KernelStage {
 
     /// Adds a mapped flag, counter or mailbox (`hetmem::resident::mapped`) that
     /// [`Param::Mapped`] passes: the first call gives view 0, the next view 1, and so on. The
-    /// stage keeps it alive; it must be of the GPU the stage runs on (checked at launch).
+    /// stage keeps it alive; it must be of the kind its parameter declares and of the GPU the
+    /// stage runs on (both checked at each launch).
     pub fn with_mapped<V: MappedView + Send + Sync + 'static>(mut self, view: Arc<V>) -> KernelStage {
         self.mapped.push(view);
         self
@@ -295,6 +307,33 @@ impl KernelStage {
     /// The kernel's launch configuration.
     pub fn config(&self) -> LaunchConfig {
         self.config
+    }
+
+    /// Mapped view `index`, if it is there and of `kind`, as its parameter declares.
+    fn mapped_view(&self, index: usize, kind: MappedKind) -> Result<&(dyn MappedView + Send + Sync)> {
+        let bad = |problem: String| Error::invalid("kernel stage", problem);
+        match self.mapped.get(index) {
+            Some(view) if view.kind() == kind => Ok(&**view),
+            Some(view) => Err(bad(format!(
+                "mapped view {index} is a {:?}; the kernel's parameter takes a {kind:?}: give views in the \
+                 order and of the kinds the parameters declare",
+                view.kind()
+            ))),
+            None => Err(bad(format!(
+                "a parameter passes mapped view {index}, of {}: give each with KernelStage::with_mapped",
+                self.mapped.len()
+            ))),
+        }
+    }
+
+    /// Checks that every mapped view a parameter passes is there, of the kind it declares.
+    fn check_mapped(&self) -> Result<()> {
+        for param in &self.params {
+            if let Param::Mapped { index, kind } = *param {
+                self.mapped_view(index, kind)?;
+            }
+        }
+        Ok(())
     }
 
     /// The kernel, loaded into `device` (compiled first for CUDA C; modules are kept per
@@ -354,6 +393,9 @@ impl Stage for KernelStage {
     }
 
     fn prepare(&self, queue: &Queue, _strategy: Strategy, places: &[Where]) -> Result<KernelPrepared> {
+        // On every backend, so that code tested on the CPU keeps the GPU's rule (each launch
+        // checks again).
+        self.check_mapped()?;
         let Some(gpu) = queue.cuda_device() else {
             return Ok(KernelPrepared { kernel: None, constants: Vec::new(), stage: self.id });
         };
@@ -420,19 +462,7 @@ impl Stage for KernelStage {
                     args.write(outputs[index].take().expect("the constructor passes each output once"))
                 }
                 Param::Value { bytes, len } => args.value_bytes(&bytes[..usize::from(len)]),
-                Param::Mapped(index) => match self.mapped.get(index) {
-                    Some(view) => args.mapped(&**view),
-                    None => {
-                        return Err(Error::invalid(
-                            "kernel stage",
-                            format!(
-                                "a parameter passes mapped view {index}, of {}: give each with \
-                                 KernelStage::with_mapped",
-                                self.mapped.len()
-                            ),
-                        ));
-                    }
-                },
+                Param::Mapped { index, kind } => args.mapped(self.mapped_view(index, kind)?),
                 Param::Constant { index, .. } => match &prepared.constants[index] {
                     Constant::Host(buffer) => args.read(buffer),
                     Constant::Device(buffer) => args.read(buffer),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::wait;
 use crate::backend::Device;
 use crate::error::{Error, Result};
-use crate::memory::{LINE_WORDS, MappedView, MappedWords};
+use crate::memory::{LINE_WORDS, MappedKind, MappedView, MappedWords};
 
 /// Whether sequence number `value` has reached `target`, counting modulo 2^32: `value` is at
 /// most 2^31 - 1 past it. (Sequence numbers wrap; a plain `>=` would stall at the wrap.)
@@ -76,6 +76,10 @@ impl SeqFlag {
 impl MappedView for SeqFlag {
     fn memory(&self) -> &MappedWords {
         &self.words
+    }
+
+    fn kind(&self) -> MappedKind {
+        MappedKind::Flag
     }
 }
 
@@ -175,6 +179,10 @@ impl Counter {
 impl MappedView for Counter {
     fn memory(&self) -> &MappedWords {
         &self.words
+    }
+
+    fn kind(&self) -> MappedKind {
+        MappedKind::Counter
     }
 }
 

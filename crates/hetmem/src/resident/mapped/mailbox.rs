@@ -11,7 +11,7 @@ use bytemuck::Pod;
 use super::wait;
 use crate::backend::Device;
 use crate::error::{Error, Result};
-use crate::memory::{LINE_WORDS, MappedView, MappedWords};
+use crate::memory::{LINE_WORDS, MappedKind, MappedView, MappedWords};
 
 /// The most slots a mailbox has.
 pub const MAX_DEPTH: usize = 4096;
@@ -175,6 +175,10 @@ fn take(taken: &AtomicBool, what: &'static str) -> Result<()> {
 impl<T> MappedView for Mailbox<T> {
     fn memory(&self) -> &MappedWords {
         &self.shared.words
+    }
+
+    fn kind(&self) -> MappedKind {
+        MappedKind::Mailbox { message_bytes: self.shared.message_words * 4 }
     }
 }
 
