@@ -298,7 +298,9 @@ impl Queue {
     /// # Safety
     /// `args` must match the kernel's parameters in number, order and type (buffers are passed
     /// as pointers to their element type), and the kernel must access each buffer only within
-    /// its length, and write only buffers passed with [`KernelArgs::write`].
+    /// its length, and write only buffers passed with [`KernelArgs::write`]; a mapped view
+    /// ([`KernelArgs::mapped`]) only through `hetmem/mapped.cuh`'s functions for the kind of
+    /// view it is, and not after the view is dropped.
     ///
     /// # Errors
     /// A CPU-backend queue; a lease of another queue; a buffer the device cannot address (not
