@@ -189,6 +189,34 @@ pub enum Error {
         /// The value the stream should have written.
         target: u32,
     },
+    /// A wait on a mapped flag, counter or mailbox ran past its timeout: the other side (a
+    /// kernel, or a CPU thread) did not write what was waited for.
+    #[error(
+        "{what} did not arrive within {timeout:?}; remedy: check that the other side runs (its \
+         kernel launched on a queue of this GPU, its thread started) and follows the protocol, or \
+         wait longer"
+    )]
+    MappedWaitTimeout {
+        /// What was waited for.
+        what: &'static str,
+        /// How long.
+        timeout: std::time::Duration,
+    },
+    /// A read-modify-write of one mapped word from both the CPU and a GPU was asked for where
+    /// the GPU's link to the host has no native atomics (`host_native_atomic = 0`, every PCIe
+    /// GPU): each side's read-modify-write would be atomic only among its own threads, and
+    /// updates would be lost.
+    #[error(
+        "{what} would take read-modify-writes from both the CPU and the GPU, but {device}'s link \
+         has no host-native atomics; remedy: give it one writer (the CPU or the GPU) and let \
+         the other side only read it, or use one counter per side"
+    )]
+    AtomicsNotNative {
+        /// The word.
+        what: &'static str,
+        /// The device.
+        device: String,
+    },
     /// hetmem's CPU path was given a buffer that is lent to GPU work: a lease of a queue on a
     /// GPU, passed to an operation on a CPU-backend queue. The CPU must not touch it until the
     /// lease is reclaimed.

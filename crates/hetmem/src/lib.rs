@@ -26,7 +26,8 @@
 //!   a reason for each; and, with feature `testing`, `testing`'s helpers for tests.
 //! - [`stage`]: what runs on a frame (inputs, outputs and constants by [`stage::FrameLayout`],
 //!   a GPU and a CPU path) and the [`Strategy`] a stage is told; [`resident`]: kernels that
-//!   stay on the GPU and poll mapped memory (the doorbell); [`data`]: files on their way to
+//!   stay on the GPU and poll mapped memory (the doorbell), and mapped flags, counters and
+//!   mailboxes for users' own protocols; [`data`]: files on their way to
 //!   the GPU (streamed reads into pinned staging, windows registered in place, safetensors).
 //! - [`ops`]: operations with a GPU and a CPU path, and the stages built on them.
 //! - [`pipeline`]: the strategies implemented once, and the [`FrameFilter`] and rings that

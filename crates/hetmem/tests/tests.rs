@@ -13,6 +13,8 @@ mod filter_strategies;
 mod fuzz_files;
 mod handoff;
 mod kernel_compile;
+mod managed_attach;
+mod mapped;
 mod memory_kinds;
 mod multi_device;
 mod opencv;

@@ -20,6 +20,12 @@ pub struct Capabilities {
     /// The GPU reads host memory through the CPU's page tables (a coherent link such as
     /// NVLink-C2C) rather than across PCIe.
     pub host_memory_through_page_tables: bool,
+    /// The link to the host performs atomic read-modify-writes natively
+    /// (`CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED`), so a GPU atomic on host memory is
+    /// atomic with the CPU's. False over PCIe (the H200's case) and on the CPU backend, which
+    /// has no GPU to race: there a read-modify-write of a mapped word is atomic only among the
+    /// threads of one side.
+    pub host_native_atomics: bool,
 }
 
 impl Device {
@@ -35,6 +41,7 @@ impl Device {
                     multiprocessors: attributes.multiprocessor_count,
                     integrated: attributes.integrated,
                     host_memory_through_page_tables: attributes.pageable_memory_access_uses_host_page_tables,
+                    host_native_atomics: attributes.host_native_atomic_supported,
                 }
             }
             None => Capabilities {
@@ -44,6 +51,7 @@ impl Device {
                 multiprocessors: 1,
                 integrated: false,
                 host_memory_through_page_tables: false,
+                host_native_atomics: false,
             },
         }
     }

@@ -7,6 +7,7 @@
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 
 use super::Device;
 use super::cpu::memory::{HUGE_PAGE_BYTES, PageBox, page_size};
@@ -287,6 +288,78 @@ impl Device {
         // device has concurrent managed access (checked above); zeroing initialises them.
         unsafe { std::ptr::write_bytes(memory.host_ptr().as_ptr(), 0, bytes) };
         Ok(memory)
+    }
+}
+
+/// 32-bit words the CPU and the device's kernels both poll and write, as a backend holds
+/// them: plain memory on the CPU backend, zeroed mapped pinned memory on a GPU.
+pub(crate) enum WordMemory {
+    /// Plain memory (the CPU backend).
+    Cpu(Box<[AtomicU32]>),
+    /// Allocated zeroed and mapped (`device_map`), so the slice over it is initialised.
+    Cuda {
+        /// The allocation.
+        alloc: PinnedAlloc,
+        /// Its GPU.
+        ordinal: usize,
+    },
+}
+
+impl WordMemory {
+    /// The words, as the CPU touches them.
+    pub(crate) fn words(&self) -> &[AtomicU32] {
+        match self {
+            WordMemory::Cpu(words) => words,
+            WordMemory::Cuda { alloc, .. } => {
+                // SAFETY: the allocation is page-aligned (so 4-byte aligned), len_bytes long (a
+                // multiple of 4), zeroed when allocated and owned by `self` for as long as the
+                // returned borrow. The CPU touches it only through these atomics; kernels only
+                // by 32-bit accesses, which never tear a word the CPU reads.
+                unsafe {
+                    std::slice::from_raw_parts(alloc.host_ptr().cast::<AtomicU32>(), alloc.len_bytes() / 4)
+                }
+            }
+        }
+    }
+
+    /// The address kernels reach the first word at; `None` on the CPU backend.
+    pub(crate) fn device_address(&self) -> Option<u64> {
+        match self {
+            WordMemory::Cpu(_) => None,
+            WordMemory::Cuda { alloc, .. } => alloc.device_ptr(),
+        }
+    }
+
+    /// The GPU whose kernels may use [`WordMemory::device_address`]; `None` on the CPU backend.
+    pub(crate) fn gpu_ordinal(&self) -> Option<usize> {
+        match self {
+            WordMemory::Cpu(_) => None,
+            WordMemory::Cuda { ordinal, .. } => Some(*ordinal),
+        }
+    }
+}
+
+impl Device {
+    /// `words` zeroed 32-bit words: mapped pinned memory on a GPU, plain memory on the CPU
+    /// backend. `words * 4` must not overflow (the caller bounds `words`).
+    ///
+    /// # Errors
+    /// A GPU that cannot map host memory; the driver's error.
+    pub(crate) fn allocate_words(&self, words: usize) -> Result<WordMemory> {
+        let cuda = match self {
+            Device::Cpu(_) => return Ok(WordMemory::Cpu((0..words).map(|_| AtomicU32::new(0)).collect())),
+            Device::Cuda(cuda) => cuda,
+        };
+        if !cuda.attributes().can_map_host_memory {
+            return Err(BackendError::invalid(
+                "mapped words",
+                format!("{} cannot map host memory into its address space: use another GPU", cuda.name()),
+            ));
+        }
+        let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
+        // Zeroed before any word is read as an atomic: the driver leaves its memory unwritten.
+        let alloc = PinnedAlloc::zeroed(cuda, words * 4, flags)?;
+        Ok(WordMemory::Cuda { alloc, ordinal: cuda.ordinal() })
     }
 }
 

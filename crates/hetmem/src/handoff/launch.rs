@@ -4,14 +4,22 @@ use bytemuck::Pod;
 
 use super::lease::{Lease, LeaseParts, LeaseState, Lent};
 use crate::error::{Error, Result};
-use crate::memory::{Region, Sealed, WritableBuffer};
+use crate::memory::{MappedView, Region, Sealed, WritableBuffer};
 
 #[cfg(target_endian = "big")]
 compile_error!("kernel arguments are passed as little-endian words");
 
 enum Arg<'a> {
     Value(u64),
-    Buffer { state: &'a LeaseState, region: Region },
+    Buffer {
+        state: &'a LeaseState,
+        region: Region,
+    },
+    /// A mapped view's first word: its device address and GPU (`None` on the CPU backend).
+    Mapped {
+        address: Option<u64>,
+        gpu: Option<usize>,
+    },
 }
 
 /// The arguments of one kernel launch, in order: buffers (by lease) and plain values.
@@ -60,6 +68,16 @@ impl<'a> KernelArgs<'a> {
         self
     }
 
+    /// A mapped flag, counter or mailbox (`hetmem::resident::mapped`), passed as a pointer to
+    /// its first 32-bit word, for the kernel to use with `hetmem/mapped.cuh`. The borrow keeps
+    /// the view alive while the arguments are built; a kernel that outlives the launch call (a
+    /// resident one) must be stopped before the view is dropped (that module's "Lifetime").
+    pub fn mapped<V: MappedView + ?Sized>(mut self, view: &'a V) -> KernelArgs<'a> {
+        let memory = view.memory();
+        self.args.push(Arg::Mapped { address: memory.device_address(), gpu: memory.gpu_ordinal() });
+        self
+    }
+
     /// A plain value of at most 8 bytes (`u32`, `f32`, `u64`, ...), passed by value.
     pub fn value<V: Pod>(self, value: V) -> KernelArgs<'a> {
         self.value_bytes(bytemuck::bytes_of(&value))
@@ -81,9 +99,10 @@ impl<'a> KernelArgs<'a> {
     }
 
     /// One word per argument (values, or device addresses from `address`), and the leases to
-    /// record the launch on.
+    /// record the launch on, for a launch on GPU `gpu`.
     pub(crate) fn resolve(
         self,
+        gpu: Option<usize>,
         address: impl Fn(&LeaseState, &Region) -> Result<u64>,
     ) -> Result<(Vec<u64>, Vec<&'a LeaseState>)> {
         if let Some(error) = self.error {
@@ -97,6 +116,21 @@ impl<'a> KernelArgs<'a> {
                 Arg::Buffer { state, region } => {
                     words.push(address(state, &region)?);
                     leases.push(state);
+                }
+                Arg::Mapped { address: Some(address), gpu: view_gpu } if view_gpu == gpu => {
+                    words.push(address)
+                }
+                Arg::Mapped { gpu: view_gpu, .. } => {
+                    return Err(Error::invalid(
+                        "mapped view kernel argument",
+                        format!(
+                            "the view was made on {}, the launch is on {}: make the view on the \
+                             device of the queue that launches the kernel",
+                            view_gpu
+                                .map_or("the CPU backend".to_string(), |gpu| format!("CUDA device {gpu}")),
+                            gpu.map_or("the CPU backend".to_string(), |gpu| format!("CUDA device {gpu}")),
+                        ),
+                    ));
                 }
             }
         }

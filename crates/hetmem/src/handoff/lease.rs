@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use super::fence::Fence;
 use super::guard::Guard;
 use super::queue::QueueCore;
-use crate::backend::cuda::MemLocation;
+use crate::backend::cuda::{Attachment, MemLocation};
 use crate::error::{Error, Result};
 use crate::memory::{
     Buffer, Element, FileSpan, HostVisible, ManagedBuf, Region, Sealed, WritableBuffer, guarded,
@@ -274,6 +274,22 @@ impl<T: Element> Lent<ManagedBuf<T>> {
         // SAFETY: the allocation is the lent buffer's, which the lease holds until the fence
         // `submit` records on it (after the prefetch, on the same stream) has passed.
         held.state.queue.submit(&[&held.state], |stream| unsafe { alloc.prefetch(stream, location) })
+    }
+
+    /// Queues the association of the managed buffer with this lease's stream alone, or with
+    /// every stream again ([`crate::handoff::Attached`] is the public face). Nothing happens
+    /// on the CPU backend.
+    pub(crate) fn attach(&mut self, attachment: Attachment) -> Result<()> {
+        let held = &self.held;
+        let (Some(alloc), Some(_)) = (held.buf.managed_alloc(), held.state.queue.stream()) else {
+            return Ok(());
+        };
+        // SAFETY: the allocation is the lent buffer's, which the lease holds until the fence
+        // `submit` records on it (after the attachment, on the same stream) has passed; the
+        // CPU reaches the buffer only after reclaiming it, which waits for that fence, and a
+        // ManagedBuf exists only on devices with concurrent managed access, where the CPU may
+        // touch managed memory whatever other streams run.
+        held.state.queue.submit(&[&held.state], |stream| unsafe { alloc.attach(stream, attachment) })
     }
 }
 

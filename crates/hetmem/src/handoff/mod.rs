@@ -24,6 +24,7 @@
 //! lent.as_mut_slice()[0] = 1; // error: a lent buffer has no host access
 //! ```
 
+mod attach;
 mod cudarc_interop;
 mod fence;
 mod guard;
@@ -35,6 +36,7 @@ mod queue;
 mod reactor;
 
 pub use self::cudarc_interop::{CudarcHostMut, CudarcView, CudarcViewMut};
+pub use attach::Attached;
 pub use fence::{Fence, FenceFd, FenceKind};
 pub use launch::KernelArgs;
 pub(crate) use lease::{CpuRead, LeaseParts, LeaseState};

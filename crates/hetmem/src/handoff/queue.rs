@@ -298,7 +298,9 @@ impl Queue {
     /// # Safety
     /// `args` must match the kernel's parameters in number, order and type (buffers are passed
     /// as pointers to their element type), and the kernel must access each buffer only within
-    /// its length, and write only buffers passed with [`KernelArgs::write`].
+    /// its length, and write only buffers passed with [`KernelArgs::write`]; a mapped view
+    /// ([`KernelArgs::mapped`]) only through `hetmem/mapped.cuh`'s functions for the kind of
+    /// view it is, and not after the view is dropped.
     ///
     /// # Errors
     /// A CPU-backend queue; a lease of another queue; a buffer the device cannot address (not
@@ -311,7 +313,8 @@ impl Queue {
                     .into(),
             });
         }
-        let (mut words, leases) = args.resolve(|state, region| self.device_address(state, region))?;
+        let (mut words, leases) =
+            args.resolve(self.core.cuda_ordinal(), |state, region| self.device_address(state, region))?;
         if crate::faults::check(FaultPoint::Launch)? == Hit::Trap {
             return self.launch_illegal_store(&leases);
         }

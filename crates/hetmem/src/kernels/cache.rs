@@ -60,7 +60,8 @@ impl KernelCache {
         self.get_or_compile_code(&Code::of(source), arch)
     }
 
-    /// As [`KernelCache::get_or_compile`], for a source given at run time (a user's kernel).
+    /// As [`KernelCache::get_or_compile`], for a source given at run time (a user's kernel),
+    /// which may `#include` any of [`super::USER_HEADERS`].
     ///
     /// # Errors
     /// NVRTC missing or failing to compile the source.
@@ -70,7 +71,7 @@ impl KernelCache {
         source: &str,
         arch: &str,
     ) -> Result<(Vec<u8>, CacheOutcome)> {
-        self.get_or_compile_code(&Code { name, source, options: &[] }, arch)
+        self.get_or_compile_code(&Code { name, source, options: &[], headers: super::USER_HEADERS }, arch)
     }
 
     fn get_or_compile_code(&self, source: &Code<'_>, arch: &str) -> Result<(Vec<u8>, CacheOutcome)> {
@@ -99,7 +100,13 @@ impl KernelCache {
     }
 
     fn compile_and_store(&self, source: &Code<'_>, arch: &str, path: Option<&Path>) -> Result<Vec<u8>> {
-        let image = nvrtc::compile_cubin(source.name, source.source, arch, source.options)?;
+        let image = nvrtc::compile_cubin_with_headers(
+            source.name,
+            source.source,
+            arch,
+            source.options,
+            source.headers,
+        )?;
         if let Some(path) = path
             && let Err(error) = write_atomically(path, &[&image[..], &Sha256::digest(&image)[..]].concat())
         {
@@ -116,6 +123,7 @@ impl KernelCache {
         for part in [source.source, arch, &format!("nvrtc {major}.{minor}")]
             .into_iter()
             .chain(source.options.iter().copied())
+            .chain(source.headers.iter().flat_map(|(name, text)| [*name, *text]))
         {
             hash.update(part.as_bytes());
             hash.update([0]);
@@ -125,16 +133,18 @@ impl KernelCache {
     }
 }
 
-/// What is compiled: a built-in [`KernelSource`] or a user's source.
+/// What is compiled: a built-in [`KernelSource`] or a user's source (which may include
+/// [`super::USER_HEADERS`]).
 struct Code<'a> {
     name: &'a str,
     source: &'a str,
     options: &'a [&'a str],
+    headers: &'a [(&'a str, &'a str)],
 }
 
 impl<'a> Code<'a> {
     fn of(source: &'a KernelSource) -> Code<'a> {
-        Code { name: source.name, source: source.source, options: source.options }
+        Code { name: source.name, source: source.source, options: source.options, headers: &[] }
     }
 }
 

@@ -144,6 +144,12 @@ pub static CT: KernelSource = KernelSource {
     options: &[],
 };
 
+/// The headers every user's CUDA C source may `#include` (by the first name), without any file
+/// on disk: `hetmem/mapped.cuh`, the device side of the mapped flags, counters and mailboxes
+/// of `hetmem::resident::mapped`.
+pub static USER_HEADERS: &[(&str, &str)] =
+    &[("hetmem/mapped.cuh", include_str!("../../kernels/hetmem/mapped.cuh"))];
+
 /// Every kernel source in hetmem; the compile check builds each of them. (The benchmark's
 /// kernels are hetmem-bench's.)
 pub static ALL: &[&KernelSource] = &[&AFFINE, &SIGNAL, &GAUSSIAN, &DOORBELL, &FAULT, &CHECKSUM, &CT];

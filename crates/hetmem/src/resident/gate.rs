@@ -10,10 +10,11 @@ use std::mem::ManuallyDrop;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::backend::cuda::{HostAllocFlags, LaunchConfig, PinnedAlloc, ResidentKernel};
+use crate::backend::cuda::{LaunchConfig, ResidentKernel};
 use crate::error::{Error, Result};
 use crate::handoff::{KernelArgs, Queue};
 use crate::kernels::{self, SIGNAL};
+use crate::memory::MappedWords;
 
 /// Word offsets of the kernel's started, go and done words (one 64-byte line apart).
 const STARTED: usize = 0;
@@ -27,7 +28,7 @@ const DONE: usize = 32;
 /// Keep gates out of processes doing other GPU work.
 #[derive(Debug)]
 pub struct Gate {
-    words: ManuallyDrop<PinnedAlloc>,
+    words: ManuallyDrop<MappedWords>,
     queue: Queue,
     /// Counts the kernel in its context as resident from its launch until it is let go: from
     /// then on it ends on its own.
@@ -41,16 +42,14 @@ impl Gate {
     /// A CPU-backend queue (whose work runs on the calling thread, so it could never be
     /// opened), or the driver's error.
     pub fn new(queue: &Queue) -> Result<Gate> {
-        let Some(device) = queue.cuda_device() else {
+        if queue.cuda_device().is_none() {
             return Err(Error::NeedsGpu {
                 what: "a gate".into(),
                 detail: "on the CPU backend its kernel would never finish".into(),
             });
-        };
-        let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
+        }
         let gate = Gate {
-            // Zeroed before any word is read as an atomic: the driver leaves its memory unwritten.
-            words: ManuallyDrop::new(PinnedAlloc::zeroed(device, 4096, flags)?),
+            words: ManuallyDrop::new(MappedWords::zeroed(&queue.device(), DONE + 1)?),
             queue: queue.clone(),
             resident: Mutex::new(None),
         };
@@ -58,10 +57,7 @@ impl Gate {
     }
 
     fn word(&self, index: usize) -> &AtomicU32 {
-        // SAFETY: the page is 4096 bytes, page-aligned, zeroed when allocated and owned by
-        // `self.words`; index ≤ 32 keeps the word inside it. The CPU only touches it through this atomic, the kernel
-        // through 32-bit volatile accesses.
-        unsafe { &*self.words.host_ptr().cast::<AtomicU32>().add(index) }
+        &self.words.words()[index]
     }
 
     /// Resets the words and queues the waiting kernel. Wait for [`Gate::is_started`] before
@@ -80,11 +76,11 @@ impl Gate {
         let device = self.queue.cuda_device().expect("checked in Gate::new");
         let kernel = kernels::kernel(device, &SIGNAL, "wait_for_go")?;
         *self.resident() = Some(ResidentKernel::enter(device));
-        let address = self.words.device_ptr().expect("the page is mapped");
+        let address = self.words.device_address().expect("mapped words on a GPU have a device address");
         let config = LaunchConfig { grid: (1, 1, 1), block: (1, 1, 1), shared_bytes: 0 };
         // SAFETY: wait_for_go(volatile u32* words) takes one pointer; `address` is this gate's
-        // mapped page, which outlives the kernel because Drop opens the gate and waits for the
-        // queue before freeing it; the kernel touches words 0, 16 and 32 only.
+        // mapped words (DONE + 1 of them), which outlive the kernel because Drop opens the gate
+        // and waits for the queue before freeing them; the kernel touches words 0, 16 and 32.
         unsafe { self.queue.launch(&kernel, config, KernelArgs::new().value(address)) }
     }
 
@@ -124,9 +120,9 @@ impl Drop for Gate {
     fn drop(&mut self) {
         self.open();
         match self.queue.synchronize() {
-            // SAFETY: the queue is idle, so no kernel touches the page; dropped once, here.
+            // SAFETY: the queue is idle, so no kernel touches the words; dropped once, here.
             Ok(()) => unsafe { ManuallyDrop::drop(&mut self.words) },
-            // The kernel may still touch the page: leak it rather than free it.
+            // The kernel may still touch the words: leak them rather than free them.
             Err(error) => tracing::error!("a gate's kernel failed; leaking its page: {error}"),
         }
     }

@@ -5,6 +5,8 @@
 //!   f32) in microseconds, with a bounded queue, a watchdog and blocking or async waits.
 //! - [`Gate`]: a one-thread kernel that waits until the CPU lets it finish, for measuring
 //!   completion signals (hetmem-bench's `completion`) and for testing that waits do not block.
+//! - [`mapped`]: flags, counters and mailboxes in mapped memory, with a written ordering
+//!   contract and a header of device functions, for users' own kernels and protocols.
 //!
 //! A layer beside the hand-off ([`crate::handoff`]) that uses it: each kernel runs on its own
 //! [`Queue`](crate::Queue), launched with [`KernelArgs`](crate::handoff::KernelArgs).
@@ -21,6 +23,8 @@
 
 pub mod doorbell;
 mod gate;
+pub mod mapped;
 
 pub use doorbell::{Doorbell, DoorbellOptions, Request, Ticket};
 pub use gate::Gate;
+pub use mapped::{Counter, Mailbox, MailboxReceiver, MailboxSender, SeqFlag, Writer};

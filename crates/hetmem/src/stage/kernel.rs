@@ -12,7 +12,7 @@ use super::{ConstantUse, FrameLayout, Runs, Stage};
 use crate::backend::cuda::{CudaDevice, Kernel, LaunchConfig, Module};
 use crate::error::{Error, Result};
 use crate::handoff::{KernelArgs, Lease, Lent, Queue, Shared};
-use crate::memory::{Buffer, DeviceBuf, HostBuf, PinOptions, WritableBuffer};
+use crate::memory::{Buffer, DeviceBuf, HostBuf, MappedKind, MappedView, PinOptions, WritableBuffer};
 use crate::placement::Where;
 
 /// Where a kernel's code comes from.
@@ -64,6 +64,21 @@ pub enum Param {
         /// The constant's length in bytes, all of which the kernel may read.
         bytes: usize,
     },
+    /// A pointer to the first word of the stage's mapped view `index` (a flag, counter or
+    /// mailbox of `hetmem::resident::mapped`, given with [`KernelStage::with_mapped`]), which
+    /// the kernel touches only through `hetmem/mapped.cuh`, as the view of `kind` it is.
+    ///
+    /// `kind` is part of the kernel's signature, promised with the rest of it to
+    /// [`KernelStage::new`]: a launch whose view `index` is missing or of another kind (a flag
+    /// where the kernel expects a mailbox, a mailbox of another message size) is refused, so
+    /// the safe code that gives the views cannot make the kernel reach past one.
+    Mapped {
+        /// Which view: they are numbered from 0 in the order [`KernelStage::with_mapped`]
+        /// gives them.
+        index: usize,
+        /// What the kernel takes it for.
+        kind: MappedKind,
+    },
     /// A value of at most 8 bytes, passed by value (see [`Param::value`]).
     Value {
         /// The value's bytes, little-endian, zero-padded to 8.
@@ -101,8 +116,11 @@ impl Param {
 /// listed, in order and type (buffers as pointers to their first byte, values as their own
 /// type); it reads only the input and constant buffers, within `inputs[i].bytes()` bytes of
 /// each input and the `bytes` its [`Param::Constant`] declares of each constant, and writes
-/// only the output buffers, within `outputs[j].bytes()` bytes of each; it keeps no pointer after
-/// it returns and ends on its own, whatever the constants' contents. Everything around the
+/// only the output buffers, within `outputs[j].bytes()` bytes of each; it touches a mapped view
+/// ([`Param::Mapped`]) only through `hetmem/mapped.cuh`'s functions for that kind of view, in
+/// the role the CPU does not play; it keeps no pointer after it returns and ends on its own,
+/// whatever the constants' contents (a kernel that waits on a mapped view ends once the CPU
+/// gives it what it waits for). Everything around the
 /// launch is safe: the pipeline hands it buffers of exactly those sizes, lent to the GPU through
 /// the hand-off, so the CPU cannot touch them meanwhile, and [`KernelStage::with_constants`]
 /// takes only constants of the declared lengths (a clone of the stage keeps the same
@@ -146,6 +164,8 @@ pub struct KernelStage {
     /// constants cannot run with the ones another clone prepared.
     id: u64,
     constants: Vec<Arc<[u8]>>,
+    /// The mapped views [`Param::Mapped`] passes, by index.
+    mapped: Vec<Arc<dyn MappedView + Send + Sync>>,
     cpu: Option<Arc<CpuFn>>,
 }
 
@@ -179,6 +199,7 @@ impl std::fmt::Debug for KernelStage {
             .field("params", &self.params)
             .field("config", &self.config)
             .field("constants", &self.constants.len())
+            .field("mapped", &self.mapped.len())
             .field("cpu", &self.cpu.is_some())
             .finish()
     }
@@ -242,6 +263,7 @@ impl KernelStage {
             constant_bytes,
             id: NEXT_STAGE.fetch_add(1, Ordering::Relaxed),
             constants: Vec::new(),
+            mapped: Vec::new(),
             cpu: None,
         })
     }
@@ -263,6 +285,15 @@ impl KernelStage {
         Ok(self)
     }
 
+    /// Adds a mapped flag, counter or mailbox (`hetmem::resident::mapped`) that
+    /// [`Param::Mapped`] passes: the first call gives view 0, the next view 1, and so on. The
+    /// stage keeps it alive; it must be of the kind its parameter declares and of the GPU the
+    /// stage runs on (both checked at each launch).
+    pub fn with_mapped<V: MappedView + Send + Sync + 'static>(mut self, view: Arc<V>) -> KernelStage {
+        self.mapped.push(view);
+        self
+    }
+
     /// Adds the CPU path: `cpu` computes what the kernel computes, on the same buffers. The
     /// stage then runs on the CPU backend (by the CPU strategy) too.
     pub fn with_cpu(
@@ -276,6 +307,33 @@ impl KernelStage {
     /// The kernel's launch configuration.
     pub fn config(&self) -> LaunchConfig {
         self.config
+    }
+
+    /// Mapped view `index`, if it is there and of `kind`, as its parameter declares.
+    fn mapped_view(&self, index: usize, kind: MappedKind) -> Result<&(dyn MappedView + Send + Sync)> {
+        let bad = |problem: String| Error::invalid("kernel stage", problem);
+        match self.mapped.get(index) {
+            Some(view) if view.kind() == kind => Ok(&**view),
+            Some(view) => Err(bad(format!(
+                "mapped view {index} is a {:?}; the kernel's parameter takes a {kind:?}: give views in the \
+                 order and of the kinds the parameters declare",
+                view.kind()
+            ))),
+            None => Err(bad(format!(
+                "a parameter passes mapped view {index}, of {}: give each with KernelStage::with_mapped",
+                self.mapped.len()
+            ))),
+        }
+    }
+
+    /// Checks that every mapped view a parameter passes is there, of the kind it declares.
+    fn check_mapped(&self) -> Result<()> {
+        for param in &self.params {
+            if let Param::Mapped { index, kind } = *param {
+                self.mapped_view(index, kind)?;
+            }
+        }
+        Ok(())
     }
 
     /// The kernel, loaded into `device` (compiled first for CUDA C; modules are kept per
@@ -335,6 +393,9 @@ impl Stage for KernelStage {
     }
 
     fn prepare(&self, queue: &Queue, _strategy: Strategy, places: &[Where]) -> Result<KernelPrepared> {
+        // On every backend, so that code tested on the CPU keeps the GPU's rule (each launch
+        // checks again).
+        self.check_mapped()?;
         let Some(gpu) = queue.cuda_device() else {
             return Ok(KernelPrepared { kernel: None, constants: Vec::new(), stage: self.id });
         };
@@ -401,6 +462,7 @@ impl Stage for KernelStage {
                     args.write(outputs[index].take().expect("the constructor passes each output once"))
                 }
                 Param::Value { bytes, len } => args.value_bytes(&bytes[..usize::from(len)]),
+                Param::Mapped { index, kind } => args.mapped(self.mapped_view(index, kind)?),
                 Param::Constant { index, .. } => match &prepared.constants[index] {
                     Constant::Host(buffer) => args.read(buffer),
                     Constant::Device(buffer) => args.read(buffer),

@@ -38,6 +38,17 @@ pub enum Advice {
     AccessedBy(MemLocation),
 }
 
+/// Which streams' work managed memory is associated with (`cuStreamAttachMemAsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attachment {
+    /// Every stream of every device (`CU_MEM_ATTACH_GLOBAL`): how it is allocated.
+    Global,
+    /// One stream (`CU_MEM_ATTACH_SINGLE`): the driver needs to keep the memory coherent with
+    /// that stream's work only, so the CPU may touch it once that stream is idle, whatever
+    /// other streams run.
+    Single,
+}
+
 /// Managed memory (`cuMemAllocManaged`, attached globally), freed on drop.
 #[derive(Debug)]
 pub struct ManagedAlloc {
@@ -125,6 +136,34 @@ impl ManagedAlloc {
         // pages without changing their contents, so it cannot race any access. The stream is a
         // live stream of this context, bound above.
         unsafe { entry::mem_prefetch_async(self.ptr + offset as u64, len, location.raw(), stream.raw()) }?;
+        Ok(())
+    }
+
+    /// Queues on `stream` the association of the whole allocation with `attachment`: with
+    /// `stream` alone ([`Attachment::Single`]) or with every stream ([`Attachment::Global`]).
+    /// It takes effect when `stream` reaches it.
+    ///
+    /// # Safety
+    /// As for [`ManagedAlloc::prefetch_range`]: the allocation must stay alive until `stream`
+    /// has passed the call. And until then, and for as long as it is attached to `stream`
+    /// alone, the caller must keep the CPU's accesses to times when `stream` is idle (on a
+    /// device without concurrent managed access, any other access faults).
+    ///
+    /// # Errors
+    /// The driver's error.
+    pub unsafe fn attach(&self, stream: &Stream, attachment: Attachment) -> Result<()> {
+        let flags = match attachment {
+            Attachment::Global => sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL,
+            Attachment::Single => sys::CUmemAttach_flags::CU_MEM_ATTACH_SINGLE,
+        };
+        stream.bind()?;
+        // SAFETY: the address is this live allocation's start and the length 0 means all of
+        // it, as the call requires of managed memory; the stream is a live stream of this
+        // context, bound above. Attaching changes only which streams' work the driver keeps
+        // the pages coherent with, not their contents; the caller keeps the CPU's accesses
+        // within what the attachment allows.
+        unsafe { sys::cuStreamAttachMemAsync(stream.raw(), self.ptr, 0, flags as u32) }
+            .call("cuStreamAttachMemAsync")?;
         Ok(())
     }
 

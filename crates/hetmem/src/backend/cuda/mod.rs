@@ -26,7 +26,7 @@ pub use device::{ComputeCapability, CudaDevice, DeviceAttributes};
 pub use driver::REQUIRED_CUDA_VERSION;
 pub(crate) use host::mapped_address;
 pub(crate) use host::{HostAllocFlags, PinnedAlloc, RegisterFlags, Registration, RegistrationFailed};
-pub use managed::{Advice, ManagedAlloc, MemLocation};
+pub use managed::{Advice, Attachment, ManagedAlloc, MemLocation};
 pub(crate) use memory::DeviceAlloc;
 pub use module::{Kernel, LaunchConfig, Module};
 pub use stream::{Event, Stream};

@@ -161,6 +161,21 @@ pub fn version() -> Result<(i32, i32), NvrtcError> {
 /// [`NvrtcError::NotFound`] without libnvrtc; [`NvrtcError::Compile`] with NVRTC's log when
 /// the source does not compile.
 pub fn compile_cubin(name: &str, source: &str, arch: &str, options: &[&str]) -> Result<Vec<u8>, NvrtcError> {
+    compile_cubin_with_headers(name, source, arch, options, &[])
+}
+
+/// As [`compile_cubin`], with `headers` (each an include name and its text) that the source
+/// may `#include <name>` without any file on disk.
+///
+/// # Errors
+/// As for [`compile_cubin`].
+pub fn compile_cubin_with_headers(
+    name: &str,
+    source: &str,
+    arch: &str,
+    options: &[&str],
+    headers: &[(&str, &str)],
+) -> Result<Vec<u8>, NvrtcError> {
     let library = loaded()?;
     let to_c = |text: &str| {
         CString::new(text).map_err(|_| NvrtcError::Call {
@@ -170,16 +185,23 @@ pub fn compile_cubin(name: &str, source: &str, arch: &str, options: &[&str]) -> 
     };
     let c_source = to_c(source)?;
     let c_name = to_c(&format!("{name}.cu"))?;
+    let header_texts = headers.iter().map(|(_, text)| to_c(text)).collect::<Result<Vec<_>, _>>()?;
+    let header_names = headers.iter().map(|(name, _)| to_c(name)).collect::<Result<Vec<_>, _>>()?;
+    let text_pointers: Vec<*const c_char> = header_texts.iter().map(|text| text.as_ptr()).collect();
+    let name_pointers: Vec<*const c_char> = header_names.iter().map(|name| name.as_ptr()).collect();
+    let header_count = c_int::try_from(headers.len())
+        .map_err(|_| NvrtcError::Call { call: "nvrtcCreateProgram", code: "too many headers".into() })?;
     let mut raw = std::ptr::null_mut();
-    // SAFETY: both strings are NUL-terminated and outlive the call; no headers are given.
+    // SAFETY: every string is NUL-terminated and outlives the call (NVRTC copies them); the two
+    // header arrays each hold `header_count` pointers (null when there are none).
     let code = unsafe {
         (library.create_program)(
             &mut raw,
             c_source.as_ptr(),
             c_name.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
+            header_count,
+            if headers.is_empty() { std::ptr::null() } else { text_pointers.as_ptr() },
+            if headers.is_empty() { std::ptr::null() } else { name_pointers.as_ptr() },
         )
     };
     library.check("nvrtcCreateProgram", code)?;

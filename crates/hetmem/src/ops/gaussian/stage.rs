@@ -262,6 +262,7 @@ mod tests {
             multiprocessors: 132,
             integrated: false,
             host_memory_through_page_tables: false,
+            host_native_atomics: false,
         };
         let integrated = Capabilities { integrated: true, ..discrete };
         let coherent = Capabilities { host_memory_through_page_tables: true, ..discrete };

@@ -10,10 +10,11 @@ use super::cpu;
 use super::protocol::{self, EXITED, MAX_DEPTH, Request, STARTED, STOP};
 use super::ticket::Ticket;
 use crate::backend::Device;
-use crate::backend::cuda::{CudaDevice, HostAllocFlags, LaunchConfig, PinnedAlloc, ResidentKernel};
+use crate::backend::cuda::{CudaDevice, LaunchConfig, ResidentKernel};
 use crate::error::{DoorbellStop, Error, Result};
 use crate::handoff::{KernelArgs, Queue};
 use crate::kernels::{self, DOORBELL};
+use crate::memory::MappedWords;
 
 /// How long a reply (or the kernel's start or stop) may take before it is an error.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -41,14 +42,6 @@ impl Default for DoorbellOptions {
     }
 }
 
-/// The memory both sides share: mapped pinned memory for the kernel, plain memory for the CPU
-/// server.
-enum Memory {
-    Cpu(Arc<[AtomicU32]>),
-    /// Leaked (never dropped) if the kernel does not stop, since it may still touch it.
-    Cuda(ManuallyDrop<PinnedAlloc>),
-}
-
 enum Server {
     Cpu(Mutex<Option<std::thread::JoinHandle<()>>>),
     /// Leaked with the memory if the kernel does not stop: dropping the queue frees its flag
@@ -60,7 +53,10 @@ enum Server {
 /// A persistent server of small requests: a kernel on the GPU, a thread on the CPU backend.
 /// See the [module documentation](super).
 pub struct Doorbell {
-    memory: Memory,
+    /// The memory both sides share: mapped pinned memory for the kernel, plain memory for the
+    /// CPU server (whose thread holds it too). Leaked (never dropped) if the kernel does not
+    /// stop, since it may still touch it.
+    memory: ManuallyDrop<Arc<MappedWords>>,
     server: Server,
     pub(super) depth: usize,
     pub(super) timeout: Duration,
@@ -119,9 +115,9 @@ impl Doorbell {
     }
 
     /// A doorbell whose server has not started yet, over `memory`.
-    fn new(memory: Memory, server: Server, options: DoorbellOptions) -> Doorbell {
+    fn new(memory: Arc<MappedWords>, server: Server, options: DoorbellOptions) -> Doorbell {
         Doorbell {
-            memory,
+            memory: ManuallyDrop::new(memory),
             server,
             depth: options.depth,
             timeout: options.timeout,
@@ -136,13 +132,13 @@ impl Doorbell {
     /// [`cpu::serve`]; tests give servers that misbehave).
     fn start_cpu(options: DoorbellOptions, serve: Serve) -> Result<Doorbell> {
         let depth = options.depth;
-        let memory: Arc<[AtomicU32]> = (0..protocol::words_for(depth)).map(|_| AtomicU32::new(0)).collect();
+        let memory = Arc::new(MappedWords::zeroed(&Device::cpu(), protocol::words_for(depth))?);
         let served = Arc::clone(&memory);
         let thread = std::thread::Builder::new()
             .name("hetmem-doorbell".into())
-            .spawn(move || serve(&served, depth))
+            .spawn(move || serve(served.words(), depth))
             .map_err(|source| Error::Io { context: "starting the doorbell thread".into(), source })?;
-        let bell = Doorbell::new(Memory::Cpu(memory), Server::Cpu(Mutex::new(Some(thread))), options);
+        let bell = Doorbell::new(memory, Server::Cpu(Mutex::new(Some(thread))), options);
         bell.wait_started()?;
         Ok(bell)
     }
@@ -150,22 +146,19 @@ impl Doorbell {
     /// Allocates the mapped memory and launches the kernel on `cuda`.
     fn start_cuda(device: &Device, cuda: &CudaDevice, options: DoorbellOptions) -> Result<Doorbell> {
         let depth = options.depth;
-        let flags = HostAllocFlags { device_map: true, ..HostAllocFlags::default() };
-        // Zeroed before the words are read as atomics: the driver leaves its memory unwritten.
-        let alloc = PinnedAlloc::zeroed(cuda, protocol::words_for(depth) * 4, flags)?;
+        let memory = Arc::new(MappedWords::zeroed(device, protocol::words_for(depth))?);
         let kernel = kernels::kernel(cuda, &DOORBELL, "doorbell")?;
         let queue = Queue::new(device)?;
         // Counted in before the launch: from here on hetmem defers frees on this GPU.
         let resident = ResidentKernel::enter(cuda);
         // From here on, dropping the doorbell stops whatever kernel runs: a launch can fail
         // after the kernel was queued (its fence failing).
+        let address = memory.device_address().expect("mapped words on a GPU have a device address");
         let bell = Doorbell::new(
-            Memory::Cuda(ManuallyDrop::new(alloc)),
+            memory,
             Server::Cuda(ManuallyDrop::new(queue), ManuallyDrop::new(resident)),
             options,
         );
-        let Memory::Cuda(alloc) = &bell.memory else { unreachable!("made above") };
-        let address = alloc.device_ptr().expect("allocated with device_map");
         let Server::Cuda(queue, _) = &bell.server else { unreachable!("made above") };
         let config = LaunchConfig { grid: (1, 1, 1), block: (BLOCK_THREADS, 1, 1), shared_bytes: 0 };
         let args = KernelArgs::new().value(address).value(depth as u32);
@@ -192,17 +185,7 @@ impl Doorbell {
     }
 
     pub(super) fn words(&self) -> &[AtomicU32] {
-        match &self.memory {
-            Memory::Cpu(words) => words,
-            Memory::Cuda(alloc) => {
-                // SAFETY: the allocation is page-aligned (so 4-byte aligned), len_bytes long,
-                // zeroed when allocated and owned by `self` for as long as the returned borrow; the CPU touches it
-                // only through these atomics, the kernel only through 32-bit accesses.
-                unsafe {
-                    std::slice::from_raw_parts(alloc.host_ptr().cast::<AtomicU32>(), alloc.len_bytes() / 4)
-                }
-            }
-        }
+        self.memory.words()
     }
 
     pub(super) fn slot_base(&self, seq: u64) -> usize {
@@ -412,18 +395,23 @@ impl Drop for Doorbell {
         }
         // A failed stop (now, or in an earlier `shutdown`) leaves the memory to the kernel.
         if !self.quiet.load(Ordering::Acquire) {
-            tracing::error!("a doorbell's kernel may still run: leaking its memory and stream");
+            if self.memory.is_cpu() {
+                // SAFETY: plain memory, which the server thread keeps alive through its own
+                // handle for as long as it runs; dropped once, here.
+                unsafe { ManuallyDrop::drop(&mut self.memory) };
+            } else {
+                tracing::error!("a doorbell's kernel may still run: leaking its memory and stream");
+            }
         } else {
             if let Server::Cuda(_, resident) = &mut self.server {
                 // SAFETY: `quiet`: the kernel has ended; dropped once, here. The frees it
                 // deferred run now, before the doorbell's own.
                 unsafe { ManuallyDrop::drop(resident) };
             }
-            if let Memory::Cuda(alloc) = &mut self.memory {
-                // SAFETY: `quiet`: the kernel never launched, or it wrote EXITED and its stream
-                // has synchronised, so nothing on the GPU touches the memory; dropped once, here.
-                unsafe { ManuallyDrop::drop(alloc) };
-            }
+            // SAFETY: `quiet`: the server never started, or it wrote EXITED and its stream has
+            // synchronised (its thread has ended), so nothing touches the memory; dropped once,
+            // here.
+            unsafe { ManuallyDrop::drop(&mut self.memory) };
             if let Server::Cuda(queue, _) = &mut self.server {
                 // SAFETY: as above; the queue is not used after this.
                 unsafe { ManuallyDrop::drop(queue) };
