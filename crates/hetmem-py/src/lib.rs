@@ -1,8 +1,8 @@
 //! The native half of hetmem's Python package (`hetmem._native`): hetmem's devices, streams
 //! and memory (pinned, registered in place, file windows), the views over that memory (NumPy's
 //! and CUDA's array interfaces, DLPack capsules) and the reading of other producers' capsules,
-//! the data loader's CPU pre-processing, and safetensors checkpoints loaded into one allocation
-//! (`load`). The Python half (`python/hetmem/`) gives them
+//! the data loader's CPU pre-processing, safetensors checkpoints loaded into one allocation
+//! (`load`), and the doctor's report (`doctor`). The Python half (`python/hetmem/`) gives them
 //! shapes, dtypes and the lend/reclaim rule.
 //!
 //! Every function here is callable from Python, underscore or not, so none trusts what the
@@ -18,6 +18,7 @@ mod attached;
 mod batch;
 mod device;
 mod dlpack;
+mod doctor;
 mod file;
 mod gather;
 mod import;
@@ -62,6 +63,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<view::View>()?;
     module.add_class::<load::LoadedCheckpoint>()?;
     module.add_function(wrap_pyfunction!(load::load_checkpoint, module)?)?;
+    module.add_function(wrap_pyfunction!(doctor::doctor_json, module)?)?;
     module.add_function(wrap_pyfunction!(memory::pinned, module)?)?;
     module.add_function(wrap_pyfunction!(register::register, module)?)?;
     module.add_function(wrap_pyfunction!(dlpack::capsule, module)?)?;

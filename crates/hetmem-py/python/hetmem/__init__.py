@@ -57,6 +57,7 @@ __all__ = [
     "Stream",
     "bfloat16",
     "device",
+    "doctor",
     "load",
     "page_size",
     "pinned",
@@ -523,3 +524,4 @@ from ._register import register  # noqa: E402
 
 # Loading needs Buffer, DeviceView and device() above.
 from ._load import LoadedTensors, LoadReport, load  # noqa: E402
+from ._doctor import doctor  # noqa: E402

@@ -134,3 +134,6 @@ def load_checkpoint(device: Optional[Device], sources: List[str], *, names: Opti
         loaded = load_checkpoint(hetmem.device(), ["model.safetensors"], prefixes=["layers.0."])
         for name, dtype, shape, offset, nbytes in loaded.tensors: ...
     """
+
+def doctor_json(device: Device) -> str:
+    """The report ``hetmem doctor`` gathers on this machine, as JSON (``hetmem.doctor()`` parses it)."""
