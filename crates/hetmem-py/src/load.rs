@@ -243,3 +243,15 @@ fn report_progress(
         }
     }
 }
+
+/// The link's host-to-device rate, as `hetmem load` measures it (hetmem-bench's: the best of 5
+/// copies of 256 MiB from pinned memory), GB/s; None on the CPU backend. Takes a few tenths of
+/// a second (pinning the buffer, mostly), with the interpreter released.
+#[pyfunction]
+pub fn link_h2d_gb_per_s(py: Python<'_>, device: &Device) -> PyResult<Option<f64>> {
+    py.detach(|| {
+        let queue = Queue::new(&device.inner)?;
+        hetmem_bench::file::link_h2d_gb_per_s(&device.inner, &queue)
+    })
+    .map_err(|error| HetmemError::new_err(format!("measuring the link: {error}")))
+}

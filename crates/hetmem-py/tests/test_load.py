@@ -91,6 +91,10 @@ def test_every_dtype_scalars_and_empty_tensors_load_as_numpy_reads_them(tmp_path
     assert loaded.device == "cpu" and len(loaded) == len(DTYPES)
     assert loaded.report.bytes == sum(len(raw) for _, _, raw in tensors.values())
     assert loaded.report.method in ("staged", "staged-direct") and loaded.report.gb_per_s >= 0
+    shares = hetmem.load(path, device="cpu", link_gb_per_s=50.0, storage_gb_per_s=5.0, measure_link=True)
+    assert shares.report.link_gb_per_s == 50.0 and shares.report.storage_gb_per_s == 5.0
+    assert shares.report.of_link == pytest.approx(shares.report.gb_per_s / 50.0)
+    assert shares.report.of_storage == pytest.approx(shares.report.gb_per_s / 5.0)
 
 
 def test_the_tensors_are_views_of_one_allocation(tmp_path, rng):
@@ -267,7 +271,8 @@ def test_the_gpu_load_matches_the_cpu_load(tmp_path, rng):
     write(tmp_path / "big.safetensors", big)
     for method in ("auto", "staged", "staged-direct"):
         on_cpu = hetmem.load(index, device="cpu", method=method)
-        on_device = hetmem.load(index, device="cuda", method=method)
+        on_device = hetmem.load(index, device="cuda", method=method, measure_link=True)
+        assert on_device.report.link_gb_per_s > 1 and on_device.report.of_link > 0
         assert on_device.device == "cuda" and set(on_device) == set(on_cpu)
         for name in on_cpu:
             gpu = on_device[name]

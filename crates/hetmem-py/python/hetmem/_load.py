@@ -209,7 +209,7 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
          names: Optional[Iterable[str]] = None, prefix: Union[None, str, Sequence[str]] = None,
          dtype: Any = None, into: Any = None, shard: Optional[Tuple[int, int, int]] = None,
          method: str = "auto", threads: Optional[int] = None, chunk_bytes: Optional[int] = None,
-         progress: Any = None, link_gb_per_s: Optional[float] = None,
+         progress: Any = None, link_gb_per_s: Optional[float] = None, measure_link: bool = False,
          storage_gb_per_s: Optional[float] = None) -> LoadedTensors:
     """Loads safetensors tensors into one allocation and returns them as views of it.
 
@@ -222,7 +222,10 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
     (``O_DIRECT``); ``threads`` and ``chunk_bytes`` as for ``hetmem load``. ``progress``: a
     tqdm bar on loads longer than a second where tqdm is installed (None), none (False), or a
     function called with ``(bytes_done, bytes_total)`` about every 100 ms. The interpreter is
-    released while the bytes move.
+    released while the bytes move. ``report.of_link`` and ``report.of_storage`` are the rate's
+    shares of ``link_gb_per_s`` and ``storage_gb_per_s`` where given; ``measure_link=True``
+    measures the link first, as ``hetmem load`` does (a few tenths of a second, not in the
+    rate; nothing on the CPU backend).
 
     A malformed or truncated file, a missing shard, a tensor in two files, or a name or prefix
     that matches nothing raises (``HetmemError`` or ``ValueError``) naming the file, the tensor
@@ -246,6 +249,8 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
     if isinstance(names, str):
         raise TypeError("hetmem.load: names= is a list of tensor names, not one string (for one, give [name])")
     target = _native_device(device)
+    if measure_link and link_gb_per_s is None and target is not None:
+        link_gb_per_s = _native.link_h2d_gb_per_s(target)
     reporter = _Progress(progress)
     try:
         loaded = _native.load_checkpoint(

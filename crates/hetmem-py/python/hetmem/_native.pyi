@@ -135,5 +135,8 @@ def load_checkpoint(device: Optional[Device], sources: List[str], *, names: Opti
         for name, dtype, shape, offset, nbytes in loaded.tensors: ...
     """
 
+def link_h2d_gb_per_s(device: Device) -> Optional[float]:
+    """The link's host-to-device rate as ``hetmem load`` measures it (GB/s), None on the CPU backend."""
+
 def doctor_json(device: Device) -> str:
     """The report ``hetmem doctor`` gathers on this machine, as JSON (``hetmem.doctor()`` parses it)."""
