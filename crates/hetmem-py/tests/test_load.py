@@ -93,6 +93,7 @@ def test_every_dtype_scalars_and_empty_tensors_load_as_numpy_reads_them(tmp_path
     assert loaded.report.method in ("staged", "staged-direct") and loaded.report.gb_per_s >= 0
     shares = hetmem.load(path, device="cpu", link_gb_per_s=50.0, storage_gb_per_s=5.0, measure_link=True)
     assert shares.report.link_gb_per_s == 50.0 and shares.report.storage_gb_per_s == 5.0
+    assert shares.report.setup_seconds == 0.0, "the second load reuses the first one's staging ring"
     assert shares.report.of_link == pytest.approx(shares.report.gb_per_s / 50.0)
     assert shares.report.of_storage == pytest.approx(shares.report.gb_per_s / 5.0)
 
@@ -106,6 +107,15 @@ def test_the_tensors_are_views_of_one_allocation(tmp_path, rng):
         addresses = [loaded[name].__array_interface__["data"][0] for name in sorted(loaded)]
     assert max(addresses) + 64 * 3 * 4 - min(addresses) <= loaded.nbytes
     assert addresses == sorted(addresses) and len(set(addresses)) == 4
+
+
+def test_tensors_at_offsets_their_element_size_does_not_divide_load(tmp_path, rng):
+    # A 3-byte tensor first: every tensor after it starts off its alignment.
+    tensors = {"a.odd": ("U8", (3,), random_bytes(rng, "U8", (3,))),
+               "b.f32": ("F32", (5, 2), random_bytes(rng, "F32", (5, 2))),
+               "c.bf16": ("BF16", (7,), random_bytes(rng, "BF16", (7,))),
+               "d.i64": ("I64", (), random_bytes(rng, "I64", ()))}
+    check_values(hetmem.load(write(tmp_path / "odd.safetensors", tensors), device="cpu"), tensors)
 
 
 def test_a_file_written_by_the_safetensors_package_loads(tmp_path, rng):

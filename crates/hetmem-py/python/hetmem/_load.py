@@ -19,27 +19,20 @@ from . import Buffer, DeviceView, HetmemError, bfloat16, device as _default_devi
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# Each safetensors dtype: the NumPy dtype its view carries (the raw bits where NumPy has no
-# such type) and, where that differs, the PyTorch dtype the tensor is then viewed as.
-_VIEW_DTYPES: Dict[str, Tuple[Any, Optional[str]]] = {
-    "F64": (np.float64, None),
-    "F32": (np.float32, None),
-    "F16": (np.float16, None),
-    "BF16": (bfloat16, None),
-    "C64": (np.complex64, None),
-    "I64": (np.int64, None),
-    "I32": (np.int32, None),
-    "I16": (np.int16, None),
-    "I8": (np.int8, None),
-    "U64": (np.uint64, None),
-    "U32": (np.uint32, None),
-    "U16": (np.uint16, None),
-    "U8": (np.uint8, None),
-    "BOOL": (np.bool_, None),
-    "F8_E4M3": (np.uint8, "float8_e4m3fn"),
-    "F8_E5M2": (np.uint8, "float8_e5m2"),
-    "F8_E8M0": (np.uint8, "float8_e8m0fnu"),
+# Each safetensors dtype: the NumPy dtype of its host views (the raw bits where NumPy has no
+# such type: BF16 as hetmem's bfloat16, whose DLPack export is bfloat16; F8 as uint8).
+_VIEW_DTYPES: Dict[str, Any] = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": bfloat16, "C64": np.complex64,
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+    "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
+    "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "F8_E8M0": np.uint8,
 }
+
+# Each safetensors dtype: the name of its PyTorch dtype.
+_TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "C64": "complex64",
+                 "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32",
+                 "U16": "uint16", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn",
+                 "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu"}
 
 #: Loads shorter than this show no progress bar when ``progress`` is left to choose.
 _BAR_AFTER_SECONDS = 1.0
@@ -54,7 +47,14 @@ class LoadReport:
     ``seconds`` (from the first read to the last copy's completion), ``gb_per_s`` (10^9
     bytes); ``setup_seconds``: pinning the staging ring, not in the rate. ``of_link`` and
     ``of_storage``: the rate's share of the link's and the storage's rates, where they were
-    given (``link_gb_per_s=``, ``storage_gb_per_s=``: ``hetmem bench`` measures both)."""
+    given (``link_gb_per_s=``, ``storage_gb_per_s=``: ``hetmem bench`` measures both, and
+    ``measure_link=True`` the link as ``hetmem load`` does).
+
+    Example::
+
+        report = hetmem.load("model.safetensors", measure_link=True).report
+        print(f"{report.gb_per_s:.1f} GB/s by {report.method}, {report.of_link:.0%} of the link")
+    """
 
     method: str
     read_mode: str
@@ -185,24 +185,43 @@ class _Progress:
             self._bar.close()
 
 
-def _view(memory: _native.Memory, dtype_name: str, shape: Sequence[int], offset: int, torch: Any) -> Any:
-    kind = _VIEW_DTYPES.get(dtype_name)
-    if kind is None:
+def _exported(memory: _native.Memory, dtype_name: str, shape: Sequence[int], offset: int) -> Buffer:
+    """A tensor's range of the allocation as a hetmem Buffer (host memory) or DeviceView."""
+    np_dtype = _VIEW_DTYPES.get(dtype_name)
+    if np_dtype is None:
         raise HetmemError(f"load: dtype {dtype_name} has no tensor type here; load the checkpoint with safetensors")
-    np_dtype, torch_name = kind
     buffer = Buffer(memory, tuple(shape), np_dtype, offset=offset)
-    on_device = memory.kind == "device"
-    exported = DeviceView(buffer) if on_device else buffer
+    return DeviceView(buffer) if memory.kind == "device" else buffer
+
+
+def _torch_dtype(torch: Any, dtype_name: str) -> Any:
+    target = getattr(torch, _TORCH_DTYPES.get(dtype_name, ""), None)
+    if target is None:
+        raise HetmemError(f"load: this PyTorch ({torch.__version__}) has no tensor type for dtype {dtype_name}; "
+                          "upgrade PyTorch, or choose other tensors (names=, prefix=)")
+    return target
+
+
+def _views(memory: _native.Memory, entries: List[Tuple[str, str, List[int], int, int]]) -> Dict[str, Any]:
+    """Each tensor as a view of the allocation: PyTorch tensors cut from one tensor over all of
+    it (one DLPack import; a tensor whose offset its element size does not divide is imported
+    on its own), else NumPy arrays (host memory) or DLPack exporters (device memory)."""
+    torch = _torch()
     if torch is None:
-        return exported if on_device else buffer.numpy()
-    tensor = torch.from_dlpack(exported)
-    if torch_name is not None:
-        target = getattr(torch, torch_name, None)
-        if target is None:
-            raise HetmemError(f"load: this PyTorch ({torch.__version__}) has no torch.{torch_name} for dtype "
-                              f"{dtype_name}; upgrade PyTorch, or choose other tensors (names=, prefix=)")
-        tensor = tensor.view(target)
-    return tensor
+        out = {}
+        for name, dtype_name, shape, offset, _ in entries:
+            exported = _exported(memory, dtype_name, shape, offset)
+            out[name] = exported if memory.kind == "device" else exported.numpy()
+        return out
+    whole = torch.from_dlpack(_exported(memory, "U8", [memory.nbytes], 0))
+    out = {}
+    for name, dtype_name, shape, offset, nbytes in entries:
+        target = _torch_dtype(torch, dtype_name)
+        if offset % target.itemsize == 0:
+            out[name] = whole[offset:offset + nbytes].view(target).view(tuple(shape))
+        else:
+            out[name] = torch.from_dlpack(_exported(memory, dtype_name, shape, offset)).view(target)
+    return out
 
 
 def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
@@ -267,7 +286,5 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
         **raw, link_gb_per_s=link_gb_per_s, of_link=rate / link_gb_per_s if link_gb_per_s else None,
         storage_gb_per_s=storage_gb_per_s, of_storage=rate / storage_gb_per_s if storage_gb_per_s else None)
     memory = loaded.memory
-    torch = _torch()
-    tensors = {name: _view(memory, dtype_name, shape, offset, torch)
-               for name, dtype_name, shape, offset, _nbytes in loaded.tensors}
+    tensors = _views(memory, loaded.tensors)
     return LoadedTensors(tensors, report, memory.nbytes, "cuda" if memory.kind == "device" else "cpu")
