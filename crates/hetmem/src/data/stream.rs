@@ -357,6 +357,12 @@ impl FileStream {
         dst_offset: usize,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<LoadReport> {
+        if ranges.iter().try_fold(0u64, |total, range| total.checked_add(range.len)).is_none() {
+            return Err(Error::invalid(
+                "load",
+                "the ranges' lengths add up to more than 2^64 bytes: give real file ranges",
+            ));
+        }
         let mut parts = Vec::with_capacity(ranges.len());
         let mut at = Some(dst_offset);
         for range in ranges {
