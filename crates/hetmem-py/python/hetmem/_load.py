@@ -174,7 +174,7 @@ class _Progress:
             return
         self._calls += 1
         if self._bar is None and self._calls * 0.1 >= _BAR_AFTER_SECONDS:
-            self._bar = self._tqdm(total=total, unit="B", unit_scale=True, desc="hetmem.load")
+            self._bar = self._tqdm(total=total, initial=done, unit="B", unit_scale=True, desc="hetmem.load")
         if self._bar is not None:
             self._bar.update(done - self._bar.n)
 
