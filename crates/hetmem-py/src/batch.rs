@@ -137,7 +137,7 @@ pub fn prepare_batch(
     let geometry = Geometry { record: record_shape, crop: crop_shape };
     let (height, width, channels) = record_shape;
     let record_bytes = product([height, width, channels], "batch record shape")?;
-    let (records_ptr, records_bytes, _) = records.host_range();
+    let (records_ptr, records_bytes, _) = records.host_range()?;
     if record_bytes == 0 {
         return Err(PyValueError::new_err(format!("batch: record shape {record_shape:?} holds no bytes")));
     }

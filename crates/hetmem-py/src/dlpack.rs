@@ -224,7 +224,7 @@ pub fn capsule(
     let held = memory.get();
     let (code, bits, itemsize) = element_type(code, bits)?;
     let range = held.range(offset, &shape, itemsize)?;
-    let readonly = held.host_range().2;
+    let readonly = held.is_readonly();
     if unflagged_readonly && !cuda {
         return Err(PyValueError::new_err(
             "DLPack export: unflagged_readonly is for device views only (a CPU write to read-only host memory \
@@ -250,7 +250,7 @@ pub fn capsule(
         let ordinal = held.device_ordinal_i32();
         (base + range.offset as u64, DlDevice { device_type: KDL_CUDA, device_id: ordinal })
     } else {
-        ((held.host_range().0 + range.offset) as u64, DlDevice { device_type: KDL_CPU, device_id: 0 })
+        ((held.host_range()?.0 + range.offset) as u64, DlDevice { device_type: KDL_CPU, device_id: 0 })
     };
     // An int past 128 bits names no stream hetmem can follow, as any other unknown handle.
     let stream = stream.map(|stream| stream.value().unwrap_or(i128::MAX));

@@ -26,7 +26,7 @@ pub fn gather_records(
     if record_bytes == 0 {
         return Err(PyValueError::new_err("gather: record_bytes is 0; a record holds at least one byte"));
     }
-    let (records_ptr, records_bytes, _) = records.host_range();
+    let (records_ptr, records_bytes, _) = records.host_range()?;
     let count = records_bytes / record_bytes;
     if let Some(&index) = indices.iter().find(|&&index| index >= count) {
         return Err(PyValueError::new_err(format!("gather: record {index} of {count}")));

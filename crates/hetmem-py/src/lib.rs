@@ -1,7 +1,8 @@
 //! The native half of hetmem's Python package (`hetmem._native`): hetmem's devices, streams
 //! and memory (pinned, registered in place, file windows), the views over that memory (NumPy's
 //! and CUDA's array interfaces, DLPack capsules) and the reading of other producers' capsules,
-//! and the data loader's CPU pre-processing. The Python half (`python/hetmem/`) gives them
+//! the data loader's CPU pre-processing, safetensors checkpoints loaded into one allocation
+//! (`load`), and the doctor's report (`doctor`). The Python half (`python/hetmem/`) gives them
 //! shapes, dtypes and the lend/reclaim rule.
 //!
 //! Every function here is callable from Python, underscore or not, so none trusts what the
@@ -17,9 +18,11 @@ mod attached;
 mod batch;
 mod device;
 mod dlpack;
+mod doctor;
 mod file;
 mod gather;
 mod import;
+mod load;
 mod memory;
 mod owner;
 mod pool;
@@ -58,6 +61,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<stream::Stream>()?;
     module.add_class::<import::TensorInfo>()?;
     module.add_class::<view::View>()?;
+    module.add_class::<load::LoadedCheckpoint>()?;
+    module.add_function(wrap_pyfunction!(load::load_checkpoint, module)?)?;
+    module.add_function(wrap_pyfunction!(load::link_h2d_gb_per_s, module)?)?;
+    module.add_function(wrap_pyfunction!(doctor::doctor_json, module)?)?;
     module.add_function(wrap_pyfunction!(memory::pinned, module)?)?;
     module.add_function(wrap_pyfunction!(register::register, module)?)?;
     module.add_function(wrap_pyfunction!(dlpack::capsule, module)?)?;

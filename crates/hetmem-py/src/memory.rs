@@ -24,7 +24,8 @@ pub struct Memory {
     /// What owns or pins the memory (a hetmem buffer or window, or a registration's share):
     /// only dropped, by `Drop`, after `uses` has been waited for.
     holder: ManuallyDrop<Box<dyn Any + Send + Sync>>,
-    host_ptr: usize,
+    /// None for device memory, which the CPU cannot address.
+    host_ptr: Option<usize>,
     nbytes: usize,
     device_ptr: Option<u64>,
     device_ordinal: Option<usize>,
@@ -82,7 +83,7 @@ impl Memory {
     pub(crate) fn new(holder: Box<dyn Any + Send + Sync>, layout: Layout, device: &hetmem::Device) -> Memory {
         Memory {
             holder: ManuallyDrop::new(holder),
-            host_ptr: layout.host_ptr,
+            host_ptr: Some(layout.host_ptr),
             nbytes: layout.nbytes,
             device_ptr: layout.device_ptr,
             device_ordinal: device.as_cuda().map(|cuda| cuda.ordinal()),
@@ -110,7 +111,7 @@ impl Memory {
     ) -> Memory {
         Memory {
             holder: ManuallyDrop::new(window),
-            host_ptr,
+            host_ptr: Some(host_ptr),
             nbytes,
             device_ptr,
             device_ordinal: None,
@@ -128,15 +129,52 @@ impl Memory {
         self
     }
 
+    /// A device allocation's memory (`"device"`): no host views, only device views (on a GPU;
+    /// the CPU backend's allocations are host memory, made with [`Memory::from_host`]).
+    pub(crate) fn from_device(buffer: hetmem::DeviceBuf<u8>, device: &hetmem::Device) -> Memory {
+        let (nbytes, device_ptr) = (buffer.len(), buffer.device_ptr());
+        Memory {
+            holder: ManuallyDrop::new(Box::new(buffer)),
+            host_ptr: None,
+            nbytes,
+            device_ptr,
+            device_ordinal: device.as_cuda().map(|cuda| cuda.ordinal()),
+            readonly: false,
+            unflagged_device_view: false,
+            kind: "device",
+            uses: GpuUses::new(device),
+        }
+    }
+
     /// The host address of the first byte, the size in bytes, and whether it is read-only.
-    pub(crate) fn host_range(&self) -> (usize, usize, bool) {
-        (self.host_ptr, self.nbytes, self.readonly)
+    ///
+    /// # Errors
+    /// `HetmemError` for device memory, which has no host address.
+    pub(crate) fn host_range(&self) -> PyResult<(usize, usize, bool)> {
+        let host_ptr = self.host_ptr.ok_or_else(|| {
+            HetmemError::new_err(
+                "no host view: the memory is a device allocation the CPU cannot address; copy the tensor to the \
+                 host (tensor.cpu())",
+            )
+        })?;
+        Ok((host_ptr, self.nbytes, self.readonly))
+    }
+
+    /// The size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.nbytes
+    }
+
+    /// Whether the memory is read-only.
+    pub(crate) fn is_readonly(&self) -> bool {
+        self.readonly
     }
 
     /// The host address of an output `needed` bytes long written from `source`: an error
     /// (`what` names the loop) unless this memory is writable, holds them and does not overlap
     /// `source`.
     pub(crate) fn output_for(&self, needed: usize, source: &Memory, what: &str) -> PyResult<usize> {
+        let (host_ptr, source_ptr) = (self.host_range()?.0, source.host_range()?.0);
         if self.readonly || needed > self.nbytes {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "{what}: the output holds {} bytes{}; {needed} writable bytes are needed",
@@ -146,12 +184,12 @@ impl Memory {
         }
         // Both ranges lie inside their memories (each ends at an address that exists), so
         // these sums do not overflow.
-        if source.host_ptr < self.host_ptr + needed && self.host_ptr < source.host_ptr + source.nbytes {
+        if source_ptr < host_ptr + needed && host_ptr < source_ptr + source.nbytes {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "{what}: the output overlaps the records; write the batch elsewhere"
             )));
         }
-        Ok(self.host_ptr)
+        Ok(host_ptr)
     }
 
     /// Whether this read-only window's device view may be exported in an unversioned capsule.
@@ -216,9 +254,9 @@ fn release(uses: &GpuUses, holder: &mut ManuallyDrop<Box<dyn Any + Send + Sync>>
 
 #[pymethods]
 impl Memory {
-    /// The CPU address of the first byte.
+    /// The CPU address of the first byte, or None for device memory.
     #[getter]
-    fn host_ptr(&self) -> usize {
+    fn host_ptr(&self) -> Option<usize> {
         self.host_ptr
     }
 
@@ -247,7 +285,8 @@ impl Memory {
         self.readonly
     }
 
-    /// `"pinned"` (driver-allocated), `"registered"`, `"plain"` (the CPU backend) or `"file"`.
+    /// `"pinned"` (driver-allocated), `"registered"`, `"plain"` (the CPU backend), `"file"` or
+    /// `"device"` (a device allocation: device views only).
     #[getter]
     fn kind(&self) -> &'static str {
         self.kind

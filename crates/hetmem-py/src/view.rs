@@ -280,7 +280,7 @@ impl View {
     fn _host_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let range = self.range()?;
         let memory = self.memory.get();
-        let (host_ptr, _, readonly) = memory.host_range();
+        let (host_ptr, _, readonly) = memory.host_range()?;
         memory.uses.note_unknown();
         let dict = interface(py, (host_ptr + range.offset) as u64, readonly, &range, &self.typestr)?;
         if self.structured {
@@ -298,7 +298,7 @@ impl View {
         let base = memory.device_base()?;
         let range = self.range()?;
         memory.uses.note_unknown();
-        let dict = interface(py, base + range.offset as u64, memory.host_range().2, &range, &typestr)?;
+        let dict = interface(py, base + range.offset as u64, memory.is_readonly(), &range, &typestr)?;
         // Nothing of hetmem's is pending on the memory: the consumer need not wait.
         dict.set_item("stream", py.None())?;
         Ok(dict)
@@ -313,7 +313,7 @@ impl std::fmt::Debug for View {
 
 impl View {
     fn range(&self) -> PyResult<Range> {
-        let nbytes = self.memory.get().host_range().1;
+        let nbytes = self.memory.get().len();
         Range::checked(nbytes, self.offset, self.interface_shape.clone(), self.typestr.itemsize)
     }
 

@@ -3,6 +3,7 @@
 //! GPU tests skip visibly without a GPU and fail with `HETMEM_REQUIRE_GPU=1`
 //! (see `hetmem::testing`).
 
+mod checkpoints;
 mod ct_volume;
 mod cuda_smoke;
 mod cudarc_interop;

@@ -50,11 +50,15 @@ __all__ = [
     "HetmemError",
     "Lease",
     "LentError",
+    "LoadReport",
+    "LoadedTensors",
     "MappedFile",
     "PinnedPool",
     "Stream",
     "bfloat16",
     "device",
+    "doctor",
+    "load",
     "page_size",
     "pinned",
     "register",
@@ -203,9 +207,10 @@ class Buffer(_native.View):
         return None if base is None else base + self._offset
 
     @property
-    def host_ptr(self) -> int:
-        """The CPU address of the first element."""
-        return self._memory.host_ptr + self._offset
+    def host_ptr(self) -> Optional[int]:
+        """The CPU address of the first element, or None for device memory."""
+        base = self._memory.host_ptr
+        return None if base is None else base + self._offset
 
     @property
     def lent(self) -> bool:
@@ -518,3 +523,7 @@ def stream() -> Stream:
 from ._register import register  # noqa: E402
 # hetmem.nixl: NIXL transfers that keep the hand-off (NIXL itself is loaded only when used).
 from . import nixl  # noqa: E402,F401
+
+# Loading needs Buffer, DeviceView and device() above.
+from ._load import LoadedTensors, LoadReport, load  # noqa: E402
+from ._doctor import doctor  # noqa: E402

@@ -1,6 +1,6 @@
 """Type stubs of hetmem's native module (the Rust half; see hetmem/__init__.py for the API)."""
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 page_size: int
 
@@ -22,10 +22,10 @@ class Device:
     def synchronize(self) -> None: ...
 
 class Memory:
-    """Bytes of host memory hetmem holds (pinned, registered, or a file window); its release
-    waits for the GPU work that may still use it."""
+    """Bytes of memory hetmem holds (pinned, registered, a file window, or a device allocation
+    of ``load_checkpoint``); its release waits for the GPU work that may still use it."""
     @property
-    def host_ptr(self) -> int: ...
+    def host_ptr(self) -> Optional[int]: ...
     @property
     def nbytes(self) -> int: ...
     @property
@@ -110,3 +110,33 @@ def gather_records(records: Memory, record_bytes: int, indices: List[int], out: 
 
 def check_file(memory: Memory) -> None:
     """Raises HetmemError when ``memory`` is a window its file no longer holds."""
+
+class LoadedCheckpoint:
+    """A checkpoint loaded into one allocation (``memory``), and each tensor's place in it."""
+    @property
+    def memory(self) -> Memory: ...
+    @property
+    def tensors(self) -> List[Tuple[str, str, List[int], int, int]]:
+        """``(name, dtype, shape, offset, nbytes)`` for each tensor, by name."""
+    @property
+    def report(self) -> Dict[str, Any]:
+        """method, read_mode, bytes, seconds, setup_seconds, gb_per_s, auto_reason, direct_refused."""
+
+def load_checkpoint(device: Optional[Device], sources: List[str], *, names: Optional[List[str]] = None,
+                    prefixes: Optional[List[str]] = None, method: str = "auto", threads: Optional[int] = None,
+                    chunk_bytes: Optional[int] = None,
+                    progress: Optional[Callable[[int, int], Any]] = None) -> LoadedCheckpoint:
+    """Loads the safetensors files (or the one index) ``sources`` names into one allocation of
+    ``device`` (host memory of the CPU backend where None), with the interpreter released.
+
+    Example::
+
+        loaded = load_checkpoint(hetmem.device(), ["model.safetensors"], prefixes=["layers.0."])
+        for name, dtype, shape, offset, nbytes in loaded.tensors: ...
+    """
+
+def link_h2d_gb_per_s(device: Device) -> Optional[float]:
+    """The link's host-to-device rate as ``hetmem load`` measures it (GB/s), None on the CPU backend."""
+
+def doctor_json(device: Device) -> str:
+    """The report ``hetmem doctor`` gathers on this machine, as JSON (``hetmem.doctor()`` parses it)."""

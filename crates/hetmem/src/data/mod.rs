@@ -1,5 +1,6 @@
 //! Files and data sets on their way to a GPU: streamed reads into pinned staging, windows of
-//! the page cache registered in place, and safetensors files loaded tensor by tensor.
+//! the page cache registered in place, and safetensors checkpoints (files, or the shards an
+//! index names) loaded tensor by tensor, all or a chosen few.
 //!
 //! | method | bytes come | CPU copies | best where |
 //! |---|---|---|---|
@@ -12,6 +13,7 @@
 //! (or a stage's kernels) run while the next pieces are read. `hetmem bench file` measures each
 //! on a machine, against the storage's own rate.
 
+mod checkpoint;
 mod method;
 mod residency;
 mod safetensors;
@@ -19,8 +21,9 @@ mod source;
 mod stream;
 mod windows;
 
+pub use checkpoint::{Checkpoint, LoadPlan, PLACE_ALIGN, TensorFilter};
 pub use method::{LoadMethod, LoadReport, StreamOptions};
 pub use residency::resident_fraction;
-pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry};
+pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry, element_bytes};
 pub use source::{FileRange, ReadMode};
 pub use stream::{FilePiece, FilePieceData, FileStream};

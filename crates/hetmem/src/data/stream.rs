@@ -357,25 +357,66 @@ impl FileStream {
         dst_offset: usize,
         progress: &(dyn Fn(u64) + Sync),
     ) -> Result<LoadReport> {
-        let total = ranges.iter().try_fold(0u64, |total, range| total.checked_add(range.len));
-        let total = total.ok_or_else(|| {
-            Error::invalid(
-                "load",
-                "the ranges' lengths add up to more than 2^64 bytes: give real file ranges",
-            )
-        })?;
-        if (dst_offset as u64).checked_add(total).is_none_or(|end| end > dst.len() as u64) {
+        if ranges.iter().try_fold(0u64, |total, range| total.checked_add(range.len)).is_none() {
             return Err(Error::invalid(
                 "load",
-                format!(
-                    "{total} bytes at byte {dst_offset} of a {}-byte destination: allocate more device memory",
-                    dst.len()
-                ),
+                "the ranges' lengths add up to more than 2^64 bytes: give real file ranges",
             ));
         }
+        let mut parts = Vec::with_capacity(ranges.len());
+        let mut at = Some(dst_offset);
+        for range in ranges {
+            let start = at.ok_or_else(|| {
+                Error::invalid(
+                    "load",
+                    "the ranges' lengths add up past the address space: give real file ranges",
+                )
+            })?;
+            parts.push((range.clone(), start));
+            at = usize::try_from(range.len).ok().and_then(|len| start.checked_add(len));
+        }
+        self.load_placed(&parts, dst, progress)
+    }
+
+    /// Reads each range into `dst` at its own byte offset (`(range, offset)`: the places may
+    /// have gaps between them, but not overlap), as [`FileStream::load_into`] does.
+    ///
+    /// # Errors
+    /// A range that does not fit in `dst` or overlaps another's place; as for
+    /// [`FileStream::load_into`].
+    pub fn load_placed<D: WritableBuffer<Elem = u8>>(
+        &mut self,
+        parts: &[(FileRange, usize)],
+        dst: &mut Lent<D>,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<LoadReport> {
+        let mut places = Vec::with_capacity(parts.len());
+        for (range, start) in parts {
+            let end = usize::try_from(range.len).ok().and_then(|len| start.checked_add(len));
+            match end {
+                Some(end) if end <= dst.len() => places.push((*start, end)),
+                _ => {
+                    return Err(Error::invalid(
+                        "load",
+                        format!(
+                            "{} bytes of {} at byte {start} of a {}-byte destination: allocate more device memory",
+                            range.len,
+                            range.path.display(),
+                            dst.len()
+                        ),
+                    ));
+                }
+            }
+        }
+        places.sort_unstable();
+        if places.windows(2).any(|pair| pair[1].0 < pair[0].1) {
+            return Err(Error::invalid("load", "two ranges are placed over each other in the destination"));
+        }
+        let ranges: Vec<FileRange> = parts.iter().map(|(range, _)| range.clone()).collect();
         let queue = self.queue.clone();
-        self.run(ranges, progress, |chunk| {
-            let to = dst_offset + chunk.stream_offset as usize;
+        self.run(&ranges, progress, |chunk| {
+            // In range: the piece lies inside its range, whose place was checked above.
+            let to = parts[chunk.source].1 + chunk.source_offset as usize;
             match chunk.data {
                 FilePieceData::Staging { lease, offset } => {
                     queue.copy_range(lease, offset, dst, to, chunk.len)

@@ -65,6 +65,12 @@ impl<T: Element> DeviceBuf<T> {
         Ok(DeviceBuf { storage, len, _charge: charge, _elems: PhantomData })
     }
 
+    /// The address kernels use for the first element; None on the CPU backend, where the
+    /// buffer is host memory that only copies reach.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.storage.device_ptr()
+    }
+
     /// The number of elements.
     pub fn len(&self) -> usize {
         self.len

@@ -88,6 +88,10 @@ class Registration:
         memory = buffer._memory
         if nbytes == 0:
             raise ValueError("register: an empty buffer has no bytes to register")
+        if memory.host_ptr is None:
+            raise ValueError("register: this buffer is device memory (from hetmem.load), which hetmem.nixl "
+                             "does not register yet (NIXL's VRAM_SEG); register host memory (hetmem.pinned, "
+                             "hetmem.register, a MappedFile window), or a torch tensor with NIXL's own API")
         offset = _size(buffer._offset, "the buffer's offset")
         if offset + nbytes > memory.nbytes:  # the Buffer checked it when made; the address trusts it
             raise ValueError(f"register: the buffer's bytes {offset}..{offset + nbytes} lie outside its memory of "

@@ -1,0 +1,290 @@
+"""``hetmem.load``: safetensors checkpoints into one allocation, as tensors that are views of it.
+
+The bytes move in the native half (``_native.load_checkpoint``: the library's ``FileStream``,
+what ``hetmem load`` runs), with the interpreter released; here the allocation's tensors get
+their dtypes and shapes, as PyTorch tensors where PyTorch is importable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _native
+from . import Buffer, DeviceView, HetmemError, bfloat16, device as _default_device
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# Each safetensors dtype: the NumPy dtype of its host views (the raw bits where NumPy has no
+# such type: BF16 as hetmem's bfloat16, whose DLPack export is bfloat16; F8 as uint8).
+_VIEW_DTYPES: Dict[str, Any] = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": bfloat16, "C64": np.complex64,
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+    "U64": np.uint64, "U32": np.uint32, "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_,
+    "F8_E4M3": np.uint8, "F8_E5M2": np.uint8, "F8_E8M0": np.uint8,
+}
+
+# Each safetensors dtype: the name of its PyTorch dtype.
+_TORCH_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "C64": "complex64",
+                 "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32",
+                 "U16": "uint16", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn",
+                 "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu"}
+
+#: Loads shorter than this show no progress bar when ``progress`` is left to choose.
+_BAR_AFTER_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """How a ``hetmem.load`` moved its bytes.
+
+    ``method``: ``"staged"`` or ``"staged-direct"`` (what ``"auto"`` chose, and why in
+    ``auto_reason``); ``read_mode``: ``"buffered"`` or ``"O_DIRECT"``; ``bytes`` read in
+    ``seconds`` (from the first read to the last copy's completion), ``gb_per_s`` (10^9
+    bytes); ``setup_seconds``: pinning the staging ring, not in the rate. ``of_link`` and
+    ``of_storage``: the rate's share of the link's and the storage's rates, where they were
+    given (``link_gb_per_s=``, ``storage_gb_per_s=``: ``hetmem bench`` measures both, and
+    ``measure_link=True`` the link as ``hetmem load`` does).
+
+    Example::
+
+        report = hetmem.load("model.safetensors", measure_link=True).report
+        print(f"{report.gb_per_s:.1f} GB/s by {report.method}, {report.of_link:.0%} of the link")
+    """
+
+    method: str
+    read_mode: str
+    bytes: int
+    seconds: float
+    setup_seconds: float
+    gb_per_s: float
+    auto_reason: Optional[str]
+    direct_refused: Optional[str]
+    link_gb_per_s: Optional[float] = None
+    of_link: Optional[float] = None
+    storage_gb_per_s: Optional[float] = None
+    of_storage: Optional[float] = None
+
+
+class LoadedTensors(Mapping):
+    """The tensors of a ``hetmem.load``: a read-only mapping, name -> tensor, each a view of one
+    allocation (device memory on a GPU, host memory on the CPU backend), and ``report``.
+
+    The tensors are PyTorch tensors where PyTorch is importable; else, on the CPU, NumPy arrays
+    (``BF16`` and ``F8_*`` as their raw bits, ``uint16`` and ``uint8``) and, on a GPU, objects
+    that export DLPack and the CUDA array interface (``cupy.from_dlpack(t)``). The allocation
+    lives while any tensor does.
+
+    Example::
+
+        model.load_state_dict(hetmem.load("model.safetensors.index.json"), assign=True)
+    """
+
+    def __init__(self, tensors: Dict[str, Any], report: LoadReport, nbytes: int, where: str):
+        self._tensors = tensors
+        self.report = report
+        #: The allocation's size in bytes.
+        self.nbytes = nbytes
+        #: ``"cuda"`` or ``"cpu"``: where the allocation is.
+        self.device = where
+
+    def __getitem__(self, name: str) -> Any:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __repr__(self) -> str:
+        return (f"hetmem.LoadedTensors({len(self)} tensors, {self.nbytes} bytes on {self.device}, "
+                f"{self.report.gb_per_s:.2f} GB/s by {self.report.method})")
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _native_device(device: Any) -> Optional[_native.Device]:
+    """The native device to load into: None for host memory of the CPU backend."""
+    if device is None:
+        chosen = _default_device()
+        return chosen if chosen.backend == "cuda" else None
+    text = str(device)
+    if text == "cpu":
+        return None
+    if text in ("cuda", "cuda:0") or (isinstance(device, int) and device == 0):
+        chosen = _default_device()
+        if chosen.backend != "cuda":
+            raise HetmemError(f"load: device={device!r} but no GPU can be used ({chosen.fallback_reason}); "
+                              "load to device='cpu', or leave device out to take what there is")
+        return chosen
+    raise ValueError(f"load: device={device!r}; give 'cuda' (hetmem uses CUDA device 0), 'cpu', or leave it out")
+
+
+def _sources(source: Union[PathLike, Iterable[PathLike]]) -> List[str]:
+    if isinstance(source, (str, os.PathLike)):
+        return [os.fspath(source)]
+    sources = [os.fspath(path) for path in source]
+    if not sources:
+        raise ValueError("load: an empty list of files; give a .safetensors file, a list of them, or an index")
+    return sources
+
+
+def _prefixes(prefix: Union[None, str, Sequence[str]]) -> Optional[List[str]]:
+    if prefix is None:
+        return None
+    if isinstance(prefix, str):
+        return [prefix]
+    return [str(each) for each in prefix]
+
+
+class _Progress:
+    """The ``progress`` callback: a tqdm bar (made once a load has run past a second, where
+    tqdm is installed), or the caller's function."""
+
+    def __init__(self, progress: Any):
+        self._bar: Any = None
+        self._calls = 0
+        self._user: Optional[Callable[[int, int], Any]] = progress if callable(progress) else None
+        self._tqdm: Any = None
+        if self._user is None and progress is not False:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                tqdm = None
+            self._tqdm = tqdm
+
+    @property
+    def wanted(self) -> bool:
+        return self._user is not None or self._tqdm is not None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._user is not None:
+            self._user(done, total)
+            return
+        self._calls += 1
+        if self._bar is None and self._calls * 0.1 >= _BAR_AFTER_SECONDS:
+            self._bar = self._tqdm(total=total, initial=done, unit="B", unit_scale=True, desc="hetmem.load")
+        if self._bar is not None:
+            self._bar.update(done - self._bar.n)
+
+    def close(self, total: Optional[int]) -> None:
+        if self._bar is not None:
+            if total is not None:
+                self._bar.update(total - self._bar.n)
+            self._bar.close()
+
+
+def _exported(memory: _native.Memory, dtype_name: str, shape: Sequence[int], offset: int) -> Buffer:
+    """A tensor's range of the allocation as a hetmem Buffer (host memory) or DeviceView."""
+    np_dtype = _VIEW_DTYPES.get(dtype_name)
+    if np_dtype is None:
+        raise HetmemError(f"load: dtype {dtype_name} has no tensor type here; load the checkpoint with safetensors")
+    buffer = Buffer(memory, tuple(shape), np_dtype, offset=offset)
+    return DeviceView(buffer) if memory.kind == "device" else buffer
+
+
+def _torch_dtype(torch: Any, dtype_name: str) -> Any:
+    target = getattr(torch, _TORCH_DTYPES.get(dtype_name, ""), None)
+    if target is None:
+        raise HetmemError(f"load: this PyTorch ({torch.__version__}) has no tensor type for dtype {dtype_name}; "
+                          "upgrade PyTorch, or choose other tensors (names=, prefix=)")
+    return target
+
+
+def _views(memory: _native.Memory, entries: List[Tuple[str, str, List[int], int, int]]) -> Dict[str, Any]:
+    """Each tensor as a view of the allocation: PyTorch tensors cut from one tensor over all of
+    it (one DLPack import; a tensor whose offset its element size does not divide is imported
+    on its own), else NumPy arrays (host memory) or DLPack exporters (device memory)."""
+    torch = _torch()
+    if torch is None:
+        out = {}
+        for name, dtype_name, shape, offset, _ in entries:
+            exported = _exported(memory, dtype_name, shape, offset)
+            out[name] = exported if memory.kind == "device" else exported.numpy()
+        return out
+    whole = torch.from_dlpack(_exported(memory, "U8", [memory.nbytes], 0))
+    out = {}
+    for name, dtype_name, shape, offset, nbytes in entries:
+        target = _torch_dtype(torch, dtype_name)
+        if offset % target.itemsize == 0:
+            out[name] = whole[offset:offset + nbytes].view(target).view(tuple(shape))
+        else:
+            out[name] = torch.from_dlpack(_exported(memory, dtype_name, shape, offset)).view(target)
+    return out
+
+
+def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
+         names: Optional[Iterable[str]] = None, prefix: Union[None, str, Sequence[str]] = None,
+         dtype: Any = None, into: Any = None, shard: Optional[Tuple[int, int, int]] = None,
+         method: str = "auto", threads: Optional[int] = None, chunk_bytes: Optional[int] = None,
+         progress: Any = None, link_gb_per_s: Optional[float] = None, measure_link: bool = False,
+         storage_gb_per_s: Optional[float] = None) -> LoadedTensors:
+    """Loads safetensors tensors into one allocation and returns them as views of it.
+
+    ``source``: a ``.safetensors`` file, a list of them (the shards of one model), or a sharded
+    checkpoint's ``model.safetensors.index.json`` (its shards found beside it). ``device``:
+    ``"cuda"`` (device memory), ``"cpu"`` (host memory), or None: the GPU where hetmem has one.
+    ``names``: only these tensors (each must exist); ``prefix``: only the tensors whose names
+    start with it (a string or several). ``method``: ``"auto"`` (by how much of the files the
+    page cache holds), ``"staged"`` (through the page cache) or ``"staged-direct"``
+    (``O_DIRECT``); ``threads`` and ``chunk_bytes`` as for ``hetmem load``. ``progress``: a
+    tqdm bar on loads longer than a second where tqdm is installed (None), none (False), or a
+    function called with ``(bytes_done, bytes_total)`` about every 100 ms. The interpreter is
+    released while the bytes move. ``report.of_link`` and ``report.of_storage`` are the rate's
+    shares of ``link_gb_per_s`` and ``storage_gb_per_s`` where given; ``measure_link=True``
+    measures the link first, as ``hetmem load`` does (a few tenths of a second, not in the
+    rate; nothing on the CPU backend).
+
+    A malformed or truncated file, a missing shard, a tensor in two files, or a name or prefix
+    that matches nothing raises (``HetmemError`` or ``ValueError``) naming the file, the tensor
+    and a remedy; nothing is returned unless every tensor arrived. ``dtype=`` (a cast),
+    ``into=`` (existing tensors) and ``shard=`` (a tensor-parallel slice) are not implemented
+    yet: they raise ``NotImplementedError``.
+
+    Example::
+
+        import torch, hetmem
+        weights = hetmem.load("llama/model.safetensors.index.json", device="cuda")
+        print(weights.report.gb_per_s, weights.report.method)
+        model.load_state_dict(weights, assign=True)
+    """
+    for option, value in (("dtype", dtype), ("into", into), ("shard", shard)):
+        if value is not None:
+            raise NotImplementedError(f"hetmem.load: {option}= is not implemented yet; load without it and "
+                                      f"convert the tensors afterwards")
+    if names is not None and prefix is not None:
+        raise ValueError("hetmem.load: give names= or prefix=, not both")
+    if isinstance(names, str):
+        raise TypeError("hetmem.load: names= is a list of tensor names, not one string (for one, give [name])")
+    target = _native_device(device)
+    if measure_link and link_gb_per_s is None and target is not None:
+        link_gb_per_s = _native.link_h2d_gb_per_s(target)
+    reporter = _Progress(progress)
+    try:
+        loaded = _native.load_checkpoint(
+            target, _sources(source), names=None if names is None else list(names),
+            prefixes=_prefixes(prefix), method=method, threads=threads, chunk_bytes=chunk_bytes,
+            progress=reporter if reporter.wanted else None)
+    except BaseException:
+        reporter.close(None)
+        raise
+    raw = loaded.report
+    reporter.close(raw["bytes"])
+    rate = raw["gb_per_s"]
+    report = LoadReport(
+        **raw, link_gb_per_s=link_gb_per_s, of_link=rate / link_gb_per_s if link_gb_per_s else None,
+        storage_gb_per_s=storage_gb_per_s, of_storage=rate / storage_gb_per_s if storage_gb_per_s else None)
+    memory = loaded.memory
+    tensors = _views(memory, loaded.tensors)
+    return LoadedTensors(tensors, report, memory.nbytes, "cuda" if memory.kind == "device" else "cpu")

@@ -1,0 +1,288 @@
+//! `load_checkpoint`: safetensors files (or a sharded checkpoint's index) streamed into one
+//! allocation, device memory on a GPU and host memory on the CPU backend, by the library's
+//! `FileStream` (the machinery of `hetmem load`), with the interpreter released while the
+//! bytes move; and `LoadedCheckpoint`, the allocation's `Memory` and where each tensor lies in
+//! it, from which the Python half makes the tensors' views.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use hetmem::data::{Checkpoint, FileStream, LoadMethod, LoadPlan, LoadReport, StreamOptions, TensorFilter};
+use hetmem::{DeviceBuf, HostBuf, PinOptions, Queue};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::device::Device;
+use crate::memory::Memory;
+use crate::size::Int;
+use crate::{HetmemError, to_py_err};
+
+/// How often the progress callback hears the bytes done.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// The most streams kept between loads (each with its pinned staging ring).
+const KEPT_STREAMS: usize = 2;
+
+/// Streams kept between loads, with their pinned staging rings (pinning the default ring,
+/// 256 MiB, takes about 160 ms on the H200 machine, as long as loading 6 GB), by the device's
+/// ordinal (None: the CPU backend) and the options. A load takes one out and puts it back
+/// after a success, so loads at once on several threads each have their own.
+static STREAMS: Mutex<Vec<(Option<usize>, StreamOptions, FileStream)>> = Mutex::new(Vec::new());
+
+/// A checkpoint loaded into one allocation: `memory`, and each tensor's place in it.
+#[pyclass(frozen, module = "hetmem._native")]
+#[derive(Debug)]
+pub struct LoadedCheckpoint {
+    memory: Py<Memory>,
+    /// (name, dtype, shape, offset, nbytes), by name.
+    tensors: Vec<(String, String, Vec<usize>, usize, usize)>,
+    report: LoadReport,
+}
+
+#[pymethods]
+impl LoadedCheckpoint {
+    /// The allocation every tensor is a view of (`"device"` memory on a GPU, host memory on
+    /// the CPU backend).
+    #[getter]
+    fn memory(&self, py: Python<'_>) -> Py<Memory> {
+        self.memory.clone_ref(py)
+    }
+
+    /// Each tensor as `(name, dtype, shape, offset, nbytes)`, by name; `dtype` as the file
+    /// names it (`"BF16"`), `offset` counted from the allocation's start.
+    #[getter]
+    fn tensors(&self) -> Vec<(String, String, Vec<usize>, usize, usize)> {
+        self.tensors.clone()
+    }
+
+    /// How the bytes moved: method, read_mode, bytes, seconds, setup_seconds, gb_per_s,
+    /// auto_reason, direct_refused.
+    #[getter]
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let report = &self.report;
+        let dict = PyDict::new(py);
+        dict.set_item("method", report.method.name())?;
+        dict.set_item("read_mode", report.read_mode.to_string())?;
+        dict.set_item("bytes", report.bytes)?;
+        dict.set_item("seconds", report.seconds)?;
+        dict.set_item("setup_seconds", report.setup_seconds)?;
+        dict.set_item("gb_per_s", if report.bytes == 0 { 0.0 } else { report.gb_per_s() })?;
+        dict.set_item("auto_reason", report.auto_reason.clone())?;
+        dict.set_item("direct_refused", report.direct_refused.clone())?;
+        Ok(dict)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "hetmem._native.LoadedCheckpoint({} tensors, {} bytes)",
+            self.tensors.len(),
+            self.report.bytes
+        )
+    }
+}
+
+/// Loads the safetensors checkpoint `sources` names (one index `.json`, or safetensors files)
+/// into one allocation of `device` (the CPU backend's host memory where `device` is None),
+/// the tensors `names` lists or those whose name starts with one of `prefixes` (at most one
+/// of the two; neither: all). `method`: `auto`, `staged` or `staged-direct`; `threads` and
+/// `chunk_bytes` as for `hetmem load`. `progress(bytes_done, bytes_total)` is called about every 100 ms,
+/// attached, from another thread; an exception it raises is raised once the load has ended
+/// (the tensors discarded).
+/// The interpreter is released while the bytes move; nothing is returned unless every
+/// tensor arrived. The stream's pinned staging ring (2 x threads x chunk_bytes) is kept for
+/// the next load (see `STREAMS`).
+#[pyfunction]
+#[pyo3(signature = (device, sources, *, names = None, prefixes = None, method = "auto", threads = None, chunk_bytes = None, progress = None))]
+#[allow(clippy::too_many_arguments, reason = "mirrors hetmem.load's keywords")]
+pub fn load_checkpoint(
+    py: Python<'_>,
+    device: Option<&Device>,
+    sources: Vec<PathBuf>,
+    names: Option<Vec<String>>,
+    prefixes: Option<Vec<String>>,
+    method: &str,
+    threads: Option<Int>,
+    chunk_bytes: Option<Int>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<LoadedCheckpoint> {
+    let filter = match (names, prefixes) {
+        (Some(_), Some(_)) => {
+            return Err(PyValueError::new_err("load: give names= or prefix=, not both"));
+        }
+        (Some(names), None) => TensorFilter::Names(names.into_iter().collect()),
+        (None, Some(prefixes)) => TensorFilter::Prefixes(prefixes),
+        (None, None) => TensorFilter::All,
+    };
+    let options = stream_options(method, threads, chunk_bytes)?;
+    let device = device.map_or_else(hetmem::Device::cpu, |device| device.inner.clone());
+    let (plan, loaded) = py.detach(|| -> PyResult<_> {
+        let plan = checkpoint(&sources)?.plan(&filter).map_err(to_py_err)?;
+        check_fits(&device, &plan)?;
+        let loaded = load_plan(&device, &plan, options, progress.as_ref())?;
+        Ok((plan, loaded))
+    })?;
+    let (memory, report) = loaded;
+    let tensors = plan
+        .tensors()
+        .iter()
+        .map(|(name, entry)| {
+            (name.clone(), entry.dtype.clone(), entry.shape.clone(), entry.offset, entry.bytes)
+        })
+        .collect();
+    Ok(LoadedCheckpoint { memory: Py::new(py, memory)?, tensors, report })
+}
+
+/// The stream's options from `hetmem.load`'s keywords; the windows method is not offered
+/// (it maps the files, and a file truncated under a mapping faults).
+fn stream_options(method: &str, threads: Option<Int>, chunk_bytes: Option<Int>) -> PyResult<StreamOptions> {
+    let method: LoadMethod = method.parse().map_err(to_py_err)?;
+    if method == LoadMethod::Windows {
+        return Err(PyValueError::new_err(
+            "load: method \"windows\" maps the files in place, which a file truncated under it turns into a crash; \
+             use \"auto\", \"staged\" or \"staged-direct\"",
+        ));
+    }
+    let defaults = StreamOptions::default();
+    let threads =
+        threads.map(|threads| threads.size("load threads")).transpose()?.unwrap_or(defaults.threads);
+    let chunk_bytes =
+        chunk_bytes.map(|chunk| chunk.size("load chunk_bytes")).transpose()?.unwrap_or(defaults.chunk_bytes);
+    let ring_depth = threads.checked_mul(2).ok_or_else(|| {
+        PyValueError::new_err(format!("load: {threads} threads; give at most a few hundred"))
+    })?;
+    Ok(StreamOptions { method, threads, chunk_bytes, ring_depth })
+}
+
+/// The checkpoint `sources` names: one index, or safetensors files.
+fn checkpoint(sources: &[PathBuf]) -> PyResult<Checkpoint> {
+    let is_index = |path: &PathBuf| path.extension().is_some_and(|ext| ext == "json");
+    match sources {
+        [] => Err(PyValueError::new_err(
+            "load: no file given; give a .safetensors file, a list of them, or an index",
+        )),
+        [index] if is_index(index) => Checkpoint::from_index(index).map_err(to_py_err),
+        files if files.iter().any(is_index) => Err(PyValueError::new_err(
+            "load: an index (.json) among other files; give the index alone, or the shard files without it",
+        )),
+        files => Checkpoint::from_files(files).map_err(to_py_err),
+    }
+}
+
+/// Refuses a load larger than the GPU's free memory, before allocating.
+fn check_fits(device: &hetmem::Device, plan: &LoadPlan) -> PyResult<()> {
+    let Some(gpu) = device.as_cuda() else { return Ok(()) };
+    let free = gpu.memory_info().map_err(|error| to_py_err(error.into()))?.0;
+    if plan.total_bytes() as u64 > free {
+        return Err(HetmemError::new_err(format!(
+            "load: {} bytes of tensors do not fit in the {free} bytes free on {}; load fewer (names= or prefix=), \
+             or free device memory",
+            plan.total_bytes(),
+            device.name()
+        )));
+    }
+    Ok(())
+}
+
+/// Streams `plan` into a new allocation of `device`, calling `progress` meanwhile.
+fn load_plan(
+    device: &hetmem::Device,
+    plan: &LoadPlan,
+    options: StreamOptions,
+    progress: Option<&Py<PyAny>>,
+) -> PyResult<(Memory, LoadReport)> {
+    let ordinal = device.as_cuda().map(|cuda| cuda.ordinal());
+    let mut stream = take_stream(device, ordinal, options).map_err(to_py_err)?;
+    // The kept stream's device (the same GPU, or the CPU backend), which its queue copies for.
+    let device = &stream.device().clone();
+    let queue = stream.queue().clone();
+    // An allocation has at least one byte; a plan of empty tensors needs none.
+    let bytes = plan.total_bytes().max(1);
+    let to_read: u64 = plan.parts().iter().map(|(range, _)| range.len).sum();
+    let done = AtomicU64::new(0);
+    let finished = AtomicBool::new(false);
+    let failed: Mutex<Option<PyErr>> = Mutex::new(None);
+    let record = |done_now: u64| done.store(done_now, Ordering::Relaxed);
+    let loaded = std::thread::scope(|scope| {
+        let ticker = progress
+            .map(|callback| scope.spawn(|| report_progress(callback, to_read, &done, &finished, &failed)));
+        let loaded = if device.as_cuda().is_some() {
+            DeviceBuf::<u8>::new(device, bytes).and_then(|buffer| {
+                let mut dst = queue.lend(buffer);
+                let report = stream.load_plan(plan, &mut dst, &record)?;
+                Ok((Memory::from_device(dst.reclaim()?, device), report))
+            })
+        } else {
+            HostBuf::<u8>::pinned(device, bytes, PinOptions::default()).and_then(|buffer| {
+                let mut dst = queue.lend(buffer);
+                let report = stream.load_plan(plan, &mut dst, &record)?;
+                Ok((Memory::from_host(dst.reclaim()?, device), report))
+            })
+        };
+        finished.store(true, Ordering::Relaxed);
+        // Woken now rather than at its next tick, so the load returns as soon as it is done.
+        if let Some(ticker) = ticker {
+            ticker.thread().unpark();
+        }
+        loaded
+    });
+    let loaded = loaded.map_err(to_py_err)?;
+    if let Some(error) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        return Err(error);
+    }
+    let mut kept = STREAMS.lock().unwrap_or_else(PoisonError::into_inner);
+    if kept.len() >= KEPT_STREAMS {
+        kept.remove(0);
+    }
+    kept.push((ordinal, options, stream));
+    Ok(loaded)
+}
+
+/// A kept stream of `device` with `options`, or a new one.
+fn take_stream(
+    device: &hetmem::Device,
+    ordinal: Option<usize>,
+    options: StreamOptions,
+) -> hetmem::Result<FileStream> {
+    let mut kept = STREAMS.lock().unwrap_or_else(PoisonError::into_inner);
+    match kept.iter().position(|(on, with, _)| *on == ordinal && *with == options) {
+        Some(index) => Ok(kept.remove(index).2),
+        None => FileStream::new(device, &Queue::new(device)?, options),
+    }
+}
+
+/// Calls `callback(bytes_done, total)` every [`PROGRESS_EVERY`] until the load has finished or the
+/// callback raised (kept in `failed`).
+fn report_progress(
+    callback: &Py<PyAny>,
+    total: u64,
+    done: &AtomicU64,
+    finished: &AtomicBool,
+    failed: &Mutex<Option<PyErr>>,
+) {
+    while !finished.load(Ordering::Relaxed) {
+        std::thread::park_timeout(PROGRESS_EVERY);
+        if finished.load(Ordering::Relaxed) {
+            return;
+        }
+        let called = Python::attach(|py| callback.call1(py, (done.load(Ordering::Relaxed), total)).map(drop));
+        if let Err(error) = called {
+            failed.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
+            return;
+        }
+    }
+}
+
+/// The link's host-to-device rate, as `hetmem load` measures it (hetmem-bench's: the best of 5
+/// copies of 256 MiB from pinned memory), GB/s; None on the CPU backend. Takes a few tenths of
+/// a second (pinning the buffer, mostly), with the interpreter released.
+#[pyfunction]
+pub fn link_h2d_gb_per_s(py: Python<'_>, device: &Device) -> PyResult<Option<f64>> {
+    py.detach(|| {
+        let queue = Queue::new(&device.inner)?;
+        hetmem_bench::file::link_h2d_gb_per_s(&device.inner, &queue)
+    })
+    .map_err(|error| HetmemError::new_err(format!("measuring the link: {error}")))
+}
