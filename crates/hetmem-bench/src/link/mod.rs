@@ -238,6 +238,19 @@ impl LatencyPath {
 
 /// The most repetitions a small cell takes, as a multiple of [`LinkOptions::repeats`].
 const MID_SIZE_REPEATS_FACTOR: usize = 5;
+/// The fewest timed repetitions of a cell (unless [`LinkOptions::repeats`] asks fewer): with
+/// fewer, one slow stretch of the link moves the median. A quick run once reported
+/// `pinned_async_both` at 256 MiB 22% below the full run from 3 samples.
+pub const MIN_TIMED: usize = 5;
+/// Bytes the warm-up of a cell moves at least (unless [`LinkOptions::warm_up`] is 0): one
+/// warm-up repetition of a large cell is a few milliseconds, too short for the link to leave
+/// an idle state (a quick run's first cells at 256 MiB read up to 33% low).
+pub const WARM_UP_BYTES: usize = 1 << 30;
+/// The most warm-up repetitions [`WARM_UP_BYTES`] adds to a small cell.
+const MAX_WARM_UP: usize = 16;
+/// A cell whose samples spread wider than this share of its median (slowest to fastest, as
+/// p99) is marked unsure.
+pub const WIDE_SPREAD: f64 = 0.10;
 
 /// What to measure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -348,8 +361,19 @@ impl LinkOptions {
     /// run has one checksum slot on the GPU.
     pub fn repeats_at(&self, bytes: usize) -> usize {
         let scaled = self.repeats.saturating_mul(64 << 20) / bytes.max(1);
-        let scaled = scaled.clamp(self.repeats.min(3), MID_SIZE_REPEATS_FACTOR.saturating_mul(self.repeats));
-        scaled.min(MAX_RUNS.saturating_sub(self.warm_up))
+        let scaled =
+            scaled.clamp(self.repeats.min(MIN_TIMED), MID_SIZE_REPEATS_FACTOR.saturating_mul(self.repeats));
+        scaled.min(MAX_RUNS.saturating_sub(self.warm_up_at(bytes)))
+    }
+
+    /// The untimed repetitions before a cell of `bytes`: [`LinkOptions::warm_up`], or as many
+    /// as move [`WARM_UP_BYTES`] (up to 16) when that is more; none when `warm_up` is 0.
+    pub fn warm_up_at(&self, bytes: usize) -> usize {
+        if self.warm_up == 0 {
+            return 0;
+        }
+        let by_bytes = WARM_UP_BYTES.div_ceil(bytes.max(1)).min(MAX_WARM_UP);
+        self.warm_up.max(by_bytes).min(MAX_RUNS - self.repeats.min(MAX_RUNS))
     }
 }
 
@@ -369,6 +393,31 @@ pub struct BandwidthCell {
     pub ratio_to_ceiling: Option<f64>,
     /// How the result was checked against the CPU.
     pub verified_by: &'static str,
+    /// The samples' spread, slowest to fastest (p99), as a share of the median.
+    pub spread: f64,
+    /// Why the median may be off, when it may: too few samples, or a spread wider than
+    /// [`WIDE_SPREAD`]; `None` for a cell to trust.
+    pub unsure: Option<String>,
+}
+
+impl BandwidthCell {
+    /// The cell of `path` at `bytes`, its spread and how sure it is taken from `gb_s`.
+    pub(crate) fn new(path: LinkPath, bytes: usize, gb_s: Summary, verified_by: &'static str) -> BandwidthCell {
+        let spread = if gb_s.median > 0.0 { (gb_s.p99 - gb_s.min) / gb_s.median } else { 0.0 };
+        let unsure = if gb_s.samples < MIN_TIMED {
+            Some(format!("{} samples: too few", gb_s.samples))
+        } else if spread > WIDE_SPREAD {
+            Some(format!(
+                "samples spread {:.0}% of the median ({:.2} to {:.2} GB/s)",
+                spread * 100.0,
+                gb_s.min,
+                gb_s.p99
+            ))
+        } else {
+            None
+        };
+        BandwidthCell { path, direction: path.direction(), bytes, gb_s, ratio_to_ceiling: None, verified_by, spread, unsure }
+    }
 }
 
 /// The copy engines' own rate in this run: the best median of the pinned async copies.
@@ -529,13 +578,46 @@ mod tests {
     }
 
     #[test]
-    fn small_cells_get_up_to_five_times_the_repeats_and_large_ones_at_least_three() {
+    fn small_cells_get_up_to_five_times_the_repeats_and_large_ones_at_least_five() {
         let options = LinkOptions::full();
         assert_eq!(options.repeats_at(4096), 100);
         assert_eq!(options.repeats_at(4 << 20), 100);
         assert_eq!(options.repeats_at(64 << 20), 20);
-        assert_eq!(options.repeats_at(256 << 20), 5);
-        assert_eq!(options.repeats_at(1 << 30), 3);
+        assert_eq!(options.repeats_at(256 << 20), MIN_TIMED);
+        assert_eq!(options.repeats_at(1 << 30), MIN_TIMED);
+        let quick = LinkOptions::quick();
+        assert_eq!(quick.repeats_at(256 << 20), MIN_TIMED, "a quick cell takes as many samples as a full one");
+        // A user asking fewer gets fewer.
+        assert_eq!(LinkOptions { repeats: 2, ..LinkOptions::full() }.repeats_at(1 << 30), 2);
+    }
+
+    #[test]
+    fn warm_up_moves_a_gib_at_least_unless_none_is_asked() {
+        let quick = LinkOptions::quick();
+        assert_eq!(quick.warm_up_at(256 << 20), 4, "4 x 256 MiB, not the 1 that let the link idle");
+        assert_eq!(quick.warm_up_at(1 << 30), 1);
+        assert_eq!(quick.warm_up_at(4096), MAX_WARM_UP);
+        assert_eq!(LinkOptions::full().warm_up_at(1 << 30), 3, "the asked count when it is more");
+        assert_eq!(LinkOptions { warm_up: 0, ..LinkOptions::quick() }.warm_up_at(4096), 0);
+        for options in [LinkOptions::quick(), LinkOptions::full()] {
+            for bytes in [4096, 64 << 10, 4 << 20, 256 << 20, 1 << 30] {
+                assert!(options.warm_up_at(bytes) + options.repeats_at(bytes) <= MAX_RUNS);
+            }
+        }
+    }
+
+    #[test]
+    fn cells_with_few_samples_or_a_wide_spread_are_marked_unsure() {
+        let cell = |samples: &[f64]| BandwidthCell::new(LinkPath::PinnedAsyncBoth, 256 << 20, Summary::of(samples).unwrap(), "test");
+        // The quick run's cell that read 22% low: 3 samples, 33.4 to 39.1.
+        let few = cell(&[33.4, 38.8, 39.1]);
+        assert!(few.unsure.as_deref().is_some_and(|why| why.contains("3 samples")), "{:?}", few.unsure);
+        let wide = cell(&[33.4, 38.8, 39.1, 45.0, 49.0]);
+        assert!(wide.spread > WIDE_SPREAD);
+        assert!(wide.unsure.as_deref().is_some_and(|why| why.contains("spread")), "{:?}", wide.unsure);
+        // The full run's: 49.9 to 50.5.
+        let tight = cell(&[49.9, 50.1, 50.2, 50.4, 50.5]);
+        assert!(tight.spread < 0.02 && tight.unsure.is_none(), "{tight:?}");
     }
 
     /// Each run XORs into a slot of its own on the GPU: five times 205 repeats of a small cell
@@ -544,9 +626,9 @@ mod tests {
     fn scaled_repeats_never_pass_the_checksum_slots() {
         let options = LinkOptions { repeats: 205, warm_up: 3, ..LinkOptions::full() };
         options.validate().unwrap();
-        assert_eq!(options.warm_up + options.repeats_at(4096), MAX_RUNS);
+        assert_eq!(options.warm_up_at(4096) + options.repeats_at(4096), MAX_RUNS);
         let options = LinkOptions { repeats: 1000, warm_up: 24, ..LinkOptions::full() };
-        assert_eq!(options.warm_up + options.repeats_at(4096), MAX_RUNS);
+        assert_eq!(options.warm_up_at(4096) + options.repeats_at(4096), MAX_RUNS);
     }
 
     #[test]

@@ -23,7 +23,7 @@ impl Rig {
     ) -> Result<(Summary, &'static str)> {
         let b: &mut Buffers = held;
         let words = bytes / 4;
-        let runs = (options.warm_up, options.repeats_at(bytes));
+        let runs = (options.warm_up_at(bytes), options.repeats_at(bytes));
         let count = runs.0 + runs.1;
         self.prepare_cell(b, path, words, options.cold_cpu_cache)?;
         let summary = match path {

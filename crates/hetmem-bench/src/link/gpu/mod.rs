@@ -56,14 +56,7 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
                 let (gb_s, verified_by) = rig
                     .bandwidth(&mut buffers, path, bytes, options)
                     .map_err(|error| in_cell(error, path.name(), bytes))?;
-                bandwidth.push(BandwidthCell {
-                    path,
-                    direction: path.direction(),
-                    bytes,
-                    gb_s,
-                    ratio_to_ceiling: None,
-                    verified_by,
-                });
+                bandwidth.push(BandwidthCell::new(path, bytes, gb_s, verified_by));
             }
         }
     }
