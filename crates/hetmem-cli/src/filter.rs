@@ -174,7 +174,13 @@ fn kind_of_input(input: &Input, endpoint: &Endpoint, name: &Named) -> anyhow::Re
 }
 
 /// Runs the command, which started at `started` (before `device` was opened).
-pub fn run(device: &Device, started: Instant, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Result<ExitCode> {
+pub fn run(
+    device: &Device,
+    started: Instant,
+    args: &Args,
+    ui: Ui,
+    outputs: Outputs,
+) -> anyhow::Result<ExitCode> {
     let opening_the_device = started.elapsed();
     let input = Endpoint::new(&args.input);
     let output = Endpoint::new(&args.output);

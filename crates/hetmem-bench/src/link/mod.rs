@@ -15,12 +15,14 @@ mod cpu_cache;
 mod doorbell;
 mod gpu;
 mod host;
+mod pages;
 mod profile;
 mod words;
 
 pub use doorbell::doorbell_round_trip;
+pub use pages::page_sizes;
 pub use profile::{PROFILE_PATHS, cached_or_measured, measure_profile, save_profile};
-use words::{bench_word, fill_random, first_pattern_mismatch, xor_checksum};
+use words::{bench_word, fill_random, first_pattern_mismatch, random_read_checksum, xor_checksum};
 
 use std::str::FromStr;
 
@@ -90,9 +92,24 @@ pub enum LinkPath {
     /// A kernel reading mapped memory 4 bytes at a time, neighbouring threads 128 bytes apart:
     /// the uncoalesced pitfall.
     ZeroCopyReadStrided,
+    /// A kernel reading mapped pinned memory allocated write-combined
+    /// (`CU_MEMHOSTALLOC_WRITECOMBINED`) with coalesced 16-byte loads. The seeds claim
+    /// write-combining raises the link rate by 40% (and slows the CPU's reads: `hetmem bench
+    /// pinning` measures those).
+    WriteCombinedRead,
     /// A kernel reading memory the process allocated itself, registered with
     /// `cuMemHostRegister` (mapped).
     RegisteredVecRead,
+    /// A kernel loading 16-byte vectors from random places of registered memory on base
+    /// (4 KiB) pages: each load a page apart from its neighbours', so the GPU translates an
+    /// address per load.
+    #[serde(rename = "random_read_4k_pages")]
+    RandomReadBasePages,
+    /// As [`LinkPath::RandomReadBasePages`], on transparent huge (2 MiB) pages
+    /// (`madvise(MADV_HUGEPAGE)`). The seeds claim huge pages speed the GPU's access to host
+    /// memory through its TLB.
+    #[serde(rename = "random_read_2m_pages")]
+    RandomReadHugePages,
     /// A kernel reading a read-only file mapping registered read-only (page cache hot).
     RegisteredFileRead,
     /// A kernel reading managed memory resident on the host: pages migrate on fault.
@@ -107,7 +124,7 @@ pub enum LinkPath {
 
 impl LinkPath {
     /// Every path, in table order.
-    pub const ALL: [LinkPath; 17] = [
+    pub const ALL: [LinkPath; 20] = [
         LinkPath::HostMemcpy,
         LinkPath::PageableH2d,
         LinkPath::PageableD2h,
@@ -120,7 +137,10 @@ impl LinkPath {
         LinkPath::ZeroCopyWrite,
         LinkPath::ZeroCopyReadWrite,
         LinkPath::ZeroCopyReadStrided,
+        LinkPath::WriteCombinedRead,
         LinkPath::RegisteredVecRead,
+        LinkPath::RandomReadBasePages,
+        LinkPath::RandomReadHugePages,
         LinkPath::RegisteredFileRead,
         LinkPath::ManagedRead,
         LinkPath::ManagedPrefetchRead,
@@ -142,7 +162,10 @@ impl LinkPath {
             LinkPath::ZeroCopyWrite => "zero_copy_write",
             LinkPath::ZeroCopyReadWrite => "zero_copy_read_write",
             LinkPath::ZeroCopyReadStrided => "zero_copy_read_strided",
+            LinkPath::WriteCombinedRead => "write_combined_read",
             LinkPath::RegisteredVecRead => "registered_vec_read",
+            LinkPath::RandomReadBasePages => "random_read_4k_pages",
+            LinkPath::RandomReadHugePages => "random_read_2m_pages",
             LinkPath::RegisteredFileRead => "registered_file_read",
             LinkPath::ManagedRead => "managed_read",
             LinkPath::ManagedPrefetchRead => "managed_prefetch_read",
@@ -402,7 +425,12 @@ pub struct BandwidthCell {
 
 impl BandwidthCell {
     /// The cell of `path` at `bytes`, its spread and how sure it is taken from `gb_s`.
-    pub(crate) fn new(path: LinkPath, bytes: usize, gb_s: Summary, verified_by: &'static str) -> BandwidthCell {
+    pub(crate) fn new(
+        path: LinkPath,
+        bytes: usize,
+        gb_s: Summary,
+        verified_by: &'static str,
+    ) -> BandwidthCell {
         let spread = if gb_s.median > 0.0 { (gb_s.p99 - gb_s.min) / gb_s.median } else { 0.0 };
         let unsure = if gb_s.samples < MIN_TIMED {
             Some(format!("{} samples: too few", gb_s.samples))
@@ -416,7 +444,16 @@ impl BandwidthCell {
         } else {
             None
         };
-        BandwidthCell { path, direction: path.direction(), bytes, gb_s, ratio_to_ceiling: None, verified_by, spread, unsure }
+        BandwidthCell {
+            path,
+            direction: path.direction(),
+            bytes,
+            gb_s,
+            ratio_to_ceiling: None,
+            verified_by,
+            spread,
+            unsure,
+        }
     }
 }
 
@@ -586,7 +623,11 @@ mod tests {
         assert_eq!(options.repeats_at(256 << 20), MIN_TIMED);
         assert_eq!(options.repeats_at(1 << 30), MIN_TIMED);
         let quick = LinkOptions::quick();
-        assert_eq!(quick.repeats_at(256 << 20), MIN_TIMED, "a quick cell takes as many samples as a full one");
+        assert_eq!(
+            quick.repeats_at(256 << 20),
+            MIN_TIMED,
+            "a quick cell takes as many samples as a full one"
+        );
         // A user asking fewer gets fewer.
         assert_eq!(LinkOptions { repeats: 2, ..LinkOptions::full() }.repeats_at(1 << 30), 2);
     }
@@ -608,7 +649,9 @@ mod tests {
 
     #[test]
     fn cells_with_few_samples_or_a_wide_spread_are_marked_unsure() {
-        let cell = |samples: &[f64]| BandwidthCell::new(LinkPath::PinnedAsyncBoth, 256 << 20, Summary::of(samples).unwrap(), "test");
+        let cell = |samples: &[f64]| {
+            BandwidthCell::new(LinkPath::PinnedAsyncBoth, 256 << 20, Summary::of(samples).unwrap(), "test")
+        };
         // The quick run's cell that read 22% low: 3 samples, 33.4 to 39.1.
         let few = cell(&[33.4, 38.8, 39.1]);
         assert!(few.unsure.as_deref().is_some_and(|why| why.contains("3 samples")), "{:?}", few.unsure);
@@ -646,6 +689,39 @@ mod tests {
         let sum = xor_checksum(&words);
         words[777_777] ^= 1 << 9;
         assert_eq!(xor_checksum(&words), sum ^ (1 << 9));
+    }
+
+    /// The random reads' checksum is the XOR of the vectors at the mixed indices (a naive loop
+    /// over the same indices agrees), the indices stay inside the cell and scatter over its
+    /// pages, and a changed word in a vector that is read changes the checksum.
+    #[test]
+    fn random_reads_scatter_inside_the_cell_and_their_checksum_sees_each_load() {
+        let seed = fresh_seed();
+        eprintln!("seed {seed:#x}");
+        let mut words = vec![0u32; 1 << 16];
+        fill_random(&mut words, seed);
+        let read_seed = seed as u32 ^ 0x1234_5678;
+        let n16 = (words.len() / 4) as u64;
+        let indices: Vec<u64> = (0..n16).map(|i| words::random_index(i, read_seed, n16)).collect();
+        assert!(indices.iter().all(|&at| at < n16));
+        let pages: std::collections::HashSet<u64> = indices.iter().map(|&at| at * 16 / 4096).collect();
+        assert_eq!(pages.len() as u64, n16 * 16 / 4096, "every 4 KiB page of the cell is read");
+        let neighbours_far = indices.windows(2).filter(|pair| pair[0].abs_diff(pair[1]) * 16 >= 4096).count();
+        assert!(neighbours_far as u64 > n16 * 9 / 10, "neighbouring loads land pages apart");
+        let naive = indices.iter().fold(0u32, |acc, &at| {
+            let at = at as usize * 4;
+            acc ^ words[at] ^ words[at + 1] ^ words[at + 2] ^ words[at + 3]
+        });
+        let sum = random_read_checksum(&words, read_seed);
+        assert_eq!(sum, naive);
+        // A vector read an odd number of times: flipping a bit in it flips the checksum.
+        let mut counts = std::collections::HashMap::new();
+        for &at in &indices {
+            *counts.entry(at).or_insert(0u32) += 1;
+        }
+        let (&odd, _) = counts.iter().find(|(_, count)| **count % 2 == 1).expect("some vector read once");
+        words[odd as usize * 4 + 2] ^= 1 << 5;
+        assert_eq!(random_read_checksum(&words, read_seed), sum ^ (1 << 5));
     }
 
     #[test]

@@ -79,6 +79,20 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
             ceiling.h2d_gb_s, ceiling.d2h_gb_s
         ));
     }
+    let measured = |path: LinkPath| report.bandwidth.iter().any(|cell| cell.path == path);
+    if measured(LinkPath::WriteCombinedRead) {
+        bandwidth.note(
+            "write_combined_read against zero_copy_read: the seeds claim write-combined memory crosses the link \
+             40% faster (and the CPU reads it slowly: `hetmem bench pinning` measures the CPU's side)",
+        );
+    }
+    if measured(LinkPath::RandomReadBasePages) || measured(LinkPath::RandomReadHugePages) {
+        bandwidth.note(format!(
+            "random_read_4k_pages against random_read_2m_pages: 16-byte loads from random places of registered \
+             memory; the seeds claim huge pages speed the GPU's access through its TLB. {}",
+            hetmem_bench::link::page_sizes()
+        ));
+    }
     if report.bandwidth.iter().any(|cell| cell.direction != Direction::Host) {
         bandwidth
             .note("every cell was checked against the CPU (kernel XOR checksums, word-for-word compares)");

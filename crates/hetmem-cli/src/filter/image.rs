@@ -64,7 +64,8 @@ pub(super) fn filter(
         }
     };
     clock.stop_streaming();
-    let mut filter = clock.build(|| build(job.device, job.strategy, &mut warnings), FrameFilter::setup_time)?;
+    let mut filter =
+        clock.build(|| build(job.device, job.strategy, &mut warnings), FrameFilter::setup_time)?;
     clock.start_streaming();
     image.read_into(filter.input_mut()?)?;
     // Kept for --retries: a failed run may lose the filter's input memory.

@@ -181,11 +181,8 @@ impl Report {
         clock.setup(OTHER, other);
         let frames = clock.frames();
         let per_s = |seconds: f64| if seconds > 0.0 { frames as f64 / seconds } else { 0.0 };
-        let setup: Vec<Phase> = clock
-            .setup
-            .iter()
-            .map(|&(name, spent)| Phase { name, seconds: spent.as_secs_f64() })
-            .collect();
+        let setup: Vec<Phase> =
+            clock.setup.iter().map(|&(name, spent)| Phase { name, seconds: spent.as_secs_f64() }).collect();
         let setup_s = setup.iter().map(|phase| phase.seconds).sum();
         Report {
             facts,

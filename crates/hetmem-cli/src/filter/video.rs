@@ -61,12 +61,13 @@ pub(super) fn filter(
     let mut recovery = Recovery::new(job.retries);
     let cpu = recovery::cpu();
     let (mut device, mut strategy) = (job.device, job.strategy);
-    let ring_for = |(device, strategy): (&Device, Strategy), warnings: &mut Vec<String>, clock: &mut Clock| {
-        clock.build(
-            || build_ring(job, (device, strategy), (format, &kernel), options, &pixels, warnings),
-            FrameRing::setup_time,
-        )
-    };
+    let ring_for =
+        |(device, strategy): (&Device, Strategy), warnings: &mut Vec<String>, clock: &mut Clock| {
+            clock.build(
+                || build_ring(job, (device, strategy), (format, &kernel), options, &pixels, warnings),
+                FrameRing::setup_time,
+            )
+        };
     let mut ring = ring_for((device, strategy), &mut warnings, &mut clock)?;
     let frames = file_bytes.map(|bytes| frames_in(&container, bytes, format.frame_bytes()));
 

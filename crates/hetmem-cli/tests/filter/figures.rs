@@ -50,15 +50,22 @@ fn the_reported_wall_time_and_frames_per_s_agree_with_a_stopwatch() {
     // The command's wall time is inside the stopwatch's, short of it by the process's start
     // and exit alone.
     assert!(wall > 0.0 && wall <= measured, "reported {wall} s, the stopwatch {measured} s");
-    assert!(measured - wall <= PROCESS_SLACK_S, "reported {wall} s, the stopwatch {measured} s: time went unreported");
+    assert!(
+        measured - wall <= PROCESS_SLACK_S,
+        "reported {wall} s, the stopwatch {measured} s: time went unreported"
+    );
     // The headline is the frames over that wall time, so frames over the stopwatch's time
     // differs from it by the process's start and exit alone.
     assert!((number("frames_per_s") - count / wall).abs() <= 1e-9 * count / wall, "{summary}");
     assert!(count / measured <= number("frames_per_s"), "{summary}");
     // The rate over the streaming alone differs from the headline by exactly the setup named.
-    assert!(streaming > 0.0 && (number("streaming_frames_per_s") - count / streaming).abs() < 1e-6 * count / streaming);
+    assert!(
+        streaming > 0.0
+            && (number("streaming_frames_per_s") - count / streaming).abs() < 1e-6 * count / streaming
+    );
     assert!((streaming + setup - wall).abs() < 1e-6, "streaming {streaming} + setup {setup} != wall {wall}");
-    let named: f64 = summary["setup"].as_array().unwrap().iter().map(|phase| phase["seconds"].as_f64().unwrap()).sum();
+    let named: f64 =
+        summary["setup"].as_array().unwrap().iter().map(|phase| phase["seconds"].as_f64().unwrap()).sum();
     assert!((named - setup).abs() < 1e-9, "{summary}");
     for name in [
         "opening the device",
@@ -78,6 +85,7 @@ fn the_reported_wall_time_and_frames_per_s_agree_with_a_stopwatch() {
     let message = stderr(&run);
     assert!(message.contains("frames/s over the command's"), "{message}");
     assert!(message.contains("frames/s over the") && message.contains("s the frames streamed"), "{message}");
-    let setup_line = message.lines().find(|line| line.starts_with("setup ")).unwrap_or_else(|| panic!("{message}"));
+    let setup_line =
+        message.lines().find(|line| line.starts_with("setup ")).unwrap_or_else(|| panic!("{message}"));
     assert!(setup_line.contains(" s: ") && setup_line.contains("other (headers, checks)"), "{message}");
 }

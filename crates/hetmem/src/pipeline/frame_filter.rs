@@ -76,7 +76,8 @@ impl<S: Stage> FrameFilter<S> {
     ) -> Result<FrameFilter<S>> {
         let strategy = slot::resolve(device, strategy, &stage)?;
         let mut placed_in = Duration::ZERO;
-        let placement = timed(&mut placed_in, || hybrid::placement_for(strategy, device, &stage, budget, 1, overrides))?;
+        let placement =
+            timed(&mut placed_in, || hybrid::placement_for(strategy, device, &stage, budget, 1, overrides))?;
         let options =
             SlotOptions { fence: FenceKind::Event, timing: false, holder: FrameMemoryHolder::Filter };
         let slot = Slot::new(device, strategy, &stage, options, placement.as_ref())?;

@@ -262,8 +262,9 @@ impl<S: Stage> Slot<S> {
             // The CPU strategy's stage is prepared on a queue of the CPU backend.
             None => stage.prepare(&Queue::new(&Device::cpu())?, strategy, &places),
         })?;
-        let memory =
-            timed(&mut setup.frame_memory, || Memory::new(device, strategy, stage.inputs(), stage.outputs()))?;
+        let memory = timed(&mut setup.frame_memory, || {
+            Memory::new(device, strategy, stage.inputs(), stage.outputs())
+        })?;
         let (host_bytes, device_bytes) = memory.footprint(stage.inputs(), stage.outputs());
         // Events exist on a GPU's queue only (the CPU strategy has no queue).
         let timing = match (&queue, options.timing) {

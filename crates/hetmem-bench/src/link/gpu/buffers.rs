@@ -27,8 +27,15 @@ pub(super) struct Buffers {
     /// Device memory holding `bench_word(i, dev_seed)`: the source of downloads.
     pub(super) dev_out: DeviceAlloc,
     pub(super) dev_seed: u32,
-    /// Memory of the process, registered mapped, random.
+    /// Pinned, mapped, write-combined: a copy of `src`.
+    pub(super) write_combined: HostBuf<u32>,
+    /// Memory of the process on base (4 KiB) pages, registered mapped, random.
     pub(super) registered: HostBuf<u32>,
+    /// Memory of the process on transparent huge (2 MiB) pages where the kernel gives them,
+    /// registered mapped, random.
+    pub(super) huge: HostBuf<u32>,
+    /// Where the random reads load from.
+    pub(super) random_seed: u32,
     /// A temporary file of random data, mapped read-only and registered read-only.
     pub(super) file: MappedFile<u32>,
     /// Managed memory, random.
@@ -44,6 +51,9 @@ impl Buffers {
         let mut src = HostBuf::<u32>::pinned(device, words, pinned)?;
         fill_random(src.as_mut_slice(), fresh_seed());
         let dst = HostBuf::<u32>::pinned(device, words, pinned)?;
+        let mut write_combined =
+            HostBuf::<u32>::pinned(device, words, PinOptions { write_combined: true, ..pinned })?;
+        write_combined.as_mut_slice().copy_from_slice(src.as_slice());
         let mut pageable = vec![0u32; words];
         fill_random(&mut pageable, fresh_seed());
         let pageable_out = vec![POISON; words];
@@ -53,6 +63,8 @@ impl Buffers {
         let mut registered =
             HostBuf::register(device, PageBox::<u32>::zeroed(words)?, RegisterOptions::default())?;
         fill_random(registered.as_mut_slice(), fresh_seed());
+        let mut huge = HostBuf::register(device, PageBox::<u32>::huge(words)?, RegisterOptions::default())?;
+        fill_random(huge.as_mut_slice(), fresh_seed());
         let file = random_file(device, words)?;
         let mut managed = ManagedBuf::<u32>::new(device, words)?;
         fill_random(managed.as_mut_slice(), fresh_seed());
@@ -64,7 +76,10 @@ impl Buffers {
             dev_in,
             dev_out,
             dev_seed,
+            write_combined,
             registered,
+            huge,
+            random_seed: fresh_seed() as u32,
             file,
             managed,
         });
@@ -97,7 +112,11 @@ impl Buffers {
             | LinkPath::ZeroCopyReadStrided => &[src],
             LinkPath::PinnedSyncD2h | LinkPath::PinnedAsyncD2h | LinkPath::ZeroCopyWrite => &[dst],
             LinkPath::PinnedAsyncBoth | LinkPath::ZeroCopyReadWrite => &[src, dst],
-            LinkPath::RegisteredVecRead => &[&self.registered.as_slice()[..words]],
+            LinkPath::WriteCombinedRead => &[&self.write_combined.as_slice()[..words]],
+            LinkPath::RegisteredVecRead | LinkPath::RandomReadBasePages => {
+                &[&self.registered.as_slice()[..words]]
+            }
+            LinkPath::RandomReadHugePages => &[&self.huge.as_slice()[..words]],
             LinkPath::RegisteredFileRead => &[&self.file.as_slice()[..words]],
             LinkPath::HostMemcpy
             | LinkPath::ManagedRead
