@@ -13,9 +13,11 @@ fn small(backing: Backing) -> DatasetOptions {
 
 fn check(device: &Device, options: &DatasetOptions) {
     let report = dataset::measure(device, options).unwrap();
-    assert_eq!((report.frames, report.width, report.height), (6, 37, 19));
-    assert_eq!(report.frame_bytes, 37 * 19 * 3);
-    assert_eq!(report.dataset_bytes, 6 * 37 * 19 * 3);
+    let (width, height) = (options.width, options.height);
+    let frame_bytes = (width * height * 3) as u64;
+    assert_eq!((report.frames, report.width, report.height), (6, width, height));
+    assert_eq!(report.frame_bytes, frame_bytes);
+    assert_eq!(report.dataset_bytes, 6 * frame_bytes);
     assert_eq!(report.backing, options.backing);
     let methods: Vec<Method> = report.runs.iter().map(|run| run.method).collect();
     assert_eq!(methods, [Method::Mapped, Method::CopyEach]);
@@ -47,5 +49,15 @@ fn a_small_data_set_in_a_file_is_filtered_and_the_file_removed() {
         let left = std::fs::read_dir(&dir).unwrap().count();
         std::fs::remove_dir(&dir).unwrap();
         assert_eq!(left, 0, "the data set's file is removed");
+    });
+}
+
+/// Frames wider and taller than a kernel tile (128 x 16), with rows of 903 bytes: rows and
+/// frames start at every misalignment, so the kernel's 16-byte loads, and its bytes before and
+/// after them, all run, at the frame's edges and between tiles.
+#[test]
+fn frames_of_several_unaligned_tiles_are_filtered_like_the_cpu() {
+    on_every_backend("frames_of_several_unaligned_tiles_are_filtered_like_the_cpu", |device| {
+        check(device, &DatasetOptions { width: 301, height: 37, ..small(Backing::Host) });
     });
 }

@@ -55,8 +55,11 @@ pub const DEFAULT_FRAMES: usize = 500;
 pub const DEFAULT_SIZE: (usize, usize) = (7680, 4320);
 /// Bytes per pixel: interleaved 8-bit R, G, B.
 const PIXEL_BYTES: usize = 3;
-/// The kernel's block: 32 x 8 pixels (`TILE_W`, `TILE_H` in the source).
-const TILE: (u32, u32) = (32, 8);
+/// The pixels each of the kernel's blocks blurs: 128 x 16 (`TILE_W`, `TILE_H` in the source).
+const TILE: (u32, u32) = (128, 16);
+/// The kernel's threads per block: one per column of the tile, 4 rows of them (each thread
+/// blurs every 4th row of its column).
+const BLOCK: (u32, u32) = (128, 4);
 
 /// Where the data set lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
