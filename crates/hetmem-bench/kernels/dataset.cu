@@ -82,3 +82,35 @@ extern "C" __global__ void dataset_blur3_rgb(const unsigned char* __restrict__ f
         }
     }
 }
+
+// The sparse pass of `hetmem bench dataset`: the XOR of the 32-bit words of chunk_bytes at
+// every stride-th byte of the len bytes at base (chunk k at k x stride, cut at len), folded
+// into *out: a kernel that touches chunk_bytes / stride of a data set's bytes (5% by
+// default). 16-byte loads (base, chunk_bytes and stride are multiples of 16); a vector that
+// runs past len is read a byte at a time, each byte XORed in as a word.
+extern "C" __global__ void dataset_sparse_xor(const unsigned char* __restrict__ base, unsigned long long len,
+                                              unsigned long long chunk_bytes, unsigned long long stride,
+                                              unsigned int* out) {
+    const unsigned long long chunks = (len + stride - 1) / stride;
+    const unsigned long long per_chunk = chunk_bytes / 16;
+    const unsigned long long items = chunks * per_chunk;
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned int acc = 0;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < items; i += step) {
+        const unsigned long long at = (i / per_chunk) * stride + (i % per_chunk) * 16;
+        if (at + 16 <= len) {
+            const uint4 v = *(const uint4*)(base + at);
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        } else {
+            for (unsigned long long b = at; b < len; ++b) {
+                acc ^= (unsigned int)base[b];
+            }
+        }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        acc ^= __shfl_xor_sync(0xFFFFFFFFu, acc, offset);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicXor(out, acc);
+    }
+}

@@ -2,13 +2,25 @@
 //! its sample matches the CPU's blur (the check inside `measure` fails the run otherwise).
 
 use hetmem::Device;
+use hetmem_bench::dataset::sparse::SparseMethod;
 use hetmem_bench::dataset::{self, Backing, DatasetOptions, Method};
 
 use crate::support::on_every_backend;
 
 fn small(backing: Backing) -> DatasetOptions {
-    // 37 x 19: rows and columns that fill no kernel block evenly.
-    DatasetOptions { frames: 6, width: 37, height: 19, backing, dir: None, verify: 3 }
+    // 37 x 19: rows and columns that fill no kernel block evenly. A device budget of three
+    // frames, half the set; sparse chunks of 64 bytes, one in every 1,280.
+    let frame = 37 * 19 * 3;
+    DatasetOptions {
+        frames: 6,
+        width: 37,
+        height: 19,
+        backing,
+        dir: None,
+        verify: 3,
+        device_budget: Some(3 * frame),
+        sparse_chunk: 64,
+    }
 }
 
 fn check(device: &Device, options: &DatasetOptions) {
@@ -27,6 +39,19 @@ fn check(device: &Device, options: &DatasetOptions) {
         let device_frames = if run.method == Method::Mapped { 0 } else { 2 };
         assert_eq!(run.device_bytes, device_frames * report.frame_bytes, "{run:?}");
     }
+    // The sparse pass: both ways checked against the CPU's XOR (inside `measure`), about 5% of
+    // the bytes touched, the whole set copied by copy-all within the budget it exceeds.
+    let budget = options.device_budget.unwrap();
+    assert!(report.dataset_bytes > budget, "the set is larger than the budget");
+    assert_eq!(report.device_budget_bytes, budget);
+    let methods: Vec<SparseMethod> = report.sparse.iter().map(|run| run.method).collect();
+    assert_eq!(methods, [SparseMethod::Mapped, SparseMethod::CopyAll]);
+    for run in &report.sparse {
+        assert!(run.verified && run.seconds > 0.0, "{run:?}");
+        assert!((0.04..0.07).contains(&run.share_touched), "{run:?}");
+        assert!(run.device_bytes <= budget, "{run:?}");
+    }
+    assert_eq!((report.sparse[0].copied_bytes, report.sparse[1].copied_bytes), (0, report.dataset_bytes));
 }
 
 #[test]
@@ -58,6 +83,10 @@ fn a_small_data_set_in_a_file_is_filtered_and_the_file_removed() {
 #[test]
 fn frames_of_several_unaligned_tiles_are_filtered_like_the_cpu() {
     on_every_backend("frames_of_several_unaligned_tiles_are_filtered_like_the_cpu", |device| {
-        check(device, &DatasetOptions { width: 301, height: 37, ..small(Backing::Host) });
+        let budget = Some(3 * 301 * 37 * 3);
+        check(
+            device,
+            &DatasetOptions { width: 301, height: 37, device_budget: budget, ..small(Backing::Host) },
+        );
     });
 }
