@@ -128,11 +128,11 @@ impl Rig {
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
             }
             LinkPath::WriteCombinedRead => {
-                let from = b.write_combined.device_ptr().expect("mapped");
+                let from = b.write_combined().device_ptr().expect("mapped");
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
             }
             LinkPath::RandomReadBasePages | LinkPath::RandomReadHugePages => {
-                let buffer = if path == LinkPath::RandomReadBasePages { &b.registered } else { &b.huge };
+                let buffer = if path == LinkPath::RandomReadBasePages { &b.registered } else { b.huge() };
                 let from = buffer.device_ptr().expect("registered mapped");
                 let seed = b.random_seed;
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_random_read(from, bytes, seed, rep))?
@@ -287,7 +287,7 @@ impl Rig {
             LinkPath::RandomReadBasePages => self
                 .check_slots(count, random_read_checksum(&b.registered.as_slice()[..words], b.random_seed))?,
             LinkPath::RandomReadHugePages => {
-                self.check_slots(count, random_read_checksum(&b.huge.as_slice()[..words], b.random_seed))?
+                self.check_slots(count, random_read_checksum(&b.huge().as_slice()[..words], b.random_seed))?
             }
             LinkPath::RegisteredFileRead => {
                 self.check_slots(count, xor_checksum(&b.file.as_slice()[..words]))?

@@ -47,7 +47,7 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
     let mut rig = Rig::new(cuda)?;
     let largest = buffer_bytes(options);
     // Every `?` below may leave work queued on the rig's streams: dropping `buffers` waits for it.
-    let mut buffers = Buffers::new(device, &rig, largest)?;
+    let mut buffers = Buffers::new(device, &rig, largest, &options.paths)?;
     let mut bandwidth = Vec::new();
     for &bytes in &options.sizes {
         for &path in &LinkPath::ALL {
