@@ -75,3 +75,30 @@ extern "C" __global__ void bench_read_strided(const unsigned int* __restrict__ s
     }
     xor_into(acc, out);
 }
+
+// The 16-byte vector that random read `i` of a cell loads: a 64-bit mix of the read's index
+// and the seed, reduced to one of n16 vectors (the same mix as the CPU's check, link/words.rs).
+__device__ __forceinline__ unsigned long long bench_random_index(unsigned long long i, unsigned int seed,
+                                                                 unsigned long long n16) {
+    unsigned long long x = i ^ ((unsigned long long)seed << 32);
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    return x % n16;
+}
+
+// *out ^= XOR of n16 16-byte vectors at src, each loaded from a random place in the n16: every
+// load a page apart from its neighbours', so the GPU's address translation (its TLB for host
+// pages: 4 KiB, 2 MiB or 1 GiB) is what the rate depends on.
+extern "C" __global__ void bench_read_random(const uint4* __restrict__ src, unsigned long long n16,
+                                             unsigned int seed, unsigned int* out) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned int acc = 0;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        const uint4 v = src[bench_random_index(i, seed, n16)];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    xor_into(acc, out);
+}

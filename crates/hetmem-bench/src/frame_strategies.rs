@@ -5,8 +5,14 @@
 //! Each strategy's filter is first checked bit-exact against the CPU path on one frame of
 //! fresh random bytes with a poisoned output; the timed frames are a moving test card
 //! ([`render`]), and NVML's PCIe counters are sampled while they run ([`PcieSampler`]).
+//!
+//! The headline link rate is counted: the filter's link bytes per frame over the time the
+//! filter took. NVML's counters are compared with the bytes counted over the same window they
+//! were sampled in, which also holds the rendering of each test card between frames, when the
+//! link is idle: comparing them with the rate over the filter's time alone (as the table once
+//! did) made NVML read about 16 times low at 1080p.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hetmem::backend::nvml::NvmlSession;
 use hetmem::ops::gaussian::{FrameFormat, Gaussian, GaussianStage, Segments, gaussian_cpu};
@@ -31,8 +37,12 @@ pub struct Row {
     pub frames_per_s: f64,
     /// Bytes crossing the host-GPU link per frame ([`FrameFilter::link_bytes_per_frame`]).
     pub link_bytes_per_frame: u64,
-    /// NVML's mean PCIe throughput during the run, MB/s: (GPU to host, host to GPU).
-    pub pcie_mb_s: Option<(f64, f64)>,
+    /// Link bytes per second while filtering: `link_bytes_per_frame` times the frames over the
+    /// time the filter took for them.
+    pub link_bytes_per_s: f64,
+    /// NVML's PCIe counters beside the counted bytes, over the window they were sampled in;
+    /// `None` without NVML.
+    pub pcie: Option<PcieWindow>,
     /// Host memory the filter allocated.
     pub host_bytes: usize,
     /// Device memory the filter allocated.
@@ -42,6 +52,28 @@ pub struct Row {
     /// By the hybrid strategy, where each buffer went and why ([`FrameFilter::placement`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+}
+
+/// NVML's PCIe counters and the bytes counted, over the same window: the timed frames, the
+/// rendering of each test card between them included.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PcieWindow {
+    /// How long the counters were sampled.
+    pub seconds: f64,
+    /// NVML's mean MB/s from the GPU to the host.
+    pub nvml_out_mb_s: f64,
+    /// NVML's mean MB/s from the host to the GPU.
+    pub nvml_in_mb_s: f64,
+    /// The frames' counted link bytes (both ways) over the window, MB/s.
+    pub counted_mb_s: f64,
+}
+
+impl PcieWindow {
+    /// NVML's traffic (both ways) over the counted bytes' rate: about 1 when the counters and
+    /// the count agree; `None` when nothing was counted.
+    pub fn nvml_over_counted(&self) -> Option<f64> {
+        (self.counted_mb_s > 0.0).then(|| (self.nvml_out_mb_s + self.nvml_in_mb_s) / self.counted_mb_s)
+    }
 }
 
 /// The table of one frame size.
@@ -125,16 +157,25 @@ where
             first(&mut filter)?;
         }
         let sampler = nvml.as_ref().map(|(nvml, bus)| PcieSampler::start(nvml, bus));
+        let window = Instant::now();
         let timed = time_frames(&mut filter, &format, frames, progress)?;
+        let window = window.elapsed().as_secs_f64();
         progress(Progress::Done);
-        let pcie_mb_s = sampler.and_then(PcieSampler::stop);
+        let link_bytes = filter.link_bytes_per_frame() as f64 * f64::from(frames);
+        let pcie = sampler.and_then(PcieSampler::stop).map(|(nvml_out_mb_s, nvml_in_mb_s)| PcieWindow {
+            seconds: window,
+            nvml_out_mb_s,
+            nvml_in_mb_s,
+            counted_mb_s: link_bytes / window / 1e6,
+        });
         rows.push(Row {
             strategy,
             frames,
             latency_ms: Summary::of(&timed.latencies_ms).expect("at least one frame"),
             frames_per_s: f64::from(frames) / timed.busy.as_secs_f64(),
             link_bytes_per_frame: filter.link_bytes_per_frame(),
-            pcie_mb_s,
+            link_bytes_per_s: link_bytes / timed.busy.as_secs_f64(),
+            pcie,
             host_bytes: filter.host_bytes(),
             device_bytes: filter.device_bytes(),
             verified_bit_exact: verified,

@@ -3,13 +3,19 @@
 
 use hetmem::kernels::KernelSource;
 
-/// The link benchmark's zero-copy kernels: coalesced and strided reads folded into a checksum,
-/// writes of a checkable pattern, and a read+write copy.
+/// The link benchmark's zero-copy kernels: coalesced, strided and random reads folded into a
+/// checksum, writes of a checkable pattern, and a read+write copy.
 pub static BENCH: KernelSource = KernelSource {
     name: "bench",
     source: include_str!("../kernels/bench.cu"),
     ptx: Some(include_str!("../kernels/ptx/bench.ptx")),
-    entry_points: &["bench_read_u4", "bench_write_u4", "bench_copy_u4", "bench_read_strided"],
+    entry_points: &[
+        "bench_read_u4",
+        "bench_write_u4",
+        "bench_copy_u4",
+        "bench_read_strided",
+        "bench_read_random",
+    ],
     options: &[],
 };
 

@@ -34,6 +34,7 @@ mod video;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use hetmem::ops::gaussian::{Border, Gaussian, MAX_RADIUS, SampleType};
@@ -96,7 +97,7 @@ pub struct Args {
     #[cfg(feature = "testing")]
     #[arg(long, hide = true)]
     inject_fault: Vec<String>,
-    /// Print the summary as JSON on stdout (under "schema": "hetmem.filter/1") instead of text
+    /// Print the summary as JSON on stdout (under "schema": "hetmem.filter/2") instead of text
     /// on stderr. When the output is `-`, stdout carries the video: give --report FILE.
     #[arg(long)]
     json: bool,
@@ -172,7 +173,15 @@ fn kind_of_input(input: &Input, endpoint: &Endpoint, name: &Named) -> anyhow::Re
     }
 }
 
-pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Result<ExitCode> {
+/// Runs the command, which started at `started` (before `device` was opened).
+pub fn run(
+    device: &Device,
+    started: Instant,
+    args: &Args,
+    ui: Ui,
+    outputs: Outputs,
+) -> anyhow::Result<ExitCode> {
+    let opening_the_device = started.elapsed();
     let input = Endpoint::new(&args.input);
     let output = Endpoint::new(&args.output);
     let input_name = Named { endpoint: &input, std_name: "stdin" };
@@ -234,6 +243,8 @@ pub fn run(device: &Device, args: &Args, ui: Ui, outputs: Outputs) -> anyhow::Re
         retries: args.retries,
         ui,
         outputs,
+        started,
+        opening_the_device,
     };
     let report = match (input_kind, output_kind) {
         (Kind::Video, Kind::Video) => {
@@ -322,6 +333,11 @@ struct Job<'a> {
     ui: Ui,
     /// `-y`, for the output.
     outputs: Outputs,
+    /// When the command started, before the device was opened: the summary's wall time
+    /// counts from here.
+    started: Instant,
+    /// What opening the device took.
+    opening_the_device: Duration,
 }
 
 impl Job<'_> {

@@ -58,26 +58,36 @@ pub fn table(report: &Report) -> Table {
             "p99 ms",
             "frames/s",
             "link MB/f",
-            "PCIe out/in MB/s",
+            "link GB/s",
+            "NVML/counted",
             "host MiB",
             "dev MiB",
             "verified",
         ],
     );
     for row in &report.rows {
-        let pcie = row.pcie_mb_s.map_or("n/a".to_string(), |(out, inn)| format!("{out:.0}/{inn:.0}"));
+        let nvml = row
+            .pcie
+            .and_then(|window| window.nvml_over_counted())
+            .map_or("n/a".to_string(), |ratio| format!("{ratio:.2}"));
         table.row(vec![
             row.strategy.name().to_string(),
             format!("{:.3}", row.latency_ms.median),
             format!("{:.3}", row.latency_ms.p99),
             format!("{:.0}", row.frames_per_s),
             format!("{:.2}", row.link_bytes_per_frame as f64 / 1e6),
-            pcie,
+            format!("{:.1}", row.link_bytes_per_s / 1e9),
+            nvml,
             format!("{:.1}", row.host_bytes as f64 / (1 << 20) as f64),
             format!("{:.1}", row.device_bytes as f64 / (1 << 20) as f64),
             if row.verified_bit_exact { "bit-exact" } else { "NO" }.to_string(),
         ]);
     }
+    table.note(
+        "link GB/s: the bytes counted per frame over the filter's time; NVML/counted: the GPU's own PCIe \
+         counters (both ways) over the bytes counted in the same window, test-card rendering included (about \
+         1.00 when they agree)",
+    );
     for note in &report.skipped {
         table.note(format!("skipped: {note}"));
     }

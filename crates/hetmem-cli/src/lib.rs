@@ -112,7 +112,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(&device()?, choice, &args, ui, outputs),
         Command::Load(args) => load::run(&device()?, &args, ui),
         Command::Demo(args) => demo::run(&device()?, &args, ui, outputs),
-        Command::Filter(args) => filter::run(&device()?, &args, ui, outputs),
+        Command::Filter(args) => {
+            // The summary's wall time counts from here, the device's opening included.
+            let started = std::time::Instant::now();
+            filter::run(&device()?, started, &args, ui, outputs)
+        }
         Command::Completions(args) => generate::completions(&args),
         Command::Man(args) => generate::man(&args, ui, outputs),
     }

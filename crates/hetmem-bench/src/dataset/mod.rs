@@ -17,6 +17,10 @@
 //! with the CPU's blur of the same frame. On the CPU backend the same runs go through the CPU
 //! blur, so the benchmark (and its test) runs anywhere.
 //!
+//! Then a sparse pass ([`sparse`]): a kernel that touches 5% of the set's bytes, reading them
+//! in place against copying the whole set into device memory first, within a device budget
+//! ([`DatasetOptions::device_budget`]) that the set may exceed.
+//!
 //! Frames are taken at offsets into one whole-data-set buffer because hetmem's leases cover
 //! whole buffers today: range leases (a lease over frame k alone) and mapped-file windows
 //! (map and register only the frames in flight, for files larger than RAM or the pinning
@@ -35,6 +39,7 @@ use crate::random::fresh_seed;
 mod blur;
 mod contents;
 mod runner;
+pub mod sparse;
 
 pub use blur::blur3_rgb_cpu;
 use contents::{DatasetFile, fill_random};
@@ -45,7 +50,7 @@ pub static DATASET: KernelSource = KernelSource {
     name: "dataset",
     source: include_str!("../../kernels/dataset.cu"),
     ptx: Some(include_str!("../../kernels/ptx/dataset.ptx")),
-    entry_points: &["dataset_blur3_rgb"],
+    entry_points: &["dataset_blur3_rgb", "dataset_sparse_xor"],
     options: &[],
 };
 
@@ -55,8 +60,11 @@ pub const DEFAULT_FRAMES: usize = 500;
 pub const DEFAULT_SIZE: (usize, usize) = (7680, 4320);
 /// Bytes per pixel: interleaved 8-bit R, G, B.
 const PIXEL_BYTES: usize = 3;
-/// The kernel's block: 32 x 8 pixels (`TILE_W`, `TILE_H` in the source).
-const TILE: (u32, u32) = (32, 8);
+/// The pixels each of the kernel's blocks blurs: 128 x 16 (`TILE_W`, `TILE_H` in the source).
+const TILE: (u32, u32) = (128, 16);
+/// The kernel's threads per block: one per column of the tile, 4 rows of them (each thread
+/// blurs every 4th row of its column).
+const BLOCK: (u32, u32) = (128, 4);
 
 /// Where the data set lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -117,6 +125,12 @@ pub struct DatasetOptions {
     pub dir: Option<PathBuf>,
     /// Frames checked against the CPU per method (the first, the last, some between).
     pub verify: usize,
+    /// Device memory the copying methods may hold, in bytes; `None`: what the device has
+    /// free (on the CPU backend, the data set's size).
+    pub device_budget: Option<u64>,
+    /// The sparse pass's chunk, a multiple of 16 bytes: one in every
+    /// [`sparse::SPARSE_STRIDE_CHUNKS`] chunks of the set is read.
+    pub sparse_chunk: usize,
 }
 
 impl DatasetOptions {
@@ -129,6 +143,8 @@ impl DatasetOptions {
             backing: Backing::Host,
             dir: None,
             verify: 3,
+            device_budget: None,
+            sparse_chunk: sparse::DEFAULT_SPARSE_CHUNK,
         }
     }
 
@@ -168,6 +184,26 @@ impl DatasetOptions {
             .and_then(|pixels| pixels.checked_mul(PIXEL_BYTES))
             .and_then(|frame| frame.checked_mul(self.frames))
             .ok_or_else(|| Error::invalid("data set", "its size overflows: fewer or smaller frames"))?;
+        if self.sparse_chunk == 0 || !self.sparse_chunk.is_multiple_of(sparse::SPARSE_ALIGN) {
+            return Err(Error::invalid(
+                "sparse chunk",
+                format!("{} bytes: give a multiple of 16 above 0", self.sparse_chunk),
+            ));
+        }
+        self.sparse_chunk
+            .checked_mul(sparse::SPARSE_STRIDE_CHUNKS)
+            .ok_or_else(|| Error::invalid("sparse chunk", "too large: its stride overflows"))?;
+        if let Some(budget) = self.device_budget
+            && budget < 2 * self.frame_bytes() as u64
+        {
+            return Err(Error::invalid(
+                "device budget",
+                format!(
+                    "{budget} bytes: copy-each holds two frames, {} bytes; give at least that",
+                    2 * self.frame_bytes()
+                ),
+            ));
+        }
         if let Some(dir) = &self.dir
             && !dir.is_dir()
         {
@@ -225,6 +261,10 @@ pub struct DatasetReport {
     pub setup_seconds: f64,
     /// One run per method.
     pub runs: Vec<MethodRun>,
+    /// Device memory the copying methods were allowed, in bytes.
+    pub device_budget_bytes: u64,
+    /// The sparse pass, mapped and copy-all.
+    pub sparse: Vec<sparse::SparseRun>,
 }
 
 /// Builds the data set of `options` on `device`, runs every method over it, and checks a sample
@@ -237,14 +277,19 @@ pub fn measure(device: &Device, options: &DatasetOptions) -> Result<DatasetRepor
     options.validate()?;
     let queue = Queue::new(device)?;
     let seed = fresh_seed();
+    let budget = match (options.device_budget, device.as_cuda()) {
+        (Some(budget), _) => budget,
+        (None, Some(cuda)) => cuda.memory_info().map(|(free, _)| free)?,
+        (None, None) => options.dataset_bytes(),
+    };
     let started = Instant::now();
-    let (runs, setup_seconds) = match options.backing {
+    let ((runs, sparse), setup_seconds) = match options.backing {
         Backing::Host => {
             let pinned = PinOptions { mapped: true, portable: true, ..PinOptions::default() };
             let mut data = HostBuf::<u8>::pinned(device, options.dataset_bytes() as usize, pinned)?;
             fill_random(data.as_mut_slice(), seed);
             let setup = started.elapsed().as_secs_f64();
-            (run_methods(device, &queue, data, options)?, setup)
+            (run_methods(device, &queue, data, options, budget)?, setup)
         }
         Backing::File => {
             let file = DatasetFile::write(options, seed)?;
@@ -252,7 +297,7 @@ pub fn measure(device: &Device, options: &DatasetOptions) -> Result<DatasetRepor
             // the mapping): nothing truncates or modifies it while it is mapped.
             let data = unsafe { MappedFile::<u8>::open(device, &file.path) }?;
             let setup = started.elapsed().as_secs_f64();
-            let runs = run_methods(device, &queue, data, options)?;
+            let runs = run_methods(device, &queue, data, options, budget)?;
             drop(file);
             (runs, setup)
         }
@@ -268,12 +313,20 @@ pub fn measure(device: &Device, options: &DatasetOptions) -> Result<DatasetRepor
         device_total_bytes: device.as_cuda().map(CudaDevice::total_memory),
         setup_seconds,
         runs,
+        device_budget_bytes: budget,
+        sparse,
     })
 }
 
 /// Every method over `data`, shared with the GPU for the whole run (only read), then each
-/// method's sample checked.
-fn run_methods<B>(device: &Device, queue: &Queue, data: B, options: &DatasetOptions) -> Result<Vec<MethodRun>>
+/// method's sample checked; then the sparse pass, within `budget` bytes of device memory.
+fn run_methods<B>(
+    device: &Device,
+    queue: &Queue,
+    data: B,
+    options: &DatasetOptions,
+    budget: u64,
+) -> Result<(Vec<MethodRun>, Vec<sparse::SparseRun>)>
 where
     B: HostVisible + Buffer<Elem = u8>,
 {
@@ -283,8 +336,9 @@ where
         .into_iter()
         .map(|method| runner.run(method, &data))
         .collect::<Result<Vec<_>>>()?;
+    let sparse = sparse::run(device, queue, &data, options, budget)?;
     data.reclaim()?;
-    Ok(runs)
+    Ok((runs, sparse))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use hetmem::{
     handoff::KernelArgs, memory::HostVisible,
 };
 
-use super::{DATASET, DatasetOptions, Method, MethodRun, TILE, blur3_rgb_cpu};
+use super::{BLOCK, DATASET, DatasetOptions, Method, MethodRun, TILE, blur3_rgb_cpu};
 
 /// What every method needs.
 pub(super) struct Runner<'a> {
@@ -39,7 +39,7 @@ impl<'a> Runner<'a> {
         let (width, height) = (self.options.width as u32, self.options.height as u32);
         LaunchConfig {
             grid: (width.div_ceil(TILE.0), height.div_ceil(TILE.1), 1),
-            block: (TILE.0, TILE.1, 1),
+            block: (BLOCK.0, BLOCK.1, 1),
             shared_bytes: 0,
         }
     }

@@ -4,7 +4,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use super::{BandwidthCell, Direction, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random};
+use super::{BandwidthCell, LatencyCell, LatencyPath, LinkOptions, LinkPath, fill_random};
 use crate::Summary;
 use crate::error::{BenchError, Result};
 use crate::random::fresh_seed;
@@ -19,12 +19,13 @@ pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
     for &bytes in &options.sizes {
         let words = bytes / 4;
         let mut rates = Vec::new();
-        for repeat in 0..options.warm_up + options.repeats_at(bytes) {
+        let warm_up = options.warm_up_at(bytes);
+        for repeat in 0..warm_up + options.repeats_at(bytes) {
             let start = Instant::now();
             dst[..words].copy_from_slice(black_box(&src[..words]));
             black_box(&mut dst);
             let seconds = start.elapsed().as_secs_f64();
-            if repeat >= options.warm_up {
+            if repeat >= warm_up {
                 rates.push(bytes as f64 / seconds / 1e9);
             }
         }
@@ -34,14 +35,8 @@ pub(super) fn bandwidth(options: &LinkOptions) -> Result<Vec<BandwidthCell>> {
                 detail: format!("the copy of {bytes} bytes differs"),
             });
         }
-        cells.push(BandwidthCell {
-            path: LinkPath::HostMemcpy,
-            direction: Direction::Host,
-            bytes,
-            gb_s: Summary::of(&rates).expect("at least one repeat"),
-            ratio_to_ceiling: None,
-            verified_by: "compared word for word",
-        });
+        let gb_s = Summary::of(&rates).expect("at least one repeat");
+        cells.push(BandwidthCell::new(LinkPath::HostMemcpy, bytes, gb_s, "compared word for word"));
     }
     Ok(cells)
 }

@@ -15,12 +15,14 @@ mod cpu_cache;
 mod doorbell;
 mod gpu;
 mod host;
+mod pages;
 mod profile;
 mod words;
 
 pub use doorbell::doorbell_round_trip;
+pub use pages::page_sizes;
 pub use profile::{PROFILE_PATHS, cached_or_measured, measure_profile, save_profile};
-use words::{bench_word, fill_random, first_pattern_mismatch, xor_checksum};
+use words::{bench_word, fill_random, first_pattern_mismatch, random_read_checksum, xor_checksum};
 
 use std::str::FromStr;
 
@@ -90,9 +92,24 @@ pub enum LinkPath {
     /// A kernel reading mapped memory 4 bytes at a time, neighbouring threads 128 bytes apart:
     /// the uncoalesced pitfall.
     ZeroCopyReadStrided,
+    /// A kernel reading mapped pinned memory allocated write-combined
+    /// (`CU_MEMHOSTALLOC_WRITECOMBINED`) with coalesced 16-byte loads. The seeds claim
+    /// write-combining raises the link rate by 40% (and slows the CPU's reads: `hetmem bench
+    /// pinning` measures those).
+    WriteCombinedRead,
     /// A kernel reading memory the process allocated itself, registered with
     /// `cuMemHostRegister` (mapped).
     RegisteredVecRead,
+    /// A kernel loading 16-byte vectors from random places of registered memory on base
+    /// (4 KiB) pages: each load a page apart from its neighbours', so the GPU translates an
+    /// address per load.
+    #[serde(rename = "random_read_4k_pages")]
+    RandomReadBasePages,
+    /// As [`LinkPath::RandomReadBasePages`], on transparent huge (2 MiB) pages
+    /// (`madvise(MADV_HUGEPAGE)`). The seeds claim huge pages speed the GPU's access to host
+    /// memory through its TLB.
+    #[serde(rename = "random_read_2m_pages")]
+    RandomReadHugePages,
     /// A kernel reading a read-only file mapping registered read-only (page cache hot).
     RegisteredFileRead,
     /// A kernel reading managed memory resident on the host: pages migrate on fault.
@@ -107,7 +124,7 @@ pub enum LinkPath {
 
 impl LinkPath {
     /// Every path, in table order.
-    pub const ALL: [LinkPath; 17] = [
+    pub const ALL: [LinkPath; 20] = [
         LinkPath::HostMemcpy,
         LinkPath::PageableH2d,
         LinkPath::PageableD2h,
@@ -120,7 +137,10 @@ impl LinkPath {
         LinkPath::ZeroCopyWrite,
         LinkPath::ZeroCopyReadWrite,
         LinkPath::ZeroCopyReadStrided,
+        LinkPath::WriteCombinedRead,
         LinkPath::RegisteredVecRead,
+        LinkPath::RandomReadBasePages,
+        LinkPath::RandomReadHugePages,
         LinkPath::RegisteredFileRead,
         LinkPath::ManagedRead,
         LinkPath::ManagedPrefetchRead,
@@ -142,7 +162,10 @@ impl LinkPath {
             LinkPath::ZeroCopyWrite => "zero_copy_write",
             LinkPath::ZeroCopyReadWrite => "zero_copy_read_write",
             LinkPath::ZeroCopyReadStrided => "zero_copy_read_strided",
+            LinkPath::WriteCombinedRead => "write_combined_read",
             LinkPath::RegisteredVecRead => "registered_vec_read",
+            LinkPath::RandomReadBasePages => "random_read_4k_pages",
+            LinkPath::RandomReadHugePages => "random_read_2m_pages",
             LinkPath::RegisteredFileRead => "registered_file_read",
             LinkPath::ManagedRead => "managed_read",
             LinkPath::ManagedPrefetchRead => "managed_prefetch_read",
@@ -238,6 +261,19 @@ impl LatencyPath {
 
 /// The most repetitions a small cell takes, as a multiple of [`LinkOptions::repeats`].
 const MID_SIZE_REPEATS_FACTOR: usize = 5;
+/// The fewest timed repetitions of a cell (unless [`LinkOptions::repeats`] asks fewer): with
+/// fewer, one slow stretch of the link moves the median. A quick run once reported
+/// `pinned_async_both` at 256 MiB 22% below the full run from 3 samples.
+pub const MIN_TIMED: usize = 5;
+/// Bytes the warm-up of a cell moves at least (unless [`LinkOptions::warm_up`] is 0): one
+/// warm-up repetition of a large cell is a few milliseconds, too short for the link to leave
+/// an idle state (a quick run's first cells at 256 MiB read up to 33% low).
+pub const WARM_UP_BYTES: usize = 1 << 30;
+/// The most warm-up repetitions [`WARM_UP_BYTES`] adds to a small cell.
+const MAX_WARM_UP: usize = 16;
+/// A cell whose samples spread wider than this share of its median (slowest to fastest, as
+/// p99) is marked unsure.
+pub const WIDE_SPREAD: f64 = 0.10;
 
 /// What to measure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -348,8 +384,19 @@ impl LinkOptions {
     /// run has one checksum slot on the GPU.
     pub fn repeats_at(&self, bytes: usize) -> usize {
         let scaled = self.repeats.saturating_mul(64 << 20) / bytes.max(1);
-        let scaled = scaled.clamp(self.repeats.min(3), MID_SIZE_REPEATS_FACTOR.saturating_mul(self.repeats));
-        scaled.min(MAX_RUNS.saturating_sub(self.warm_up))
+        let scaled =
+            scaled.clamp(self.repeats.min(MIN_TIMED), MID_SIZE_REPEATS_FACTOR.saturating_mul(self.repeats));
+        scaled.min(MAX_RUNS.saturating_sub(self.warm_up_at(bytes)))
+    }
+
+    /// The untimed repetitions before a cell of `bytes`: [`LinkOptions::warm_up`], or as many
+    /// as move [`WARM_UP_BYTES`] (up to 16) when that is more; none when `warm_up` is 0.
+    pub fn warm_up_at(&self, bytes: usize) -> usize {
+        if self.warm_up == 0 {
+            return 0;
+        }
+        let by_bytes = WARM_UP_BYTES.div_ceil(bytes.max(1)).min(MAX_WARM_UP);
+        self.warm_up.max(by_bytes).min(MAX_RUNS - self.repeats.min(MAX_RUNS))
     }
 }
 
@@ -369,6 +416,45 @@ pub struct BandwidthCell {
     pub ratio_to_ceiling: Option<f64>,
     /// How the result was checked against the CPU.
     pub verified_by: &'static str,
+    /// The samples' spread, slowest to fastest (p99), as a share of the median.
+    pub spread: f64,
+    /// Why the median may be off, when it may: too few samples, or a spread wider than
+    /// [`WIDE_SPREAD`]; `None` for a cell to trust.
+    pub unsure: Option<String>,
+}
+
+impl BandwidthCell {
+    /// The cell of `path` at `bytes`, its spread and how sure it is taken from `gb_s`.
+    pub(crate) fn new(
+        path: LinkPath,
+        bytes: usize,
+        gb_s: Summary,
+        verified_by: &'static str,
+    ) -> BandwidthCell {
+        let spread = if gb_s.median > 0.0 { (gb_s.p99 - gb_s.min) / gb_s.median } else { 0.0 };
+        let unsure = if gb_s.samples < MIN_TIMED {
+            Some(format!("{} samples: too few", gb_s.samples))
+        } else if spread > WIDE_SPREAD {
+            Some(format!(
+                "samples spread {:.0}% of the median ({:.2} to {:.2} GB/s)",
+                spread * 100.0,
+                gb_s.min,
+                gb_s.p99
+            ))
+        } else {
+            None
+        };
+        BandwidthCell {
+            path,
+            direction: path.direction(),
+            bytes,
+            gb_s,
+            ratio_to_ceiling: None,
+            verified_by,
+            spread,
+            unsure,
+        }
+    }
 }
 
 /// The copy engines' own rate in this run: the best median of the pinned async copies.
@@ -529,13 +615,52 @@ mod tests {
     }
 
     #[test]
-    fn small_cells_get_up_to_five_times_the_repeats_and_large_ones_at_least_three() {
+    fn small_cells_get_up_to_five_times_the_repeats_and_large_ones_at_least_five() {
         let options = LinkOptions::full();
         assert_eq!(options.repeats_at(4096), 100);
         assert_eq!(options.repeats_at(4 << 20), 100);
         assert_eq!(options.repeats_at(64 << 20), 20);
-        assert_eq!(options.repeats_at(256 << 20), 5);
-        assert_eq!(options.repeats_at(1 << 30), 3);
+        assert_eq!(options.repeats_at(256 << 20), MIN_TIMED);
+        assert_eq!(options.repeats_at(1 << 30), MIN_TIMED);
+        let quick = LinkOptions::quick();
+        assert_eq!(
+            quick.repeats_at(256 << 20),
+            MIN_TIMED,
+            "a quick cell takes as many samples as a full one"
+        );
+        // A user asking fewer gets fewer.
+        assert_eq!(LinkOptions { repeats: 2, ..LinkOptions::full() }.repeats_at(1 << 30), 2);
+    }
+
+    #[test]
+    fn warm_up_moves_a_gib_at_least_unless_none_is_asked() {
+        let quick = LinkOptions::quick();
+        assert_eq!(quick.warm_up_at(256 << 20), 4, "4 x 256 MiB, not the 1 that let the link idle");
+        assert_eq!(quick.warm_up_at(1 << 30), 1);
+        assert_eq!(quick.warm_up_at(4096), MAX_WARM_UP);
+        assert_eq!(LinkOptions::full().warm_up_at(1 << 30), 3, "the asked count when it is more");
+        assert_eq!(LinkOptions { warm_up: 0, ..LinkOptions::quick() }.warm_up_at(4096), 0);
+        for options in [LinkOptions::quick(), LinkOptions::full()] {
+            for bytes in [4096, 64 << 10, 4 << 20, 256 << 20, 1 << 30] {
+                assert!(options.warm_up_at(bytes) + options.repeats_at(bytes) <= MAX_RUNS);
+            }
+        }
+    }
+
+    #[test]
+    fn cells_with_few_samples_or_a_wide_spread_are_marked_unsure() {
+        let cell = |samples: &[f64]| {
+            BandwidthCell::new(LinkPath::PinnedAsyncBoth, 256 << 20, Summary::of(samples).unwrap(), "test")
+        };
+        // The quick run's cell that read 22% low: 3 samples, 33.4 to 39.1.
+        let few = cell(&[33.4, 38.8, 39.1]);
+        assert!(few.unsure.as_deref().is_some_and(|why| why.contains("3 samples")), "{:?}", few.unsure);
+        let wide = cell(&[33.4, 38.8, 39.1, 45.0, 49.0]);
+        assert!(wide.spread > WIDE_SPREAD);
+        assert!(wide.unsure.as_deref().is_some_and(|why| why.contains("spread")), "{:?}", wide.unsure);
+        // The full run's: 49.9 to 50.5.
+        let tight = cell(&[49.9, 50.1, 50.2, 50.4, 50.5]);
+        assert!(tight.spread < 0.02 && tight.unsure.is_none(), "{tight:?}");
     }
 
     /// Each run XORs into a slot of its own on the GPU: five times 205 repeats of a small cell
@@ -544,9 +669,9 @@ mod tests {
     fn scaled_repeats_never_pass_the_checksum_slots() {
         let options = LinkOptions { repeats: 205, warm_up: 3, ..LinkOptions::full() };
         options.validate().unwrap();
-        assert_eq!(options.warm_up + options.repeats_at(4096), MAX_RUNS);
+        assert_eq!(options.warm_up_at(4096) + options.repeats_at(4096), MAX_RUNS);
         let options = LinkOptions { repeats: 1000, warm_up: 24, ..LinkOptions::full() };
-        assert_eq!(options.warm_up + options.repeats_at(4096), MAX_RUNS);
+        assert_eq!(options.warm_up_at(4096) + options.repeats_at(4096), MAX_RUNS);
     }
 
     #[test]
@@ -564,6 +689,39 @@ mod tests {
         let sum = xor_checksum(&words);
         words[777_777] ^= 1 << 9;
         assert_eq!(xor_checksum(&words), sum ^ (1 << 9));
+    }
+
+    /// The random reads' checksum is the XOR of the vectors at the mixed indices (a naive loop
+    /// over the same indices agrees), the indices stay inside the cell and scatter over its
+    /// pages, and a changed word in a vector that is read changes the checksum.
+    #[test]
+    fn random_reads_scatter_inside_the_cell_and_their_checksum_sees_each_load() {
+        let seed = fresh_seed();
+        eprintln!("seed {seed:#x}");
+        let mut words = vec![0u32; 1 << 16];
+        fill_random(&mut words, seed);
+        let read_seed = seed as u32 ^ 0x1234_5678;
+        let n16 = (words.len() / 4) as u64;
+        let indices: Vec<u64> = (0..n16).map(|i| words::random_index(i, read_seed, n16)).collect();
+        assert!(indices.iter().all(|&at| at < n16));
+        let pages: std::collections::HashSet<u64> = indices.iter().map(|&at| at * 16 / 4096).collect();
+        assert_eq!(pages.len() as u64, n16 * 16 / 4096, "every 4 KiB page of the cell is read");
+        let neighbours_far = indices.windows(2).filter(|pair| pair[0].abs_diff(pair[1]) * 16 >= 4096).count();
+        assert!(neighbours_far as u64 > n16 * 9 / 10, "neighbouring loads land pages apart");
+        let naive = indices.iter().fold(0u32, |acc, &at| {
+            let at = at as usize * 4;
+            acc ^ words[at] ^ words[at + 1] ^ words[at + 2] ^ words[at + 3]
+        });
+        let sum = random_read_checksum(&words, read_seed);
+        assert_eq!(sum, naive);
+        // A vector read an odd number of times: flipping a bit in it flips the checksum.
+        let mut counts = std::collections::HashMap::new();
+        for &at in &indices {
+            *counts.entry(at).or_insert(0u32) += 1;
+        }
+        let (&odd, _) = counts.iter().find(|(_, count)| **count % 2 == 1).expect("some vector read once");
+        words[odd as usize * 4 + 2] ^= 1 << 5;
+        assert_eq!(random_read_checksum(&words, read_seed), sum ^ (1 << 5));
     }
 
     #[test]

@@ -112,14 +112,7 @@ mod tests {
     }
 
     fn cell(path: LinkPath, bytes: usize, gb_s: f64) -> BandwidthCell {
-        BandwidthCell {
-            path,
-            direction: path.direction(),
-            bytes,
-            gb_s: Summary::of(&[gb_s]).unwrap(),
-            ratio_to_ceiling: None,
-            verified_by: "test",
-        }
+        BandwidthCell::new(path, bytes, Summary::of(&[gb_s]).unwrap(), "test")
     }
 
     #[test]

@@ -231,6 +231,11 @@ pub(super) enum What {
         /// Frames checked against the CPU per method: the first, the last, some between.
         #[arg(long, default_value_t = 3, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=1000))]
         verify: usize,
+        /// Device memory the copying methods may hold, e.g. 8GiB: give less than the data set
+        /// to measure a set larger than it (default: what the device has free). The sparse
+        /// pass's copy-all copies the whole set through it, a piece at a time.
+        #[arg(long, value_name = "SIZE")]
+        device_budget: Option<String>,
     },
 }
 

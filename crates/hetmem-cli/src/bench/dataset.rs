@@ -1,6 +1,7 @@
 //! `hetmem bench dataset`: an 8K data set larger than device memory, filtered in place, frame by frame, against
 //! copying each frame to the device and back (`hetmem_bench::dataset`).
 
+use hetmem_bench::dataset::sparse::SparseMethod;
 use hetmem_bench::dataset::{self, Backing, DatasetReport};
 
 use crate::table::Table;
@@ -95,5 +96,44 @@ pub fn table(report: &DatasetReport) -> Table {
         },
         report.setup_seconds
     ));
+    table.note(format!(
+        "device budget {} ({} the data set)",
+        gib(report.device_budget_bytes),
+        if report.dataset_bytes > report.device_budget_bytes { "smaller than" } else { "not smaller than" }
+    ));
+    table
+}
+
+/// The sparse pass's table's name.
+pub const SPARSE_TABLE: &str = "dataset_sparse";
+
+/// The sparse pass: mapped against copy-all, with the speed-up.
+pub fn sparse_table(report: &DatasetReport) -> Table {
+    let mut table = Table::new(
+        SPARSE_TABLE,
+        format!(
+            "a kernel touching {:.1}% of the data set's {} (one 64 KiB chunk in every 20), on {}",
+            report.sparse.first().map_or(0.0, |run| run.share_touched * 100.0),
+            gib(report.dataset_bytes),
+            report.device
+        ),
+        &["method", "seconds", "vs copy-all", "bytes copied", "device memory", "checked"],
+    );
+    let copy_all =
+        report.sparse.iter().find(|run| run.method == SparseMethod::CopyAll).map(|run| run.seconds);
+    for run in &report.sparse {
+        table.row(vec![
+            run.method.name().to_string(),
+            format!("{:.4}", run.seconds),
+            copy_all.map_or("-".into(), |copy_all| format!("{:.2}x", copy_all / run.seconds)),
+            gib(run.copied_bytes),
+            gib(run.device_bytes),
+            if run.verified { "XOR = the CPU's" } else { "NO" }.to_string(),
+        ]);
+    }
+    table.note(
+        "sparse mapped: the kernel reads the chunks where the data set lies; sparse copy-all: the whole set \
+         copied into device memory a piece within the budget at a time, the kernel reading each piece's chunks",
+    );
     table
 }

@@ -52,9 +52,12 @@ impl Files {
                 names(&[signals::COMPLETION_TABLE]),
                 names(&[signals::COMPLETION_PLOT]),
             ),
-            What::Dataset { .. } => {
-                ("dataset", "hetmem.bench.dataset/1", names(&[dataset::TABLE]), Vec::new())
-            }
+            What::Dataset { .. } => (
+                "dataset",
+                "hetmem.bench.dataset/1",
+                names(&[dataset::TABLE, dataset::SPARSE_TABLE]),
+                Vec::new(),
+            ),
             What::File { .. } => ("file", "hetmem.bench.file/1", names(&file::TABLES), Vec::new()),
             What::Pinning { .. } => (
                 "pinning",

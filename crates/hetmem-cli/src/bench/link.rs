@@ -25,6 +25,20 @@ fn sorted_unique(mut values: Vec<usize>) -> Vec<usize> {
     values
 }
 
+/// What marks a bandwidth cell whose median may be off.
+const UNSURE_MARK: &str = "?";
+
+/// A bandwidth cell's text: the median, its share of the ceiling, how many samples and how
+/// widely they spread, and a mark when that makes the median unsure.
+fn bandwidth_cell(cell: &hetmem_bench::link::BandwidthCell) -> String {
+    let median = match cell.ratio_to_ceiling {
+        Some(ratio) => format!("{:.2} ({:.0}%)", cell.gb_s.median, ratio * 100.0),
+        None => format!("{:.2}", cell.gb_s.median),
+    };
+    let mark = if cell.unsure.is_some() { format!(" {UNSURE_MARK}") } else { String::new() };
+    format!("{median} [{}/{:.0}%]{mark}", cell.gb_s.samples, cell.spread * 100.0)
+}
+
 /// Bandwidth (path x size), latency (path x size) and, where measured, the completion signals.
 pub fn tables(report: &LinkReport) -> Vec<Table> {
     let mut tables = Vec::new();
@@ -47,18 +61,36 @@ pub fn tables(report: &LinkReport) -> Vec<Table> {
         let mut row = vec![path.name().to_string()];
         for &bytes in &sizes_measured {
             let cell = report.bandwidth.iter().find(|cell| cell.path == *path && cell.bytes == bytes);
-            row.push(cell.map_or("-".to_string(), |cell| match cell.ratio_to_ceiling {
-                Some(ratio) => format!("{:.2} ({:.0}%)", cell.gb_s.median, ratio * 100.0),
-                None => format!("{:.2}", cell.gb_s.median),
-            }));
+            row.push(cell.map_or("-".to_string(), bandwidth_cell));
         }
         bandwidth.row(row);
     }
+    bandwidth.note(format!(
+        "[n/spread]: the timed samples and their spread, slowest to fastest, as a share of the median; \
+         {UNSURE_MARK} marks a cell with fewer than {} samples or a spread over {:.0}%: its median may be off, \
+         so rerun it without --quick or with more --repeats",
+        hetmem_bench::link::MIN_TIMED,
+        hetmem_bench::link::WIDE_SPREAD * 100.0
+    ));
     if let Some(ceiling) = report.ceiling {
         bandwidth.note(format!(
             "ceiling (pinned async copies, best median in this run): H2D {:.2} GB/s, D2H {:.2} GB/s; \
              two-way rows are per direction, against the slower ceiling",
             ceiling.h2d_gb_s, ceiling.d2h_gb_s
+        ));
+    }
+    let measured = |path: LinkPath| report.bandwidth.iter().any(|cell| cell.path == path);
+    if measured(LinkPath::WriteCombinedRead) {
+        bandwidth.note(
+            "write_combined_read against zero_copy_read: the seeds claim write-combined memory crosses the link \
+             40% faster (and the CPU reads it slowly: `hetmem bench pinning` measures the CPU's side)",
+        );
+    }
+    if measured(LinkPath::RandomReadBasePages) || measured(LinkPath::RandomReadHugePages) {
+        bandwidth.note(format!(
+            "random_read_4k_pages against random_read_2m_pages: 16-byte loads from random places of registered \
+             memory; the seeds claim huge pages speed the GPU's access through its TLB. {}",
+            hetmem_bench::link::page_sizes()
         ));
     }
     if report.bandwidth.iter().any(|cell| cell.direction != Direction::Host) {

@@ -187,7 +187,8 @@ fn run_ct(
 
 /// `bench dataset`: the data set's options and its table.
 fn run_dataset(device: &Device, what: &What, ui: Ui, emit: &Emit<'_>) -> anyhow::Result<ExitCode> {
-    let What::Dataset { frames, resolution, width, height, backing, dir, verify } = what else {
+    let What::Dataset { frames, resolution, width, height, backing, dir, verify, device_budget } = what
+    else {
         unreachable!("called for this subcommand only")
     };
     let (width, height) = match (width, height) {
@@ -198,8 +199,20 @@ fn run_dataset(device: &Device, what: &What, ui: Ui, emit: &Emit<'_>) -> anyhow:
         BackingArg::Host => Backing::Host,
         BackingArg::File => Backing::File,
     };
-    let options =
-        DatasetOptions { frames: *frames, width, height, backing, dir: dir.clone(), verify: *verify };
+    let device_budget = device_budget
+        .as_deref()
+        .map(|budget| sizes::parse(budget).context("--device-budget").map(|bytes| bytes as u64))
+        .transpose()?;
+    let options = DatasetOptions {
+        frames: *frames,
+        width,
+        height,
+        backing,
+        dir: dir.clone(),
+        verify: *verify,
+        device_budget,
+        sparse_chunk: hetmem_bench::dataset::sparse::DEFAULT_SPARSE_CHUNK,
+    };
     options.validate()?;
     let spinner = ui.spinner(format!(
         "filtering {frames} frames of {width}x{height} RGB ({:.1} GB, {} memory), in place and copied \
@@ -209,7 +222,7 @@ fn run_dataset(device: &Device, what: &What, ui: Ui, emit: &Emit<'_>) -> anyhow:
     ));
     let report = hetmem_bench::dataset::measure(device, &options).context("data set benchmark")?;
     spinner.finish_and_clear();
-    emit.all(&report, &[dataset::table(&report)], |_| Ok(Vec::new()))
+    emit.all(&report, &[dataset::table(&report), dataset::sparse_table(&report)], |_| Ok(Vec::new()))
 }
 
 fn require_gpu(device: &Device) -> anyhow::Result<()> {

@@ -71,6 +71,12 @@ pub fn pinning_tables(report: &PinningReport) -> Vec<Table> {
             row.memory, row.write_gb_s, row.read_gb_s
         ));
     }
+    table.note(
+        "seeds' claims beside these: write-combined memory is slow for the CPU to read (the write_combined \
+         line against the cached one); huge pages are cheaper to pin (touch_then_register_huge, 2 MiB pages, \
+         against touch_then_register_base, 4 KiB pages)",
+    );
+    table.note(hetmem_bench::link::page_sizes());
     let pool = &report.pool_acquire_us;
     table.note(format!(
         "pool acquire+release of a 1080p RGB frame: median {:.2} us, p99 {:.2} us",

@@ -14,7 +14,7 @@ use image::ColorType;
 
 use super::Job;
 use super::recovery::{self, Recovery, Retry};
-use super::stats::{Clock, Facts, Report};
+use super::stats::{Clock, Facts, OPENING_THE_DEVICE, RELEASING, Report};
 
 pub(super) fn filter(
     job: &Job,
@@ -23,7 +23,10 @@ pub(super) fn filter(
     kind: ImageKind,
     output_kind: ImageKind,
 ) -> anyhow::Result<Report> {
-    let mut clock = Clock::start();
+    let mut clock = Clock::new(job.started);
+    clock.setup(OPENING_THE_DEVICE, job.opening_the_device);
+    // An image's one frame streams from the input's first byte read to the output written.
+    clock.start_streaming();
     let (input_name, output) = (job.input.to_string(), job.output.to_string());
     let bytes = input.read_all(&job.budget, &input_name)?;
     let image = Opened::new(&bytes, kind, &input_name, &job.budget)?;
@@ -60,7 +63,10 @@ pub(super) fn filter(
             Err(error) => Err(error).with_context(|| context(strategy)),
         }
     };
-    let mut filter = build(job.device, job.strategy, &mut warnings)?;
+    clock.stop_streaming();
+    let mut filter =
+        clock.build(|| build(job.device, job.strategy, &mut warnings), FrameFilter::setup_time)?;
+    clock.start_streaming();
     image.read_into(filter.input_mut()?)?;
     // Kept for --retries: a failed run may lose the filter's input memory.
     let kept = (job.retries > 0).then(|| filter.input_mut().map(|input| input.to_vec())).transpose()?;
@@ -79,7 +85,10 @@ pub(super) fn filter(
             Some(Retry::Cpu) => (&cpu, Strategy::Cpu),
             Some(Retry::Same) => (job.device, filter.strategy()),
         };
-        filter = build(device, strategy, &mut warnings)?;
+        clock.stop_streaming();
+        clock.time(RELEASING, || drop(filter));
+        filter = clock.build(|| build(device, strategy, &mut warnings), FrameFilter::setup_time)?;
+        clock.start_streaming();
         filter.input_mut()?.copy_from_slice(kept.as_deref().expect("kept when retries are allowed"));
     };
     warnings.extend(recovery.warnings());
@@ -88,6 +97,9 @@ pub(super) fn filter(
     let result = filter.output()?;
     let file = job.outputs.create(to)?;
     write(file, encoding, result, (width, height), plan).with_context(|| format!("cannot write {output}"))?;
+    clock.stop_streaming();
+    let strategy = filter.strategy();
+    clock.time(RELEASING, || drop(filter));
     let facts = Facts {
         input: input_name,
         output,
@@ -97,10 +109,10 @@ pub(super) fn filter(
         height: height as usize,
         layout: plan.layout(),
         sample: plan.sample(),
-        strategy: filter.strategy(),
+        strategy,
         warnings,
     };
-    let mut report = Report::new(facts, &kernel, &clock);
+    let mut report = Report::new(facts, &kernel, clock);
     report.retried = recovery.retried;
     Ok(report)
 }

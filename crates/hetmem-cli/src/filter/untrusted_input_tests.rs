@@ -143,6 +143,8 @@ fn y4m_reads(bytes: &[u8], budget: Budget) -> (anyhow::Result<()>, usize) {
         retries: 0,
         ui: crate::ui::Ui { quiet: true },
         outputs: crate::outputs::Outputs { overwrite: false },
+        started: std::time::Instant::now(),
+        opening_the_device: std::time::Duration::ZERO,
     };
     largest_allocation(|| {
         let sink = || -> anyhow::Result<FrameSink> { Ok(FrameSink::stream(Box::new(io::sink()))) };

@@ -25,7 +25,7 @@ use indicatif::ProgressBar;
 use super::Job;
 use super::interrupt::{catch_ctrl_c, interrupted};
 use super::recovery::{self, Recovery, Retry};
-use super::stats::{Clock, Facts, Report};
+use super::stats::{Clock, Facts, OPENING_THE_DEVICE, RELEASING, Report};
 
 /// Filters `video`, whose frames `reader` holds next (`file_bytes` in all when it is a
 /// regular file), into the output `open_output` opens.
@@ -56,22 +56,29 @@ pub(super) fn filter(
         height as u64,
         memory(&format, options.slots) + 2 * packing.scratch_bytes(&format) as u64,
     )?;
+    let mut clock = Clock::new(job.started);
+    clock.setup(OPENING_THE_DEVICE, job.opening_the_device);
     let mut recovery = Recovery::new(job.retries);
     let cpu = recovery::cpu();
     let (mut device, mut strategy) = (job.device, job.strategy);
-    let ring_for = |(device, strategy): (&Device, Strategy), warnings: &mut Vec<String>| {
-        build_ring(job, (device, strategy), (format, &kernel), options, &pixels, warnings)
-    };
-    let mut ring = ring_for((device, strategy), &mut warnings)?;
+    let ring_for =
+        |(device, strategy): (&Device, Strategy), warnings: &mut Vec<String>, clock: &mut Clock| {
+            clock.build(
+                || build_ring(job, (device, strategy), (format, &kernel), options, &pixels, warnings),
+                FrameRing::setup_time,
+            )
+        };
+    let mut ring = ring_for((device, strategy), &mut warnings, &mut clock)?;
     let frames = file_bytes.map(|bytes| frames_in(&container, bytes, format.frame_bytes()));
 
-    let mut out = open_output()?;
+    // Replacing an existing file truncates it here, which frees its pages.
+    let mut out = clock.time("opening the output", open_output)?;
     out.write_all(container.header())
         .and_then(|()| out.flush())
         .with_context(|| format!("writing the {} header to {output}", container.name()))?;
 
     let bar = job.ui.frames(frames);
-    let mut clock = Clock::start();
+    clock.start_streaming();
     catch_ctrl_c();
     let kept = Kept::new(recovery.keeps_frames());
     let mut replay = VecDeque::new();
@@ -89,12 +96,15 @@ pub(super) fn filter(
                 // Every frame read but not written, the failed one first, goes through a new ring.
                 replay = kept.take();
                 first = index;
-                drop(ring);
-                ring = ring_for((device, strategy), &mut warnings)?;
+                clock.stop_streaming();
+                clock.time(RELEASING, || drop(ring));
+                ring = ring_for((device, strategy), &mut warnings, &mut clock)?;
+                clock.start_streaming();
             }
             ended => break ended,
         }
     };
+    clock.stop_streaming();
     warnings.extend(recovery.warnings());
     bar.finish_and_clear();
     let end = match pumped {
@@ -124,6 +134,9 @@ pub(super) fn filter(
         )),
     }
 
+    // A file that replaced an existing one is written back to the disk as it is closed (ext4's
+    // auto_da_alloc): seconds for a large output, which a stopwatch sees.
+    clock.time("closing the output", || drop(out));
     let facts = Facts {
         input,
         output,
@@ -136,7 +149,8 @@ pub(super) fn filter(
         strategy: ring.strategy(),
         warnings,
     };
-    let mut report = Report::new(facts, &kernel, &clock);
+    clock.time(RELEASING, || drop(ring));
+    let mut report = Report::new(facts, &kernel, clock);
     report.interrupted = !matches!(end, End::Input);
     report.retried = recovery.retried;
     Ok(report)

@@ -273,7 +273,10 @@ fn bench_files_are_not_replaced_without_y_and_tables_are_saved_as_csv() {
     assert_eq!(lines.next(), Some("path,4 KiB,64 KiB"), "{csv}");
     let row: Vec<&str> = lines.next().unwrap().split(',').collect();
     assert_eq!(row[0], "host_memcpy", "{csv}");
-    assert!(row[1..].iter().all(|cell| cell.parse::<f64>().is_ok_and(|gb_s| gb_s > 0.0)), "{csv}");
+    // Each cell: the median, then its samples and spread in brackets (marked `?` when unsure).
+    let median = |cell: &str| cell.split(' ').next().and_then(|median| median.parse::<f64>().ok());
+    assert!(row[1..].iter().all(|cell| median(cell).is_some_and(|gb_s| gb_s > 0.0)), "{csv}");
+    assert!(row[1..].iter().all(|cell| cell.contains(" [") && cell.contains("%]")), "{csv}");
     let latency = std::fs::read_to_string(saved.join("link_latency.csv")).unwrap();
     assert!(latency.starts_with("path,4 B,64 KiB\r\nhost_memcpy,"), "{latency}");
     let json: Value =

@@ -365,6 +365,50 @@ fn bench_dataset_runs_small_on_the_cpu_in_memory_and_in_a_file() {
     assert!(stderr(&refused).contains("/no/such/dir"), "{}", stderr(&refused));
 }
 
+/// A data set larger than the device budget: copy-each within it, the sparse pass's copy-all
+/// through it a piece at a time, both sparse passes checked against the CPU, and both tables
+/// saved; a budget below copy-each's two frames is refused by name.
+#[test]
+fn bench_dataset_under_a_device_budget_runs_the_sparse_pass_and_saves_both_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("saved");
+    let output = bench_on_cpu(&[
+        "dataset",
+        "--frames",
+        "8",
+        "--width",
+        "640",
+        "--height",
+        "360",
+        "--device-budget",
+        "2MiB",
+        "--save",
+        saved.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(saved.join("dataset.json")).unwrap()).unwrap();
+    let (set, budget) =
+        (report["dataset_bytes"].as_u64().unwrap(), report["device_budget_bytes"].as_u64().unwrap());
+    assert!(budget == 2 << 20 && set > budget, "{report}");
+    let sparse = report["sparse"].as_array().unwrap();
+    let methods: Vec<&str> = sparse.iter().map(|run| run["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["mapped", "copy-all"]);
+    for run in sparse {
+        assert_eq!(run["verified"], true, "{run}");
+        assert!(run["device_bytes"].as_u64().unwrap() <= budget, "{run}");
+        let share = run["share_touched"].as_f64().unwrap();
+        assert!((0.04..0.07).contains(&share), "{run}");
+    }
+    assert_eq!(sparse[1]["copied_bytes"].as_u64(), Some(set));
+    let table = std::fs::read_to_string(saved.join("dataset_sparse.csv")).unwrap();
+    assert!(table.contains("sparse mapped") && table.contains("sparse copy-all"), "{table}");
+
+    let refused = bench_on_cpu(&["dataset", "--width", "640", "--height", "360", "--device-budget", "1MiB"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("copy-each holds two frames"), "{}", stderr(&refused));
+}
+
 /// User-facing help speaks of what a command does, not of the plan it came from.
 #[test]
 fn bench_help_says_what_compare_measures() {

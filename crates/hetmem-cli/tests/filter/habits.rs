@@ -91,7 +91,7 @@ fn json_goes_to_stdout_or_a_report_never_to_stderr() {
     assert!(run.status.success(), "{}", stderr(&run));
     assert!(run.stderr.is_empty(), "{}", stderr(&run));
     let summary: serde_json::Value = serde_json::from_slice(&run.stdout).expect("JSON on stdout");
-    assert_eq!((summary["schema"].as_str(), summary["frames"].as_u64()), (Some("hetmem.filter/1"), Some(1)));
+    assert_eq!((summary["schema"].as_str(), summary["frames"].as_u64()), (Some("hetmem.filter/2"), Some(1)));
 
     // Video on stdout: JSON there would corrupt it, so it needs a report.
     let format = FrameFormat::new(8, 6, PixelLayout::Gray).unwrap();
@@ -108,7 +108,7 @@ fn json_goes_to_stdout_or_a_report_never_to_stderr() {
     assert!(run.stderr.is_empty(), "{}", stderr(&run));
     assert_y4m_result(&run.stdout, header, format, &default_kernel(), &frames);
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    assert_eq!((summary["schema"].as_str(), summary["frames"].as_u64()), (Some("hetmem.filter/1"), Some(2)));
+    assert_eq!((summary["schema"].as_str(), summary["frames"].as_u64()), (Some("hetmem.filter/2"), Some(2)));
     // A report alone keeps the text summary on stderr.
     let again = dir.path("again.json");
     let run = hetmem_with_stdin(&["filter", "-", "-", "--report", text(&again)], y4m(header, &frames));
@@ -126,7 +126,7 @@ fn quiet_hides_the_summary_and_a_pipe_gets_no_progress() {
     let run = hetmem_with_stdin(&["filter", "-", "-"], y4m(header, &frames));
     assert!(run.status.success(), "{}", stderr(&run));
     let errors = stderr(&run);
-    assert_eq!(errors.lines().count(), 2, "the summary's two lines only: {errors:?}");
+    assert_eq!(errors.lines().count(), 3, "the summary's three lines only: {errors:?}");
     assert!(!errors.contains('\r') && !errors.contains('\u{1b}'), "terminal control on a pipe: {errors:?}");
     let run = hetmem_with_stdin(&["-q", "filter", "-", "-"], y4m(header, &frames));
     assert!(run.status.success(), "{}", stderr(&run));

@@ -8,6 +8,7 @@
 //! output, and pipes given as paths and Ctrl-C in a pipeline.
 
 mod bad_input;
+mod figures;
 mod habits;
 mod high_bit_depth;
 mod pipes;

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use super::ring::link_bytes;
+use super::setup_time::{SetupTime, timed};
 use super::slot::{self, Slot, SlotOptions};
 use super::{Strategy, hybrid};
 use crate::backend::Device;
@@ -23,6 +24,7 @@ pub struct FrameFilter<S: Stage> {
     stage: S,
     link_bytes_per_frame: u64,
     placement: Option<Placement>,
+    setup: SetupTime,
 }
 
 impl<S: Stage> std::fmt::Debug for FrameFilter<S> {
@@ -73,12 +75,21 @@ impl<S: Stage> FrameFilter<S> {
         overrides: &[(&str, Where)],
     ) -> Result<FrameFilter<S>> {
         let strategy = slot::resolve(device, strategy, &stage)?;
-        let placement = hybrid::placement_for(strategy, device, &stage, budget, 1, overrides)?;
+        let mut placed_in = Duration::ZERO;
+        let placement =
+            timed(&mut placed_in, || hybrid::placement_for(strategy, device, &stage, budget, 1, overrides))?;
         let options =
             SlotOptions { fence: FenceKind::Event, timing: false, holder: FrameMemoryHolder::Filter };
         let slot = Slot::new(device, strategy, &stage, options, placement.as_ref())?;
         let link_bytes_per_frame = link_bytes(&stage, slot.prepared(), strategy);
-        Ok(FrameFilter { slot, stage, link_bytes_per_frame, placement })
+        let setup = SetupTime { placement: placed_in, ..slot.setup_time() };
+        Ok(FrameFilter { slot, stage, link_bytes_per_frame, placement, setup })
+    }
+
+    /// What building the filter spent, by part: placement, the queue, the kernel's first load
+    /// and the frame memory (pinning, mapping or device allocation).
+    pub fn setup_time(&self) -> SetupTime {
+        self.setup
     }
 
     /// By the hybrid strategy, where each buffer went and why: the frames (`input 0`,

@@ -10,12 +10,14 @@ mod frame_filter;
 mod gaussian;
 mod hybrid;
 mod ring;
+mod setup_time;
 mod slot;
 
 pub use crate::stage::Strategy;
 pub use fan_out::{FanInput, FanOutRing, FanOutput};
 pub use frame_filter::FrameFilter;
 pub use ring::{DEFAULT_SLOTS, FrameRing, InputSlot, NextOutput, OutputFrame, RingOptions};
+pub use setup_time::SetupTime;
 
 use crate::error::{Error, Result};
 

@@ -15,6 +15,7 @@ use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::{Fence, FenceKind, Lent, Queue, Shared};
 use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions};
 use crate::pipeline::hybrid;
+use crate::pipeline::setup_time::{SetupTime, timed};
 use crate::placement::Placement;
 use crate::stage::{FrameLayout, PinnedFrame, Stage};
 use crate::stage::{FrameMemory, Strategy};
@@ -110,6 +111,8 @@ pub(crate) struct Slot<S: Stage> {
     last_busy_ms: Option<(f64, f64)>,
     host_bytes: usize,
     device_bytes: usize,
+    /// What building the slot spent, by part.
+    setup: SetupTime,
 }
 
 /// The strategy `strategy` resolves to on `device` for a stage that runs as `stage` says.
@@ -248,17 +251,20 @@ impl<S: Stage> Slot<S> {
         options: SlotOptions,
         placement: Option<&Placement>,
     ) -> Result<Slot<S>> {
-        let queue = match strategy {
-            Strategy::Cpu => None,
-            _ => Some(Queue::with_fence_kind(device, options.fence)?),
-        };
+        let mut setup = SetupTime::default();
+        let queue = timed(&mut setup.queues, || match strategy {
+            Strategy::Cpu => Ok(None),
+            _ => Queue::with_fence_kind(device, options.fence).map(Some),
+        })?;
         let places = hybrid::constant_places(strategy, &stage.constants(device), placement);
-        let prepared = match &queue {
-            Some(queue) => stage.prepare(queue, strategy, &places)?,
+        let prepared = timed(&mut setup.kernel, || match &queue {
+            Some(queue) => stage.prepare(queue, strategy, &places),
             // The CPU strategy's stage is prepared on a queue of the CPU backend.
-            None => stage.prepare(&Queue::new(&Device::cpu())?, strategy, &places)?,
-        };
-        let memory = Memory::new(device, strategy, stage.inputs(), stage.outputs())?;
+            None => stage.prepare(&Queue::new(&Device::cpu())?, strategy, &places),
+        })?;
+        let memory = timed(&mut setup.frame_memory, || {
+            Memory::new(device, strategy, stage.inputs(), stage.outputs())
+        })?;
         let (host_bytes, device_bytes) = memory.footprint(stage.inputs(), stage.outputs());
         // Events exist on a GPU's queue only (the CPU strategy has no queue).
         let timing = match (&queue, options.timing) {
@@ -280,7 +286,14 @@ impl<S: Stage> Slot<S> {
             last_busy_ms: None,
             host_bytes,
             device_bytes,
+            setup,
         })
+    }
+
+    /// What building this slot spent, by part (its placement not included: that is chosen once
+    /// for every slot).
+    pub(crate) fn setup_time(&self) -> SetupTime {
+        self.setup
     }
 
     /// The strategy.

@@ -6,7 +6,7 @@ use super::rig::Rig;
 use super::{POISON, check_pattern};
 use crate::Summary;
 use crate::error::{BenchError, Result};
-use crate::link::{Direction, LinkOptions, LinkPath, bench_word, xor_checksum};
+use crate::link::{Direction, LinkOptions, LinkPath, bench_word, random_read_checksum, xor_checksum};
 use crate::random::fresh_seed;
 use hetmem::backend::cuda::{MemLocation, raw};
 use hetmem::memory::InFlight;
@@ -23,7 +23,7 @@ impl Rig {
     ) -> Result<(Summary, &'static str)> {
         let b: &mut Buffers = held;
         let words = bytes / 4;
-        let runs = (options.warm_up, options.repeats_at(bytes));
+        let runs = (options.warm_up_at(bytes), options.repeats_at(bytes));
         let count = runs.0 + runs.1;
         self.prepare_cell(b, path, words, options.cold_cpu_cache)?;
         let summary = match path {
@@ -126,6 +126,16 @@ impl Rig {
             LinkPath::RegisteredVecRead => {
                 let from = b.registered.device_ptr().expect("registered mapped");
                 self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
+            }
+            LinkPath::WriteCombinedRead => {
+                let from = b.write_combined().device_ptr().expect("mapped");
+                self.timed(bytes, runs, || Ok(()), |rep| self.queue_read(false, from, bytes, rep))?
+            }
+            LinkPath::RandomReadBasePages | LinkPath::RandomReadHugePages => {
+                let buffer = if path == LinkPath::RandomReadBasePages { &b.registered } else { b.huge() };
+                let from = buffer.device_ptr().expect("registered mapped");
+                let seed = b.random_seed;
+                self.timed(bytes, runs, || Ok(()), |rep| self.queue_random_read(from, bytes, seed, rep))?
             }
             LinkPath::RegisteredFileRead => {
                 let from = b.file.device_ptr().expect("registered mapped");
@@ -268,6 +278,16 @@ impl Rig {
             }
             LinkPath::RegisteredVecRead => {
                 self.check_slots(count, xor_checksum(&b.registered.as_slice()[..words]))?
+            }
+            // A copy of `src`: its checksum is `src`'s, read from cached memory (the CPU's reads
+            // of write-combined memory are uncached and slow).
+            LinkPath::WriteCombinedRead => {
+                self.check_slots(count, xor_checksum(&b.src.as_slice()[..words]))?
+            }
+            LinkPath::RandomReadBasePages => self
+                .check_slots(count, random_read_checksum(&b.registered.as_slice()[..words], b.random_seed))?,
+            LinkPath::RandomReadHugePages => {
+                self.check_slots(count, random_read_checksum(&b.huge().as_slice()[..words], b.random_seed))?
             }
             LinkPath::RegisteredFileRead => {
                 self.check_slots(count, xor_checksum(&b.file.as_slice()[..words]))?

@@ -27,8 +27,15 @@ pub(super) struct Buffers {
     /// Device memory holding `bench_word(i, dev_seed)`: the source of downloads.
     pub(super) dev_out: DeviceAlloc,
     pub(super) dev_seed: u32,
-    /// Memory of the process, registered mapped, random.
+    /// Pinned, mapped, write-combined: a copy of `src`; only when its cell is asked for.
+    pub(super) write_combined: Option<HostBuf<u32>>,
+    /// Memory of the process on base (4 KiB) pages, registered mapped, random.
     pub(super) registered: HostBuf<u32>,
+    /// Memory of the process on transparent huge (2 MiB) pages where the kernel gives them,
+    /// registered mapped, random; only when its cell is asked for.
+    pub(super) huge: Option<HostBuf<u32>>,
+    /// Where the random reads load from.
+    pub(super) random_seed: u32,
     /// A temporary file of random data, mapped read-only and registered read-only.
     pub(super) file: MappedFile<u32>,
     /// Managed memory, random.
@@ -36,14 +43,28 @@ pub(super) struct Buffers {
 }
 
 impl Buffers {
-    /// Every buffer, held for the rig's streams before any work is queued on it.
-    pub(super) fn new(device: &Device, rig: &Rig, largest: usize) -> Result<InFlight<Buffers>> {
+    /// Every buffer the cells of `paths` use, held for the rig's streams before any work is
+    /// queued on it.
+    pub(super) fn new(
+        device: &Device,
+        rig: &Rig,
+        largest: usize,
+        paths: &[LinkPath],
+    ) -> Result<InFlight<Buffers>> {
         let cuda = device.as_cuda().expect("GPU cells run on a GPU");
         let words = largest / 4;
         let pinned = PinOptions { mapped: true, method: PinMethod::HostAlloc, ..PinOptions::default() };
         let mut src = HostBuf::<u32>::pinned(device, words, pinned)?;
         fill_random(src.as_mut_slice(), fresh_seed());
         let dst = HostBuf::<u32>::pinned(device, words, pinned)?;
+        let write_combined = if paths.contains(&LinkPath::WriteCombinedRead) {
+            let mut buffer =
+                HostBuf::<u32>::pinned(device, words, PinOptions { write_combined: true, ..pinned })?;
+            buffer.as_mut_slice().copy_from_slice(src.as_slice());
+            Some(buffer)
+        } else {
+            None
+        };
         let mut pageable = vec![0u32; words];
         fill_random(&mut pageable, fresh_seed());
         let pageable_out = vec![POISON; words];
@@ -53,6 +74,14 @@ impl Buffers {
         let mut registered =
             HostBuf::register(device, PageBox::<u32>::zeroed(words)?, RegisterOptions::default())?;
         fill_random(registered.as_mut_slice(), fresh_seed());
+        let huge = if paths.contains(&LinkPath::RandomReadHugePages) {
+            let mut buffer =
+                HostBuf::register(device, PageBox::<u32>::huge(words)?, RegisterOptions::default())?;
+            fill_random(buffer.as_mut_slice(), fresh_seed());
+            Some(buffer)
+        } else {
+            None
+        };
         let file = random_file(device, words)?;
         let mut managed = ManagedBuf::<u32>::new(device, words)?;
         fill_random(managed.as_mut_slice(), fresh_seed());
@@ -64,7 +93,10 @@ impl Buffers {
             dev_in,
             dev_out,
             dev_seed,
+            write_combined,
             registered,
+            huge,
+            random_seed: fresh_seed() as u32,
             file,
             managed,
         });
@@ -82,6 +114,16 @@ impl Buffers {
         Ok(buffers)
     }
 
+    /// The write-combined buffer, made when its cell was asked for (the only time it is used).
+    pub(super) fn write_combined(&self) -> &HostBuf<u32> {
+        self.write_combined.as_ref().expect("made for the write_combined_read cell, which is asked for")
+    }
+
+    /// The huge-page buffer, made when its cell was asked for (the only time it is used).
+    pub(super) fn huge(&self) -> &HostBuf<u32> {
+        self.huge.as_ref().expect("made for the random_read_2m_pages cell, which is asked for")
+    }
+
     /// Evicts the first `words` of every host buffer `path` reads or writes from the CPU's
     /// caches (see [`cpu_cache`]). Managed memory is left alone: where its pages are on the GPU
     /// (after a prefetch or a kernel's faults), touching them from the CPU, even to flush
@@ -97,7 +139,11 @@ impl Buffers {
             | LinkPath::ZeroCopyReadStrided => &[src],
             LinkPath::PinnedSyncD2h | LinkPath::PinnedAsyncD2h | LinkPath::ZeroCopyWrite => &[dst],
             LinkPath::PinnedAsyncBoth | LinkPath::ZeroCopyReadWrite => &[src, dst],
-            LinkPath::RegisteredVecRead => &[&self.registered.as_slice()[..words]],
+            LinkPath::WriteCombinedRead => &[&self.write_combined().as_slice()[..words]],
+            LinkPath::RegisteredVecRead | LinkPath::RandomReadBasePages => {
+                &[&self.registered.as_slice()[..words]]
+            }
+            LinkPath::RandomReadHugePages => &[&self.huge().as_slice()[..words]],
             LinkPath::RegisteredFileRead => &[&self.file.as_slice()[..words]],
             LinkPath::HostMemcpy
             | LinkPath::ManagedRead

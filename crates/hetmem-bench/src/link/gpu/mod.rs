@@ -47,7 +47,7 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
     let mut rig = Rig::new(cuda)?;
     let largest = buffer_bytes(options);
     // Every `?` below may leave work queued on the rig's streams: dropping `buffers` waits for it.
-    let mut buffers = Buffers::new(device, &rig, largest)?;
+    let mut buffers = Buffers::new(device, &rig, largest, &options.paths)?;
     let mut bandwidth = Vec::new();
     for &bytes in &options.sizes {
         for &path in &LinkPath::ALL {
@@ -56,14 +56,7 @@ pub(super) fn measure(device: &Device, cuda: &CudaDevice, options: &LinkOptions)
                 let (gb_s, verified_by) = rig
                     .bandwidth(&mut buffers, path, bytes, options)
                     .map_err(|error| in_cell(error, path.name(), bytes))?;
-                bandwidth.push(BandwidthCell {
-                    path,
-                    direction: path.direction(),
-                    bytes,
-                    gb_s,
-                    ratio_to_ceiling: None,
-                    verified_by,
-                });
+                bandwidth.push(BandwidthCell::new(path, bytes, gb_s, verified_by));
             }
         }
     }

@@ -28,6 +28,7 @@ pub(super) struct Rig {
     pub(super) write: Kernel,
     pub(super) copy: Kernel,
     pub(super) strided: Kernel,
+    pub(super) random: Kernel,
     /// Blocks per launch at most: SMs x 8.
     pub(super) blocks: u32,
     /// Blocks per read+write launch at most: SMs / 4 (see [`copy_blocks`]).
@@ -76,6 +77,7 @@ impl Rig {
             write: kernel("bench_write_u4")?,
             copy: kernel("bench_copy_u4")?,
             strided: kernel("bench_read_strided")?,
+            random: kernel("bench_read_random")?,
             blocks: cuda.attributes().multiprocessor_count.max(1) * 8,
             copy_blocks: copy_blocks(cuda.attributes().multiprocessor_count),
             ordinal: cuda.ordinal(),
@@ -155,6 +157,28 @@ impl Rig {
         // both are held until the stream is idle, and callers synchronise it before touching
         // either.
         unsafe { self.launch(kernel, items, &mut [from, items as u64, out]) }
+    }
+
+    /// The random-read kernel's checksum of `bytes` at device address `from` into slot `slot`:
+    /// `bytes / 16` vectors loaded from places `seed` picks.
+    pub(super) fn queue_random_read(
+        &self,
+        from: u64,
+        bytes: usize,
+        seed: u32,
+        slot: usize,
+    ) -> hetmem::Result<()> {
+        if slot >= SLOTS {
+            return Err(hetmem::Error::invalid("checksum slot", format!("{slot}: there are {SLOTS}")));
+        }
+        let out = self.slots.device_ptr() + 4 * slot as u64;
+        let n16 = (bytes / 16) as u64;
+        // SAFETY: bench_read_random(const uint4*, u64 n16, u32 seed, u32* out) loads only
+        // vectors below n16 (its index is reduced modulo n16), so it reads inside the `bytes`
+        // at `from` (a mapped range of at least that size in the held buffers, per the
+        // callers), and XORs into slot `slot` of `slots` (inside it, checked above); both are
+        // held until the stream is idle, and callers synchronise it before touching either.
+        unsafe { self.launch(&self.random, n16 as usize, &mut [from, n16, seed.into(), out]) }
     }
 
     /// Times `work(rep)` with device events, after `prepare` (untimed), returning GB/s.

@@ -18,6 +18,7 @@ use state::{RingState, Stall};
 pub use frames::{InputSlot, OutputFrame};
 pub use future::NextOutput;
 
+use super::setup_time::{SetupTime, timed};
 use super::slot::{self, Slot, SlotOptions};
 use super::{Strategy, hybrid};
 use crate::backend::Device;
@@ -134,6 +135,8 @@ pub struct FrameRing<S: Stage> {
     device_bytes: usize,
     /// By the hybrid strategy, where each slot's buffers went and why.
     placement: Option<Placement>,
+    /// What building the ring spent, by part.
+    setup: SetupTime,
     /// When the GPU worked on the frames drained so far, when timed.
     busy: Mutex<BusyTime>,
     /// Tasks awaiting [`FrameRing::next_output_async`] on an empty ring, woken with `changed`.
@@ -237,8 +240,10 @@ impl<S: Stage> FrameRing<S> {
     ) -> Result<FrameRing<S>> {
         check_slots(options.slots)?;
         let strategy = slot::resolve(device, strategy, &stage)?;
-        let placement =
-            hybrid::placement_for(strategy, device, &stage, options.device_budget, options.slots, overrides)?;
+        let mut setup = SetupTime::default();
+        let placement = timed(&mut setup.placement, || {
+            hybrid::placement_for(strategy, device, &stage, options.device_budget, options.slots, overrides)
+        })?;
         let slot_options =
             SlotOptions { fence: options.fence, timing: options.timing, holder: FrameMemoryHolder::RingSlot };
         let mut slots: Vec<Mutex<Slot<S>>> = Vec::with_capacity(options.slots);
@@ -266,6 +271,9 @@ impl<S: Stage> FrameRing<S> {
         if options.timing {
             time_against_one_origin(&slots)?;
         }
+        for slot in &slots {
+            setup += lock(slot).setup_time();
+        }
         let (host_bytes, device_bytes) = slots.iter().fold((0, 0), |(host, device), slot| {
             let (h, d) = lock(slot).footprint();
             (host + h, device + d)
@@ -284,6 +292,7 @@ impl<S: Stage> FrameRing<S> {
             host_bytes,
             device_bytes,
             placement,
+            setup,
             busy: Mutex::new(BusyTime::default()),
             wakers: Mutex::new(Vec::new()),
         })
@@ -297,6 +306,13 @@ impl<S: Stage> FrameRing<S> {
     /// The strategy (never `Auto`).
     pub fn strategy(&self) -> Strategy {
         self.strategy
+    }
+
+    /// What building the ring spent, by part: placement, queues, the kernel's first load and
+    /// each slot's frame memory (pinning, mapping or device allocation). A program that reports
+    /// frames per second over its frames alone names this as setup.
+    pub fn setup_time(&self) -> SetupTime {
+        self.setup
     }
 
     /// The number of slots.
