@@ -8,6 +8,7 @@
 //! | [`CachedWindow`] | a read-only window kept by a [`WindowCache`] within a [`PinnedBudget`] | read | read (zero-copy) |
 //! | [`ManagedBuf`] | managed memory, migrated on demand or by prefetch | yes | yes |
 //! | [`DeviceBuf`] | device memory | through copies | yes |
+//! | [`SharedHostBuf`] | a sealed `memfd` or `/dev/shm` segment shared with other processes, registered in each | yes | mapped: zero-copy |
 //!
 //! A [`Chunk`] or [`ReadChunk`] of a [`Chunked`] buffer of any kind is a buffer too: a range
 //! of it, lent or shared on its own. A [`DeviceBudget`] caps the device memory
@@ -37,11 +38,13 @@ mod budget;
 mod chunked;
 mod claims;
 mod device;
+pub(crate) mod fd_passing;
 mod file;
 mod host;
 mod in_flight;
 mod managed;
 mod pool;
+pub(crate) mod shared;
 mod sigbus;
 mod truncation;
 mod window;
@@ -56,6 +59,7 @@ pub use host::{HostBuf, HostKind, PinMethod, PinOptions, RegisterError, Register
 pub use in_flight::{InFlight, Wait, Waiter};
 pub use managed::ManagedBuf;
 pub use pool::{PinnedPool, PoolStats};
+pub use shared::{SharedHostBuf, SharedOptions};
 pub use window::{FileWindow, FileWindowMut, WindowedFile};
 pub use window_cache::{CachedWindow, WindowCache, WindowCacheStats};
 
