@@ -12,6 +12,7 @@ mod file_stream;
 mod filter_strategies;
 mod fuzz_files;
 mod handoff;
+mod interprocess;
 mod kernel_compile;
 mod memory_kinds;
 mod multi_device;
