@@ -80,7 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::open_best()?;
     let format = FrameFormat::new(WIDTH, HEIGHT, PixelLayout::Rgb)?;
     let kernel = Gaussian::new(Some(2), None, Border::Reflect101)?;
-    let stage = GaussianStage::new(format.clone(), &kernel)?;
+    let stage = GaussianStage::new(format, &kernel)?;
     let queue = Queue::new(&device)?;
     let mut prepared = stage.prepare(&queue, Strategy::ZeroCopy, &[Where::Mapped])?;
     let mut ring = RingConsumer::connect(&device, &socket, Default::default())?;

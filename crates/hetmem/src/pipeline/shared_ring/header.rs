@@ -227,7 +227,7 @@ mod tests {
             match RingLayout::new(frame_bytes, slots, page) {
                 Ok(layout) => {
                     prop_assert!((1..=MAX_SHARED_SLOTS).contains(&slots));
-                    prop_assert!(frame_bytes >= 1 && frame_bytes <= MAX_FRAME_BYTES);
+                    prop_assert!((1..=MAX_FRAME_BYTES).contains(&frame_bytes));
                     prop_assert!(layout.slot_stride >= frame_bytes);
                     prop_assert!(layout.slot_stride % page == 0 && layout.header_bytes % page == 0);
                     let last = layout.slot_offset(slots - 1);

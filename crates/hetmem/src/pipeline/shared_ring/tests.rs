@@ -50,7 +50,7 @@ fn frames_arrive_in_order_complete_and_once_with_frames_held_and_freed_out_of_or
         // Hold up to two frames (the producer fills the third slot meanwhile), freeing the
         // newer first now and then.
         if held.len() == 2 {
-            if count % 3 == 0 {
+            if count.is_multiple_of(3) {
                 held.swap(0, 1);
             }
             held.clear();
@@ -85,7 +85,7 @@ fn a_cpu_stage_runs_on_each_frame() {
         expected_sequence += 1;
     }
     assert_eq!(expected_sequence, 20);
-    let error = ring.run(&stage, &mut [&mut vec![0u8; 5]]).unwrap_err();
+    let error = ring.run(&stage, &mut [&mut [0u8; 5]]).unwrap_err();
     assert!(error.to_string().contains("given [5]"), "{error}");
     producer.join().unwrap().unwrap();
 }
