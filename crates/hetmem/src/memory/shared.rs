@@ -112,7 +112,16 @@ impl SharedSegment {
         // grow it past what the peers checked, and the seals themselves cannot be lifted.
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
             .map_err(|errno| os_error(format!("sealing {description}"), errno))?;
-        Self::map(fd, size, description, None)
+        Self::map(fd, size, description, None).map_err(|error| match error {
+            // The kernel takes huge pages only when they are mapped: say where they come from.
+            Error::Io { context, source } if huge_pages => Error::Io {
+                context: format!(
+                    "{context} with 2 MiB huge pages (remedy: reserve some in /proc/sys/vm/nr_hugepages)"
+                ),
+                source,
+            },
+            other => other,
+        })
     }
 
     /// A new `/dev/shm` segment `name` of `bytes` (rounded up to whole pages), which this
