@@ -465,6 +465,18 @@ impl RingConsumer {
         let shared = Arc::clone(&self.shared);
         let slot = (self.next % shared.layout.slots as u64) as usize;
         let sequence = self.next;
+        if shared.buffers()[slot].is_none() {
+            // Waiting would never end: the slot frees only when this process drops that frame.
+            return Err(Error::invalid(
+                "shared ring frame",
+                format!(
+                    "frame {sequence} needs slot {slot}, which this process still holds with frame {}: \
+                     all {} slots are held here; drop a frame before taking the next",
+                    sequence - shared.layout.slots as u64,
+                    shared.layout.slots
+                ),
+            ));
+        }
         let full = shared.peer.wait(
             &shared.filled,
             || look(&shared, slot, sequence),

@@ -62,6 +62,23 @@ fn frames_arrive_in_order_complete_and_once_with_frames_held_and_freed_out_of_or
 }
 
 #[test]
+fn taking_a_frame_while_holding_every_slot_is_an_error_not_a_deadlock() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let producer = producer_thread(left, 7, 3, 100, 2);
+    let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+    let held = [ring.next_frame().unwrap().unwrap(), ring.next_frame().unwrap().unwrap()];
+    let error = ring.next_frame().unwrap_err();
+    assert!(
+        error.to_string().contains("frame 2 needs slot 0, which this process still holds with frame 0"),
+        "{error}"
+    );
+    drop(held);
+    assert_eq!(ring.next_frame().unwrap().unwrap().sequence(), 2, "nothing was lost meanwhile");
+    assert!(ring.next_frame().unwrap().is_none());
+    producer.join().unwrap().unwrap();
+}
+
+#[test]
 fn a_cpu_stage_runs_on_each_frame() {
     let seed = fastrand::u64(..);
     let (left, right) = UnixStream::pair().unwrap();
