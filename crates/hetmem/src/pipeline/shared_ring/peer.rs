@@ -82,13 +82,13 @@ impl Peer {
             if let Some(found) = check()? {
                 return Ok(found);
             }
-            let mut fds = vec![
+            // Without a pidfd the socket is polled twice: the same answer, no allocation.
+            let exit = self.pidfd.as_ref().unwrap_or(&self.socket);
+            let mut fds = [
                 PollFd::new(wake, PollFlags::IN),
                 PollFd::new(&self.socket, PollFlags::IN | PollFlags::RDHUP),
+                PollFd::new(exit, PollFlags::IN),
             ];
-            if let Some(pidfd) = &self.pidfd {
-                fds.push(PollFd::new(pidfd, PollFlags::IN));
-            }
             match rustix::event::poll(&mut fds, Some(&timeout)) {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(errno) => return Err(os_error("waiting for the ring's peer", errno)),
