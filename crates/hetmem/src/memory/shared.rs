@@ -688,6 +688,47 @@ mod tests {
         assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists());
     }
 
+    /// Opens a `bytes`-byte memfd claiming `claimed` elements of `T`: Ok with the length,
+    /// or the error's text.
+    fn open_claiming<T: Element>(bytes: usize, claimed: usize) -> std::result::Result<usize, String> {
+        let device = Device::cpu();
+        let made = SharedHostBuf::<u8>::create(&device, bytes, SharedOptions::default()).unwrap();
+        let fd = made.fd().try_clone_to_owned().unwrap();
+        // SAFETY: nothing writes the buffer; both mappings only live in this test.
+        unsafe { SharedHostBuf::<T>::from_fd(&device, fd, claimed, Default::default()) }
+            .map(|buf| buf.len())
+            .map_err(|error| error.to_string())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// A claimed length is taken exactly when the segment holds that many elements, and
+        /// refused by name otherwise: zero, an overflowing byte count, or too few bytes.
+        #[test]
+        fn a_claimed_length_is_taken_exactly_when_the_segment_holds_it(
+            pages in 1usize..6,
+            claimed in proptest::prop_oneof![0usize..30_000, (usize::MAX - 8)..=usize::MAX],
+            wide in proptest::bool::ANY,
+        ) {
+            let bytes = pages * page_size();
+            let element = if wide { 8 } else { 1 };
+            let result = if wide { open_claiming::<u64>(bytes, claimed) } else { open_claiming::<u8>(bytes, claimed) };
+            // No slice may span more than isize::MAX bytes.
+            match claimed.checked_mul(element).filter(|&need| need <= isize::MAX as usize) {
+                _ if claimed == 0 => proptest::prop_assert!(result.unwrap_err().contains("0 elements")),
+                None => proptest::prop_assert!(result.unwrap_err().contains("overflow")),
+                Some(need) if need <= bytes => proptest::prop_assert_eq!(result, Ok(claimed)),
+                Some(need) => {
+                    let text = result.unwrap_err();
+                    proptest::prop_assert!(
+                        text.contains(&format!("holds {bytes} bytes, but {need} are expected")),
+                        "{}", text
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_names_and_sizes_are_clear_errors() {
         for name in ["", "/", "a/b", "..", "white space", &"x".repeat(MAX_NAME_BYTES + 1)] {
