@@ -491,10 +491,14 @@ impl<T: Element> SharedHostBuf<T> {
     ) -> Result<SharedHostBuf<T>> {
         let segment = Arc::new(segment);
         let start = segment.start();
-        // A checked product: `len` elements were checked against the segment's size by every
-        // constructor, so this does not overflow, and the elements lie inside the mapping.
-        debug_assert!(len.checked_mul(size_of::<T>()).is_some_and(|bytes| bytes <= segment.bytes()));
-        // SAFETY: `len` elements lie inside the mapping (checked by every constructor) at its
+        // Every constructor checked this already; checked again where the pointer is made.
+        if !len.checked_mul(size_of::<T>()).is_some_and(|bytes| bytes <= segment.bytes()) {
+            return Err(Error::invalid(
+                "shared buffer length",
+                format!("{len} elements of {} bytes do not fit {}", size_of::<T>(), segment.description()),
+            ));
+        }
+        // SAFETY: `len` elements lie inside the mapping (checked just above) at its
         // page-aligned start, which is aligned for any T; shared memory is always initialised
         // (zero-filled pages, or what a peer wrote), and every bit pattern is a valid `T`
         // (Element: Pod). The mapping stays mapped while the owner, the segment, lives, and
