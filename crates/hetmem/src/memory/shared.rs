@@ -492,7 +492,7 @@ impl<T: Element> SharedHostBuf<T> {
         let segment = Arc::new(segment);
         let start = segment.start();
         // Every constructor checked this already; checked again where the pointer is made.
-        if !len.checked_mul(size_of::<T>()).is_some_and(|bytes| bytes <= segment.bytes()) {
+        if len.checked_mul(size_of::<T>()).is_none_or(|bytes| bytes > segment.bytes()) {
             return Err(Error::invalid(
                 "shared buffer length",
                 format!("{len} elements of {} bytes do not fit {}", size_of::<T>(), segment.description()),
