@@ -107,6 +107,21 @@ pub enum Error {
     /// A frame ring was closed: it takes no more frames, and every frame it took has come out.
     #[error("the frame ring is closed")]
     RingClosed,
+    /// The process at the other end of a shared (cross-process) ring exited, was killed, or
+    /// closed the ring while this process waited for it. Frames it finished before it went
+    /// have been delivered; nothing after them will come.
+    #[error(
+        "the shared ring's {role} process (pid {pid}) is gone: {detail}; remedy: check why it \
+         ended (its exit status, the system log for a kill), then set the ring up again"
+    )]
+    PeerGone {
+        /// `producer` or `consumer`.
+        role: &'static str,
+        /// Its process id.
+        pid: u32,
+        /// What it was doing when it went.
+        detail: String,
+    },
     /// A frame of a stream failed; frames before it came out intact.
     #[error("frame {index} (counting from 0) failed: {source}")]
     FrameFailed {

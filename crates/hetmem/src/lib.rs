@@ -18,7 +18,7 @@
 //! - [`error`], hetmem's one error type, which the backend's convert into.
 //! - [`memory`]: typed buffers in every kind of shareable memory, a pinned pool, file windows
 //!   mapped on demand (within a pinned budget), buffers cut into ranges lent on their own,
-//!   and a device-memory budget; [`kernels`]: hetmem's CUDA sources, compiled by NVRTC on
+//!   memory shared with other processes, and a device-memory budget; [`kernels`]: hetmem's CUDA sources, compiled by NVRTC on
 //!   first use and cached on disk; [`retry`]: retrying transient failures.
 //! - [`handoff`]: queues, leases and fences: the compiler-enforced rule that the CPU and the
 //!   GPU never write one buffer at once; [`placement`]: which buffers of a computation go to
@@ -31,7 +31,8 @@
 //!   the GPU (streamed reads into pinned staging, windows registered in place, safetensors).
 //! - [`ops`]: operations with a GPU and a CPU path, and the stages built on them.
 //! - [`pipeline`]: the strategies implemented once, and the [`FrameFilter`] and rings that
-//!   move frames through a stage.
+//!   move frames through a stage, within a process or between two
+//!   ([`pipeline::shared_ring`]).
 //!
 //! The measurements behind `hetmem bench` and `hetmem doctor` live in their own crate,
 //! `hetmem-bench`, so a program that shares memory builds none of them.

@@ -13,6 +13,7 @@ mod file_stream;
 mod filter_strategies;
 mod fuzz_files;
 mod handoff;
+mod interprocess;
 mod kernel_compile;
 mod managed_attach;
 mod mapped;

@@ -8,6 +8,7 @@
 //! | [`CachedWindow`] | a read-only window kept by a [`WindowCache`] within a [`PinnedBudget`] | read | read (zero-copy) |
 //! | [`ManagedBuf`] | managed memory, migrated on demand or by prefetch | yes | yes |
 //! | [`DeviceBuf`] | device memory | through copies | yes |
+//! | [`SharedHostBuf`] | a sealed `memfd` or `/dev/shm` segment shared with other processes, registered in each | yes | mapped: zero-copy |
 //!
 //! A [`Chunk`] or [`ReadChunk`] of a [`Chunked`] buffer of any kind is a buffer too: a range
 //! of it, lent or shared on its own. A [`DeviceBudget`] caps the device memory
@@ -37,12 +38,14 @@ mod budget;
 mod chunked;
 mod claims;
 mod device;
+pub(crate) mod fd_passing;
 mod file;
 mod host;
 mod in_flight;
 mod managed;
 mod mapped_words;
 mod pool;
+pub(crate) mod shared;
 mod sigbus;
 mod truncation;
 mod window;
@@ -59,6 +62,7 @@ pub use managed::ManagedBuf;
 pub use mapped_words::MappedKind;
 pub(crate) use mapped_words::{LINE_WORDS, MappedView, MappedWords};
 pub use pool::{PinnedPool, PoolStats};
+pub use shared::{SharedHostBuf, SharedOptions};
 pub use window::{FileWindow, FileWindowMut, WindowedFile};
 pub use window_cache::{CachedWindow, WindowCache, WindowCacheStats};
 

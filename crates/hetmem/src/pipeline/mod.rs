@@ -3,7 +3,8 @@
 //!
 //! The strategies are implemented once, in `slot.rs` (see its table): a [`FrameFilter`] runs
 //! one slot a frame at a time, a [`FrameRing`] several with their frames overlapping, and a
-//! [`FanOutRing`] one ring per GPU.
+//! [`FanOutRing`] one ring per GPU. [`shared_ring`] moves frames between two processes through
+//! shared memory.
 
 mod fan_out;
 mod frame_filter;
@@ -11,6 +12,7 @@ mod gaussian;
 mod hybrid;
 mod ring;
 mod setup_time;
+pub mod shared_ring;
 mod slot;
 
 pub use crate::stage::Strategy;

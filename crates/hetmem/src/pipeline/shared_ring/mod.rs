@@ -1,0 +1,672 @@
+//! The cross-process frame ring: a producer process fills slots of shared memory, a consumer
+//! process runs a stage on them (on the CPU, or by handing a slot's memory to the GPU, which
+//! reads it in place), with no copy between the processes.
+//!
+//! # The protocol
+//! The producer makes a sealed `memfd`: one header page ([`MAX_SHARED_SLOTS`] slot state
+//! words, the sizes, a magic and a version) and the slots, each a whole number of pages so
+//! each is registered with the GPU on its own. It sends the memfd and two eventfds (one that
+//! says "a slot is full", one that says "a slot is free") over a connected Unix socket
+//! (`SCM_RIGHTS`); the consumer checks the header against the segment's real size and the
+//! layout it computes itself, registers the slots, and answers.
+//!
+//! Frame `k` uses slot `k % slots`. A slot goes round `free -> filling -> full -> consuming ->
+//! free`; each step is taken only by the side that holds the slot, as a release store that
+//! the other side reads with acquire, so the bytes of a frame are complete before the
+//! consumer sees `full`, and the consumer has finished with them before the producer sees
+//! `free`. Slot ownership is thus the hand-off rule across processes: a [`SlotWriter`] is the
+//! producer's only way to a slot's bytes, a [`SharedFrame`] the consumer's, and neither exists
+//! while the other side holds the slot. The consumer checks that each frame carries the index
+//! it expects: frames arrive in order, none lost or delivered twice.
+//!
+//! A side that waits polls its eventfd together with the peer's pidfd and its end of the
+//! socket: a peer that dies (even by `SIGKILL`) is noticed at once, and the survivor gets
+//! [`Error::PeerGone`] naming its pid and what it was doing, after the frames it completed.
+//! Nothing is left behind: the memfd has no name, and goes when the last process unmaps it.
+//!
+//! # Examples
+//! Both sides in one process here, for brevity (`examples/two_processes.rs` uses two):
+//! ```
+//! use hetmem::Device;
+//! use hetmem::pipeline::shared_ring::{RingConsumer, RingProducer};
+//! use std::os::unix::net::UnixStream;
+//!
+//! let device = Device::open_best()?;
+//! let (left, right) = UnixStream::pair().expect("a socket pair");
+//! let consumer = std::thread::spawn(move || -> hetmem::Result<Vec<u8>> {
+//!     let mut ring = RingConsumer::connect(&Device::open_best()?, &right, Default::default())?;
+//!     let mut firsts = Vec::new();
+//!     while let Some(frame) = ring.next_frame()? {
+//!         firsts.push(frame.as_slice()[0]); // dropping the frame frees its slot
+//!     }
+//!     Ok(firsts)
+//! });
+//! let mut ring = RingProducer::create(&device, &left, 4096, 3, Default::default())?;
+//! for k in 0..10u8 {
+//!     let mut slot = ring.next_slot()?;
+//!     slot.as_mut_slice().fill(k);
+//!     slot.publish();
+//! }
+//! ring.close();
+//! assert_eq!(consumer.join().unwrap()?, (0..10).collect::<Vec<u8>>());
+//! # Ok::<(), hetmem::Error>(())
+//! ```
+
+mod header;
+mod peer;
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub use header::MAX_SHARED_SLOTS;
+use header::{CONSUMING, FILLING, FREE, FULL, HeaderWords, RingLayout};
+use peer::{Peer, new_eventfd, signal};
+
+use crate::backend::Device;
+use crate::backend::cpu::memory::page_size;
+use crate::error::{Error, Result};
+use crate::memory::fd_passing::{read_exact, recv_fds, send_fds, write_all};
+use crate::memory::shared::{SharedSegment, round_up};
+use crate::memory::{Buffer, HostBuf, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer};
+use crate::stage::Stage;
+
+/// Opens the message that carries a ring's descriptors.
+const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"HETMRING");
+/// The consumer's answer: it took the ring.
+const ACCEPTED: u8 = 1;
+/// The consumer's answer: it refused the ring (its own error says why).
+const REFUSED: u8 = 0;
+/// `producer_closed` after [`RingProducer::close`]: the end of the stream.
+const CLOSED: u32 = 1;
+/// `producer_closed` when the producer was dropped without closing (an error, a panic).
+const ABANDONED: u32 = 2;
+
+/// What both sides of a ring hold.
+struct RingShared {
+    segment: Arc<SharedSegment>,
+    layout: RingLayout,
+    /// Written by the producer when a slot turns full.
+    filled: OwnedFd,
+    /// Written by the consumer when a slot turns free.
+    freed: OwnedFd,
+    peer: Peer,
+    /// Each slot's memory as a buffer registered in this process, while no frame holds it.
+    slots: Mutex<Vec<Option<HostBuf<u8>>>>,
+}
+
+/// The header of `segment`.
+///
+/// # Errors
+/// A segment smaller than the header.
+fn header_of(segment: &SharedSegment) -> Result<&HeaderWords> {
+    if segment.bytes() < size_of::<HeaderWords>() {
+        return Err(Error::invalid(
+            "shared ring size",
+            format!("{} holds {} bytes: less than a ring's header", segment.description(), segment.bytes()),
+        ));
+    }
+    // SAFETY: the segment's mapping starts on a page (aligned for the header's 8-byte words)
+    // and holds at least the header's bytes (checked above) while `segment` lives, which the
+    // returned reference borrows. Every field is an atomic, valid for any bits, and the other
+    // process changes them only through atomic operations of its own (the same type on the
+    // same machine); whatever it writes is checked before use (`HeaderWords::layout`, the
+    // state words' values), never trusted as a size or an offset.
+    Ok(unsafe { &*segment.start().as_ptr().cast::<HeaderWords>() })
+}
+
+impl RingShared {
+    fn header(&self) -> &HeaderWords {
+        header_of(&self.segment).expect("checked when the ring was set up")
+    }
+
+    /// Slot `slot`'s state.
+    ///
+    /// # Errors
+    /// A value no side writes: the segment was written outside the protocol.
+    fn state(&self, slot: usize) -> Result<u32> {
+        match self.header().slot(slot).state.load(Ordering::Acquire) {
+            state @ (FREE | FILLING | FULL | CONSUMING) => Ok(state),
+            other => Err(Error::invalid(
+                "shared ring slot",
+                format!(
+                    "slot {slot} of {} is in state {other}, which no hetmem ring writes: the segment was \
+                     written outside the ring's protocol",
+                    self.segment.description()
+                ),
+            )),
+        }
+    }
+
+    fn set_state(&self, slot: usize, state: u32) {
+        self.header().slot(slot).state.store(state, Ordering::Release);
+    }
+
+    fn buffers(&self) -> MutexGuard<'_, Vec<Option<HostBuf<u8>>>> {
+        self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn take_buffer(&self, slot: usize) -> HostBuf<u8> {
+        self.buffers()[slot].take().expect("a slot's buffer is taken by one frame at a time")
+    }
+
+    fn put_buffer(&self, slot: usize, buffer: HostBuf<u8>) {
+        self.buffers()[slot] = Some(buffer);
+    }
+}
+
+/// Registers each slot of `segment` with `device` as a buffer of its own.
+fn register_slots(
+    device: &Device,
+    segment: &Arc<SharedSegment>,
+    layout: &RingLayout,
+    options: RegisterOptions,
+) -> Result<Mutex<Vec<Option<HostBuf<u8>>>>> {
+    let slots = (0..layout.slots)
+        .map(|slot| {
+            let start = segment.start().as_ptr().wrapping_add(layout.slot_offset(slot));
+            let start = NonNull::new(start).expect("inside a mapping, so never null");
+            // SAFETY: the slot's `frame_bytes` lie inside the mapping (the layout's total,
+            // from checked arithmetic, is at most the segment's size: checked by both sides),
+            // initialised as all shared memory is, and stay mapped while the owner, the
+            // segment, lives; it moves into the registration. Slots are whole pages apart, so
+            // no two registrations cover one page, and the header page is not registered.
+            // Other processes touch a slot only while the protocol gives it to them, and then
+            // this process holds no buffer of it (it is inside a SlotWriter or SharedFrame
+            // only while this side owns the slot).
+            unsafe {
+                HostBuf::register_in_place(device, Arc::clone(segment), start, layout.frame_bytes, options)
+            }
+            .map(Some)
+            .map_err(|failure| failure.error)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Mutex::new(slots))
+}
+
+/// The producing side of a shared ring. See the [module documentation](self).
+pub struct RingProducer {
+    shared: Arc<RingShared>,
+    next: u64,
+    closed: bool,
+}
+
+impl std::fmt::Debug for RingProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingProducer")
+            .field("layout", &self.shared.layout)
+            .field("consumer_pid", &self.shared.peer.pid())
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+impl RingProducer {
+    /// Makes a ring of `slots` slots of `frame_bytes` each, sends it to the consumer at the
+    /// other end of `socket` (a connected Unix socket) and waits for it to take it. Each slot
+    /// is registered with `device` as `options` say (nothing to register on the CPU backend).
+    ///
+    /// # Errors
+    /// Zero or more than [`MAX_SHARED_SLOTS`] slots, an empty frame, a size that overflows;
+    /// the consumer refusing the ring (its own error says why) or going away; the system or
+    /// the driver failing to make, map or register the memory.
+    pub fn create(
+        device: &Device,
+        socket: &UnixStream,
+        frame_bytes: usize,
+        slots: usize,
+        options: RegisterOptions,
+    ) -> Result<RingProducer> {
+        let layout = RingLayout::new(frame_bytes, slots, page_size())?;
+        let segment = Arc::new(SharedSegment::memfd("hetmem-ring", layout.total_bytes, false)?);
+        header_of(&segment)?.init(&layout, std::process::id());
+        let (filled, freed) = (new_eventfd()?, new_eventfd()?);
+        let mut hello = [0u8; 24];
+        hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        hello[8..16].copy_from_slice(&u64::from(header::VERSION).to_le_bytes());
+        hello[16..].copy_from_slice(&(layout.total_bytes as u64).to_le_bytes());
+        send_fds(socket.as_fd(), &hello, &[segment.fd(), filled.as_fd(), freed.as_fd()])?;
+        let mut answer = [REFUSED];
+        let refused = |detail: &str| {
+            Error::invalid("shared ring", format!("the consumer {detail}: its own error says why"))
+        };
+        read_exact(socket.as_fd(), &mut answer).map_err(|_| refused("went away before taking the ring"))?;
+        if answer[0] != ACCEPTED {
+            return Err(refused("refused the ring"));
+        }
+        let peer = Peer::new("consumer", socket)?;
+        let slots = register_slots(device, &segment, &layout, options)?;
+        let shared = Arc::new(RingShared { segment, layout, filled, freed, peer, slots });
+        Ok(RingProducer { shared, next: 0, closed: false })
+    }
+
+    /// Waits for the next frame's slot to be free and gives it to the caller to fill.
+    /// Dropping the writer without [`SlotWriter::publish`] gives the slot back unused.
+    ///
+    /// # Errors
+    /// [`Error::PeerGone`] when the consumer exits, is killed, or closes the ring meanwhile;
+    /// a corrupt state word.
+    pub fn next_slot(&mut self) -> Result<SlotWriter<'_>> {
+        let shared = &*self.shared;
+        let slot = (self.next % shared.layout.slots as u64) as usize;
+        let sequence = self.next;
+        shared.peer.wait(
+            &shared.freed,
+            || {
+                if shared.header().consumer_closed.load(Ordering::Acquire) != 0 {
+                    return Err(shared
+                        .peer
+                        .gone(format!("it closed the ring; frame {sequence} has no taker")));
+                }
+                Ok((shared.state(slot)? == FREE).then_some(()))
+            },
+            || {
+                Err(shared
+                    .peer
+                    .gone(format!("it exited or was killed while frame {sequence} waited for a free slot")))
+            },
+        )?;
+        shared.set_state(slot, FILLING);
+        let buffer = shared.take_buffer(slot);
+        Ok(SlotWriter { producer: self, slot, sequence, buffer: Some(buffer) })
+    }
+
+    /// Ends the stream: the consumer takes the frames published so far, then hears the end
+    /// (`None` from [`RingConsumer::next_frame`]). Dropping the producer without closing it
+    /// tells the consumer the stream broke off ([`Error::PeerGone`]).
+    pub fn close(mut self) {
+        self.end(CLOSED);
+    }
+
+    fn end(&mut self, how: u32) {
+        if !self.closed {
+            self.closed = true;
+            self.shared.header().producer_closed.store(how, Ordering::Release);
+            signal(&self.shared.filled);
+        }
+    }
+
+    /// The bytes of one frame.
+    pub fn frame_bytes(&self) -> usize {
+        self.shared.layout.frame_bytes
+    }
+
+    /// How many slots the ring has.
+    pub fn slots(&self) -> usize {
+        self.shared.layout.slots
+    }
+
+    /// The consumer's process id.
+    pub fn consumer_pid(&self) -> u32 {
+        self.shared.peer.pid()
+    }
+}
+
+impl Drop for RingProducer {
+    fn drop(&mut self) {
+        self.end(ABANDONED);
+    }
+}
+
+/// A free slot the producer fills: the next frame, until published.
+pub struct SlotWriter<'a> {
+    producer: &'a mut RingProducer,
+    slot: usize,
+    sequence: u64,
+    buffer: Option<HostBuf<u8>>,
+}
+
+impl std::fmt::Debug for SlotWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotWriter").field("slot", &self.slot).field("sequence", &self.sequence).finish()
+    }
+}
+
+impl SlotWriter<'_> {
+    /// The frame's index in the stream, from 0.
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// The slot's bytes, exactly one frame; what the previous frame in it left, until written.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.buffer.as_mut().expect("held until publish or drop").as_mut_slice()
+    }
+
+    /// Hands the frame to the consumer.
+    pub fn publish(mut self) {
+        let shared = &*self.producer.shared;
+        let buffer = self.buffer.take().expect("held until publish or drop");
+        shared.put_buffer(self.slot, buffer);
+        shared.header().slot(self.slot).sequence.store(self.sequence, Ordering::Relaxed);
+        // The release store orders the frame's bytes and its sequence before the state.
+        shared.set_state(self.slot, FULL);
+        signal(&shared.filled);
+        self.producer.next += 1;
+    }
+}
+
+impl Drop for SlotWriter<'_> {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            let shared = &*self.producer.shared;
+            shared.put_buffer(self.slot, buffer);
+            shared.set_state(self.slot, FREE);
+        }
+    }
+}
+
+/// The consuming side of a shared ring. See the [module documentation](self).
+pub struct RingConsumer {
+    shared: Arc<RingShared>,
+    next: u64,
+    ended: bool,
+}
+
+impl std::fmt::Debug for RingConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingConsumer")
+            .field("layout", &self.shared.layout)
+            .field("producer_pid", &self.shared.peer.pid())
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+impl RingConsumer {
+    /// Takes the ring the producer at the other end of `socket` sends
+    /// ([`RingProducer::create`]), after checking its header against the segment, and
+    /// registers each slot with `device` as `options` say. A ring refused is refused to the
+    /// producer too, so it does not wait.
+    ///
+    /// # Errors
+    /// A message that is not a hetmem ring's, another protocol version, a bad header (a wrong
+    /// magic, sizes that disagree), a segment smaller than its header says (named in the
+    /// error: refused, never mapped past its end), descriptors of the wrong kind; the system
+    /// or the driver failing to map or register the memory.
+    pub fn connect(device: &Device, socket: &UnixStream, options: RegisterOptions) -> Result<RingConsumer> {
+        let mut hello = [0u8; 24];
+        let fds = recv_fds(socket.as_fd(), &mut hello)?;
+        match Self::accept(device, socket, &hello, fds, options) {
+            Ok(consumer) => {
+                write_all(socket.as_fd(), &[ACCEPTED])?;
+                Ok(consumer)
+            }
+            Err(error) => {
+                // The producer waits for an answer; if it is gone there is nobody to tell.
+                let _ = write_all(socket.as_fd(), &[REFUSED]);
+                Err(error)
+            }
+        }
+    }
+
+    fn accept(
+        device: &Device,
+        socket: &UnixStream,
+        hello: &[u8; 24],
+        fds: Vec<OwnedFd>,
+        options: RegisterOptions,
+    ) -> Result<RingConsumer> {
+        let word = |at: usize| u64::from_le_bytes(hello[at..at + 8].try_into().expect("8 bytes"));
+        if word(0) != HELLO_MAGIC || fds.len() != 3 {
+            return Err(Error::invalid(
+                "shared ring message",
+                format!(
+                    "{} descriptors and no hetmem ring header: the peer is not a RingProducer",
+                    fds.len()
+                ),
+            ));
+        }
+        if word(8) != u64::from(header::VERSION) {
+            return Err(Error::invalid(
+                "shared ring message",
+                format!(
+                    "the producer speaks protocol version {}, this hetmem {}: build both with the same hetmem",
+                    word(8),
+                    header::VERSION
+                ),
+            ));
+        }
+        let [memfd, filled, freed]: [OwnedFd; 3] = fds.try_into().expect("checked: three descriptors");
+        for (what, fd) in [("full", &filled), ("free", &freed)] {
+            let kind = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)));
+            if !kind.as_ref().is_ok_and(|path| path.as_os_str() == "anon_inode:[eventfd]") {
+                return Err(Error::invalid(
+                    "shared ring message",
+                    format!("the descriptor for \"a slot is {what}\" is {kind:?}, not an eventfd"),
+                ));
+            }
+        }
+        let header_bytes = round_up("shared ring header", size_of::<HeaderWords>(), page_size())?;
+        let segment = Arc::new(SharedSegment::from_fd(memfd, header_bytes)?);
+        let header = header_of(&segment)?;
+        let layout = header.layout(page_size(), segment.bytes(), segment.description())?;
+        header.consumer_pid.store(std::process::id(), Ordering::Relaxed);
+        let peer = Peer::new("producer", socket)?;
+        let slots = register_slots(device, &segment, &layout, options)?;
+        let shared = Arc::new(RingShared { segment, layout, filled, freed, peer, slots });
+        Ok(RingConsumer { shared, next: 0, ended: false })
+    }
+
+    /// Waits for the next frame; `None` once the producer has closed the stream and every
+    /// frame it published has been taken. Frames come in order; dropping one frees its slot
+    /// (several may be held at once, up to the ring's slots, and dropped in any order).
+    ///
+    /// # Errors
+    /// [`Error::PeerGone`] when the producer exits, is killed or drops the ring without
+    /// closing it (after the frames it completed); a frame out of order or a corrupt state
+    /// word (the segment written outside the protocol).
+    pub fn next_frame(&mut self) -> Result<Option<SharedFrame>> {
+        if self.ended {
+            return Ok(None);
+        }
+        let shared = Arc::clone(&self.shared);
+        let slot = (self.next % shared.layout.slots as u64) as usize;
+        let sequence = self.next;
+        if shared.buffers()[slot].is_none() {
+            // Waiting would never end: the slot frees only when this process drops that frame.
+            return Err(Error::invalid(
+                "shared ring frame",
+                format!(
+                    "frame {sequence} needs slot {slot}, which this process still holds with frame {}: \
+                     all {} slots are held here; drop a frame before taking the next",
+                    sequence - shared.layout.slots as u64,
+                    shared.layout.slots
+                ),
+            ));
+        }
+        let full = shared.peer.wait(
+            &shared.filled,
+            || look(&shared, slot, sequence),
+            || {
+                Err(shared.peer.gone(match shared.state(slot) {
+                    Ok(FILLING) => format!("it exited or was killed while writing frame {sequence}"),
+                    _ => format!("it exited or was killed after {sequence} frames, without closing the ring"),
+                }))
+            },
+        )?;
+        if !full {
+            self.ended = true;
+            return Ok(None);
+        }
+        shared.set_state(slot, CONSUMING);
+        let buffer = shared.take_buffer(slot);
+        self.next += 1;
+        Ok(Some(SharedFrame { shared, slot, sequence, buffer: Some(buffer) }))
+    }
+
+    /// Takes the next frame and runs `stage`'s CPU path on it, writing `outputs` (one buffer
+    /// per output of the stage, each exactly its layout's size); the frame's slot is freed
+    /// when it returns. Returns the frame's index, or `None` at the end of the stream. To run
+    /// a frame on the GPU, take it with [`RingConsumer::next_frame`] and share it with a
+    /// queue: it is a buffer, read in place.
+    ///
+    /// # Errors
+    /// A stage whose one input is not a frame of this ring, outputs of the wrong number or
+    /// sizes, a stage without a CPU path; [`RingConsumer::next_frame`]'s errors; the stage's,
+    /// as [`Error::FrameFailed`] with the frame's index.
+    pub fn run<S: Stage>(&mut self, stage: &S, outputs: &mut [&mut [u8]]) -> Result<Option<u64>> {
+        let frame_bytes = self.shared.layout.frame_bytes;
+        if stage.inputs().len() != 1 || stage.inputs()[0].bytes() != frame_bytes {
+            return Err(Error::invalid(
+                "shared ring stage",
+                format!(
+                    "the stage takes {} inputs ({:?} bytes); a shared ring gives one frame of {frame_bytes} bytes",
+                    stage.inputs().len(),
+                    stage.inputs().iter().map(|layout| layout.bytes()).collect::<Vec<_>>()
+                ),
+            ));
+        }
+        let wanted: Vec<usize> = stage.outputs().iter().map(|layout| layout.bytes()).collect();
+        let given: Vec<usize> = outputs.iter().map(|output| output.len()).collect();
+        if wanted != given {
+            return Err(Error::invalid(
+                "shared ring stage",
+                format!("the stage writes outputs of {wanted:?} bytes; given {given:?}"),
+            ));
+        }
+        if !stage.runs().cpu {
+            return Err(Error::invalid(
+                "shared ring stage",
+                "the stage has no CPU path: take the frame with next_frame and share it with a GPU queue",
+            ));
+        }
+        let Some(frame) = self.next_frame()? else { return Ok(None) };
+        let sequence = frame.sequence();
+        stage
+            .run_cpu(&[frame.as_slice()], outputs)
+            .map_err(|error| Error::FrameFailed { index: sequence, source: Box::new(error) })?;
+        Ok(Some(sequence))
+    }
+
+    /// The bytes of one frame.
+    pub fn frame_bytes(&self) -> usize {
+        self.shared.layout.frame_bytes
+    }
+
+    /// How many slots the ring has.
+    pub fn slots(&self) -> usize {
+        self.shared.layout.slots
+    }
+
+    /// The producer's process id.
+    pub fn producer_pid(&self) -> u32 {
+        self.shared.peer.pid()
+    }
+}
+
+/// Whether frame `sequence` is full in `slot` (`Some(true)`), the stream has ended before it
+/// (`Some(false)`), or neither yet (`None`).
+fn look(shared: &RingShared, slot: usize, sequence: u64) -> Result<Option<bool>> {
+    let full = |shared: &RingShared| -> Result<bool> {
+        if shared.state(slot)? != FULL {
+            return Ok(false);
+        }
+        // Read after the acquire load of the state, which the producer released after it.
+        let found = shared.header().slot(slot).sequence.load(Ordering::Relaxed);
+        if found != sequence {
+            return Err(Error::invalid(
+                "shared ring frame",
+                format!(
+                    "slot {slot} holds frame {found} where frame {sequence} belongs: the producer skipped \
+                     or repeated a frame (the segment was written outside the ring's protocol)"
+                ),
+            ));
+        }
+        Ok(true)
+    };
+    if full(shared)? {
+        return Ok(Some(true));
+    }
+    match shared.header().producer_closed.load(Ordering::Acquire) {
+        0 => Ok(None),
+        // Closed after its last publish: a frame not full now never will be.
+        CLOSED => Ok(Some(full(shared)?)),
+        _ => {
+            Err(shared.peer.gone(format!("it dropped the ring without closing it, after {sequence} frames")))
+        }
+    }
+}
+
+impl Drop for RingConsumer {
+    fn drop(&mut self) {
+        self.shared.header().consumer_closed.store(1, Ordering::Release);
+        signal(&self.shared.freed);
+    }
+}
+
+/// A frame the consumer holds: its slot's memory, registered in this process, a buffer
+/// like any other (share it with a [`crate::Queue`] and a kernel reads it in place, or lend
+/// it to have the frame processed in place). Dropping it frees the slot for the producer.
+pub struct SharedFrame {
+    shared: Arc<RingShared>,
+    slot: usize,
+    sequence: u64,
+    buffer: Option<HostBuf<u8>>,
+}
+
+impl std::fmt::Debug for SharedFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedFrame").field("slot", &self.slot).field("sequence", &self.sequence).finish()
+    }
+}
+
+impl SharedFrame {
+    /// The frame's index in the stream, from 0.
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    fn buffer(&self) -> &HostBuf<u8> {
+        self.buffer.as_ref().expect("held until dropped")
+    }
+
+    /// The frame's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        self.buffer().as_slice()
+    }
+
+    /// The frame's bytes, to change in place (the consumer holds the slot alone).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.buffer.as_mut().expect("held until dropped").as_mut_slice()
+    }
+
+    /// Whether kernels can address it directly (zero-copy).
+    pub fn is_mapped(&self) -> bool {
+        self.buffer().is_mapped()
+    }
+}
+
+impl Drop for SharedFrame {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.buffer.take() {
+            self.shared.put_buffer(self.slot, buffer);
+            // The release store orders this process's reads (and GPU work, already waited
+            // for by the lease that held the frame) before the producer's next writes.
+            self.shared.set_state(self.slot, FREE);
+            signal(&self.shared.freed);
+        }
+    }
+}
+
+impl Sealed for SharedFrame {
+    fn region(&self) -> Region {
+        self.buffer().region()
+    }
+}
+
+impl Buffer for SharedFrame {
+    type Elem = u8;
+
+    fn len(&self) -> usize {
+        self.buffer().len()
+    }
+}
+
+impl WritableBuffer for SharedFrame {}
+impl HostVisible for SharedFrame {}
+
+#[cfg(test)]
+mod tests;

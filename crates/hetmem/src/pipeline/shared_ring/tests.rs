@@ -1,0 +1,230 @@
+//! The protocol within one process (two threads, a socket pair): ordering, the end of the
+//! stream, refusals. The tests across real processes, killed peers included, are in
+//! `tests/interprocess.rs`.
+
+use super::*;
+use crate::stage::{CpuStage, FrameLayout, ScalarType};
+
+/// Frame `sequence` of a stream seeded `seed`: fresh random bytes, the same on both sides.
+fn frame_bytes_of(seed: u64, sequence: u64, len: usize) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ sequence.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    (0..len).map(|_| rng.u8(..)).collect()
+}
+
+fn producer_thread(
+    socket: UnixStream,
+    seed: u64,
+    frames: u64,
+    len: usize,
+    slots: usize,
+) -> std::thread::JoinHandle<Result<()>> {
+    std::thread::spawn(move || {
+        let mut ring = RingProducer::create(&Device::cpu(), &socket, len, slots, Default::default())?;
+        for sequence in 0..frames {
+            let mut slot = ring.next_slot()?;
+            assert_eq!(slot.sequence(), sequence);
+            slot.as_mut_slice().copy_from_slice(&frame_bytes_of(seed, sequence, len));
+            slot.publish();
+        }
+        ring.close();
+        Ok(())
+    })
+}
+
+#[test]
+fn frames_arrive_in_order_complete_and_once_with_frames_held_and_freed_out_of_order() {
+    let seed = fastrand::u64(..);
+    eprintln!("seed {seed:#x}");
+    let (left, right) = UnixStream::pair().unwrap();
+    let len = 10_007;
+    let producer = producer_thread(left, seed, 300, len, 3);
+    let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+    assert_eq!((ring.frame_bytes(), ring.slots()), (len, 3));
+    let mut held = Vec::new();
+    let mut count = 0u64;
+    while let Some(frame) = ring.next_frame().unwrap() {
+        assert_eq!(frame.sequence(), count);
+        assert!(frame.as_slice() == frame_bytes_of(seed, count, len), "frame {count} differs");
+        count += 1;
+        held.push(frame);
+        // Hold up to two frames (the producer fills the third slot meanwhile), freeing the
+        // newer first now and then.
+        if held.len() == 2 {
+            if count.is_multiple_of(3) {
+                held.swap(0, 1);
+            }
+            held.clear();
+        }
+    }
+    assert_eq!(count, 300);
+    assert!(ring.next_frame().unwrap().is_none(), "the end stays the end");
+    producer.join().unwrap().unwrap();
+}
+
+#[test]
+fn taking_a_frame_while_holding_every_slot_is_an_error_not_a_deadlock() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let producer = producer_thread(left, 7, 3, 100, 2);
+    let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+    let held = [ring.next_frame().unwrap().unwrap(), ring.next_frame().unwrap().unwrap()];
+    let error = ring.next_frame().unwrap_err();
+    assert!(
+        error.to_string().contains("frame 2 needs slot 0, which this process still holds with frame 0"),
+        "{error}"
+    );
+    drop(held);
+    assert_eq!(ring.next_frame().unwrap().unwrap().sequence(), 2, "nothing was lost meanwhile");
+    assert!(ring.next_frame().unwrap().is_none());
+    producer.join().unwrap().unwrap();
+}
+
+#[test]
+fn a_cpu_stage_runs_on_each_frame() {
+    let seed = fastrand::u64(..);
+    let (left, right) = UnixStream::pair().unwrap();
+    let len = 4096 * 2 + 3;
+    let producer = producer_thread(left, seed, 20, len, 2);
+    let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+    let layout = FrameLayout::samples(len, ScalarType::U8).unwrap();
+    let stage = CpuStage::map(layout.clone(), layout, |input, output| {
+        output.iter_mut().zip(input).for_each(|(y, x)| *y = x.wrapping_mul(3) ^ 0x5a);
+        Ok(())
+    })
+    .unwrap();
+    let mut output = vec![0xEEu8; len];
+    let mut expected_sequence = 0;
+    while let Some(sequence) = ring.run(&stage, &mut [&mut output]).unwrap() {
+        assert_eq!(sequence, expected_sequence);
+        let expected: Vec<u8> =
+            frame_bytes_of(seed, sequence, len).iter().map(|x| x.wrapping_mul(3) ^ 0x5a).collect();
+        assert!(output == expected, "frame {sequence}");
+        output.fill(0xEE);
+        expected_sequence += 1;
+    }
+    assert_eq!(expected_sequence, 20);
+    let error = ring.run(&stage, &mut [&mut [0u8; 5]]).unwrap_err();
+    assert!(error.to_string().contains("given [5]"), "{error}");
+    producer.join().unwrap().unwrap();
+}
+
+#[test]
+fn a_consumer_that_closes_is_named_to_the_waiting_producer() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let consumer = std::thread::spawn(move || {
+        let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+        let first = ring.next_frame().unwrap().unwrap();
+        assert_eq!(first.sequence(), 0);
+        // Dropping the ring (the frame too) closes it.
+    });
+    let mut ring = RingProducer::create(&Device::cpu(), &left, 100, 2, Default::default()).unwrap();
+    let result = (0..10).try_for_each(|_| ring.next_slot().map(SlotWriter::publish));
+    consumer.join().unwrap();
+    let error = result.err().or_else(|| ring.next_slot().err()).expect("the producer is told");
+    assert!(
+        matches!(&error, Error::PeerGone { role: "consumer", pid, .. } if *pid == std::process::id()),
+        "{error}"
+    );
+    assert!(error.to_string().contains("closed the ring"), "{error}");
+}
+
+#[test]
+fn a_producer_dropped_without_closing_breaks_the_stream_after_its_frames() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let producer = std::thread::spawn(move || {
+        let mut ring = RingProducer::create(&Device::cpu(), &left, 64, 4, Default::default()).unwrap();
+        for k in 0..3u8 {
+            let mut slot = ring.next_slot().unwrap();
+            slot.as_mut_slice().fill(k + 1);
+            slot.publish();
+        }
+        // An unpublished slot is given back; then the producer goes without closing.
+        let mut slot = ring.next_slot().unwrap();
+        slot.as_mut_slice().fill(0xFF);
+        drop(slot);
+    });
+    let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+    producer.join().unwrap();
+    for k in 0..3u8 {
+        let frame = ring.next_frame().unwrap().unwrap();
+        assert!(frame.as_slice().iter().all(|&byte| byte == k + 1));
+    }
+    let error = ring.next_frame().unwrap_err();
+    assert!(matches!(error, Error::PeerGone { role: "producer", .. }), "{error}");
+    assert!(error.to_string().contains("without closing it, after 3 frames"), "{error}");
+}
+
+/// Sends a hand-made ring segment (with `damage` done to its header) to a consumer, and
+/// returns the consumer's error and the answer the producer side got.
+fn refused(segment_bytes: usize, damage: impl FnOnce(&HeaderWords)) -> (Error, u8) {
+    let (left, right) = UnixStream::pair().unwrap();
+    let layout = RingLayout::new(10_000, 4, page_size()).unwrap();
+    let segment = SharedSegment::memfd("damaged-ring", segment_bytes, false).unwrap();
+    let header = header_of(&segment).unwrap();
+    header.init(&layout, std::process::id());
+    damage(header);
+    let (filled, freed) = (new_eventfd().unwrap(), new_eventfd().unwrap());
+    let mut hello = [0u8; 24];
+    hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+    hello[8..16].copy_from_slice(&u64::from(header::VERSION).to_le_bytes());
+    send_fds(left.as_fd(), &hello, &[segment.fd(), filled.as_fd(), freed.as_fd()]).unwrap();
+    let error = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap_err();
+    let mut answer = [9u8];
+    read_exact(left.as_fd(), &mut answer).unwrap();
+    (error, answer[0])
+}
+
+#[test]
+fn a_segment_smaller_than_its_header_says_is_refused_by_name() {
+    let layout = RingLayout::new(10_000, 4, page_size()).unwrap();
+    let (error, answer) = refused(layout.total_bytes - page_size(), |_| {});
+    assert_eq!(answer, REFUSED);
+    let text = error.to_string();
+    assert!(text.contains("memfd:damaged-ring") && text.contains("holds"), "{text}");
+}
+
+#[test]
+fn a_bad_magic_version_or_size_in_the_header_is_refused() {
+    let total = RingLayout::new(10_000, 4, page_size()).unwrap().total_bytes;
+    let (error, answer) = refused(total, |header| header.magic.store(0x1234, Ordering::Relaxed));
+    assert_eq!(answer, REFUSED);
+    assert!(error.to_string().contains("not a hetmem ring segment"), "{error}");
+    let (error, _) = refused(total, |header| header.version.store(99, Ordering::Relaxed));
+    assert!(error.to_string().contains("protocol version 99"), "{error}");
+    let (error, _) = refused(total, |header| header.total_bytes.store(1 << 40, Ordering::Relaxed));
+    assert!(error.to_string().contains("total size"), "{error}");
+    let (error, _) = refused(total, |header| header.slots.store(1000, Ordering::Relaxed));
+    assert!(error.to_string().contains("1000 slots"), "{error}");
+}
+
+#[test]
+fn a_refused_ring_is_an_error_for_the_producer_not_a_hang() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let consumer = std::thread::spawn(move || {
+        let mut hello = [0u8; 24];
+        let fds = recv_fds(right.as_fd(), &mut hello).unwrap();
+        assert_eq!(fds.len(), 3);
+        write_all(right.as_fd(), &[REFUSED]).unwrap();
+    });
+    let error = RingProducer::create(&Device::cpu(), &left, 100, 2, Default::default()).unwrap_err();
+    assert!(error.to_string().contains("the consumer refused the ring"), "{error}");
+    consumer.join().unwrap();
+    let (left, right) = UnixStream::pair().unwrap();
+    drop(right);
+    let error = RingProducer::create(&Device::cpu(), &left, 100, 2, Default::default()).unwrap_err();
+    assert!(error.to_string().contains("sending") || error.to_string().contains("went away"), "{error}");
+}
+
+#[test]
+fn a_corrupt_state_word_is_an_error_naming_the_slot() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let producer = std::thread::spawn(move || {
+        let ring = RingProducer::create(&Device::cpu(), &left, 100, 2, Default::default()).unwrap();
+        ring.shared.header().slot(0).state.store(77, Ordering::Release);
+        signal(&ring.shared.filled);
+        ring.close();
+    });
+    let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+    producer.join().unwrap();
+    let error = ring.next_frame().unwrap_err();
+    assert!(error.to_string().contains("slot 0") && error.to_string().contains("state 77"), "{error}");
+}
