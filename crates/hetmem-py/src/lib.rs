@@ -25,6 +25,7 @@ mod owner;
 mod pool;
 mod register;
 mod release;
+mod ring;
 mod size;
 mod stream;
 mod truncation;
@@ -65,6 +66,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(batch::prepare_batch, module)?)?;
     module.add_function(wrap_pyfunction!(gather::gather_records, module)?)?;
     module.add_function(wrap_pyfunction!(truncation::check_file, module)?)?;
+    ring::register(module)?;
     module.add("page_size", hetmem::memory::page_size())?;
     Ok(())
 }

@@ -47,11 +47,13 @@ __all__ = [
     "Buffer",
     "Device",
     "DeviceView",
+    "FrameRing",
     "HetmemError",
     "Lease",
     "LentError",
     "MappedFile",
     "PinnedPool",
+    "StageError",
     "Stream",
     "bfloat16",
     "device",
@@ -516,3 +518,5 @@ def stream() -> Stream:
 
 # Registration needs Buffer and device() above.
 from ._register import register  # noqa: E402
+# The frame ring needs Buffer, LentError and device() above.
+from .ring import FrameRing, StageError  # noqa: E402
