@@ -167,6 +167,8 @@ class FrameRing:
                              "GPU, NumPy arrays on the CPU)")
         if views == "torch" and _torch() is None:
             raise ImportError("views='torch' needs PyTorch; install it, or pass views='raw'")
+        if not callable(stage):
+            raise TypeError(f"stage {stage!r}: not callable; give a function stage(frame, out, stream)")
         if not isinstance(strategy, str):
             raise TypeError(f"strategy {strategy!r}: give one of {', '.join(STRATEGIES)}")
         self._frame, self._out = frame, out
@@ -282,18 +284,27 @@ class FrameRing:
     def map(self, frames: Iterable[Any]) -> Iterator[Tuple[int, RingView]]:
         """Streams ``frames`` (arrays of the frame's shape) through the ring from this thread:
         keeps every slot busy, yields each ``(index, out)`` in order (``out`` valid until the
-        next one), then closes the ring."""
+        next one), then closes the ring. A ``StageError`` closes it too; the frames submitted
+        after the failed one then come out of ``results()``."""
         pending = 0
-        for array in frames:
-            while True:
-                try:
-                    self.submit(array, block=False)
+        try:
+            for array in frames:
+                while True:
+                    # The result yielded last is done with once the generator resumes: its slot
+                    # goes back first, or a one-slot ring could never take the next frame.
+                    self._release()
+                    try:
+                        self.submit(array, block=False)
+                    except BlockingIOError:
+                        pending -= 1
+                        yield self.next_result()
+                        continue
                     pending += 1
                     break
-                except BlockingIOError:
-                    pending -= 1
-                    yield self.next_result()
-        self.close()
+        finally:
+            # Also when a frame fails (StageError) or the caller stops early: the frames in flight
+            # still come out of results().
+            self.close()
         for _ in range(pending):
             yield self.next_result()
         self._release()
