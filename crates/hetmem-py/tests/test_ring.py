@@ -354,7 +354,6 @@ def test_raw_views_carry_the_cuda_array_interface(rng):
 def test_a_gpu_slot_is_lent_until_its_result_comes_out(rng):
     torch = pytest.importorskip("torch")
     frame = frames_of(rng, 1)[0]
-    started = threading.Event()
 
     def slow(frame_view, out, stream):
         torch.cuda._sleep(50_000_000)  # keeps the GPU busy on the ring's stream
@@ -369,7 +368,6 @@ def test_a_gpu_slot_is_lent_until_its_result_comes_out(rng):
         ring.next_result(block=False)
     index, out = ring.next_result()
     np.testing.assert_array_equal(np.asarray(out), 255 - frame)
-    del started
 
 
 @needs_gpu

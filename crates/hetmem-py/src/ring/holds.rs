@@ -49,14 +49,17 @@ impl InputHold {
         // go while an `Arc` of it lives; this hold keeps one (`owner`) and drops `slot` before
         // it (field order). The `'static` never leaves this type: `slot` is private and only
         // used through borrows of `self`.
-        let slot = unsafe { std::mem::transmute::<InputSlot<'_, PyStage>, InputSlot<'static, PyStage>>(slot) };
+        let slot =
+            unsafe { std::mem::transmute::<InputSlot<'_, PyStage>, InputSlot<'static, PyStage>>(slot) };
         InputHold { slot: Some(slot), owner, index }
     }
 
     fn slot(&mut self) -> PyResult<&mut InputSlot<'static, PyStage>> {
         let index = self.index;
         self.slot.as_mut().ok_or_else(|| {
-            PyValueError::new_err(format!("frame {index} was already submitted or cancelled; take a new slot"))
+            PyValueError::new_err(format!(
+                "frame {index} was already submitted or cancelled; take a new slot"
+            ))
         })
     }
 }
@@ -130,7 +133,9 @@ impl OutputHold {
     fn memory(&self) -> PyResult<Memory> {
         let index = self.index;
         let frame = self.frame.as_ref().ok_or_else(|| {
-            PyValueError::new_err(format!("frame {index}'s output was released; its slot went back to the ring"))
+            PyValueError::new_err(format!(
+                "frame {index}'s output was released; its slot went back to the ring"
+            ))
         })?;
         let bytes: &[u8] = frame;
         Ok(host_memory(&self.owner, bytes.as_ptr() as usize, bytes.len(), true))

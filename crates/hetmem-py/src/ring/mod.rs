@@ -14,10 +14,10 @@ use std::sync::Arc;
 use hetmem::backend::cuda::CudaDevice;
 use hetmem::pipeline::{FrameRing, RingOptions};
 use hetmem::{Error, Strategy};
+use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::{PyBlockingIOError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use pyo3::IntoPyObjectExt;
 
 use crate::device::Device;
 use crate::size::{Int, checked_add, product, sizes};
@@ -66,7 +66,11 @@ impl Drop for RingOwner {
 /// what they mean in hetmem (`Strategy::TRAITS`).
 #[pyfunction]
 fn ring_strategies() -> Vec<(&'static str, &'static str)> {
-    Strategy::ALL.into_iter().chain([Strategy::Auto]).map(|strategy| (strategy.name(), strategy.summary())).collect()
+    Strategy::ALL
+        .into_iter()
+        .chain([Strategy::Auto])
+        .map(|strategy| (strategy.name(), strategy.summary()))
+        .collect()
 }
 
 /// A frame ring whose stage is a Python callable. See `hetmem.FrameRing`, the Python half,
@@ -103,6 +107,7 @@ impl Ring {
     /// `call(frame, out, stream)`, each view made by `adapt(role, view)` once per slot.
     #[new]
     #[pyo3(signature = (device, strategy, frame, out, slots, call, adapt))]
+    #[allow(clippy::too_many_arguments, reason = "the constructor's keywords, from the Python half")]
     fn new(
         py: Python<'_>,
         device: &Device,
@@ -118,13 +123,17 @@ impl Ring {
         let out = spec(&out.0, &out.1, out.2, "out")?;
         let slots = slots.size("slots")?;
         if slots == 0 {
-            return Err(PyValueError::new_err("slots: 0; a ring needs at least one slot (3 overlap upload, work and download)"));
+            return Err(PyValueError::new_err(
+                "slots: 0; a ring needs at least one slot (3 overlap upload, work and download)",
+            ));
         }
         // What the slots will take, checked before anything is allocated.
         let per_slot = checked_add(frame.nbytes, out.nbytes, "frame + out bytes")?;
         product([per_slot, slots], "slots x (frame + out) bytes")?;
         if !py.import("builtins")?.getattr("callable")?.call1((&call,))?.is_truthy()? {
-            return Err(PyValueError::new_err("stage: not callable; give a function stage(frame, out, stream)"));
+            return Err(PyValueError::new_err(
+                "stage: not callable; give a function stage(frame, out, stream)",
+            ));
         }
         let stage = PyStage::new(frame, out, call, adapt).map_err(to_py_err)?;
         let options = RingOptions { slots, ..RingOptions::default() };
@@ -139,13 +148,14 @@ impl Ring {
     /// `block`, else None at once; `HetmemError` once the ring is closed.
     fn take_input(&self, py: Python<'_>, block: bool) -> PyResult<Option<InputHold>> {
         let ring = &*self.owner.ring;
-        let taken = py.detach(|| OnThisThread(if block { ring.next_input() } else { ring.try_next_input() })).0;
+        let taken =
+            py.detach(|| OnThisThread(if block { ring.next_input() } else { ring.try_next_input() })).0;
         match taken {
             Ok(slot) => Ok(Some(InputHold::new(Arc::clone(&self.owner), slot))),
             Err(Error::WouldBlock(_)) => Ok(None),
-            Err(Error::RingClosed) => {
-                Err(HetmemError::new_err("the frame ring is closed: it takes no more frames; make a new ring"))
-            }
+            Err(Error::RingClosed) => Err(HetmemError::new_err(
+                "the frame ring is closed: it takes no more frames; make a new ring",
+            )),
             Err(error) => Err(to_py_err(error)),
         }
     }
@@ -156,7 +166,8 @@ impl Ring {
     /// closed ring. Without `block`, `BlockingIOError` when the oldest frame is not done.
     fn take_output(&self, py: Python<'_>, block: bool) -> PyResult<Py<PyAny>> {
         let ring = &*self.owner.ring;
-        let taken = py.detach(|| OnThisThread(if block { ring.next_output() } else { ring.try_next_output() })).0;
+        let taken =
+            py.detach(|| OnThisThread(if block { ring.next_output() } else { ring.try_next_output() })).0;
         match taken {
             Ok(frame) => Ok(Py::new(py, OutputHold::new(Arc::clone(&self.owner), frame))?.into_any()),
             Err(Error::FrameFailed { index, source }) => {

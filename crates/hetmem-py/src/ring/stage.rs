@@ -19,8 +19,8 @@ use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 
 use super::RingOwner;
-use crate::attached::Attached;
 use super::views::{DeviceFrame, FrameSpec, host_memory};
+use crate::attached::Attached;
 
 /// Which of a frame's buffers a view is of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,7 +84,12 @@ impl PyStage {
     ///
     /// # Errors
     /// A frame above what hetmem's layouts take.
-    pub(crate) fn new(frame: FrameSpec, out: FrameSpec, call: Py<PyAny>, adapt: Py<PyAny>) -> Result<PyStage> {
+    pub(crate) fn new(
+        frame: FrameSpec,
+        out: FrameSpec,
+        call: Py<PyAny>,
+        adapt: Py<PyAny>,
+    ) -> Result<PyStage> {
         let inputs = [FrameLayout::samples(frame.nbytes, ScalarType::U8)?];
         let outputs = [FrameLayout::samples(out.nbytes, ScalarType::U8)?];
         Ok(PyStage {
@@ -148,10 +153,11 @@ impl PyStage {
         Ok(adapted)
     }
 
-    /// Calls the Python stage; an exception is kept for the consumer, with the frame's index,
-    /// and fails the frame.
-    fn run(&self, py: Python<'_>, frame: Py<PyAny>, out: Py<PyAny>, stream: Py<PyAny>) -> Result<()> {
-        match self.call.call1(py, (frame, out, stream)) {
+    /// Calls the Python stage on views `made` for it; an exception (of the stage, or of making
+    /// its views) is kept for the consumer, with the frame's index, and fails the frame.
+    fn run(&self, py: Python<'_>, made: PyResult<(Py<PyAny>, Py<PyAny>, Py<PyAny>)>) -> Result<()> {
+        let called = made.and_then(|(frame, out, stream)| self.call.call1(py, (frame, out, stream)));
+        match called {
             Ok(_) => Ok(()),
             Err(error) => {
                 let message = error.to_string();
@@ -160,10 +166,6 @@ impl PyStage {
                 Err(Error::invalid("Python stage", format!("it raised {message}")))
             }
         }
-    }
-
-    fn python_error(error: &PyErr) -> Error {
-        Error::invalid("Python stage's views", error.to_string())
     }
 }
 
@@ -220,18 +222,19 @@ impl Stage for PyStage {
         Python::attach(|py| {
             let made = (|| {
                 let frame = self.view(py, in_address, Role::Frame, || {
-                    let view = DeviceFrame::new(Arc::clone(&owner), in_address, self.frame.clone(), true, ordinal);
+                    let view =
+                        DeviceFrame::new(Arc::clone(&owner), in_address, self.frame.clone(), true, ordinal);
                     Ok(Py::new(py, view)?.into_any())
                 })?;
                 let out = self.view(py, out_address, Role::Out, || {
-                    let view = DeviceFrame::new(Arc::clone(&owner), out_address, self.out.clone(), false, ordinal);
+                    let view =
+                        DeviceFrame::new(Arc::clone(&owner), out_address, self.out.clone(), false, ordinal);
                     Ok(Py::new(py, view)?.into_any())
                 })?;
                 let stream = self.view(py, handle as u64, Role::Stream, || handle.into_py_any(py))?;
                 Ok::<_, PyErr>((frame, out, stream))
             })();
-            let (frame, out, stream) = made.map_err(|error| Self::python_error(&error))?;
-            self.run(py, frame, out, stream)
+            self.run(py, made)
         })
     }
 
@@ -251,10 +254,9 @@ impl Stage for PyStage {
                 let out = self.view(py, out_address as u64, Role::Out, || {
                     Ok(Py::new(py, host_memory(&owner, out_address, out_len, false))?.into_any())
                 })?;
-                Ok::<_, PyErr>((frame, out))
+                Ok::<_, PyErr>((frame, out, py.None()))
             })();
-            let (frame, out) = made.map_err(|error| Self::python_error(&error))?;
-            self.run(py, frame, out, py.None())
+            self.run(py, made)
         })
     }
 }

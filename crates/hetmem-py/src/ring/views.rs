@@ -65,7 +65,10 @@ pub struct DeviceFrame {
 
 impl std::fmt::Debug for DeviceFrame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceFrame").field("shape", &self.spec.shape).field("readonly", &self.readonly).finish()
+        f.debug_struct("DeviceFrame")
+            .field("shape", &self.spec.shape)
+            .field("readonly", &self.readonly)
+            .finish()
     }
 }
 
