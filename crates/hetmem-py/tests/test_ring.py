@@ -21,6 +21,20 @@ if not ON_GPU and os.environ.get("HETMEM_REQUIRE_GPU") == "1":
 
 GPU_STRATEGIES = ["copy", "pinned-async", "zero-copy", "managed", "hybrid"]
 needs_gpu = pytest.mark.skipif(not ON_GPU, reason="skipped: no CUDA device")
+REQUIRED = os.environ.get("HETMEM_REQUIRE_GPU") == "1"
+
+
+def cuda_torch():
+    """torch with CUDA: skipped without it, a failure where the GPU run is required."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        if REQUIRED:
+            pytest.fail("HETMEM_REQUIRE_GPU=1: the ring's GPU tests need torch with CUDA")
+        pytest.skip("torch with CUDA is not installed")
+    return torch
 
 SHAPE = (37, 53, 3)  # odd sizes: no alignment hides an off-by-one
 
@@ -164,7 +178,7 @@ def test_a_stage_exception_names_its_frame_and_loses_no_earlier_frame(rng, strat
             torch.sub(255, frame, out=out)
 
     if strategy != "cpu":
-        pytest.importorskip("torch")
+        cuda_torch()
     ring = hetmem.FrameRing(SHAPE, stage=stage, strategy=strategy, slots=3,
                             views="raw" if strategy == "cpu" else "torch")
     delivered = []
@@ -234,6 +248,7 @@ def test_a_producer_thread_and_a_consumer(rng):
     ((1 << 40, 1 << 40), np.uint8, "overflows"),
     ((2, 2), np.dtype([("a", np.uint8)]), "plain numeric dtype"),
     ((2, 2), object, "plain numeric dtype"),
+    ((2, 2), ">f4", "native byte order"),
 ])
 def test_bad_shapes_and_dtypes_are_refused(shape, dtype, match):
     with pytest.raises(ValueError, match=match):
@@ -305,9 +320,7 @@ def box3_torch(frame, out, stream):
 @needs_gpu
 @pytest.mark.parametrize("strategy", GPU_STRATEGIES)
 def test_every_gpu_strategy_matches_numpy_in_order(rng, strategy):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch without CUDA")
+    torch = cuda_torch()
     frames = frames_of(rng, 64)
 
     def stage(frame, out, stream):
@@ -326,7 +339,7 @@ def test_every_gpu_strategy_matches_numpy_in_order(rng, strategy):
 @needs_gpu
 @pytest.mark.parametrize("strategy", ["zero-copy", "hybrid"])
 def test_mapped_strategies_hand_the_stage_the_host_bytes_in_place(rng, strategy):
-    torch = pytest.importorskip("torch")
+    cuda_torch()
     ring = hetmem.FrameRing(SHAPE, stage=lambda f, o, s: o.copy_(f), strategy=strategy, views="torch")
     assert ring.device_bytes == 0  # no device buffer: the stage reads and writes mapped host memory
     pinned = hetmem.FrameRing(SHAPE, stage=lambda f, o, s: o.copy_(f), strategy="pinned-async", views="torch")
@@ -352,7 +365,7 @@ def test_raw_views_carry_the_cuda_array_interface(rng):
 
 @needs_gpu
 def test_a_gpu_slot_is_lent_until_its_result_comes_out(rng):
-    torch = pytest.importorskip("torch")
+    torch = cuda_torch()
     frame = frames_of(rng, 1)[0]
 
     def slow(frame_view, out, stream):
@@ -372,7 +385,7 @@ def test_a_gpu_slot_is_lent_until_its_result_comes_out(rng):
 
 @needs_gpu
 def test_closing_a_gpu_ring_with_frames_in_flight(rng):
-    pytest.importorskip("torch")
+    cuda_torch()
     frames = frames_of(rng, 3)
     ring = hetmem.FrameRing(SHAPE, stage=lambda f, o, s: o.copy_(255 - f), strategy="pinned-async", views="torch")
     for frame in frames:
@@ -386,3 +399,13 @@ def test_closing_a_gpu_ring_with_frames_in_flight(rng):
     again.submit(frames[0])
     del again  # dropped with a frame on the GPU: waits for it, frees nothing under it
     gc.collect()
+
+
+@needs_gpu
+def test_auto_on_a_gpu_that_maps_host_memory_is_hybrid(rng):
+    cuda_torch()
+    frame = frames_of(rng, 1)[0]
+    ring = hetmem.FrameRing(SHAPE, stage=lambda f, o, s: o.copy_(255 - f), views="torch")
+    assert ring.strategy == "hybrid"
+    (index, out), = stream_all(ring, [frame])
+    np.testing.assert_array_equal(out, 255 - frame)

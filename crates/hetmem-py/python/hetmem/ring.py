@@ -120,8 +120,9 @@ def _spec(shape: Any, dtype: Any, what: str) -> Tuple[Tuple[int, ...], np.dtype]
     except TypeError:
         raise TypeError(f"{what} shape {shape!r}: give a tuple of ints") from None
     dtype = np.dtype(dtype)
-    if dtype.fields is not None or dtype.subdtype is not None or dtype.hasobject:
-        raise ValueError(f"{what} dtype {dtype}: give a plain numeric dtype (uint8, float16, ...)")
+    if dtype.fields is not None or dtype.subdtype is not None or dtype.hasobject or not dtype.isnative:
+        raise ValueError(f"{what} dtype {dtype}: give a plain numeric dtype of native byte order (uint8, "
+                         "float16, ...)")
     return shape, dtype
 
 
