@@ -136,6 +136,25 @@ def test_a_released_result_raises_lent_error(rng):
     np.testing.assert_array_equal(np.asarray(second), 255 - frames[1])
 
 
+def test_one_thread_taking_results_and_slots_in_turn_on_a_full_ring(rng):
+    frames = frames_of(rng, 6)
+    ring = hetmem.FrameRing(SHAPE, stage=invert_numpy, strategy="cpu", slots=2, views="raw")
+    ring.submit(frames[0])
+    ring.submit(frames[1])
+    got = []
+    for frame in frames[2:]:
+        index, out = ring.next_result()  # the ring is full, and this thread holds frame `index`
+        got.append((index, np.array(out)))
+        ring.submit(frame)  # releases it first: the slot it frees is the one the frame needs
+        with pytest.raises(hetmem.LentError, match="this thread took a slot"):
+            np.asarray(out)
+    ring.close()
+    got += [(index, np.array(out)) for index, out in ring.results()]
+    assert [index for index, _ in got] == list(range(6))
+    for (index, out), frame in zip(got, frames):
+        np.testing.assert_array_equal(out, 255 - frame)
+
+
 def test_an_empty_ring_does_not_block_when_asked_not_to():
     ring = hetmem.FrameRing(SHAPE, stage=invert_numpy, strategy="cpu", slots=1, views="raw")
     with pytest.raises(BlockingIOError):

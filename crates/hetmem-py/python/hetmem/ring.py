@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
 
@@ -177,7 +178,8 @@ class FrameRing:
             device if device is not None else _default_device(), strategy,
             (list(frame[0]), frame[1].str, frame[1].itemsize), (list(out[0]), out[1].str, out[1].itemsize),
             slots, _caller(stage, views), _adapter(views, frame, out))
-        self._result: Optional[Tuple[Any, RingView]] = None
+        # The result out now: its hold, its view, and the thread that took it.
+        self._result: Optional[Tuple[Any, RingView, int]] = None
 
     # -- what it is ------------------------------------------------------------------------
     @property
@@ -223,9 +225,14 @@ class FrameRing:
     def slot(self, block: bool = True) -> "_Slot":
         """The next frame's slot, as a context manager: ``with ring.slot() as frame:`` gives its
         host view (a ``RingView``); leaving the block submits it (an exception in the block
-        gives the slot back unused). Waits while the ring is full (the interpreter let go, so
-        a consumer thread can drain it); ``block=False`` raises ``BlockingIOError`` instead.
-        From one thread, drain between submits, or use ``map``."""
+        gives the slot back unused). On the thread that took the last result, that result is
+        released first (its slot may be the one the ring needs). Waits while the ring is full
+        (the interpreter let go, so a consumer thread can drain it); ``block=False`` raises
+        ``BlockingIOError`` instead. From one thread, take a result whenever ``slots`` frames
+        are in flight, or use ``map``: a full ring that only this thread drains never frees."""
+        if self._result is not None and self._result[2] == threading.get_ident():
+            # This thread holds the last result: were the ring full, it would wait for itself.
+            self._release()
         hold = self._ring.take_input(block)
         if hold is None:
             raise BlockingIOError("the ring is full: take a result (next_result) before the next frame")
@@ -250,15 +257,17 @@ class FrameRing:
     # -- results out -----------------------------------------------------------------------
     def _release(self) -> None:
         if self._result is not None:
-            hold, view = self._result
+            hold, view, _ = self._result
             self._result = None
-            view._lend(f"frame {hold.index}'s result was released (the next result was asked for, or the ring "
-                       "closed): its slot went back to the ring; copy what you keep (np.array(out)) before that")
+            view._lend(f"frame {hold.index}'s result was released (the next result was asked for, this thread "
+                       "took a slot, or the ring closed): its slot went back to the ring; copy what you keep "
+                       "(np.array(out)) before that")
             hold.release()
 
     def next_result(self, block: bool = True) -> Optional[Tuple[int, RingView]]:
         """The oldest frame's ``(index, out)``, ``out`` its read-only host view, valid until the
-        next call (the slot then goes back to the ring). Waits (the interpreter let go) for the
+        next call, or this thread's next ``slot``/``submit`` (the slot then goes back to the
+        ring). Waits (the interpreter let go) for the
         frame and its GPU work; ``block=False`` raises ``BlockingIOError`` instead. None after
         the last frame of a closed ring. Raises ``StageError`` for a frame whose stage failed;
         the next call returns the frame after it."""
@@ -270,7 +279,7 @@ class FrameRing:
             index, cause = taken
             raise StageError(index, cause) from cause
         view = RingView(taken.memory(), self._out[0], self._out[1])
-        self._result = (taken, view)
+        self._result = (taken, view, threading.get_ident())
         return taken.index, view
 
     def results(self) -> Iterator[Tuple[int, RingView]]:
