@@ -222,13 +222,11 @@ impl Stage for PyStage {
         Python::attach(|py| {
             let made = (|| {
                 let frame = self.view(py, in_address, Role::Frame, || {
-                    let view =
-                        DeviceFrame::new(Arc::clone(&owner), in_address, self.frame.clone(), true, ordinal);
+                    let view = DeviceFrame::new(Arc::clone(&owner), in_address, self.frame.clone(), ordinal);
                     Ok(Py::new(py, view)?.into_any())
                 })?;
                 let out = self.view(py, out_address, Role::Out, || {
-                    let view =
-                        DeviceFrame::new(Arc::clone(&owner), out_address, self.out.clone(), false, ordinal);
+                    let view = DeviceFrame::new(Arc::clone(&owner), out_address, self.out.clone(), ordinal);
                     Ok(Py::new(py, view)?.into_any())
                 })?;
                 let stream = self.view(py, handle as u64, Role::Stream, || handle.into_py_any(py))?;

@@ -59,28 +59,18 @@ pub struct DeviceFrame {
     _owner: Arc<RingOwner>,
     address: u64,
     spec: FrameSpec,
-    readonly: bool,
     ordinal: usize,
 }
 
 impl std::fmt::Debug for DeviceFrame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceFrame")
-            .field("shape", &self.spec.shape)
-            .field("readonly", &self.readonly)
-            .finish()
+        f.debug_struct("DeviceFrame").field("shape", &self.spec.shape).finish()
     }
 }
 
 impl DeviceFrame {
-    pub(crate) fn new(
-        owner: Arc<RingOwner>,
-        address: u64,
-        spec: FrameSpec,
-        readonly: bool,
-        ordinal: usize,
-    ) -> DeviceFrame {
-        DeviceFrame { _owner: owner, address, spec, readonly, ordinal }
+    pub(crate) fn new(owner: Arc<RingOwner>, address: u64, spec: FrameSpec, ordinal: usize) -> DeviceFrame {
+        DeviceFrame { _owner: owner, address, spec, ordinal }
     }
 }
 
@@ -94,7 +84,9 @@ impl DeviceFrame {
         dict.set_item("version", 3)?;
         dict.set_item("shape", PyTuple::new(py, &self.spec.shape)?)?;
         dict.set_item("typestr", &self.spec.typestr)?;
-        dict.set_item("data", (self.address, self.readonly))?;
+        // Never flagged read-only, input or output: PyTorch refuses a read-only interface. The
+        // stage reads its input only (its documented contract).
+        dict.set_item("data", (self.address, false))?;
         dict.set_item("strides", py.None())?;
         dict.set_item("stream", py.None())?;
         Ok(dict)
@@ -113,10 +105,7 @@ impl DeviceFrame {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "hetmem._native.DeviceFrame(shape={:?}, typestr={:?}, readonly={})",
-            self.spec.shape, self.spec.typestr, self.readonly
-        )
+        format!("hetmem._native.DeviceFrame(shape={:?}, typestr={:?})", self.spec.shape, self.spec.typestr)
     }
 }
 
