@@ -83,7 +83,12 @@ def _adapter(views: str, frame: Tuple[Tuple[int, ...], np.dtype], out: Tuple[Tup
 
     def adapt(role: str, view: Any) -> Any:
         if role == "stream":
-            return torch.cuda.ExternalStream(view) if torch is not None else view
+            if torch is None:
+                return view  # the handle: cupy.cuda.ExternalStream(stream), ...
+            with warnings.catch_warnings():
+                # torch 2.11 deprecates ExternalStream for Stream.from_external; both wrap it.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return torch.cuda.ExternalStream(view)
         if isinstance(view, _native.DeviceFrame):
             if torch is None:
                 return view  # the CUDA array interface (CuPy: cupy.asarray(view))
