@@ -28,6 +28,7 @@ mod owner;
 mod pool;
 mod register;
 mod release;
+mod ring;
 mod size;
 mod stream;
 mod truncation;
@@ -72,6 +73,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(batch::prepare_batch, module)?)?;
     module.add_function(wrap_pyfunction!(gather::gather_records, module)?)?;
     module.add_function(wrap_pyfunction!(truncation::check_file, module)?)?;
+    ring::register(module)?;
     module.add("page_size", hetmem::memory::page_size())?;
     Ok(())
 }

@@ -12,10 +12,11 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use hetmem::backend::cuda::nvrtc;
 use hetmem::kernels::{DEFAULT_CHECK_ARCH, KernelSource};
+use hetmem::memory::Buffer;
 use hetmem::ops::{affine_u32, affine_u32_cpu};
 use hetmem::testing::{cuda_device_or_skip, nvrtc_or_skip};
 use hetmem::{
-    Device, HostBuf, Lent, MappedFile, PinOptions, Queue, Shared, handoff::CudarcHostMut,
+    Device, HostBuf, Lease, Lent, MappedFile, PinOptions, Queue, Shared, handoff::CudarcHostMut,
     handoff::CudarcView, handoff::CudarcViewMut,
 };
 
@@ -176,6 +177,38 @@ fn a_cudarc_kernel_on_leases_gives_the_cpu_s_result() {
         check("memcpy_htod then clone_dtoh", &run.stream.clone_dtoh(&view).unwrap(), &fresh);
     }
     check("memcpy_htod into a lent HostBuf", output.reclaim().unwrap().as_slice(), &fresh);
+    drop(input.reclaim().unwrap());
+}
+
+/// `CudarcView::of` for code generic over leases (a stage's inputs): any lease's view.
+fn view_of<'a, L>(lease: &'a L, stream: &CudaStream) -> CudarcView<'a, u32>
+where
+    L: Lease,
+    L::Buf: Buffer<Elem = u32>,
+{
+    CudarcView::of(lease, stream).unwrap()
+}
+
+#[test]
+fn a_view_of_any_lease_reads_what_the_lease_s_own_view_reads() {
+    let Some(gpu) = gpu_or_skip("a_view_of_any_lease_reads_what_the_lease_s_own_view_reads") else { return };
+    let run = gpu.setup();
+    let input = run.input();
+    let mut output = run.output();
+    gpu.launch_into(
+        (&run.stream, &run.stream),
+        &view_of(&input, &run.stream),
+        &mut output,
+        run.coefficients,
+        false,
+    );
+    let output = run.queue.lend(output.reclaim().unwrap());
+    check(
+        "scale_add through CudarcView::of a Shared",
+        &run.stream.clone_dtoh(&view_of(&output, &run.stream)).unwrap(),
+        &run.want,
+    );
+    check("CudarcView::of a Lent, reclaimed", output.reclaim().unwrap().as_slice(), &run.want);
     drop(input.reclaim().unwrap());
 }
 

@@ -47,6 +47,7 @@ __all__ = [
     "Buffer",
     "Device",
     "DeviceView",
+    "FrameRing",
     "HetmemError",
     "Lease",
     "LentError",
@@ -54,6 +55,7 @@ __all__ = [
     "LoadedTensors",
     "MappedFile",
     "PinnedPool",
+    "StageError",
     "Stream",
     "bfloat16",
     "device",
@@ -527,3 +529,6 @@ from . import nixl  # noqa: E402,F401
 # Loading needs Buffer, DeviceView and device() above.
 from ._load import LoadedTensors, LoadReport, load  # noqa: E402
 from ._doctor import doctor  # noqa: E402
+
+# The frame ring needs Buffer, LentError and device() above.
+from .ring import FrameRing, StageError  # noqa: E402

@@ -328,6 +328,20 @@ impl Drop for ViewCore<'_> {
 }
 
 impl<'a, T> CudarcView<'a, T> {
+    /// Any lease's buffer as cudarc device memory to read, as [`Shared::cudarc_view`] and
+    /// [`Lent::cudarc_view`] give it: for code generic over [`Lease`], such as a
+    /// [`crate::stage::Stage`], whose inputs are leases of whichever buffer the strategy uses.
+    ///
+    /// # Errors
+    /// As for [`Shared::cudarc_view`].
+    pub fn of<L>(lease: &'a L, stream: &CudaStream) -> Result<CudarcView<'a, T>>
+    where
+        L: Lease,
+        L::Buf: Buffer<Elem = T>,
+    {
+        CudarcView::new(lease, stream)
+    }
+
     fn new<L>(lease: &'a L, stream: &CudaStream) -> Result<CudarcView<'a, T>>
     where
         L: Lease,

@@ -1,0 +1,148 @@
+//! The producer's and the consumer's holds on a slot, as Python objects: `InputHold` (the
+//! next frame's slot, written through a host view, then submitted) and `OutputHold` (the
+//! oldest frame's output, read through a host view, then released). Each keeps the ring's
+//! hold (`InputSlot`, `OutputFrame`, which lock the slot) across Python calls, so it is bound
+//! to the thread that took it (`unsendable`), as the lock is.
+
+use std::sync::Arc;
+
+use hetmem::pipeline::{InputSlot, OutputFrame};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use super::RingOwner;
+use super::stage::PyStage;
+use super::views::host_memory;
+use crate::memory::Memory;
+
+/// A value carried out of `py.detach`, which runs its closure on the calling thread and
+/// returns there: the ring's holds lock a slot's mutex, so they may not cross threads, and
+/// this never lets them (it is made inside the closure and unwrapped by its caller at once).
+pub(super) struct OnThisThread<T>(pub(super) T);
+
+// SAFETY: only `take_input` and `take_output` make one, as the value of a `py.detach`
+// closure, and unwrap it on the same thread right after: `detach` runs the closure on the
+// thread that called it (it only lets go of the interpreter meanwhile), so the value never
+// reaches another thread.
+unsafe impl<T> Send for OnThisThread<T> {}
+
+/// The next frame's slot, held by the producer until `submit` or `cancel`.
+#[pyclass(unsendable, module = "hetmem._native")]
+pub struct InputHold {
+    /// Declared before `owner`, so dropped first: it borrows the ring `owner` holds.
+    slot: Option<InputSlot<'static, PyStage>>,
+    owner: Arc<RingOwner>,
+    index: u64,
+}
+
+impl std::fmt::Debug for InputHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputHold").field("index", &self.index).finish_non_exhaustive()
+    }
+}
+
+impl InputHold {
+    /// Holds `slot`, a slot of `owner`'s ring.
+    pub(super) fn new(owner: Arc<RingOwner>, slot: InputSlot<'_, PyStage>) -> InputHold {
+        let index = slot.index();
+        // SAFETY: `slot` borrows the ring inside `owner`'s allocation, which does not move or
+        // go while an `Arc` of it lives; this hold keeps one (`owner`) and drops `slot` before
+        // it (field order). The `'static` never leaves this type: `slot` is private and only
+        // used through borrows of `self`.
+        let slot =
+            unsafe { std::mem::transmute::<InputSlot<'_, PyStage>, InputSlot<'static, PyStage>>(slot) };
+        InputHold { slot: Some(slot), owner, index }
+    }
+
+    fn slot(&mut self) -> PyResult<&mut InputSlot<'static, PyStage>> {
+        let index = self.index;
+        self.slot.as_mut().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "frame {index} was already submitted or cancelled; take a new slot"
+            ))
+        })
+    }
+}
+
+#[pymethods]
+impl InputHold {
+    /// The frame's index in the stream.
+    #[getter]
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The slot's input bytes, for the producer to write the frame into.
+    fn memory(&mut self) -> PyResult<Memory> {
+        let owner = Arc::clone(&self.owner);
+        let bytes: &mut [u8] = self.slot()?;
+        Ok(host_memory(&owner, bytes.as_mut_ptr() as usize, bytes.len(), false))
+    }
+
+    /// Hands the frame to the stage (which runs now, on this thread) and returns its index; a
+    /// failure of the stage comes out with the frame, in order.
+    fn submit(&mut self) -> PyResult<u64> {
+        self.slot()?;
+        let Some(slot) = self.slot.take() else { unreachable!("checked by `slot` above") };
+        self.owner.ring.stage().begin_frame(self.index);
+        Ok(slot.submit())
+    }
+
+    /// Gives the slot back unused.
+    fn cancel(&mut self) {
+        drop(self.slot.take());
+    }
+}
+
+/// The oldest frame's output, held by the consumer until `release`.
+#[pyclass(unsendable, module = "hetmem._native")]
+pub struct OutputHold {
+    /// Declared before `owner`, so dropped first: it borrows the ring `owner` holds.
+    frame: Option<OutputFrame<'static, PyStage>>,
+    owner: Arc<RingOwner>,
+    index: u64,
+}
+
+impl std::fmt::Debug for OutputHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputHold").field("index", &self.index).finish_non_exhaustive()
+    }
+}
+
+impl OutputHold {
+    /// Holds `frame`, a frame of `owner`'s ring.
+    pub(super) fn new(owner: Arc<RingOwner>, frame: OutputFrame<'_, PyStage>) -> OutputHold {
+        let index = frame.index();
+        // SAFETY: as in `InputHold::new`: the frame borrows the ring `owner` keeps alive and
+        // in place, and is dropped before it (field order); the `'static` never leaves.
+        let frame =
+            unsafe { std::mem::transmute::<OutputFrame<'_, PyStage>, OutputFrame<'static, PyStage>>(frame) };
+        OutputHold { frame: Some(frame), owner, index }
+    }
+}
+
+#[pymethods]
+impl OutputHold {
+    /// The frame's index in the stream.
+    #[getter]
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The slot's output bytes, read-only.
+    fn memory(&self) -> PyResult<Memory> {
+        let index = self.index;
+        let frame = self.frame.as_ref().ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "frame {index}'s output was released; its slot went back to the ring"
+            ))
+        })?;
+        let bytes: &[u8] = frame;
+        Ok(host_memory(&self.owner, bytes.as_ptr() as usize, bytes.len(), true))
+    }
+
+    /// Gives the slot back to the ring for the next frame.
+    fn release(&mut self) {
+        drop(self.frame.take());
+    }
+}
