@@ -393,6 +393,14 @@ def test_a_buffer_subclass_cannot_point_a_registration_at_other_memory(rng):
         assert agent.registered[-1] == ["DRAM", (expected + ("",),)], cls.__name__
         assert registration.nbytes == 4096
 
+    class Impostor:  # passes isinstance(..., Buffer) by its __class__, with no native view
+        __class__ = property(lambda self: hetmem.Buffer)
+        _memory, _offset, nbytes, _state = Raw(), 0, 4096, buffer._state
+
+    with pytest.raises(TypeError):
+        agent.register(Impostor())
+    assert len(agent.registered) == 2
+
 
 def test_a_subclass_cannot_make_a_read_only_window_writable(rng, tmp_path):
     path = tmp_path / "window.bin"
