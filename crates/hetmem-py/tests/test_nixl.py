@@ -7,6 +7,7 @@ compared byte for byte with fresh random bytes.
 Skipped where the nixl package is not installed, unless HETMEM_REQUIRE_NIXL=1 (CI installs
 it), which makes its absence a failure."""
 
+import gc
 import multiprocessing
 import os
 import uuid
@@ -322,3 +323,140 @@ def test_errors_name_the_backend_the_call_and_a_remedy(rng, pair, monkeypatch):
         hn.Agent(unique("shm"))
     quiet = hn.Agent(unique("shm"), params={"UCX": {"ucx_error_handling_mode": "none"}})
     assert quiet.backends == ["UCX"]
+
+
+# -- the hand-off against a NIXL that records what it is given --------------------------------
+# These run without NIXL: the agent below records the descriptors hetmem hands it and keeps
+# every transfer in flight until the test says it is done, so what hetmem registers, holds and
+# refuses meanwhile is checked exactly.
+
+class _Handle:
+    def release(self) -> None:
+        pass
+
+
+class _RecordingAgent(hn.Agent):
+    def __init__(self) -> None:  # no NIXL: only what the registrations and transfers call
+        self._name = unique("recording")
+        self._backends = ["RECORDED"]
+        self._inbox = {}
+        self.registered = []
+        self.deregistered = []
+        self.state = "PROC"
+
+    def _register(self, descriptors, kind):
+        dlist = [kind, tuple(descriptors)]  # compared by identity: a file's number is reused
+        self.registered.append(dlist)
+        return dlist
+
+    def _deregister(self, dlist) -> None:
+        self.deregistered.append(dlist)
+
+    def _prepare(self, *args):
+        return _Handle()
+
+    def _backend_of(self, handle) -> str:
+        return "RECORDED"
+
+    def _post(self, handle, backend, what) -> str:
+        return "PROC"
+
+    def _progress(self, handle, backend, what) -> str:
+        return self.state
+
+
+def test_a_buffer_subclass_cannot_point_a_registration_at_other_memory(rng):
+    buffer = filled(rng, 4096)
+    expected = (buffer._memory.host_ptr, 4096, 0)
+
+    class Elsewhere(hetmem.Buffer):
+        # Shadows what the native view fixed: a fresh allocation (freed as soon as it is
+        # read), further in, for more bytes.
+        @property
+        def _memory(self):
+            return hetmem.pinned(1 << 20)._memory
+
+        _offset = 8192
+        nbytes = 1 << 16
+
+    class Raw:
+        host_ptr, nbytes, readonly = 0x7F0000000000, 1 << 40, False
+
+    class Address(hetmem.Buffer):
+        _memory = Raw()
+
+    agent = _RecordingAgent()
+    for cls in (Elsewhere, Address):
+        shadowing = cls(buffer._memory, (4096,), np.uint8, keep=buffer)
+        registration = agent.register(shadowing)
+        assert registration._descriptor == expected, cls.__name__
+        assert agent.registered[-1] == ["DRAM", (expected + ("",),)], cls.__name__
+        assert registration.nbytes == 4096
+
+    class Impostor:  # passes isinstance(..., Buffer) by its __class__, with no native view
+        __class__ = property(lambda self: hetmem.Buffer)
+        _memory, _offset, nbytes, _state = Raw(), 0, 4096, buffer._state
+
+    with pytest.raises(TypeError):
+        agent.register(Impostor())
+    assert len(agent.registered) == 2
+
+
+def test_a_subclass_cannot_make_a_read_only_window_writable(rng, tmp_path):
+    path = tmp_path / "window.bin"
+    rng.integers(0, 256, 8192, dtype=np.uint8).tofile(path)
+    window = hetmem.MappedFile(path).window(0, 8192)
+    assert window.readonly
+
+    class Writable(hetmem.Buffer):
+        readonly = False
+
+    agent = _RecordingAgent()
+    registration = agent.register(Writable(window._memory, (8192,), np.uint8, keep=window))
+    with pytest.raises(ValueError, match="read-only"):
+        agent.read(registration, hn.RemoteRegion._make("peer", "DRAM", 1 << 30, 8192, 0))
+    with pytest.raises(ValueError, match="read-only"):
+        agent.expect(registration, "peer", b"write")
+
+
+def test_a_file_registration_outlives_the_transfers_that_use_it(rng, tmp_path):
+    path = tmp_path / "shard.bin"
+    rng.integers(0, 256, 3 * MiB, dtype=np.uint8).tofile(path)
+    agent = _RecordingAgent()
+    destination = agent.register(poisoned(MiB))
+    for transfer_of in (lambda file: agent.read_file(file, 2 * MiB, destination),
+                        lambda file: agent.write_file(agent.register(filled(rng, MiB)), file, MiB)):
+        agent.state = "PROC"
+        file = agent.register_file(path, writable=True)
+        fd, dlist = file._fd, agent.registered[-1]
+        transfer = transfer_of(file)
+        with pytest.raises(hn.NixlError, match="in flight"):
+            file.close()
+        del file
+        gc.collect()
+        # The backend still reads or writes through the descriptor: it stays open, registered.
+        os.fstat(fd)
+        assert not any(gone is dlist for gone in agent.deregistered)
+        agent.state = "DONE"
+        transfer.wait(timeout=10)
+        del transfer
+        gc.collect()
+        assert any(gone is dlist for gone in agent.deregistered)
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    assert not destination.buffer.lent
+
+
+def test_a_buffer_a_transfer_reads_is_not_lent_to_the_gpu(rng):
+    agent = _RecordingAgent()
+    source = filled(rng, MiB)
+    transfer = agent.write(agent.register(source), hn.RemoteRegion._make("peer", "DRAM", 1 << 30, MiB, 0))
+    with pytest.raises(hetmem.LentError, match="being read"):
+        source.lend()
+    with pytest.raises(hetmem.LentError, match="being read"):
+        source[0:16].lend()  # a view shares the hand-off
+    agent.state = "DONE"
+    transfer.wait(timeout=10)
+    with source.lend():
+        assert source.lent
+    assert not source.lent

@@ -386,6 +386,10 @@ class Lease:
     def __init__(self, buffer: Buffer, stream: Any = None):
         if buffer._state.lease is not None:
             raise LentError("the buffer is already lent; reclaim the first lease before lending it again")
+        readers = getattr(buffer._state, "nixl_readers", None)  # kept there by hetmem.nixl
+        if readers is not None and readers.count:
+            raise LentError(f"the buffer is being read by {readers.count} NIXL transfer(s) (shared); wait for them "
+                            "before lending it, so that nothing writes it under them")
         self._buffer = buffer
         self._stream = stream
         buffer._state.lease = self

@@ -55,11 +55,14 @@ __device__ __forceinline__ unsigned int hetmem_counter_load(const unsigned int* 
     return hetmem_load_acquire(counter);
 }
 
-// Adds n; only on a counter the GPU writes (Writer::Gpu). Atomic among this GPU's threads;
-// the fence makes this thread's earlier writes visible to a CPU that sees the new count.
+// Adds n; only on a counter the GPU writes (Writer::Gpu, or Writer::Both where the link has
+// native atomics). Atomic among this GPU's threads, and with the CPU's where the link performs
+// atomics natively: that takes a system-scope atomic (a plain atomicAdd is atomic among the
+// device's threads only, whatever the link). The fence makes this thread's earlier writes
+// visible to a CPU that sees the new count.
 __device__ __forceinline__ unsigned int hetmem_counter_add(unsigned int* counter, unsigned int n) {
     __threadfence_system();
-    return atomicAdd(counter, n);
+    return atomicAdd_system(counter, n);
 }
 
 // ---- Mailbox: fixed-size messages with sequence numbers ----------------------------------

@@ -23,6 +23,12 @@ use crate::memory::{Element, ManagedBuf};
 ///   whose borrow keeps [`Attached::lease`] from queuing more while the CPU holds the slice.
 /// - It borrows the queue, so it cannot outlive the stream it is attached to.
 ///
+/// Those rules are what the attachment asks of devices without concurrent managed access; a
+/// `ManagedBuf` exists only on devices with it, where CUDA lets other streams and the CPU
+/// touch memory attached to one stream all the same. So a lease taken out of
+/// [`Attached::lease`]'s `&mut` (by `std::mem::swap` with another), which then leaves with
+/// the buffer still attached, breaks no rule that memory safety rests on.
+///
 /// Dropping it waits for the work queued on it, then frees the memory. On the CPU backend the
 /// attachment is a no-op, with the same types and rules.
 ///

@@ -120,7 +120,7 @@ class Agent:
         (lent meanwhile), through this agent's storage backend."""
         self._check_file(file, destination, "read_file")
         return Transfer(self, "READ", destination, destination._descriptor, self._name, "FILE",
-                        file._part_descriptor(offset, destination.nbytes), b"", writes_local=True)
+                        file._part_descriptor(offset, destination.nbytes), b"", writes_local=True, file=file)
 
     def write_file(self, source: Registration, file: FileRegistration, offset: int) -> Transfer:
         """Writes all of ``source`` (shared meanwhile) into ``file`` from ``offset`` (inside the
@@ -129,7 +129,7 @@ class Agent:
         if not file._writable:
             raise ValueError(f"write_file: {file.path} was registered read-only; register_file(path, writable=True)")
         return Transfer(self, "WRITE", source, source._descriptor, self._name, "FILE",
-                        file._part_descriptor(offset, source.nbytes), b"", writes_local=False)
+                        file._part_descriptor(offset, source.nbytes), b"", writes_local=False, file=file)
 
     # -- what the registrations and transfers call ---------------------------------------------
 

@@ -100,7 +100,7 @@ class _PeerUse:
             raise ValueError(f"{what}: the registration belongs to another agent")
         registration._check_open(what)
         buffer = registration._buffer
-        if self._writes and buffer.readonly:
+        if self._writes and registration._readonly:
             raise ValueError(f"{what}: the buffer is read-only (a read-only file window); a peer cannot write it")
         self._agent = agent
         self._registration = registration

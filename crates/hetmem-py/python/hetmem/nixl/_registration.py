@@ -3,10 +3,11 @@ a peer's registered memory as it described it (``RemoteRegion``)."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
-from .. import Buffer
+from .. import Buffer, _native
 from ._errors import NixlError
 from ._ranges import _part, _size
 
@@ -84,20 +85,24 @@ class Registration:
         if not isinstance(buffer, Buffer):
             raise TypeError(f"register takes a hetmem Buffer (hetmem.pinned, hetmem.register, a MappedFile window), "
                             f"not a {type(buffer).__name__}: hetmem registers only memory it holds")
-        nbytes = buffer.nbytes
-        memory = buffer._memory
+        # What the buffer views, read through the native half that fixed it when the buffer was
+        # made: a subclass may shadow _memory, _offset or nbytes, and none of those may choose
+        # the address NIXL is given (or memory the registration does not hold).
+        memory = _native.View._memory.__get__(buffer)
+        offset = _native.View._offset.__get__(buffer)
+        nbytes = math.prod(_native.View._shape.__get__(buffer)) * _native.View._dtype.__get__(buffer).itemsize
         if nbytes == 0:
             raise ValueError("register: an empty buffer has no bytes to register")
         if memory.host_ptr is None:
             raise ValueError("register: this buffer is device memory (from hetmem.load), which hetmem.nixl "
                              "does not register yet (NIXL's VRAM_SEG); register host memory (hetmem.pinned, "
                              "hetmem.register, a MappedFile window), or a torch tensor with NIXL's own API")
-        offset = _size(buffer._offset, "the buffer's offset")
-        if offset + nbytes > memory.nbytes:  # the Buffer checked it when made; the address trusts it
+        if offset + nbytes > memory.nbytes:  # the native view checked it when made; the address trusts it
             raise ValueError(f"register: the buffer's bytes {offset}..{offset + nbytes} lie outside its memory of "
                              f"{memory.nbytes} bytes")
         self._agent = agent
         self._buffer = buffer
+        self._memory: Optional[_native.Memory] = memory
         self._nbytes = nbytes
         # Host memory is DRAM_SEG whatever the GPU can do with it (device id 0: NIXL's
         # convention for host memory).
@@ -148,6 +153,12 @@ class Registration:
         if self._dlist is None:
             raise NixlError(f"{what}: the registration is closed; register the buffer again")
 
+    @property
+    def _readonly(self) -> bool:
+        """Whether the registered memory is read-only (a read-only file window), as the native
+        memory says."""
+        return self._memory is not None and self._memory.readonly
+
     def _local(self) -> Tuple[str, Tuple[int, int, int]]:
         return self._kind, self._descriptor
 
@@ -171,6 +182,7 @@ class FileRegistration(Registration):
     def __init__(self, agent: "Agent", path: Union[str, "os.PathLike[str]"], writable: bool = False):
         self._agent = agent
         self._dlist = None
+        self._memory = None
         self._active = 0
         self._fd: Optional[int] = None
         self._fd = os.open(os.fspath(path), os.O_RDWR if writable else os.O_RDONLY)

@@ -22,16 +22,20 @@ class Transfer:
 
     def __init__(self, agent: "Agent", operation: str, local: Registration, local_desc: Tuple[int, int, int],
                  remote_name: str, remote_kind: str, remote_desc: Tuple[int, int, int], notify: bytes,
-                 writes_local: bool):
+                 writes_local: bool, file: Optional[FileRegistration] = None):
         what = f"{operation} of {local_desc[1]} bytes"
         self._agent = agent
         self._what = what
         self._state = "PROC"
-        self._local = local
+        # What the transfer uses, each counted active (so close() refuses) and held here (so
+        # dropping it deregisters nothing) until NIXL is done: the memory's registration, and
+        # the file's, whose descriptor NIXL reads and writes through (closed, its number could
+        # name another file by the time the backend gets to it).
+        self._registrations = (local,) if file is None else (local, file)
         buffer = None if isinstance(local, FileRegistration) else local._buffer
         self._hand_off: Optional[Union[_TransferLease, _Share]] = None
         if buffer is not None:
-            if writes_local and buffer.readonly:
+            if writes_local and local._readonly:
                 raise ValueError(f"{what}: the buffer is read-only (a read-only file window); a transfer cannot "
                                  "write it")
             self._hand_off = _TransferLease(buffer, what) if writes_local else _Share(buffer, what)
@@ -42,7 +46,8 @@ class Transfer:
             self._handle = agent._prepare(operation, local._kind, local_desc, remote_name, remote_kind,
                                           remote_desc, notify)
             self._backend = agent._backend_of(self._handle)
-            local._active += 1
+            for registration in self._registrations:
+                registration._active += 1
             self._counted = True
             state = agent._post(self._handle, self._backend, what)
         except BaseException:
@@ -101,7 +106,8 @@ class Transfer:
         if hand_off is not None:
             hand_off.give_back()
         if self._counted:
-            self._local._active -= 1
+            for registration in self._registrations:
+                registration._active -= 1
             self._counted = False
 
     def __enter__(self) -> "Transfer":

@@ -26,7 +26,9 @@
 //! - On the GPU, `mapped.cuh` publishes with `st.release.sys.global.u32` and observes with
 //!   `ld.acquire.sys.global.u32` (what `cuda::atomic_ref<unsigned, cuda::thread_scope_system>`
 //!   emits for `store(release)` and `load(acquire)`), payloads with volatile 32-bit accesses
-//!   ordered by those; a GPU counter's increment is `__threadfence_system()` then a GPU atomic.
+//!   ordered by those; a GPU counter's increment is `__threadfence_system()` then a
+//!   system-scope GPU atomic (`atomicAdd_system`: a device-scope one is atomic among the
+//!   device's threads only, never with the CPU's, whatever the link).
 //! - A message is published by its sequence word, written after its payload; the receiver
 //!   reads the payload only after it has seen that word, and acknowledges by releasing its
 //!   count of messages taken, after which the sender may reuse the slot. So no message is
