@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
 import numpy as np
 

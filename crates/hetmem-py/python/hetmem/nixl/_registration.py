@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 from .. import Buffer, _native
 from ._errors import NixlError
-from ._ranges import _part, _size
+from ._ranges import _part
 
 if TYPE_CHECKING:
     from ._agent import Agent
