@@ -94,7 +94,11 @@ impl Peer {
                 Err(errno) => return Err(os_error("waiting for the ring's peer", errno)),
             }
             let peer_gone = fds[1..].iter().any(|fd| !fd.revents().is_empty());
-            drain(wake);
+            // Read only when readable: the producer shares the eventfd's flags and could make
+            // it blocking again, and a read of an empty one would then wait for good.
+            if !fds[0].revents().is_empty() {
+                drain(wake);
+            }
             if peer_gone {
                 return match check()? {
                     Some(found) => Ok(found),
