@@ -342,7 +342,8 @@ fn a_named_segment_left_by_a_killed_creator_is_refused_by_name_then_reclaimed() 
     assert!(stale.as_slice()[..5000].iter().all(|&word| word == rng.u32(..)), "the creator's words");
     assert!(!shm_path(&name).exists());
     // SAFETY: nothing else opens it.
-    let again = unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()) }.unwrap();
+    let again =
+        unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()) }.unwrap();
     drop(again);
     assert!(!shm_path(&name).exists(), "the creator removes its name on drop");
     assert!(!SharedHostBuf::<u8>::remove_named(&name).unwrap());

@@ -221,19 +221,6 @@ impl SharedSegment {
                 ),
             ));
         }
-        let bytes = usize::try_from(stat.st_size).map_err(|_| {
-            Error::invalid("shared memory size", format!("{description} reports {} bytes", stat.st_size))
-        })?;
-        if bytes < min_bytes || bytes == 0 {
-            return Err(Error::invalid(
-                "shared memory size",
-                format!(
-                    "{description} holds {bytes} bytes, but {min_bytes} are expected: the peer made it \
-                     smaller than it says (or it was truncated); refused rather than mapped, since \
-                     touching the missing pages would crash the process (SIGBUS)"
-                ),
-            ));
-        }
         // A /dev/shm segment cannot be sealed: taken unsealed only where its peers promised
         // not to truncate it (the `unsafe` openers of SharedHostBuf). Anything else, and every
         // segment a safe API maps, must be a memfd sealed against shrinking.
@@ -251,6 +238,23 @@ impl SharedSegment {
                     "{description} is not sealed against shrinking: its creator could shrink it under \
                      the mapping (SIGBUS); remedy: share a memfd sealed with F_SEAL_SHRINK (hetmem's \
                      SharedHostBuf::create and RingProducer make one)"
+                ),
+            ));
+        }
+        // The size is read after the seals: a peer could shrink the object between an earlier
+        // fstat and sealing it, leaving pages of the mapping past its end (SIGBUS).
+        let stat =
+            rustix::fs::fstat(&fd).map_err(|errno| os_error(format!("inspecting {description}"), errno))?;
+        let bytes = usize::try_from(stat.st_size).map_err(|_| {
+            Error::invalid("shared memory size", format!("{description} reports {} bytes", stat.st_size))
+        })?;
+        if bytes < min_bytes || bytes == 0 {
+            return Err(Error::invalid(
+                "shared memory size",
+                format!(
+                    "{description} holds {bytes} bytes, but {min_bytes} are expected: the peer made it \
+                     smaller than it says (or it was truncated); refused rather than mapped, since \
+                     touching the missing pages would crash the process (SIGBUS)"
                 ),
             ));
         }
@@ -696,8 +700,8 @@ mod tests {
             unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 3000, Default::default()) }.unwrap();
         assert!(path.exists());
         // SAFETY: refused: the name is taken.
-        let error =
-            unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()) }.unwrap_err();
+        let error = unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()) }
+            .unwrap_err();
         assert!(error.to_string().contains(&format!("/dev/shm/{name} already exists")), "{error}");
         let data: Vec<u32> = (0..3000).map(|_| fastrand::u32(..)).collect();
         mine.as_mut_slice().copy_from_slice(&data);
@@ -716,7 +720,8 @@ mod tests {
         let name = unique_name("drop");
         // SAFETY: nothing else opens the segment.
         let buf =
-            unsafe { SharedHostBuf::<u8>::create_named(&Device::cpu(), &name, 100, Default::default()) }.unwrap();
+            unsafe { SharedHostBuf::<u8>::create_named(&Device::cpu(), &name, 100, Default::default()) }
+                .unwrap();
         assert!(std::path::Path::new(&format!("/dev/shm/{name}")).exists());
         drop(buf);
         assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists());
