@@ -24,6 +24,17 @@
 //! [`Error::PeerGone`] naming its pid and what it was doing, after the frames it completed.
 //! Nothing is left behind: the memfd has no name, and goes when the last process unmaps it.
 //!
+//! # A peer that breaks the protocol
+//! Whatever the peer writes into the header is checked before use (sizes at connect, each
+//! state word and frame index when read), the segment is a memfd sealed against shrinking (a
+//! `/dev/shm` segment, which cannot be sealed, is refused), and the eventfds are made
+//! non-blocking and read only when readable: a hostile peer cannot make this process read or
+//! write outside the segment or crash it with SIGBUS. It can still write a slot's bytes while
+//! this process holds the slot's slice, which the protocol forbids and nothing in one process
+//! can prevent, and (the eventfds' flags are shared) make them blocking again and race a read
+//! into a hang: connect only to a peer that runs this protocol (hetmem's ring), or copy a
+//! frame out before trusting what it says.
+//!
 //! # Examples
 //! Both sides in one process here, for brevity (`examples/two_processes.rs` uses two):
 //! ```
