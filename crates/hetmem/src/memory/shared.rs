@@ -39,7 +39,7 @@ pub struct SharedOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unsealed {
     /// A named `/dev/shm` segment (which cannot be sealed) is taken: the caller's contract says
-    /// no process truncates it (the `unsafe` openers of [`SharedHostBuf`]).
+    /// no process truncates it (the `unsafe` creator and openers of [`SharedHostBuf`]).
     NamedTrusted,
     /// Nothing unsealed is taken: what a safe API maps must not shrink whatever the peer does.
     Refused,
@@ -265,9 +265,10 @@ impl SharedSegment {
         // SAFETY: memmap2's contract is that nothing truncates or modifies the object while it
         // is mapped. Truncation: a memfd is sealed against it (checked in from_fd_described,
         // done in memfd); a named segment's peers promise not to (the `unsafe` creator and
-        // openers of SharedHostBuf; the ring takes sealed memfds only). Modification by the peer is the purpose of the mapping: no reference
-        // to the bytes is made here, and those handed out later carry that contract
-        // (SharedHostBuf) or the ring's slot protocol, which gives one process at a time access.
+        // openers of SharedHostBuf; the ring takes sealed memfds only). Modification by the
+        // peer is the purpose of the mapping: no reference to the bytes is made here, and
+        // those handed out later carry that contract (SharedHostBuf) or the ring's slot
+        // protocol, which gives one process at a time access.
         let map = unsafe { MmapOptions::new().len(bytes).map_mut(fd.as_raw_fd()) }
             .map_err(|source| Error::Io { context: format!("mapping {description}"), source })?;
         Ok(SharedSegment { fd, map, bytes, description, name_to_unlink: Mutex::new(name) })
