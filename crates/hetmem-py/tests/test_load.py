@@ -182,6 +182,26 @@ def test_options_not_implemented_or_unknown_are_refused(tmp_path, rng):
         hetmem.load([path, tmp_path / "model.safetensors.index.json"], device="cpu")
 
 
+def test_counts_of_threads_or_bytes_out_of_range_are_refused_before_anything_runs(tmp_path, rng):
+    data = random_bytes(rng, "F32", (4,))
+    path = write(tmp_path / "small.safetensors", {"w": ("F32", (4,), data)})
+    # A million reader threads (two million pinned staging chunks) would exhaust the process.
+    for keywords, words in [
+        (dict(threads=10**6), "at most 1024 threads"),
+        (dict(threads=0), "at least 1"),
+        (dict(threads=-1), "threads"),
+        (dict(threads=2**70), "threads"),
+        (dict(chunk_bytes=-4096), "chunk_bytes"),
+        (dict(chunk_bytes=4097), "multiple of 4096"),
+    ]:
+        with pytest.raises((hetmem.HetmemError, ValueError, OverflowError)) as caught:
+            hetmem.load(path, device="cpu", **keywords)
+        assert words in str(caught.value), (keywords, str(caught.value))
+    with pytest.raises(TypeError):
+        hetmem.load(path, device="cpu", threads="4")
+    assert bytes(hetmem.load(path, device="cpu", threads=2)["w"].tobytes()) == data
+
+
 def bad(tmp_path, name, data):
     path = tmp_path / name
     path.write_bytes(data)

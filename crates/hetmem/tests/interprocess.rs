@@ -309,8 +309,10 @@ fn a_named_segment_left_by_a_killed_creator_is_refused_by_name_then_reclaimed() 
         let name = std::env::var(NAME_ENV).unwrap();
         let _socket = child_socket();
         let mut rng = fastrand::Rng::with_seed(env_u64(SEED_ENV));
+        // SAFETY: the parent only opens it once this process is dead; nothing truncates it.
         let mut buf =
-            SharedHostBuf::<u32>::create_named(&cpu_device(), &name, 5000, Default::default()).unwrap();
+            unsafe { SharedHostBuf::<u32>::create_named(&cpu_device(), &name, 5000, Default::default()) }
+                .unwrap();
         buf.as_mut_slice().iter_mut().for_each(|word| *word = rng.u32(..));
         say("created");
         std::thread::sleep(Duration::from_secs(120));
@@ -325,7 +327,9 @@ fn a_named_segment_left_by_a_killed_creator_is_refused_by_name_then_reclaimed() 
     peer.reap_killed();
     assert!(shm_path(&name).exists(), "a killed creator cannot unlink its name");
     let device = cpu_device();
-    let error = SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()).unwrap_err();
+    // SAFETY: refused: the name is taken.
+    let error =
+        unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()) }.unwrap_err();
     let text = error.to_string();
     assert!(
         text.contains(&format!("/dev/shm/{name} already exists")) && text.contains("remove_named"),
@@ -337,7 +341,9 @@ fn a_named_segment_left_by_a_killed_creator_is_refused_by_name_then_reclaimed() 
     let mut rng = fastrand::Rng::with_seed(seed);
     assert!(stale.as_slice()[..5000].iter().all(|&word| word == rng.u32(..)), "the creator's words");
     assert!(!shm_path(&name).exists());
-    let again = SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()).unwrap();
+    // SAFETY: nothing else opens it.
+    let again =
+        unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()) }.unwrap();
     drop(again);
     assert!(!shm_path(&name).exists(), "the creator removes its name on drop");
     assert!(!SharedHostBuf::<u8>::remove_named(&name).unwrap());

@@ -590,8 +590,8 @@ fn check_a_checksum_is_refused_or_sums_exactly_its_range_into_its_pair(
     Ok(())
 }
 
-/// Stream options are refused unless they name threads, a ring and a chunk of whole blocks
-/// up to 1 GiB; ranges are refused unless they lie inside their files and the destination,
+/// Stream options are refused unless they name 1 to 1024 threads, a ring of 1 to 4096 and a
+/// chunk of whole blocks up to 1 GiB; ranges are refused unless they lie inside their files and the destination,
 /// and then exactly their bytes land, one range after another.
 fn check_a_stream_is_refused_or_lands_exactly_its_ranges(
     threads: usize,
@@ -603,8 +603,8 @@ fn check_a_stream_is_refused_or_lands_exactly_its_ranges(
     let device = cpu_device();
     let queue = Queue::new(&device).unwrap();
     let options = StreamOptions { method: LoadMethod::Staged, threads, chunk_bytes, ring_depth };
-    let valid_options = threads > 0
-        && ring_depth > 0
+    let valid_options = (1..=1024).contains(&threads)
+        && (1..=4096).contains(&ring_depth)
         && chunk_bytes > 0
         && chunk_bytes.is_multiple_of(4096)
         && chunk_bytes <= 1 << 30;

@@ -23,6 +23,10 @@ use crate::error::{Error, Result};
 /// The largest piece a stream reads at once: one pinned staging buffer each, and 128 times the
 /// default piece.
 const MAX_CHUNK_BYTES: usize = 1 << 30;
+/// The most reader threads a stream runs (each a thread of the process).
+const MAX_THREADS: usize = 1024;
+/// The most staging buffers (or windows) a stream keeps in flight (each a pinned chunk).
+const MAX_RING_DEPTH: usize = 4096;
 use crate::handoff::{Lease, Lent, Queue, Shared};
 use crate::memory::{DeviceBuf, HostBuf, MappedFile, PinOptions, WritableBuffer};
 
@@ -265,11 +269,23 @@ impl FileStream {
     /// the first run that needs it.
     ///
     /// # Errors
-    /// No threads, no ring, or a chunk that is not a positive multiple of 4096 bytes up to
-    /// 1 GiB.
+    /// No threads, no ring, more than 1024 threads or a ring deeper than 4096, or a chunk that
+    /// is not a positive multiple of 4096 bytes up to 1 GiB.
     pub fn new(device: &Device, queue: &Queue, options: StreamOptions) -> Result<FileStream> {
         if options.threads == 0 || options.ring_depth == 0 {
             return Err(Error::invalid("stream options", "threads and ring depth must be at least 1"));
+        }
+        // Bounded before anything is spawned or pinned: a caller's huge count (hetmem.load's
+        // threads=) would otherwise exhaust the process's threads or memory.
+        if options.threads > MAX_THREADS || options.ring_depth > MAX_RING_DEPTH {
+            return Err(Error::invalid(
+                "stream options",
+                format!(
+                    "{} threads and a ring of {}: give at most {MAX_THREADS} threads and a ring of \
+                     {MAX_RING_DEPTH} (a few per CPU are enough)",
+                    options.threads, options.ring_depth
+                ),
+            ));
         }
         if options.chunk_bytes == 0 || !(options.chunk_bytes as u64).is_multiple_of(DIRECT_ALIGN) {
             return Err(Error::invalid(

@@ -35,6 +35,16 @@ pub struct SharedOptions {
     pub huge_pages: bool,
 }
 
+/// Whether a received segment may lack the seal against shrinking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unsealed {
+    /// A named `/dev/shm` segment (which cannot be sealed) is taken: the caller's contract says
+    /// no process truncates it (the `unsafe` creator and openers of [`SharedHostBuf`]).
+    NamedTrusted,
+    /// Nothing unsealed is taken: what a safe API maps must not shrink whatever the peer does.
+    Refused,
+}
+
 /// A shared memory object mapped read-write `MAP_SHARED` into this process: what a
 /// [`SharedHostBuf`] and the cross-process ring stand on.
 pub(crate) struct SharedSegment {
@@ -171,24 +181,29 @@ impl SharedSegment {
             .map_err(|errno| os_error(format!("opening {description}"), errno))?;
         // Another process may have unlinked it meanwhile: that is its right, and changes nothing.
         let _ = rustix::shm::unlink(path.as_str());
-        Self::from_fd_described(fd, min_bytes, description)
+        Self::from_fd_described(fd, min_bytes, description, Unsealed::NamedTrusted)
     }
 
     /// Maps a shared memory object received from another process, after checking it is one
-    /// (tmpfs or hugetlbfs, not a file on disk), at least `min_bytes` long, and, for a `memfd`,
-    /// sealed against shrinking.
+    /// (tmpfs or hugetlbfs, not a file on disk), at least `min_bytes` long, and sealed against
+    /// shrinking (a named `/dev/shm` segment, which cannot be, only where `unsealed` allows).
     ///
     /// # Errors
     /// A descriptor of anything else, a segment smaller than `min_bytes` (named in the error),
-    /// a `memfd` that could still shrink under the mapping.
-    pub(crate) fn from_fd(fd: OwnedFd, min_bytes: usize) -> Result<SharedSegment> {
+    /// a segment that could still shrink under the mapping (and `unsealed` does not allow).
+    pub(crate) fn from_fd(fd: OwnedFd, min_bytes: usize, unsealed: Unsealed) -> Result<SharedSegment> {
         let description = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .map(|path| path.display().to_string())
             .unwrap_or_else(|_| format!("shared memory descriptor {}", fd.as_raw_fd()));
-        Self::from_fd_described(fd, min_bytes, description)
+        Self::from_fd_described(fd, min_bytes, description, unsealed)
     }
 
-    fn from_fd_described(fd: OwnedFd, min_bytes: usize, description: String) -> Result<SharedSegment> {
+    fn from_fd_described(
+        fd: OwnedFd,
+        min_bytes: usize,
+        description: String,
+        unsealed: Unsealed,
+    ) -> Result<SharedSegment> {
         let stat =
             rustix::fs::fstat(&fd).map_err(|errno| os_error(format!("inspecting {description}"), errno))?;
         let statfs =
@@ -206,6 +221,30 @@ impl SharedSegment {
                 ),
             ));
         }
+        // A /dev/shm segment cannot be sealed: taken unsealed only where its peers promised
+        // not to truncate it (the `unsafe` openers of SharedHostBuf). Anything else, and every
+        // segment a safe API maps, must be a memfd sealed against shrinking.
+        let trusted = unsealed == Unsealed::NamedTrusted && description.starts_with("/dev/shm/");
+        let sealed = match rustix::fs::fcntl_get_seals(&fd) {
+            Ok(seals) => seals.contains(SealFlags::SHRINK),
+            // A file that cannot be sealed (older kernels answer so for named segments).
+            Err(rustix::io::Errno::INVAL) => false,
+            Err(errno) => return Err(os_error(format!("reading the seals of {description}"), errno)),
+        };
+        if !sealed && !trusted {
+            return Err(Error::invalid(
+                "shared memory",
+                format!(
+                    "{description} is not sealed against shrinking: its creator could shrink it under \
+                     the mapping (SIGBUS); remedy: share a memfd sealed with F_SEAL_SHRINK (hetmem's \
+                     SharedHostBuf::create and RingProducer make one)"
+                ),
+            ));
+        }
+        // The size is read after the seals: a peer could shrink the object between an earlier
+        // fstat and sealing it, leaving pages of the mapping past its end (SIGBUS).
+        let stat =
+            rustix::fs::fstat(&fd).map_err(|errno| os_error(format!("inspecting {description}"), errno))?;
         let bytes = usize::try_from(stat.st_size).map_err(|_| {
             Error::invalid("shared memory size", format!("{description} reports {} bytes", stat.st_size))
         })?;
@@ -219,34 +258,17 @@ impl SharedSegment {
                 ),
             ));
         }
-        // A /dev/shm segment cannot be sealed (its peers promise not to truncate it); anything
-        // else on tmpfs is a memfd and must be.
-        let named = description.starts_with("/dev/shm/");
-        match rustix::fs::fcntl_get_seals(&fd) {
-            Ok(seals) if !named && !seals.contains(SealFlags::SHRINK) => {
-                return Err(Error::invalid(
-                    "shared memory",
-                    format!(
-                        "{description} is a memfd not sealed against shrinking: its creator could shrink \
-                         it under the mapping (SIGBUS); remedy: seal it with F_SEAL_SHRINK (hetmem's \
-                         SharedHostBuf::create does)"
-                    ),
-                ));
-            }
-            // Sealed, or a named segment (older kernels answer EINVAL for those).
-            Ok(_) | Err(rustix::io::Errno::INVAL) => {}
-            Err(errno) => return Err(os_error(format!("reading the seals of {description}"), errno)),
-        }
         Self::map(fd, bytes, description, None)
     }
 
     fn map(fd: OwnedFd, bytes: usize, description: String, name: Option<String>) -> Result<SharedSegment> {
         // SAFETY: memmap2's contract is that nothing truncates or modifies the object while it
         // is mapped. Truncation: a memfd is sealed against it (checked in from_fd_described,
-        // done in memfd); a named segment's peers promise not to (the `unsafe` openers of
-        // SharedHostBuf). Modification by the peer is the purpose of the mapping: no reference
-        // to the bytes is made here, and those handed out later carry that contract
-        // (SharedHostBuf) or the ring's slot protocol, which gives one process at a time access.
+        // done in memfd); a named segment's peers promise not to (the `unsafe` creator and
+        // openers of SharedHostBuf; the ring takes sealed memfds only). Modification by the
+        // peer is the purpose of the mapping: no reference to the bytes is made here, and
+        // those handed out later carry that contract (SharedHostBuf) or the ring's slot
+        // protocol, which gives one process at a time access.
         let map = unsafe { MmapOptions::new().len(bytes).map_mut(fd.as_raw_fd()) }
             .map_err(|source| Error::Io { context: format!("mapping {description}"), source })?;
         Ok(SharedSegment { fd, map, bytes, description, name_to_unlink: Mutex::new(name) })
@@ -361,10 +383,17 @@ impl<T: Element> SharedHostBuf<T> {
     /// registered with `device`. This process removes the name when the buffer is dropped, or
     /// at [`SharedHostBuf::unlink`]; [`SharedHostBuf::open_named`] removes it at once.
     ///
+    /// # Safety
+    /// A named segment cannot be sealed: any process of this user may open it while it has its
+    /// name, and one that truncated it would make this process's reads of the buffer crash
+    /// (SIGBUS, in safe code). The caller ensures no process truncates it, and that the
+    /// processes sharing it keep the type's safety contract. [`SharedHostBuf::create`] (a
+    /// sealed `memfd`) needs no such promise about truncation.
+    ///
     /// # Errors
     /// A bad name, a name already taken (a live process's, or one a crashed process left:
     /// [`SharedHostBuf::remove_named`] reclaims it), or as for [`SharedHostBuf::create`].
-    pub fn create_named(
+    pub unsafe fn create_named(
         device: &Device,
         name: &str,
         len: usize,
@@ -413,7 +442,7 @@ impl<T: Element> SharedHostBuf<T> {
         options: RegisterOptions,
     ) -> Result<SharedHostBuf<T>> {
         let bytes = byte_len::<T>("shared buffer length", len)?;
-        let segment = SharedSegment::from_fd(fd, bytes)?;
+        let segment = SharedSegment::from_fd(fd, bytes, Unsealed::NamedTrusted)?;
         Self::register(device, segment, len, options)
     }
 
@@ -667,9 +696,13 @@ mod tests {
         let device = Device::cpu();
         let name = unique_name("named");
         let path = std::path::PathBuf::from(format!("/dev/shm/{name}"));
-        let mut mine = SharedHostBuf::<u32>::create_named(&device, &name, 3000, Default::default()).unwrap();
+        // SAFETY: nothing truncates the segment; one thread, taking turns.
+        let mut mine =
+            unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 3000, Default::default()) }.unwrap();
         assert!(path.exists());
-        let error = SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()).unwrap_err();
+        // SAFETY: refused: the name is taken.
+        let error = unsafe { SharedHostBuf::<u32>::create_named(&device, &name, 10, Default::default()) }
+            .unwrap_err();
         assert!(error.to_string().contains(&format!("/dev/shm/{name} already exists")), "{error}");
         let data: Vec<u32> = (0..3000).map(|_| fastrand::u32(..)).collect();
         mine.as_mut_slice().copy_from_slice(&data);
@@ -686,7 +719,10 @@ mod tests {
     #[test]
     fn the_creator_removes_an_unopened_name_on_drop() {
         let name = unique_name("drop");
-        let buf = SharedHostBuf::<u8>::create_named(&Device::cpu(), &name, 100, Default::default()).unwrap();
+        // SAFETY: nothing else opens the segment.
+        let buf =
+            unsafe { SharedHostBuf::<u8>::create_named(&Device::cpu(), &name, 100, Default::default()) }
+                .unwrap();
         assert!(std::path::Path::new(&format!("/dev/shm/{name}")).exists());
         drop(buf);
         assert!(!std::path::Path::new(&format!("/dev/shm/{name}")).exists());

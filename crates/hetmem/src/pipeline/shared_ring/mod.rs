@@ -24,6 +24,17 @@
 //! [`Error::PeerGone`] naming its pid and what it was doing, after the frames it completed.
 //! Nothing is left behind: the memfd has no name, and goes when the last process unmaps it.
 //!
+//! # A peer that breaks the protocol
+//! Whatever the peer writes into the header is checked before use (sizes at connect, each
+//! state word and frame index when read), the segment is a memfd sealed against shrinking (a
+//! `/dev/shm` segment, which cannot be sealed, is refused), and the eventfds are made
+//! non-blocking and read only when readable: a hostile peer cannot make this process read or
+//! write outside the segment or crash it with SIGBUS. It can still write a slot's bytes while
+//! this process holds the slot's slice, which the protocol forbids and nothing in one process
+//! can prevent, and (the eventfds' flags are shared) make them blocking again and race a read
+//! into a hang: connect only to a peer that runs this protocol (hetmem's ring), or copy a
+//! frame out before trusting what it says.
+//!
 //! # Examples
 //! Both sides in one process here, for brevity (`examples/two_processes.rs` uses two):
 //! ```
@@ -69,7 +80,7 @@ use crate::backend::Device;
 use crate::backend::cpu::memory::page_size;
 use crate::error::{Error, Result};
 use crate::memory::fd_passing::{read_exact, recv_fds, send_fds, write_all};
-use crate::memory::shared::{SharedSegment, round_up};
+use crate::memory::shared::{SharedSegment, Unsealed, round_up};
 use crate::memory::{Buffer, HostBuf, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer};
 use crate::stage::Stage;
 
@@ -438,9 +449,19 @@ impl RingConsumer {
                     format!("the descriptor for \"a slot is {what}\" is {kind:?}, not an eventfd"),
                 ));
             }
+            // Made non-blocking here whatever the producer made it: a blocking read of an
+            // empty eventfd would wait for a wake-up that a dead producer never sends.
+            rustix::fs::fcntl_getfl(fd)
+                .and_then(|flags| rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK))
+                .map_err(|errno| Error::Io {
+                    context: format!("making the \"a slot is {what}\" eventfd non-blocking"),
+                    source: errno.into(),
+                })?;
         }
         let header_bytes = round_up("shared ring header", size_of::<HeaderWords>(), page_size())?;
-        let segment = Arc::new(SharedSegment::from_fd(memfd, header_bytes)?);
+        // Sealed, whatever its kind: nothing the producer does may shrink it under the frames
+        // this safe API hands out (a named segment could be truncated: SIGBUS on a read).
+        let segment = Arc::new(SharedSegment::from_fd(memfd, header_bytes, Unsealed::Refused)?);
         let header = header_of(&segment)?;
         let layout = header.layout(page_size(), segment.bytes(), segment.description())?;
         header.consumer_pid.store(std::process::id(), Ordering::Relaxed);

@@ -3,7 +3,7 @@
 //! it is gone (its pidfd turns readable, its end of the socket closes) instead of waiting for
 //! a wake-up that will never come.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -39,14 +39,20 @@ impl Peer {
     /// # Errors
     /// The socket is not a connected Unix socket.
     pub(crate) fn new(role: &'static str, socket: &UnixStream) -> Result<Peer> {
-        let credentials = rustix::net::sockopt::socket_peercred(socket)
-            .map_err(|errno| os_error("reading the peer's credentials from the ring's socket", errno))?;
-        let pid = credentials.pid.as_raw_nonzero().get() as u32;
-        let pidfd = rustix::process::pidfd_open(credentials.pid, rustix::process::PidfdFlags::empty())
-            .inspect_err(|errno| {
-                tracing::debug!("no pidfd for the ring's {role} (pid {pid}): {errno}; watching its socket")
-            })
-            .ok();
+        let pid = peer_pid(socket)?;
+        let pidfd = match rustix::process::Pid::from_raw(pid as i32) {
+            Some(raw) => rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty())
+                .inspect_err(|errno| {
+                    tracing::debug!(
+                        "no pidfd for the ring's {role} (pid {pid}): {errno}; watching its socket"
+                    )
+                })
+                .ok(),
+            None => {
+                tracing::debug!("the ring's {role} runs in another pid namespace: watching its socket");
+                None
+            }
+        };
         let socket = socket
             .as_fd()
             .try_clone_to_owned()
@@ -54,7 +60,7 @@ impl Peer {
         Ok(Peer { role, pid, pidfd, socket })
     }
 
-    /// Its process id.
+    /// Its process id; 0 where it is not visible in this process's pid namespace.
     pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
@@ -94,7 +100,11 @@ impl Peer {
                 Err(errno) => return Err(os_error("waiting for the ring's peer", errno)),
             }
             let peer_gone = fds[1..].iter().any(|fd| !fd.revents().is_empty());
-            drain(wake);
+            // Read only when readable: the producer shares the eventfd's flags and could make
+            // it blocking again, and a read of an empty one would then wait for good.
+            if !fds[0].revents().is_empty() {
+                drain(wake);
+            }
             if peer_gone {
                 return match check()? {
                     Some(found) => Ok(found),
@@ -103,6 +113,37 @@ impl Peer {
             }
         }
     }
+}
+
+/// The pid of the process at the other end of `socket` (`SO_PEERCRED`); 0 where the kernel
+/// reports none (a peer in a pid namespace this process cannot see, as across containers).
+///
+/// Read with libc, not rustix's `socket_peercred`, which makes a non-zero `Pid` of the
+/// kernel's value and so is undefined behaviour for a 0.
+///
+/// # Errors
+/// The socket is not a connected Unix socket.
+fn peer_pid(socket: &UnixStream) -> Result<u32> {
+    let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `credentials` is a plain struct valid for writes of `len` bytes (its size), `len`
+    // is valid for a write, and the descriptor is a live socket borrowed for the call.
+    let result = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut credentials).cast(),
+            &mut len,
+        )
+    };
+    if result != 0 {
+        return Err(Error::Io {
+            context: "reading the peer's credentials from the ring's socket".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(u32::try_from(credentials.pid).unwrap_or(0))
 }
 
 /// Wakes the process waiting on `eventfd`.

@@ -228,3 +228,53 @@ fn a_corrupt_state_word_is_an_error_naming_the_slot() {
     let error = ring.next_frame().unwrap_err();
     assert!(error.to_string().contains("slot 0") && error.to_string().contains("state 77"), "{error}");
 }
+
+/// Offers a hand-made ring (a header for 4 slots of 10 000 bytes written into `segment`, and
+/// the eventfds given) to a consumer on the other end of a new socket, as a hostile producer
+/// would: the producer's end of the socket and the consumer's answer.
+fn offer(segment: &SharedSegment, filled: &OwnedFd, freed: &OwnedFd) -> (UnixStream, Result<RingConsumer>) {
+    let (left, right) = UnixStream::pair().unwrap();
+    let layout = RingLayout::new(10_000, 4, page_size()).unwrap();
+    header_of(segment).unwrap().init(&layout, std::process::id());
+    let mut hello = [0u8; 24];
+    hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+    hello[8..16].copy_from_slice(&u64::from(header::VERSION).to_le_bytes());
+    send_fds(left.as_fd(), &hello, &[segment.fd(), filled.as_fd(), freed.as_fd()]).unwrap();
+    (left, RingConsumer::connect(&Device::cpu(), &right, Default::default()))
+}
+
+#[test]
+fn a_named_segment_the_producer_could_truncate_under_the_consumer_is_refused() {
+    // A /dev/shm segment cannot be sealed: a producer that truncated it after the consumer
+    // mapped it would crash the consumer (SIGBUS) in safe code reading a frame.
+    let name = format!("hetmem-test-ring-{}-{:016x}", std::process::id(), fastrand::u64(..));
+    let total = RingLayout::new(10_000, 4, page_size()).unwrap().total_bytes;
+    let segment = SharedSegment::create_named(&name, total).unwrap();
+    let (filled, freed) = (new_eventfd().unwrap(), new_eventfd().unwrap());
+    let (_producer, consumer) = offer(&segment, &filled, &freed);
+    let error = consumer.expect_err("an unsealed segment must be refused");
+    assert!(error.to_string().contains("not sealed against shrinking"), "{error}");
+}
+
+#[test]
+fn blocking_eventfds_from_the_producer_do_not_hang_the_consumer() {
+    let total = RingLayout::new(10_000, 4, page_size()).unwrap().total_bytes;
+    let segment = SharedSegment::memfd("hostile-ring", total, false).unwrap();
+    // Blocking eventfds: a read of an empty one waits for a write that may never come.
+    let blocking = || rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+    let (filled, freed) = (blocking(), blocking());
+    let (producer, consumer) = offer(&segment, &filled, &freed);
+    let mut consumer = consumer.unwrap();
+    let (done, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(consumer.next_frame().map(|frame| frame.is_some()));
+    });
+    // Some waits with nothing to read, then the producer goes away.
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    drop(producer);
+    let result = answer
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the consumer hangs in a read of the producer's blocking eventfd");
+    let error = result.unwrap_err();
+    assert!(matches!(error, Error::PeerGone { role: "producer", .. }), "{error}");
+}
