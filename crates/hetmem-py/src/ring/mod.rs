@@ -22,7 +22,7 @@ use pyo3::types::PyTuple;
 use crate::device::Device;
 use crate::size::{Int, checked_add, product, sizes};
 use crate::{HetmemError, to_py_err};
-use holds::{InputHold, OnThisThread, OutputHold};
+use holds::{HeldBy, InputHold, OnThisThread, OutputHold};
 use stage::PyStage;
 use views::{DeviceFrame, FrameSpec};
 
@@ -41,6 +41,7 @@ pub(crate) struct RingOwner {
     /// Dropped only after the device's work is done (`Drop`).
     ring: ManuallyDrop<FrameRing<PyStage>>,
     cuda: Option<CudaDevice>,
+    held_by: HeldBy,
 }
 
 impl Drop for RingOwner {
@@ -139,7 +140,11 @@ impl Ring {
         let options = RingOptions { slots, ..RingOptions::default() };
         let inner = &device.inner;
         let ring = py.detach(|| FrameRing::with_stage(inner, strategy, stage, options)).map_err(to_py_err)?;
-        let owner = Arc::new(RingOwner { ring: ManuallyDrop::new(ring), cuda: inner.as_cuda().cloned() });
+        let owner = Arc::new(RingOwner {
+            ring: ManuallyDrop::new(ring),
+            cuda: inner.as_cuda().cloned(),
+            held_by: HeldBy::default(),
+        });
         owner.ring.stage().set_owner(&owner);
         Ok(Ring { owner })
     }
@@ -148,6 +153,17 @@ impl Ring {
     /// `block`, else None at once; `HetmemError` once the ring is closed.
     fn take_input(&self, py: Python<'_>, block: bool) -> PyResult<Option<InputHold>> {
         let ring = &*self.owner.ring;
+        // Full, the ring frees a slot only when the oldest result is released, which only
+        // this thread can do while it holds that result.
+        if block
+            && self.owner.held_by.output_here()
+            && ring.submitted().saturating_sub(ring.drained()) >= ring.slots() as u64
+        {
+            return Err(HetmemError::new_err(
+                "take_input would wait for ever: the ring is full and this thread holds its oldest result; \
+                 release it first",
+            ));
+        }
         let taken =
             py.detach(|| OnThisThread(if block { ring.next_input() } else { ring.try_next_input() })).0;
         match taken {
@@ -166,6 +182,14 @@ impl Ring {
     /// closed ring. Without `block`, `BlockingIOError` when the oldest frame is not done.
     fn take_output(&self, py: Python<'_>, block: bool) -> PyResult<Py<PyAny>> {
         let ring = &*self.owner.ring;
+        // With every submitted frame out, the next is the one this thread is filling (or
+        // staging): only this thread can submit it, so it would never come.
+        if block && self.owner.held_by.input_here() && ring.submitted() == ring.drained() {
+            return Err(HetmemError::new_err(
+                "take_output would wait for ever: the next frame is the one this thread is filling (or its stage \
+                 is running); submit it first, or take results on another thread",
+            ));
+        }
         let taken =
             py.detach(|| OnThisThread(if block { ring.next_output() } else { ring.try_next_output() })).0;
         match taken {
@@ -185,6 +209,7 @@ impl Ring {
 
     /// Takes no more frames; the frames in the ring still come out.
     fn close(&self) {
+        self.owner.held_by.close();
         self.owner.ring.close();
     }
 
