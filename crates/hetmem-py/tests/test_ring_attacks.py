@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -153,6 +154,7 @@ def entered_again_from_the_stage(rng):
     assert "wait for ever" in seen["output"] and "stage" in seen["output"]
     _, out = ring.next_result()
     np.testing.assert_array_equal(out.numpy(), 255 - frame)
+    ring._release()  # on this thread: the hold is bound to it
 
 
 def test_a_stage_that_takes_a_result_inside_hangs_no_interpreter():
@@ -183,6 +185,7 @@ def result_while_holding_its_slot(rng):
         with pytest.raises(hetmem.HetmemError, match="wait for ever.*submit it first"):
             ring.next_result()
     assert ring.next_result()[0] == 0
+    ring._release()
 
 
 def test_taking_a_slot_of_a_full_ring_while_holding_its_oldest_result_raises(rng):
@@ -229,3 +232,66 @@ def test_sizes_no_machine_holds_raise_instead_of_aborting(shape, slots):
     """)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "refused:" in done.stdout
+
+
+class _Pipeline:
+    """An object holding a ring whose stage is its own bound method: a cycle through the ring."""
+
+    def __init__(self):
+        self.ring = hetmem.FrameRing(SHAPE, stage=self.stage, strategy="cpu", slots=2, views="raw")
+        self.frames = 0
+
+    def stage(self, frame, out, stream):
+        self.frames += 1
+        invert(frame, out, stream)
+
+
+def test_a_ring_whose_stage_refers_to_it_is_collected(rng):
+    pipeline = _Pipeline()
+    frame = frame_of(rng)
+    pipeline.ring.submit(frame)
+    _, out = pipeline.ring.next_result()
+    kept = out.numpy()  # a view of the ring's memory, kept past the cycle's collection
+    pipeline.ring._release()
+    gone = weakref.ref(pipeline)
+    del pipeline, out
+    gc.collect()
+    assert gone() is None, "the ring and its stage's owner leak: the collector cannot see the cycle"
+    np.testing.assert_array_equal(kept, 255 - frame)
+
+
+def test_a_held_slot_keeps_the_cycle_and_its_stage_intact(rng):
+    pipeline = _Pipeline()
+    hold = pipeline.ring._ring.take_input(True)
+    gone = weakref.ref(pipeline)
+    del pipeline
+    gc.collect()
+    assert gone() is not None  # the hold may still submit: its stage must be whole
+    frame = frame_of(rng)
+    np.asarray(hetmem.Buffer(hold.memory(), SHAPE, np.uint8))[...] = frame
+    assert hold.submit() == 0
+    assert gone().frames == 1
+    out = gone().ring._ring.take_output(True)
+    np.testing.assert_array_equal(np.asarray(hetmem.Buffer(out.memory(), SHAPE, np.uint8)), 255 - frame)
+    del hold, out
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_slot_submitted_after_its_ring_is_gone_leaks_nothing(rng):
+    seen = []
+
+    def stage(frame, out, stream):
+        invert(frame, out, stream)
+        seen.append(weakref.ref(frame.base))  # the view the stage was given (a hetmem.Buffer)
+        raise KeyError("failed after the ring went")  # kept for no consumer: must not hold it
+
+    ring = hetmem.FrameRing(SHAPE, stage=stage, strategy="cpu", slots=2, views="raw")
+    hold = ring._ring.take_input(True)
+    del ring
+    gc.collect()
+    np.asarray(hetmem.Buffer(hold.memory(), SHAPE, np.uint8))[...] = frame_of(rng)
+    hold.submit()
+    del hold
+    gc.collect()
+    assert len(seen) == 1 and seen[0]() is None, "the stage's views keep the ring they view alive"

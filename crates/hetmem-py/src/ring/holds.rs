@@ -58,9 +58,23 @@ impl HeldBy {
         !self.closed.load(Ordering::Acquire) && here(&self.output)
     }
 
+    /// Whether no input slot is held (none is being filled or staged), on any thread.
+    pub(super) fn input_free(&self) -> bool {
+        self.input.lock().unwrap_or_else(|poison| poison.into_inner()).is_none()
+    }
+
     /// The ring was closed: a take no longer waits for a frame, it ends.
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::Release);
+    }
+}
+
+/// Marks the input slot free when dropped.
+struct InputFreed<'a>(&'a HeldBy);
+
+impl Drop for InputFreed<'_> {
+    fn drop(&mut self) {
+        mark(&self.0.input, None);
     }
 }
 
@@ -124,9 +138,9 @@ impl InputHold {
         self.slot()?;
         let Some(slot) = self.slot.take() else { unreachable!("checked by `slot` above") };
         self.owner.ring.stage().begin_frame(self.index);
-        let index = slot.submit();
-        mark(&self.owner.held_by.input, None);
-        Ok(index)
+        // Held (by this thread, in the stage) until the submit returns, or unwinds.
+        let _free = InputFreed(&self.owner.held_by);
+        Ok(slot.submit())
     }
 
     /// Gives the slot back unused.

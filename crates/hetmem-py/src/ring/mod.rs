@@ -15,7 +15,9 @@ use hetmem::backend::cuda::CudaDevice;
 use hetmem::pipeline::{FrameRing, RingOptions};
 use hetmem::{Error, Strategy};
 use pyo3::IntoPyObjectExt;
+use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyBlockingIOError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -205,6 +207,23 @@ impl Ring {
             Err(Error::WouldBlock(why)) => Err(PyBlockingIOError::new_err(format!("{why}: try again later"))),
             Err(error) => Err(to_py_err(error)),
         }
+    }
+
+    /// The stage's callables, for the garbage collector: a stage that refers to its own ring
+    /// (a bound method of the object holding it) is a cycle through this object, collected
+    /// only if the collector sees it. Reported only while no input slot is held: the ring
+    /// object then is the one way to the callables (only an input hold calls them, and only
+    /// the ring makes one), so this object owns the one reference the stage holds to each, and
+    /// clearing them, should the ring be garbage while views keep its memory, calls nothing
+    /// later. Taken while the ring runs a stage (an input is held), nothing is reported: the
+    /// cycle is kept, never cut under a running stage.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if self.owner.held_by.input_free() {
+            for callable in self.owner.ring.stage().callables() {
+                visit.call(callable)?;
+            }
+        }
+        Ok(())
     }
 
     /// Takes no more frames; the frames in the ring still come out.
