@@ -17,6 +17,7 @@ import pytest
 import hetmem
 
 SHAPE = (5, 7)
+from test_ring import ON_GPU, cuda_torch
 
 
 def invert(frame, out, stream):
@@ -295,3 +296,30 @@ def test_a_slot_submitted_after_its_ring_is_gone_leaks_nothing(rng):
     del hold
     gc.collect()
     assert len(seen) == 1 and seen[0]() is None, "the stage's views keep the ring they view alive"
+
+
+@pytest.mark.skipif(not ON_GPU, reason="skipped: no CUDA device")
+@pytest.mark.parametrize("strategy", ["pinned-async", "zero-copy"])
+def test_a_stream_and_tensors_kept_past_the_ring_still_work(rng, strategy):
+    """The stage's torch stream wraps the ring's CUDA stream without owning it: kept past the ring,
+    it must keep the stream alive (as the tensors keep the slots' memory), not name a destroyed one."""
+    torch = cuda_torch()
+    kept = {}
+
+    def stage(frame, out, stream):
+        torch.sub(255, frame, out=out)
+        kept.update(stream=stream, out=out)
+
+    frame = frame_of(rng)
+    with hetmem.FrameRing(SHAPE, stage=stage, strategy=strategy, slots=2, views="torch") as ring:
+        ring.submit(frame)
+        _, out = ring.next_result()
+        np.testing.assert_array_equal(out.numpy(), 255 - frame)
+    del ring, out
+    gc.collect()
+    torch.cuda.synchronize()
+    stream, tensor = kept["stream"], kept["out"]
+    with torch.cuda.stream(stream):
+        doubled = tensor.to(torch.int32) * 2  # queued on the kept stream, reading the kept memory
+    stream.synchronize()
+    np.testing.assert_array_equal(doubled.cpu().numpy(), (255 - frame).astype(np.int32) * 2)

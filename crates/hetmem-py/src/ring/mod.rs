@@ -26,7 +26,7 @@ use crate::size::{Int, checked_add, product, sizes};
 use crate::{HetmemError, to_py_err};
 use holds::{HeldBy, InputHold, OnThisThread, OutputHold};
 use stage::PyStage;
-use views::{DeviceFrame, FrameSpec};
+use views::{DeviceFrame, DeviceStream, FrameSpec};
 
 /// Adds the ring's classes and functions to the native module.
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -34,6 +34,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<InputHold>()?;
     module.add_class::<OutputHold>()?;
     module.add_class::<DeviceFrame>()?;
+    module.add_class::<DeviceStream>()?;
     module.add_function(wrap_pyfunction!(ring_strategies, module)?)?;
     Ok(())
 }

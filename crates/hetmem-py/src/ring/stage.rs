@@ -15,11 +15,10 @@ use hetmem::memory::{Buffer, WritableBuffer};
 use hetmem::placement::Where;
 use hetmem::stage::{FrameLayout, Runs, ScalarType, Stage};
 use hetmem::{Error, Result, Strategy};
-use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 
 use super::RingOwner;
-use super::views::{DeviceFrame, FrameSpec, host_memory};
+use super::views::{DeviceFrame, DeviceStream, FrameSpec, host_memory};
 use crate::attached::Attached;
 
 /// Which of a frame's buffers a view is of.
@@ -245,7 +244,9 @@ impl Stage for PyStage {
                     let view = DeviceFrame::new(Arc::clone(&owner), out_address, self.out.clone(), ordinal);
                     Ok(Py::new(py, view)?.into_any())
                 })?;
-                let stream = self.view(py, handle as u64, Role::Stream, || handle.into_py_any(py))?;
+                let stream = self.view(py, handle as u64, Role::Stream, || {
+                    Ok(Py::new(py, DeviceStream::new(Arc::clone(&owner), handle))?.into_any())
+                })?;
                 Ok::<_, PyErr>((frame, out, stream))
             })();
             self.run(py, made)
