@@ -153,6 +153,11 @@ class DeviceFrame:
     @property
     def shape(self) -> Tuple[int, ...]: ...
 
+class DeviceStream:
+    """The ring's CUDA stream, for the stage; holds the ring alive."""
+    @property
+    def handle(self) -> int: ...
+
 class InputHold:
     """The producer's hold on the next frame's slot."""
     @property

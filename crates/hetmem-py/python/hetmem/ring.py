@@ -84,11 +84,15 @@ def _adapter(views: str, frame: Tuple[Tuple[int, ...], np.dtype], out: Tuple[Tup
     def adapt(role: str, view: Any) -> Any:
         if role == "stream":
             if torch is None:
-                return view  # the handle: cupy.cuda.ExternalStream(stream), ...
+                return view.handle  # cupy.cuda.ExternalStream(stream), ...: valid while the ring lives
             with warnings.catch_warnings():
                 # torch 2.11 deprecates ExternalStream for Stream.from_external; both wrap it.
                 warnings.simplefilter("ignore", DeprecationWarning)
-                return torch.cuda.ExternalStream(view)
+                stream = torch.cuda.ExternalStream(view.handle)
+            # The wrapper does not own the handle: it keeps the ring (and so the stream) alive,
+            # as the tensors keep its memory, should the stage keep it past the ring.
+            stream._hetmem_ring = view
+            return stream
         if isinstance(view, _native.DeviceFrame):
             if torch is None:
                 return view  # the CUDA array interface (CuPy: cupy.asarray(view))
@@ -146,7 +150,7 @@ class FrameRing:
     ``stage(frame, out, stream)``: called once per frame, at submit, with the frame's views:
     on a GPU, torch CUDA tensors (``views="torch"``, the default where torch imports) or objects
     with ``__cuda_array_interface__`` (``views="raw"``), and the ring's stream (a
-    ``torch.cuda.ExternalStream``, made current for the call, or its handle); on the CPU path,
+    ``torch.cuda.ExternalStream``, made current for the call, or its handle, valid while the ring lives); on the CPU path,
     NumPy arrays (or torch CPU tensors) and ``None``. It reads ``frame`` and writes ``out`` (of
     ``out_shape``/``out_dtype``, default the frame's), queueing its GPU work on the stream: the
     slot goes back to the CPU only after that work is done. The views are valid for the call;

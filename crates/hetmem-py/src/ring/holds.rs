@@ -4,7 +4,9 @@
 //! hold (`InputSlot`, `OutputFrame`, which lock the slot) across Python calls, so it is bound
 //! to the thread that took it (`unsendable`), as the lock is.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 use hetmem::pipeline::{InputSlot, OutputFrame};
 use pyo3::exceptions::PyValueError;
@@ -25,6 +27,56 @@ pub(super) struct OnThisThread<T>(pub(super) T);
 // thread that called it (it only lets go of the interpreter meanwhile), so the value never
 // reaches another thread.
 unsafe impl<T> Send for OnThisThread<T> {}
+
+/// Which thread holds the ring's input slot and which its output frame, and whether the ring
+/// is closed: the holds are bound to their thread, so a blocking take on that thread that only
+/// the hold's own end could satisfy would wait for ever (the interpreter let go, deaf to
+/// Ctrl-C); `Ring` refuses it instead.
+#[derive(Debug, Default)]
+pub(super) struct HeldBy {
+    input: Mutex<Option<ThreadId>>,
+    output: Mutex<Option<ThreadId>>,
+    closed: AtomicBool,
+}
+
+fn mark(by: &Mutex<Option<ThreadId>>, thread: Option<ThreadId>) {
+    *by.lock().unwrap_or_else(|poison| poison.into_inner()) = thread;
+}
+
+fn here(by: &Mutex<Option<ThreadId>>) -> bool {
+    *by.lock().unwrap_or_else(|poison| poison.into_inner()) == Some(std::thread::current().id())
+}
+
+impl HeldBy {
+    /// Whether this thread holds the input slot (filling it, or in the stage at its submit).
+    pub(super) fn input_here(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && here(&self.input)
+    }
+
+    /// Whether this thread holds the output frame.
+    pub(super) fn output_here(&self) -> bool {
+        !self.closed.load(Ordering::Acquire) && here(&self.output)
+    }
+
+    /// Whether no input slot is held (none is being filled or staged), on any thread.
+    pub(super) fn input_free(&self) -> bool {
+        self.input.lock().unwrap_or_else(|poison| poison.into_inner()).is_none()
+    }
+
+    /// The ring was closed: a take no longer waits for a frame, it ends.
+    pub(super) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+/// Marks the input slot free when dropped.
+struct InputFreed<'a>(&'a HeldBy);
+
+impl Drop for InputFreed<'_> {
+    fn drop(&mut self) {
+        mark(&self.0.input, None);
+    }
+}
 
 /// The next frame's slot, held by the producer until `submit` or `cancel`.
 #[pyclass(unsendable, module = "hetmem._native")]
@@ -51,6 +103,7 @@ impl InputHold {
         // used through borrows of `self`.
         let slot =
             unsafe { std::mem::transmute::<InputSlot<'_, PyStage>, InputSlot<'static, PyStage>>(slot) };
+        mark(&owner.held_by.input, Some(std::thread::current().id()));
         InputHold { slot: Some(slot), owner, index }
     }
 
@@ -85,12 +138,22 @@ impl InputHold {
         self.slot()?;
         let Some(slot) = self.slot.take() else { unreachable!("checked by `slot` above") };
         self.owner.ring.stage().begin_frame(self.index);
+        // Held (by this thread, in the stage) until the submit returns, or unwinds.
+        let _free = InputFreed(&self.owner.held_by);
         Ok(slot.submit())
     }
 
     /// Gives the slot back unused.
     fn cancel(&mut self) {
-        drop(self.slot.take());
+        if self.slot.take().is_some() {
+            mark(&self.owner.held_by.input, None);
+        }
+    }
+}
+
+impl Drop for InputHold {
+    fn drop(&mut self) {
+        self.cancel();
     }
 }
 
@@ -117,6 +180,7 @@ impl OutputHold {
         // in place, and is dropped before it (field order); the `'static` never leaves.
         let frame =
             unsafe { std::mem::transmute::<OutputFrame<'_, PyStage>, OutputFrame<'static, PyStage>>(frame) };
+        mark(&owner.held_by.output, Some(std::thread::current().id()));
         OutputHold { frame: Some(frame), owner, index }
     }
 }
@@ -143,6 +207,14 @@ impl OutputHold {
 
     /// Gives the slot back to the ring for the next frame.
     fn release(&mut self) {
-        drop(self.frame.take());
+        if self.frame.take().is_some() {
+            mark(&self.owner.held_by.output, None);
+        }
+    }
+}
+
+impl Drop for OutputHold {
+    fn drop(&mut self) {
+        self.release();
     }
 }

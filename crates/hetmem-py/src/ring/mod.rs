@@ -15,16 +15,18 @@ use hetmem::backend::cuda::CudaDevice;
 use hetmem::pipeline::{FrameRing, RingOptions};
 use hetmem::{Error, Strategy};
 use pyo3::IntoPyObjectExt;
+use pyo3::PyTraverseError;
 use pyo3::exceptions::{PyBlockingIOError, PyValueError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::device::Device;
 use crate::size::{Int, checked_add, product, sizes};
 use crate::{HetmemError, to_py_err};
-use holds::{InputHold, OnThisThread, OutputHold};
+use holds::{HeldBy, InputHold, OnThisThread, OutputHold};
 use stage::PyStage;
-use views::{DeviceFrame, FrameSpec};
+use views::{DeviceFrame, DeviceStream, FrameSpec};
 
 /// Adds the ring's classes and functions to the native module.
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -32,6 +34,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<InputHold>()?;
     module.add_class::<OutputHold>()?;
     module.add_class::<DeviceFrame>()?;
+    module.add_class::<DeviceStream>()?;
     module.add_function(wrap_pyfunction!(ring_strategies, module)?)?;
     Ok(())
 }
@@ -41,6 +44,7 @@ pub(crate) struct RingOwner {
     /// Dropped only after the device's work is done (`Drop`).
     ring: ManuallyDrop<FrameRing<PyStage>>,
     cuda: Option<CudaDevice>,
+    held_by: HeldBy,
 }
 
 impl Drop for RingOwner {
@@ -139,7 +143,11 @@ impl Ring {
         let options = RingOptions { slots, ..RingOptions::default() };
         let inner = &device.inner;
         let ring = py.detach(|| FrameRing::with_stage(inner, strategy, stage, options)).map_err(to_py_err)?;
-        let owner = Arc::new(RingOwner { ring: ManuallyDrop::new(ring), cuda: inner.as_cuda().cloned() });
+        let owner = Arc::new(RingOwner {
+            ring: ManuallyDrop::new(ring),
+            cuda: inner.as_cuda().cloned(),
+            held_by: HeldBy::default(),
+        });
         owner.ring.stage().set_owner(&owner);
         Ok(Ring { owner })
     }
@@ -148,6 +156,17 @@ impl Ring {
     /// `block`, else None at once; `HetmemError` once the ring is closed.
     fn take_input(&self, py: Python<'_>, block: bool) -> PyResult<Option<InputHold>> {
         let ring = &*self.owner.ring;
+        // Full, the ring frees a slot only when the oldest result is released, which only
+        // this thread can do while it holds that result.
+        if block
+            && self.owner.held_by.output_here()
+            && ring.submitted().saturating_sub(ring.drained()) >= ring.slots() as u64
+        {
+            return Err(HetmemError::new_err(
+                "take_input would wait for ever: the ring is full and this thread holds its oldest result; \
+                 release it first",
+            ));
+        }
         let taken =
             py.detach(|| OnThisThread(if block { ring.next_input() } else { ring.try_next_input() })).0;
         match taken {
@@ -166,6 +185,14 @@ impl Ring {
     /// closed ring. Without `block`, `BlockingIOError` when the oldest frame is not done.
     fn take_output(&self, py: Python<'_>, block: bool) -> PyResult<Py<PyAny>> {
         let ring = &*self.owner.ring;
+        // With every submitted frame out, the next is the one this thread is filling (or
+        // staging): only this thread can submit it, so it would never come.
+        if block && self.owner.held_by.input_here() && ring.submitted() == ring.drained() {
+            return Err(HetmemError::new_err(
+                "take_output would wait for ever: the next frame is the one this thread is filling (or its stage \
+                 is running); submit it first, or take results on another thread",
+            ));
+        }
         let taken =
             py.detach(|| OnThisThread(if block { ring.next_output() } else { ring.try_next_output() })).0;
         match taken {
@@ -183,8 +210,26 @@ impl Ring {
         }
     }
 
+    /// The stage's callables, for the garbage collector: a stage that refers to its own ring
+    /// (a bound method of the object holding it) is a cycle through this object, collected
+    /// only if the collector sees it. Reported only while no input slot is held: the ring
+    /// object then is the one way to the callables (only an input hold calls them, and only
+    /// the ring makes one), so this object owns the one reference the stage holds to each, and
+    /// clearing them, should the ring be garbage while views keep its memory, calls nothing
+    /// later. Taken while the ring runs a stage (an input is held), nothing is reported: the
+    /// cycle is kept, never cut under a running stage.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if self.owner.held_by.input_free() {
+            for callable in self.owner.ring.stage().callables() {
+                visit.call(callable)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Takes no more frames; the frames in the ring still come out.
     fn close(&self) {
+        self.owner.held_by.close();
         self.owner.ring.close();
     }
 

@@ -6,7 +6,7 @@
 //! slot is not handed back before that work is done.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cudarc::driver::{CudaContext, CudaStream, DevicePtr, DevicePtrMut};
@@ -15,11 +15,10 @@ use hetmem::memory::{Buffer, WritableBuffer};
 use hetmem::placement::Where;
 use hetmem::stage::{FrameLayout, Runs, ScalarType, Stage};
 use hetmem::{Error, Result, Strategy};
-use pyo3::IntoPyObjectExt;
 use pyo3::prelude::*;
 
 use super::RingOwner;
-use super::views::{DeviceFrame, FrameSpec, host_memory};
+use super::views::{DeviceFrame, DeviceStream, FrameSpec, host_memory};
 use crate::attached::Attached;
 
 /// Which of a frame's buffers a view is of.
@@ -62,6 +61,9 @@ pub(crate) struct PyStage {
     /// for every frame, so each view is adapted once. They hold the ring (a cycle), so the ring
     /// object clears them when it goes (`clear_views`).
     views: Mutex<HashMap<(u64, Role), Py<PyAny>>>,
+    /// The ring object is gone (`clear_views`): a hold kept past it may still submit, but what
+    /// its stage makes then is neither cached nor kept, or it would hold the ring for ever.
+    ring_gone: AtomicBool,
 }
 
 impl std::fmt::Debug for PyStage {
@@ -103,6 +105,7 @@ impl PyStage {
             current: AtomicU64::new(0),
             raised: Mutex::new(Vec::new()),
             views: Mutex::new(HashMap::new()),
+            ring_gone: AtomicBool::new(false),
         })
     }
 
@@ -124,8 +127,14 @@ impl PyStage {
         Some(raised.swap_remove(at).1)
     }
 
-    /// Drops the adapted views (they hold the ring alive).
+    /// The Python callables the stage holds, one reference each: for the garbage collector.
+    pub(crate) fn callables(&self) -> [&Py<PyAny>; 2] {
+        [&self.call, &self.adapt]
+    }
+
+    /// Drops the adapted views (they hold the ring alive), for good: the ring object is gone.
     pub(crate) fn clear_views(&self) {
+        self.ring_gone.store(true, Ordering::Release);
         let views = std::mem::take(&mut *lock(&self.views));
         drop(views);
         lock(&self.raised).clear();
@@ -149,7 +158,9 @@ impl PyStage {
             return Ok(view.clone_ref(py));
         }
         let adapted = self.adapt.call1(py, (role.name(), make()?))?;
-        lock(&self.views).insert((address, role), adapted.clone_ref(py));
+        if !self.ring_gone.load(Ordering::Acquire) {
+            lock(&self.views).insert((address, role), adapted.clone_ref(py));
+        }
         Ok(adapted)
     }
 
@@ -162,7 +173,11 @@ impl PyStage {
             Err(error) => {
                 let message = error.to_string();
                 let index = self.current.load(Ordering::Acquire);
-                lock(&self.raised).push((index, error));
+                // With the ring object gone no consumer meets the frame; its traceback would
+                // hold the views, and they the ring.
+                if !self.ring_gone.load(Ordering::Acquire) {
+                    lock(&self.raised).push((index, error));
+                }
                 Err(Error::invalid("Python stage", format!("it raised {message}")))
             }
         }
@@ -229,7 +244,9 @@ impl Stage for PyStage {
                     let view = DeviceFrame::new(Arc::clone(&owner), out_address, self.out.clone(), ordinal);
                     Ok(Py::new(py, view)?.into_any())
                 })?;
-                let stream = self.view(py, handle as u64, Role::Stream, || handle.into_py_any(py))?;
+                let stream = self.view(py, handle as u64, Role::Stream, || {
+                    Ok(Py::new(py, DeviceStream::new(Arc::clone(&owner), handle))?.into_any())
+                })?;
                 Ok::<_, PyErr>((frame, out, stream))
             })();
             self.run(py, made)

@@ -109,6 +109,37 @@ impl DeviceFrame {
     }
 }
 
+/// The ring's CUDA stream, for the stage: its handle, and the ring, held so the stream is not
+/// destroyed while the stage's stream object (a `torch.cuda.ExternalStream`, which keeps this
+/// object) may still queue work on it.
+#[pyclass(frozen, module = "hetmem._native")]
+pub struct DeviceStream {
+    /// Never read: it keeps the ring's queues, and so the stream, alive.
+    _owner: Arc<RingOwner>,
+    handle: usize,
+}
+
+impl std::fmt::Debug for DeviceStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceStream").finish_non_exhaustive()
+    }
+}
+
+impl DeviceStream {
+    pub(crate) fn new(owner: Arc<RingOwner>, handle: usize) -> DeviceStream {
+        DeviceStream { _owner: owner, handle }
+    }
+}
+
+#[pymethods]
+impl DeviceStream {
+    /// The `CUstream` handle; valid while this object lives.
+    #[getter]
+    fn handle(&self) -> usize {
+        self.handle
+    }
+}
+
 /// A slot's host buffer, `nbytes` bytes at `host_ptr`, as a `Memory` holding the ring alive.
 /// It belongs to no GPU (`Device::cpu`): letting it go waits for nothing, since the ring's
 /// memory is freed only with the ring, which waits for the device first (`RingOwner`).

@@ -148,6 +148,20 @@ fn sizes(layouts: &[FrameLayout]) -> impl Iterator<Item = usize> + '_ {
     layouts.iter().map(FrameLayout::bytes)
 }
 
+/// `bytes` zeroed bytes of pageable memory, or an error where the allocator has none (a
+/// frame size from a caller must not abort the process, as `vec![0; bytes]` would).
+fn zeroed(bytes: usize) -> Result<Vec<u8>> {
+    let mut memory = Vec::new();
+    memory.try_reserve_exact(bytes).map_err(|_| {
+        Error::invalid(
+            "frame ring slot",
+            format!("{bytes} bytes of host memory are not to be had; make the frames smaller"),
+        )
+    })?;
+    memory.resize(bytes, 0);
+    Ok(memory)
+}
+
 impl Memory {
     fn new(
         device: &Device,
@@ -155,9 +169,7 @@ impl Memory {
         inputs: &[FrameLayout],
         outputs: &[FrameLayout],
     ) -> Result<Memory> {
-        let vecs = |layouts: &[FrameLayout]| -> Vec<Vec<u8>> {
-            sizes(layouts).map(|bytes| vec![0u8; bytes]).collect()
-        };
+        let vecs = |layouts: &[FrameLayout]| -> Result<Vec<Vec<u8>>> { sizes(layouts).map(zeroed).collect() };
         let pinned = |layouts: &[FrameLayout], options: PinOptions| -> Result<Vec<HostBuf<u8>>> {
             sizes(layouts).map(|bytes| HostBuf::pinned(device, bytes, options)).collect()
         };
@@ -170,10 +182,10 @@ impl Memory {
         let unmapped = PinOptions { mapped: false, ..PinOptions::default() };
         let Some(traits) = strategy.traits() else { unreachable!("resolved before memory is made") };
         Ok(match traits.frames {
-            FrameMemory::Host => Memory::Cpu { inputs: vecs(inputs), outputs: vecs(outputs) },
+            FrameMemory::Host => Memory::Cpu { inputs: vecs(inputs)?, outputs: vecs(outputs)? },
             FrameMemory::PageableCopied => Memory::Pageable {
-                inputs: vecs(inputs),
-                outputs: vecs(outputs),
+                inputs: vecs(inputs)?,
+                outputs: vecs(outputs)?,
                 device_in: on_device(inputs)?,
                 device_out: on_device(outputs)?,
             },

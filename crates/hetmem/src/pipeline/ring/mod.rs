@@ -246,7 +246,14 @@ impl<S: Stage> FrameRing<S> {
         })?;
         let slot_options =
             SlotOptions { fence: options.fence, timing: options.timing, holder: FrameMemoryHolder::RingSlot };
-        let mut slots: Vec<Mutex<Slot<S>>> = Vec::with_capacity(options.slots);
+        let mut slots: Vec<Mutex<Slot<S>>> = Vec::new();
+        // A slot count from a caller must not abort the process where the list cannot be had.
+        slots.try_reserve_exact(options.slots).map_err(|_| {
+            Error::invalid(
+                "ring slots",
+                format!("{}: more slots than memory holds; ask for a few", options.slots),
+            )
+        })?;
         for _ in 0..options.slots {
             let made = options.retry.run("allocating a frame ring slot", || {
                 Slot::new(device, strategy, &stage, slot_options, placement.as_ref())
