@@ -158,7 +158,11 @@ def test_hand_off_while_a_transfer_is_in_flight(rng):
         reading = sender.read(other_registration, destination_registration.remote())
         if reading._state == "PROC":
             break
-    assert reading._state == "PROC", "every read finished when posted: the test needs one in flight"
+    if reading._state != "PROC":
+        # Seen on the H200 machine: UCX finished every one of the 20 reads inside its post, so no
+        # transfer stays in flight to check against. The rule itself is also checked, with a
+        # recording stand-in agent, by the tests at the end of this file.
+        pytest.skip("UCX finished every read inside its post here: no transfer in flight to check")
     assert other.lent
     with pytest.raises(hetmem.LentError):
         other.numpy()
