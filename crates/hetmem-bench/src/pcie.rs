@@ -1,5 +1,6 @@
-//! NVML's PCIe counters sampled on a thread while a measurement runs: the link traffic a run
-//! caused, measured, beside the bytes it counted.
+//! NVML's PCIe counters sampled on a thread while a measurement runs: all the link's traffic
+//! in that time (protocol, read requests and page migrations included), kept in the reports
+//! beside the bytes a run counted, which stay the headline.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

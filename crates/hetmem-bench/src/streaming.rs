@@ -103,10 +103,12 @@ pub struct DeviceShare {
     pub link_bytes_per_s: f64,
     /// Seconds during which it worked on at least one frame (CUDA events; 0 on the CPU).
     pub kernel_busy_s: f64,
-    /// NVML's PCIe counters during the run, mean MB/s (GPU to host, host to GPU): the
-    /// measured counterpart of `link_bytes_per_s`. Filled by callers that sample NVML
-    /// (`hetmem bench`); `None` from [`measure_fan_out`] itself.
-    pub nvml_pcie_mb_s: Option<(f64, f64)>,
+    /// All the PCIe traffic NVML's counters saw on its link during the run, mean MB/s (GPU to
+    /// host, host to GPU): protocol traffic, the GPU's read requests and page migrations
+    /// included, so above the payload of `link_bytes_per_s` for the mapped and managed
+    /// strategies (NVML's traffic was 1.13-2.24x the counted bytes on the H200). Filled by
+    /// callers that sample NVML (`hetmem bench`); `None` from [`measure_fan_out`] itself.
+    pub nvml_pcie_traffic_mb_s: Option<(f64, f64)>,
 }
 
 /// Streams `setup.frames` random frames through a ring blurring them with `kernel`.
@@ -330,7 +332,7 @@ fn device_shares<S: Stage>(
                 frames,
                 link_bytes_per_s: (one.link_bytes_per_frame() * frames) as f64 / wall_s,
                 kernel_busy_s: busy_after - busy_before,
-                nvml_pcie_mb_s: None,
+                nvml_pcie_traffic_mb_s: None,
             }
         })
         .collect()

@@ -20,7 +20,7 @@ use crate::outputs::Outputs;
 use crate::ui::Ui;
 
 /// What `demo --json` prints.
-const SCHEMA: Schema = Schema("hetmem.demo/1");
+const SCHEMA: Schema = Schema("hetmem.demo/2");
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -46,7 +46,7 @@ pub struct Args {
     /// file (checked before the run: its folder must exist, and the file must not, unless -y).
     #[arg(long, value_name = "FILE")]
     png: Option<PathBuf>,
-    /// Print JSON instead of a table (under "schema": "hetmem.demo/1").
+    /// Print JSON instead of a table (under "schema": "hetmem.demo/2").
     #[arg(long)]
     json: bool,
 }

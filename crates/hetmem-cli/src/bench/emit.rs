@@ -35,7 +35,7 @@ impl Files {
                 names(&link::COMPARE_PLOTS),
             ),
             What::Pipeline { pipelined: true, .. } => {
-                ("pipelined", "hetmem.bench.pipelined/1", names(&pipeline::STREAMING_TABLES), Vec::new())
+                ("pipelined", "hetmem.bench.pipelined/2", names(&pipeline::STREAMING_TABLES), Vec::new())
             }
             What::Pipeline { pipelined: false, .. } => {
                 let tables: Vec<String> = pipeline::RESOLUTIONS
@@ -43,7 +43,7 @@ impl Files {
                     .map(|&(width, height)| crate::frame_strategies::table_name(width, height))
                     .collect();
                 let plots = tables.iter().map(|table| format!("{table}.svg")).collect();
-                ("pipeline", "hetmem.bench.pipeline/1", tables, plots)
+                ("pipeline", "hetmem.bench.pipeline/2", tables, plots)
             }
             What::Ct { .. } => ("ct", "hetmem.bench.ct/1", names(&ct::TABLES), Vec::new()),
             What::Completion { .. } => (

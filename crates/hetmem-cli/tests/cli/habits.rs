@@ -327,7 +327,7 @@ fn every_json_document_names_its_schema() {
     let link = ["bench", "link", "--quick", "--sizes", "4KiB", "--latency-sizes", "none", "--json"];
     for (args, schema) in [
         (vec!["doctor", "--json"], "hetmem.doctor/1"),
-        (demo, "hetmem.demo/1"),
+        (demo, "hetmem.demo/2"),
         (link.to_vec(), "hetmem.bench.link/1"),
         (vec!["bench", "compare", "--quick", "--json"], "hetmem.bench.compare/1"),
     ] {

@@ -437,7 +437,7 @@ fn bench_compare_and_pipeline_run_on_the_cpu() {
     let output = bench_on_cpu(&["pipeline", "--frames", "1", "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let document: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(document["schema"], "hetmem.bench.pipeline/1");
+    assert_eq!(document["schema"], "hetmem.bench.pipeline/2");
     let reports = &document["reports"];
     let sizes: Vec<(u64, u64)> = reports
         .as_array()
@@ -451,6 +451,9 @@ fn bench_compare_and_pipeline_run_on_the_cpu() {
         assert_eq!(row["strategy"], "cpu");
         assert_eq!(row["verified_bit_exact"], true);
         assert!(positive(&row["frames_per_s"]));
+        // NVML's traffic is named for what it is, and unsampled on the CPU.
+        let fields = row.as_object().unwrap();
+        assert!(fields["nvml_pcie_traffic"].is_null() && !fields.contains_key("pcie"), "{row}");
         assert!(report["skipped"][0].as_str().unwrap().contains("GPU cells were not measured"));
     }
 }
@@ -460,7 +463,7 @@ fn pipelined_bench_streams_checked_frames_through_a_ring_on_the_cpu() {
     let output = bench_on_cpu(&["pipeline", "--pipelined", "--slots", "2", "--frames", "8", "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let document: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(document["schema"], "hetmem.bench.pipelined/1");
+    assert_eq!(document["schema"], "hetmem.bench.pipelined/2");
     let runs = document["runs"].as_array().unwrap();
     let seen: Vec<(u64, u64, u64)> = runs
         .iter()
@@ -473,6 +476,8 @@ fn pipelined_bench_streams_checked_frames_through_a_ring_on_the_cpu() {
     for run in runs {
         assert_eq!(run["strategy"], "cpu");
         assert!(positive(&run["frames_per_s"]) && positive(&run["wall_s"]), "{run}");
+        let share = run["devices"][0].as_object().unwrap();
+        assert!(share["nvml_pcie_traffic_mb_s"].is_null() && !share.contains_key("nvml_pcie_mb_s"), "{run}");
     }
     let refused = bench_on_cpu(&["pipeline", "--slots", "2"]);
     assert!(!refused.status.success() && stderr(&refused).contains("--pipelined"), "{}", stderr(&refused));
