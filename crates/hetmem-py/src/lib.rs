@@ -29,6 +29,7 @@ mod pool;
 mod register;
 mod release;
 mod ring;
+mod shared;
 mod size;
 mod stream;
 mod truncation;
@@ -74,6 +75,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(gather::gather_records, module)?)?;
     module.add_function(wrap_pyfunction!(truncation::check_file, module)?)?;
     ring::register(module)?;
+    shared::register(module)?;
     module.add("page_size", hetmem::memory::page_size())?;
     Ok(())
 }
