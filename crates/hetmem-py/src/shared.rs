@@ -16,7 +16,8 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use hetmem::pipeline::shared_ring::{RingConsumer, RingProducer, SharedFrame, SlotWriter};
@@ -241,29 +242,77 @@ fn slot_memory(mapping: &Arc<dyn Any + Send + Sync>, bytes: &[u8], readonly: boo
     Memory::new(Box::new(Arc::clone(mapping)), layout, &hetmem::Device::cpu())
 }
 
-/// The producing side. See `hetmem.SharedRing`, the Python half, for the API.
-#[pyclass(unsendable, module = "hetmem._native", name = "SharedRingProducer")]
-pub struct Producer {
-    /// The slot being filled; it borrows `*ring`, so it is dropped first (`Drop`, `close`).
+/// `state`, locked without waiting: the lock is held while a call waits for the peer with
+/// the interpreter let go, and a second thread waiting for it with the interpreter held would
+/// never let the first one back in.
+fn lock<'a, T>(state: &'a Mutex<T>, what: &str) -> PyResult<MutexGuard<'a, T>> {
+    match state.try_lock() {
+        Ok(guard) => Ok(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => Err(HetmemError::new_err(format!(
+            "the shared ring's {what} is in use by another thread (waiting for the peer): use each side from one \
+             thread at a time"
+        ))),
+    }
+}
+
+/// The producer's ring and the slot being filled.
+struct ProducerState {
+    /// The slot being filled; it borrows `*ring`, so it is dropped first (`ProducerState::end`).
     writer: Option<SlotWriter<'static>>,
-    /// The ring, boxed, owned here (from `Box::into_raw`); None once closed.
+    /// The ring, boxed, owned here (from `Box::leak`); None once closed.
     ring: Option<NonNull<RingProducer>>,
+    published: u64,
+}
+
+// SAFETY: the state owns the ring behind `ring` (the pointer is a leaked `Box`'s, freed only
+// by `end`) and the writer that borrows it, and moves them together, so sending the state is
+// sending a `RingProducer` and its `SlotWriter`, both `Send` (checked below); the `Mutex`
+// around it keeps every use to one thread at a time.
+unsafe impl Send for ProducerState {}
+
+const _: () = {
+    const fn sendable<T: Send>() {}
+    sendable::<RingProducer>();
+    sendable::<SlotWriter<'static>>();
+};
+
+impl ProducerState {
+    /// Drops the slot being filled, then the ring: closed (`close`) or not (the consumer
+    /// hears the stream broke off).
+    fn end(&mut self, close: bool) {
+        self.writer = None;
+        if let Some(ring) = self.ring.take() {
+            // SAFETY: `ring` came from `Box::leak` in `Producer::new`, is taken out of `self.ring`
+            // here (so freed once), and no borrow of it remains: the writer, its one borrow,
+            // was dropped just above.
+            let ring = unsafe { Box::from_raw(ring.as_ptr()) };
+            if close {
+                ring.close();
+            }
+        }
+    }
+}
+
+/// The producing side. See `hetmem.SharedRing`, the Python half, for the API.
+#[pyclass(frozen, module = "hetmem._native", name = "SharedRingProducer")]
+pub struct Producer {
+    state: Mutex<ProducerState>,
     mapping: Arc<dyn Any + Send + Sync>,
     frame_bytes: usize,
     slots: usize,
     consumer_pid: u32,
-    published: u64,
 }
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedRingProducer").field("published", &self.published).finish_non_exhaustive()
+        f.debug_struct("SharedRingProducer").field("consumer_pid", &self.consumer_pid).finish_non_exhaustive()
     }
 }
 
 impl Producer {
-    fn closed() -> PyErr {
-        HetmemError::new_err("the shared ring was closed: it takes no more frames; make a new ring")
+    fn state(&self) -> PyResult<MutexGuard<'_, ProducerState>> {
+        lock(&self.state, "producer")
     }
 }
 
@@ -301,58 +350,59 @@ impl Producer {
         let mapping = ring.mapping();
         let (frame_bytes, slots, consumer_pid) = (ring.frame_bytes(), ring.slots(), ring.consumer_pid());
         let ring = NonNull::from(Box::leak(Box::new(ring)));
-        Ok(Producer { writer: None, ring: Some(ring), mapping, frame_bytes, slots, consumer_pid, published: 0 })
+        let state = Mutex::new(ProducerState { writer: None, ring: Some(ring), published: 0 });
+        Ok(Producer { state, mapping, frame_bytes, slots, consumer_pid })
     }
 
     /// Waits (the interpreter let go) for the next frame's slot and returns its index and
     /// its writable bytes; `PeerGone` when the consumer went.
-    fn slot(&mut self, py: Python<'_>) -> PyResult<(u64, Memory)> {
-        if let Some(writer) = &self.writer {
+    fn slot(&self, py: Python<'_>) -> PyResult<(u64, Memory)> {
+        let mut state = self.state()?;
+        if let Some(writer) = &state.writer {
             return Err(PyValueError::new_err(format!(
                 "frame {}'s slot is still being filled: publish (or cancel) it before taking the next",
                 writer.sequence()
             )));
         }
-        let ring = self.ring.ok_or_else(Producer::closed)?;
-        // SAFETY: `ring` came from `Box::leak` in `new` and is freed only by `close` or `Drop`,
-        // each after dropping `writer`; no other reference to it exists while `writer` (the
-        // one borrow made here, with no writer held: checked above) lives, since every other
-        // use of the ring is in `close` and `Drop`, after the writer is gone. The object is
-        // `unsendable` and borrowed mutably here, so no other call runs meanwhile.
+        let ring = state.ring.ok_or_else(|| {
+            HetmemError::new_err("the shared ring was closed: it takes no more frames; make a new ring")
+        })?;
+        // SAFETY: `ring` came from `Box::leak` in `new` and is freed only by `ProducerState::end`,
+        // after dropping the writer; the writer made here is the one borrow of it (none is held:
+        // checked above, under the lock that every use of the state takes), and it lives in the
+        // same state, which drops it first.
         let ring: &'static mut RingProducer = unsafe { &mut *ring.as_ptr() };
         let mut writer = py.detach(|| ring.next_slot()).map_err(|error| ring_err(py, error))?;
         let sequence = writer.sequence();
         let memory = slot_memory(&self.mapping, writer.as_mut_slice(), false);
-        self.writer = Some(writer);
+        state.writer = Some(writer);
         Ok((sequence, memory))
     }
 
     /// Hands the slot being filled to the consumer; returns its frame's index.
-    fn publish(&mut self) -> PyResult<u64> {
-        let writer = self
+    fn publish(&self) -> PyResult<u64> {
+        let mut state = self.state()?;
+        let writer = state
             .writer
             .take()
             .ok_or_else(|| PyValueError::new_err("no slot is being filled: take one with slot() first"))?;
         let sequence = writer.sequence();
         writer.publish();
-        self.published += 1;
+        state.published += 1;
         Ok(sequence)
     }
 
     /// Gives the slot being filled back unused (its frame index comes again).
-    fn cancel(&mut self) {
-        self.writer = None;
+    fn cancel(&self) -> PyResult<()> {
+        self.state()?.writer = None;
+        Ok(())
     }
 
     /// Ends the stream: the consumer takes the frames published so far, then hears the end.
     /// A slot being filled is given back unused.
-    fn close(&mut self) {
-        self.writer = None;
-        if let Some(ring) = self.ring.take() {
-            // SAFETY: `ring` came from `Box::leak` in `new`, is taken out of `self.ring` here
-            // (so freed once), and no borrow of it remains: `writer` was dropped just above.
-            unsafe { Box::from_raw(ring.as_ptr()) }.close();
-        }
+    fn close(&self) -> PyResult<()> {
+        self.state()?.end(true);
+        Ok(())
     }
 
     /// The bytes of one frame.
@@ -375,43 +425,33 @@ impl Producer {
 
     /// Frames published so far.
     #[getter]
-    fn published(&self) -> u64 {
-        self.published
-    }
-
-    /// Whether the ring was closed.
-    #[getter]
-    fn is_closed(&self) -> bool {
-        self.ring.is_none()
+    fn published(&self) -> PyResult<u64> {
+        Ok(self.state()?.published)
     }
 }
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        self.writer = None;
-        if let Some(ring) = self.ring.take() {
-            // SAFETY: as in `close`: leaked in `new`, freed once, its one borrow dropped above.
-            // Dropped without closing: the consumer hears that the stream broke off.
-            drop(unsafe { Box::from_raw(ring.as_ptr()) });
-        }
+        // Dropped without closing: the consumer hears that the stream broke off.
+        self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).end(false);
     }
 }
 
 /// The consuming side. See `hetmem.SharedRing`, the Python half, for the API.
-#[pyclass(unsendable, module = "hetmem._native", name = "SharedRingConsumer")]
+#[pyclass(frozen, module = "hetmem._native", name = "SharedRingConsumer")]
 pub struct Consumer {
     /// None once closed.
-    ring: Option<RingConsumer>,
+    ring: Mutex<Option<RingConsumer>>,
     mapping: Arc<dyn Any + Send + Sync>,
     frame_bytes: usize,
     slots: usize,
     producer_pid: u32,
-    ended: bool,
+    ended: AtomicBool,
 }
 
 impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedRingConsumer").field("ended", &self.ended).finish_non_exhaustive()
+        f.debug_struct("SharedRingConsumer").field("producer_pid", &self.producer_pid).finish_non_exhaustive()
     }
 }
 
@@ -450,31 +490,33 @@ impl Consumer {
             frame_bytes: ring.frame_bytes(),
             slots: ring.slots(),
             producer_pid: ring.producer_pid(),
-            ring: Some(ring),
-            ended: false,
+            ring: Mutex::new(Some(ring)),
+            ended: AtomicBool::new(false),
         })
     }
 
     /// Waits (the interpreter let go) for the next frame: its index, its read-only bytes and
-    /// its hold (released, its slot freed, by `FrameHold.release`); None at the end of the
-    /// stream; `PeerGone` when the producer went without closing it.
-    fn next_frame(&mut self, py: Python<'_>) -> PyResult<Option<(u64, Memory, FrameHold)>> {
-        let ring = self.ring.as_mut().ok_or_else(|| {
+    /// its hold (released, its slot freed, by `SharedFrameHold.release`); None at the end of
+    /// the stream; `PeerGone` when the producer went without closing it.
+    fn next_frame(&self, py: Python<'_>) -> PyResult<Option<(u64, Memory, FrameHold)>> {
+        let mut ring = lock(&self.ring, "consumer")?;
+        let ring = ring.as_mut().ok_or_else(|| {
             HetmemError::new_err("the shared ring was closed on this side: make a new one to take frames")
         })?;
         let Some(frame) = py.detach(|| ring.next_frame()).map_err(|error| ring_err(py, error))? else {
-            self.ended = true;
+            self.ended.store(true, Ordering::Relaxed);
             return Ok(None);
         };
         let sequence = frame.sequence();
         let memory = slot_memory(&self.mapping, frame.as_slice(), true);
-        Ok(Some((sequence, memory, FrameHold { frame: Some(frame), sequence })))
+        Ok(Some((sequence, memory, FrameHold { frame: Mutex::new(Some(frame)), sequence })))
     }
 
     /// Lets go of the ring: the producer hears that no more frames are taken. Frames still
     /// held stay readable until released.
-    fn close(&mut self) {
-        self.ring = None;
+    fn close(&self) -> PyResult<()> {
+        *lock(&self.ring, "consumer")? = None;
+        Ok(())
     }
 
     /// The bytes of one frame.
@@ -498,14 +540,14 @@ impl Consumer {
     /// Whether the producer closed the stream and every frame was taken.
     #[getter]
     fn ended(&self) -> bool {
-        self.ended
+        self.ended.load(Ordering::Relaxed)
     }
 }
 
 /// A frame the consumer holds; `release` frees its slot for the producer.
-#[pyclass(unsendable, module = "hetmem._native", name = "SharedFrameHold")]
+#[pyclass(frozen, module = "hetmem._native", name = "SharedFrameHold")]
 pub struct FrameHold {
-    frame: Option<SharedFrame>,
+    frame: Mutex<Option<SharedFrame>>,
     sequence: u64,
 }
 
@@ -524,7 +566,8 @@ impl FrameHold {
     }
 
     /// Frees the frame's slot for the producer (again: nothing).
-    fn release(&mut self) {
-        self.frame = None;
+    fn release(&self) {
+        // Never waited on: only this method locks it, and it does not wait inside.
+        *self.frame.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
     }
 }

@@ -97,7 +97,13 @@ def _peer(peer: Peer) -> Any:
     descriptor through ``fileno()``)."""
     import socket
 
-    return peer if isinstance(peer, socket.socket) else os.fspath(peer)
+    if isinstance(peer, socket.socket):
+        return peer
+    try:
+        return os.fspath(peer)
+    except TypeError:
+        raise TypeError(f"{peer!r}: give a socket path (str or os.PathLike) or a connected socket.socket "
+                        "(never a raw descriptor)") from None
 
 
 class SharedRing:
