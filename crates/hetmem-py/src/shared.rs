@@ -154,7 +154,12 @@ fn connect_to(py: Python<'_>, path: PathBuf, deadline: Option<Instant>) -> PyRes
 /// The connected Unix stream socket `peer` is: a path (`str` or `os.PathLike`) to listen at
 /// (`listen`) or connect to, or a connected `socket.socket`, whose descriptor is duplicated
 /// (the socket object keeps its own).
-fn stream_for(py: Python<'_>, peer: &Bound<'_, PyAny>, listen: bool, timeout: Option<f64>) -> PyResult<UnixStream> {
+fn stream_for(
+    py: Python<'_>,
+    peer: &Bound<'_, PyAny>,
+    listen: bool,
+    timeout: Option<f64>,
+) -> PyResult<UnixStream> {
     let deadline = deadline(timeout)?;
     let socket_type = py.import("socket")?.getattr("socket")?;
     if !peer.is_instance(&socket_type)? {
@@ -237,8 +242,13 @@ fn agree(py: Python<'_>, stream: &UnixStream, mine: &str, peer_role: &str) -> Py
 
 /// A slot's or a frame's bytes as a `Memory` that keeps the ring's mapping.
 fn slot_memory(mapping: &Arc<dyn Any + Send + Sync>, bytes: &[u8], readonly: bool) -> Memory {
-    let layout =
-        Layout { host_ptr: bytes.as_ptr() as usize, nbytes: bytes.len(), device_ptr: None, readonly, kind: "shared" };
+    let layout = Layout {
+        host_ptr: bytes.as_ptr() as usize,
+        nbytes: bytes.len(),
+        device_ptr: None,
+        readonly,
+        kind: "shared",
+    };
     Memory::new(Box::new(Arc::clone(mapping)), layout, &hetmem::Device::cpu())
 }
 
