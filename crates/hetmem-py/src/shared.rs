@@ -158,9 +158,8 @@ fn stream_for(
     py: Python<'_>,
     peer: &Bound<'_, PyAny>,
     listen: bool,
-    timeout: Option<f64>,
+    deadline: Option<Instant>,
 ) -> PyResult<UnixStream> {
-    let deadline = deadline(timeout)?;
     let socket_type = py.import("socket")?.getattr("socket")?;
     if !peer.is_instance(&socket_type)? {
         let path: PathBuf = peer.extract().map_err(|_| {
@@ -205,8 +204,17 @@ fn describe(spec: &FrameSpec) -> String {
 /// Sends `mine` (this side's frame description) and reads the peer's; an error naming both
 /// unless they are the same. Both sides send before they read: each message fits the
 /// socket's buffer, so neither waits for the other.
-fn agree(py: Python<'_>, stream: &UnixStream, mine: &str, peer_role: &str) -> PyResult<()> {
+fn agree(
+    py: Python<'_>,
+    stream: &UnixStream,
+    mine: &str,
+    peer_role: &str,
+    deadline: Option<Instant>,
+) -> PyResult<()> {
     let exchanged = py.detach(|| -> std::io::Result<Vec<u8>> {
+        // A peer that connected but says nothing is given what is left of the timeout.
+        let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()).max(RETRY));
+        stream.set_read_timeout(left)?;
         let mut writer = stream;
         let length = u32::try_from(mine.len()).map_err(|_| std::io::Error::other("description too long"))?;
         writer.write_all(&length.to_le_bytes())?;
@@ -223,6 +231,7 @@ fn agree(py: Python<'_>, stream: &UnixStream, mine: &str, peer_role: &str) -> Py
         }
         let mut theirs = vec![0u8; length];
         reader.read_exact(&mut theirs)?;
+        stream.set_read_timeout(None)?;
         Ok(theirs)
     });
     let theirs = exchanged.map_err(|error| {
@@ -351,8 +360,9 @@ impl Producer {
         }
         // What the slots will take, checked before anyone is waited for.
         crate::size::product([spec.nbytes, slots], "slots x frame bytes")?;
-        let stream = stream_for(py, peer, true, timeout)?;
-        agree(py, &stream, &describe(&spec), "consumer")?;
+        let deadline = deadline(timeout)?;
+        let stream = stream_for(py, peer, true, deadline)?;
+        agree(py, &stream, &describe(&spec), "consumer", deadline)?;
         let (inner, nbytes) = (&device.inner, spec.nbytes);
         let ring = py
             .detach(|| RingProducer::create(inner, &stream, nbytes, slots, Default::default()))
@@ -480,8 +490,9 @@ impl Consumer {
         timeout: Option<f64>,
     ) -> PyResult<Consumer> {
         let spec = spec(&frame.0, &frame.1, frame.2, "frame")?;
-        let stream = stream_for(py, peer, false, timeout)?;
-        agree(py, &stream, &describe(&spec), "producer")?;
+        let deadline = deadline(timeout)?;
+        let stream = stream_for(py, peer, false, deadline)?;
+        agree(py, &stream, &describe(&spec), "producer", deadline)?;
         let inner = &device.inner;
         let ring = py
             .detach(|| RingConsumer::connect(inner, &stream, Default::default()))

@@ -248,6 +248,25 @@ def test_views_are_revoked_at_the_hand_off(rng):
     consumer.close()
 
 
+def test_a_producer_left_by_an_error_is_a_peer_gone(rng):
+    producer, consumer = socket_ring()
+    data = rng.standard_normal(SHAPE).astype(DTYPE)
+    with pytest.raises(KeyError):
+        with producer:
+            producer.send(data)
+            with producer.slot() as slot:
+                slot[...] = 1.0
+                raise KeyError("the producer's own failure")
+    with pytest.raises(hetmem.LentError):
+        slot.numpy()
+    with consumer.next() as frame:  # the frame published before the failure comes out
+        np.testing.assert_array_equal(frame.numpy(), data)
+    with pytest.raises(hetmem.PeerGone, match="without closing") as raised:
+        consumer.next()
+    assert raised.value.pid == os.getpid() and raised.value.role == "producer"
+    consumer.close()
+
+
 @pytest.mark.parametrize("shape, slots, error", [
     ((4, 4), 0, "slots: 0"),
     ((4, 4), 65, "slots: 65"),
@@ -284,3 +303,14 @@ def test_bad_peers_and_timeouts_are_refused(tmp_path):
     assert not (tmp_path / "alone.sock").exists()
     with pytest.raises(TypeError, match="SharedRing.create"):
         hetmem.SharedRing()
+
+
+def test_a_peer_that_is_not_a_ring_is_refused():
+    silent, other = socket.socketpair()
+    with silent, other, pytest.raises(hetmem.HetmemError, match="agreeing on the frames"):
+        hetmem.SharedRing.create(silent, SHAPE, DTYPE, timeout=0.2)  # the other end says nothing
+    talker, other = socket.socketpair()
+    with talker, other:
+        other.sendall((1 << 30).to_bytes(4, "little"))  # a description of 1 GiB: refused unread
+        with pytest.raises(hetmem.HetmemError, match="not a hetmem shared ring"):
+            hetmem.SharedRing.connect(talker, SHAPE, DTYPE, timeout=5)
