@@ -248,6 +248,25 @@ def test_views_are_revoked_at_the_hand_off(rng):
     consumer.close()
 
 
+def test_frames_held_at_once_up_to_the_slots_in_any_order(rng):
+    producer, consumer = socket_ring(slots=2)
+    sent = [rng.standard_normal(SHAPE).astype(DTYPE) for _ in range(3)]
+    producer.send(sent[0]), producer.send(sent[1])
+    first, second = consumer.next(), consumer.next()
+    with pytest.raises(ValueError, match="all 2 slots are held here"):
+        consumer.next()  # would wait for ever: only this process can free a slot
+    second.release()
+    np.testing.assert_array_equal(first.numpy(), sent[0])  # still this side's
+    first.release()
+    producer.send(sent[2])
+    with consumer.next() as third:
+        assert third.index == 2
+        np.testing.assert_array_equal(third.numpy(), sent[2])
+    producer.close()
+    assert list(consumer) == [] and consumer.ended
+    consumer.close()
+
+
 def test_a_producer_left_by_an_error_is_a_peer_gone(rng):
     producer, consumer = socket_ring()
     data = rng.standard_normal(SHAPE).astype(DTYPE)
