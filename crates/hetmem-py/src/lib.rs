@@ -2,8 +2,8 @@
 //! and memory (pinned, registered in place, file windows), the views over that memory (NumPy's
 //! and CUDA's array interfaces, DLPack capsules) and the reading of other producers' capsules,
 //! the data loader's CPU pre-processing, safetensors checkpoints loaded into one allocation
-//! (`load`), and the doctor's report (`doctor`). The Python half (`python/hetmem/`) gives them
-//! shapes, dtypes and the lend/reclaim rule.
+//! (`load`), the doctor's report (`doctor`), and the cross-process frame ring (`shared`). The
+//! Python half (`python/hetmem/`) gives them shapes, dtypes and the lend/reclaim rule.
 //!
 //! Every function here is callable from Python, underscore or not, so none trusts what the
 //! Python half computed: no function takes an address (registration consumes the array's own
@@ -29,6 +29,7 @@ mod pool;
 mod register;
 mod release;
 mod ring;
+mod shared;
 mod size;
 mod stream;
 mod truncation;
@@ -74,6 +75,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(gather::gather_records, module)?)?;
     module.add_function(wrap_pyfunction!(truncation::check_file, module)?)?;
     ring::register(module)?;
+    shared::register(module)?;
     module.add("page_size", hetmem::memory::page_size())?;
     Ok(())
 }

@@ -54,7 +54,9 @@ __all__ = [
     "LoadReport",
     "LoadedTensors",
     "MappedFile",
+    "PeerGone",
     "PinnedPool",
+    "SharedRing",
     "StageError",
     "Stream",
     "bfloat16",
@@ -536,3 +538,4 @@ from ._doctor import doctor  # noqa: E402
 
 # The frame ring needs Buffer, LentError and device() above.
 from .ring import FrameRing, StageError  # noqa: E402
+from .shared import PeerGone, SharedRing  # noqa: E402

@@ -6,7 +6,7 @@
 
 mod holds;
 mod stage;
-mod views;
+pub(crate) mod views;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
@@ -99,7 +99,7 @@ impl Drop for Ring {
 }
 
 /// A frame's spec from the Python half's `(shape, typestr, itemsize)`.
-fn spec(shape: &[Int], typestr: &str, itemsize: Int, what: &str) -> PyResult<FrameSpec> {
+pub(crate) fn spec(shape: &[Int], typestr: &str, itemsize: Int, what: &str) -> PyResult<FrameSpec> {
     let shape = sizes(shape, &format!("{what} shape"))?;
     FrameSpec::new(shape, typestr, itemsize.size(&format!("{what} itemsize"))?, what)
 }

@@ -313,6 +313,14 @@ impl RingProducer {
     pub fn consumer_pid(&self) -> u32 {
         self.shared.peer.pid()
     }
+
+    /// Keeps the ring's shared memory mapped in this process for as long as the handle lives,
+    /// whatever becomes of the ring: for language bindings whose views of a slot cannot be
+    /// revoked (a view kept past its frame then reads later frames' bytes, never unmapped
+    /// memory).
+    pub fn mapping(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        Arc::clone(&self.shared.segment) as Arc<dyn std::any::Any + Send + Sync>
+    }
 }
 
 impl Drop for RingProducer {
@@ -575,6 +583,14 @@ impl RingConsumer {
     /// The producer's process id.
     pub fn producer_pid(&self) -> u32 {
         self.shared.peer.pid()
+    }
+
+    /// Keeps the ring's shared memory mapped in this process for as long as the handle lives,
+    /// whatever becomes of the ring: for language bindings whose views of a slot cannot be
+    /// revoked (a view kept past its frame then reads later frames' bytes, never unmapped
+    /// memory).
+    pub fn mapping(&self) -> Arc<dyn std::any::Any + Send + Sync> {
+        Arc::clone(&self.shared.segment) as Arc<dyn std::any::Any + Send + Sync>
     }
 }
 

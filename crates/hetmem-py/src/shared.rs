@@ -1,0 +1,594 @@
+//! `SharedRingProducer` and `SharedRingConsumer`: hetmem's cross-process frame ring
+//! (`hetmem::pipeline::shared_ring`) for Python processes. The ring, its sealed memory, the
+//! slots' hand-off, the order of frames and the noticing of a dead peer are the library's;
+//! this module finds the peer (a Unix socket path, or a connected socket object), agrees on
+//! the frames' shape and dtype with it, hands slots and frames to Python as `Memory` (the
+//! Python half's `Buffer` views, revoked at the hand-off), and lets go of the interpreter
+//! while it waits.
+//!
+//! A slot's `Memory` holds the ring's mapping (`RingProducer::mapping`), not the ring: a
+//! NumPy array kept past its frame reads (or writes) later frames' bytes, which the hand-off
+//! rule forbids, but never unmapped memory.
+
+use std::any::Any;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::BorrowedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
+
+use hetmem::pipeline::shared_ring::{RingConsumer, RingProducer, SharedFrame, SlotWriter};
+use pyo3::exceptions::{PyTimeoutError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::device::Device;
+use crate::memory::{Layout, Memory};
+use crate::ring::spec;
+use crate::ring::views::FrameSpec;
+use crate::size::Int;
+use crate::{HetmemError, to_py_err};
+
+pyo3::create_exception!(
+    _native,
+    PeerGone,
+    HetmemError,
+    "The process at the other end of a shared ring exited, was killed, or closed the ring: `pid` \
+     and `role` name it. The frames it finished before it went were delivered."
+);
+
+/// Adds the shared ring's classes and its exception to the native module.
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add("PeerGone", module.py().get_type::<PeerGone>())?;
+    module.add_class::<Producer>()?;
+    module.add_class::<Consumer>()?;
+    module.add_class::<FrameHold>()?;
+    Ok(())
+}
+
+/// The longest description of a frame a peer may send (shape and dtype, as text).
+const MAX_DESCRIPTION: usize = 4096;
+/// How often a wait for the peer to appear looks again (and lets Ctrl-C through).
+const RETRY: Duration = Duration::from_millis(20);
+
+/// A library error as Python's: a gone peer as `PeerGone` with its `pid` and `role`.
+fn ring_err(py: Python<'_>, error: hetmem::Error) -> PyErr {
+    if let hetmem::Error::PeerGone { role, pid, .. } = &error {
+        let (role, pid) = (*role, *pid);
+        let raised = PeerGone::new_err(error.to_string());
+        let value = raised.value(py);
+        if value.setattr("pid", pid).and_then(|()| value.setattr("role", role)).is_err() {
+            return HetmemError::new_err(error.to_string());
+        }
+        return raised;
+    }
+    to_py_err(error)
+}
+
+/// `timeout` seconds (None: for ever) from now, checked.
+fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    let Some(seconds) = timeout else { return Ok(None) };
+    let duration = Duration::try_from_secs_f64(seconds).map_err(|_| {
+        PyValueError::new_err(format!("timeout {seconds}: give a finite number of seconds >= 0, or None"))
+    })?;
+    Ok(Some(Instant::now().checked_add(duration).ok_or_else(|| {
+        PyValueError::new_err(format!("timeout {seconds}: too far in the future; give None to wait for ever"))
+    })?))
+}
+
+/// Runs `attempt` (the interpreter let go) until it gives a value, letting Ctrl-C through and
+/// failing with `TimeoutError` (`waiting_for` says for what) past `deadline`.
+fn retry<T: Send>(
+    py: Python<'_>,
+    deadline: Option<Instant>,
+    waiting_for: &str,
+    mut attempt: impl FnMut() -> std::io::Result<Option<T>> + Send,
+) -> PyResult<T> {
+    loop {
+        let tried = py.detach(|| {
+            let tried = attempt();
+            if matches!(tried, Ok(None)) {
+                std::thread::sleep(RETRY);
+            }
+            tried
+        });
+        match tried {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(error) => return Err(HetmemError::new_err(format!("{waiting_for}: {error}"))),
+        }
+        py.check_signals()?;
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Err(PyTimeoutError::new_err(format!(
+                "{waiting_for}: no peer came before the timeout; start the other side, or give a longer timeout"
+            )));
+        }
+    }
+}
+
+/// The socket path a producer listens on, removed when the producer has its consumer (or
+/// gave up): a path left behind would refuse the next producer.
+struct Listening {
+    path: PathBuf,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        // Gone already (someone removed it) is fine: nothing is left behind either way.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Waits for one consumer at `path` (a new socket file, removed once it came).
+fn accept_at(py: Python<'_>, path: PathBuf, deadline: Option<Instant>) -> PyResult<UnixStream> {
+    let listener = UnixListener::bind(&path).map_err(|error| {
+        HetmemError::new_err(format!(
+            "listening at {}: {error}; give a path in a directory you can write that does not exist yet",
+            path.display()
+        ))
+    })?;
+    let listening = Listening { path };
+    listener.set_nonblocking(true).map_err(|error| HetmemError::new_err(format!("listening: {error}")))?;
+    let what = format!("waiting for a consumer at {}", listening.path.display());
+    let stream = retry(py, deadline, &what, || match listener.accept() {
+        Ok((stream, _)) => Ok(Some(stream)),
+        Err(error) if error.kind() == ErrorKind::WouldBlock => Ok(None),
+        Err(error) => Err(error),
+    })?;
+    stream.set_nonblocking(false).map_err(|error| HetmemError::new_err(format!("{what}: {error}")))?;
+    Ok(stream)
+}
+
+/// Connects to the producer listening at `path`, waiting for it to appear.
+fn connect_to(py: Python<'_>, path: PathBuf, deadline: Option<Instant>) -> PyResult<UnixStream> {
+    let what = format!("connecting to a producer at {}", path.display());
+    retry(py, deadline, &what, || match UnixStream::connect(&path) {
+        Ok(stream) => Ok(Some(stream)),
+        Err(error) if matches!(error.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => Ok(None),
+        Err(error) => Err(error),
+    })
+}
+
+/// The connected Unix stream socket `peer` is: a path (`str` or `os.PathLike`) to listen at
+/// (`listen`) or connect to, or a connected `socket.socket`, whose descriptor is duplicated
+/// (the socket object keeps its own).
+fn stream_for(
+    py: Python<'_>,
+    peer: &Bound<'_, PyAny>,
+    listen: bool,
+    deadline: Option<Instant>,
+) -> PyResult<UnixStream> {
+    let socket_type = py.import("socket")?.getattr("socket")?;
+    if !peer.is_instance(&socket_type)? {
+        let path: PathBuf = peer.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{}: give a socket path (str or os.PathLike) or a connected socket.socket",
+                peer.repr().map_or_else(|_| "the peer".to_owned(), |repr| repr.to_string())
+            ))
+        })?;
+        return if listen { accept_at(py, path, deadline) } else { connect_to(py, path, deadline) };
+    }
+    let fd: i32 = peer.call_method0("fileno")?.extract()?;
+    if fd < 0 {
+        return Err(PyValueError::new_err("the socket is closed (fileno() is -1); give a connected socket"));
+    }
+    // SAFETY: `fd` is the descriptor of the live socket object `peer`, which this function
+    // borrows (so it is not collected) and which holds the interpreter (so no other thread
+    // closes it meanwhile); it is only borrowed to be duplicated, here, at once.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let owned = borrowed
+        .try_clone_to_owned()
+        .map_err(|error| HetmemError::new_err(format!("duplicating the socket's descriptor: {error}")))?;
+    let stream = UnixStream::from(owned);
+    // A socket of another family or kind is refused before a byte is sent on it.
+    let connected = stream.local_addr().and_then(|_| stream.peer_addr());
+    if let Err(error) = connected {
+        return Err(PyValueError::new_err(format!(
+            "the socket is not a connected Unix stream socket ({error}); make it with \
+             socket.socketpair() or socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) and connect it"
+        )));
+    }
+    stream.set_nonblocking(false).map_err(|error| HetmemError::new_err(format!("the socket: {error}")))?;
+    Ok(stream)
+}
+
+/// The frames' shape and dtype as both sides compare them.
+fn describe(spec: &FrameSpec) -> String {
+    let extents: Vec<String> = spec.shape.iter().map(usize::to_string).collect();
+    let comma = if extents.len() == 1 { "," } else { "" };
+    format!("shape ({}{comma}) dtype {}", extents.join(", "), spec.typestr)
+}
+
+/// Sends `mine` (this side's frame description) and reads the peer's; an error naming both
+/// unless they are the same. Both sides send before they read: each message fits the
+/// socket's buffer, so neither waits for the other.
+fn agree(
+    py: Python<'_>,
+    stream: &UnixStream,
+    mine: &str,
+    peer_role: &str,
+    deadline: Option<Instant>,
+) -> PyResult<()> {
+    let exchanged = py.detach(|| -> std::io::Result<Vec<u8>> {
+        // A peer that connected but says nothing is given what is left of the timeout.
+        let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()).max(RETRY));
+        stream.set_read_timeout(left)?;
+        let mut writer = stream;
+        let length = u32::try_from(mine.len()).map_err(|_| std::io::Error::other("description too long"))?;
+        writer.write_all(&length.to_le_bytes())?;
+        writer.write_all(mine.as_bytes())?;
+        let mut reader = stream;
+        let mut length = [0u8; 4];
+        reader.read_exact(&mut length)?;
+        let length = usize::try_from(u32::from_le_bytes(length)).unwrap_or(usize::MAX);
+        if length > MAX_DESCRIPTION {
+            return Err(std::io::Error::other(format!(
+                "the {peer_role} sent a description of {length} bytes (at most {MAX_DESCRIPTION}): not a hetmem \
+                 shared ring"
+            )));
+        }
+        let mut theirs = vec![0u8; length];
+        reader.read_exact(&mut theirs)?;
+        stream.set_read_timeout(None)?;
+        Ok(theirs)
+    });
+    let theirs = exchanged.map_err(|error| {
+        HetmemError::new_err(format!(
+            "agreeing on the frames with the {peer_role}: {error}; is the other side a hetmem.SharedRing?"
+        ))
+    })?;
+    let theirs = String::from_utf8_lossy(&theirs);
+    if theirs != mine {
+        return Err(PyValueError::new_err(format!(
+            "the {peer_role}'s frames are {theirs}, this side's {mine}: declare the same shape and dtype on both \
+             sides"
+        )));
+    }
+    Ok(())
+}
+
+/// A slot's or a frame's bytes as a `Memory` that keeps the ring's mapping.
+fn slot_memory(mapping: &Arc<dyn Any + Send + Sync>, bytes: &[u8], readonly: bool) -> Memory {
+    let layout = Layout {
+        host_ptr: bytes.as_ptr() as usize,
+        nbytes: bytes.len(),
+        device_ptr: None,
+        readonly,
+        kind: "shared",
+    };
+    Memory::new(Box::new(Arc::clone(mapping)), layout, &hetmem::Device::cpu())
+}
+
+/// `state`, locked without waiting: the lock is held while a call waits for the peer with
+/// the interpreter let go, and a second thread waiting for it with the interpreter held would
+/// never let the first one back in.
+fn lock<'a, T>(state: &'a Mutex<T>, what: &str) -> PyResult<MutexGuard<'a, T>> {
+    match state.try_lock() {
+        Ok(guard) => Ok(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => Err(HetmemError::new_err(format!(
+            "the shared ring's {what} is in use by another thread (waiting for the peer): use each side from one \
+             thread at a time"
+        ))),
+    }
+}
+
+/// The producer's ring and the slot being filled.
+struct ProducerState {
+    /// The slot being filled; it borrows `*ring`, so it is dropped first (`ProducerState::end`).
+    writer: Option<SlotWriter<'static>>,
+    /// The ring, boxed, owned here (from `Box::leak`); None once closed.
+    ring: Option<NonNull<RingProducer>>,
+    published: u64,
+}
+
+// SAFETY: the state owns the ring behind `ring` (the pointer is a leaked `Box`'s, freed only
+// by `end`) and the writer that borrows it, and moves them together, so sending the state is
+// sending a `RingProducer` and its `SlotWriter`, both `Send` (checked below); the `Mutex`
+// around it keeps every use to one thread at a time.
+unsafe impl Send for ProducerState {}
+
+const _: () = {
+    const fn sendable<T: Send>() {}
+    sendable::<RingProducer>();
+    sendable::<SlotWriter<'static>>();
+};
+
+impl ProducerState {
+    /// Drops the slot being filled, then the ring: closed (`close`) or not (the consumer
+    /// hears the stream broke off).
+    fn end(&mut self, close: bool) {
+        self.writer = None;
+        if let Some(ring) = self.ring.take() {
+            // SAFETY: `ring` came from `Box::leak` in `Producer::new`, is taken out of `self.ring`
+            // here (so freed once), and no borrow of it remains: the writer, its one borrow,
+            // was dropped just above.
+            let ring = unsafe { Box::from_raw(ring.as_ptr()) };
+            if close {
+                ring.close();
+            }
+        }
+    }
+}
+
+/// The producing side. See `hetmem.SharedRing`, the Python half, for the API.
+#[pyclass(frozen, module = "hetmem._native", name = "SharedRingProducer")]
+pub struct Producer {
+    state: Mutex<ProducerState>,
+    mapping: Arc<dyn Any + Send + Sync>,
+    frame_bytes: usize,
+    slots: usize,
+    consumer_pid: u32,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRingProducer").field("consumer_pid", &self.consumer_pid).finish_non_exhaustive()
+    }
+}
+
+impl Producer {
+    fn state(&self) -> PyResult<MutexGuard<'_, ProducerState>> {
+        lock(&self.state, "producer")
+    }
+}
+
+#[pymethods]
+impl Producer {
+    /// A ring of `slots` slots of frames of `frame` (shape, type string, itemsize) on
+    /// `device`, sent to the consumer at `peer` (a path to listen at, or a connected socket)
+    /// once it came (within `timeout` seconds, None: for ever) and agreed on the frames.
+    #[new]
+    #[pyo3(signature = (device, peer, frame, slots, timeout))]
+    fn new(
+        py: Python<'_>,
+        device: &Device,
+        peer: &Bound<'_, PyAny>,
+        frame: (Vec<Int>, String, Int),
+        slots: Int,
+        timeout: Option<f64>,
+    ) -> PyResult<Producer> {
+        let spec = spec(&frame.0, &frame.1, frame.2, "frame")?;
+        let slots = slots.size("slots")?;
+        let most = hetmem::pipeline::shared_ring::MAX_SHARED_SLOTS;
+        if slots == 0 || slots > most {
+            return Err(PyValueError::new_err(format!(
+                "slots: {slots}; a shared ring has 1 to {most} slots (3 or 4 keep both processes busy)"
+            )));
+        }
+        // What the slots will take, checked before anyone is waited for.
+        crate::size::product([spec.nbytes, slots], "slots x frame bytes")?;
+        let deadline = deadline(timeout)?;
+        let stream = stream_for(py, peer, true, deadline)?;
+        agree(py, &stream, &describe(&spec), "consumer", deadline)?;
+        let (inner, nbytes) = (&device.inner, spec.nbytes);
+        let ring = py
+            .detach(|| RingProducer::create(inner, &stream, nbytes, slots, Default::default()))
+            .map_err(|error| ring_err(py, error))?;
+        let mapping = ring.mapping();
+        let (frame_bytes, slots, consumer_pid) = (ring.frame_bytes(), ring.slots(), ring.consumer_pid());
+        let ring = NonNull::from(Box::leak(Box::new(ring)));
+        let state = Mutex::new(ProducerState { writer: None, ring: Some(ring), published: 0 });
+        Ok(Producer { state, mapping, frame_bytes, slots, consumer_pid })
+    }
+
+    /// Waits (the interpreter let go) for the next frame's slot and returns its index and
+    /// its writable bytes; `PeerGone` when the consumer went.
+    fn slot(&self, py: Python<'_>) -> PyResult<(u64, Memory)> {
+        let mut state = self.state()?;
+        if let Some(writer) = &state.writer {
+            return Err(PyValueError::new_err(format!(
+                "frame {}'s slot is still being filled: publish (or cancel) it before taking the next",
+                writer.sequence()
+            )));
+        }
+        let ring = state.ring.ok_or_else(|| {
+            HetmemError::new_err("the shared ring was closed: it takes no more frames; make a new ring")
+        })?;
+        // SAFETY: `ring` came from `Box::leak` in `new` and is freed only by `ProducerState::end`,
+        // after dropping the writer; the writer made here is the one borrow of it (none is held:
+        // checked above, under the lock that every use of the state takes), and it lives in the
+        // same state, which drops it first.
+        let ring: &'static mut RingProducer = unsafe { &mut *ring.as_ptr() };
+        let mut writer = py.detach(|| ring.next_slot()).map_err(|error| ring_err(py, error))?;
+        let sequence = writer.sequence();
+        let memory = slot_memory(&self.mapping, writer.as_mut_slice(), false);
+        state.writer = Some(writer);
+        Ok((sequence, memory))
+    }
+
+    /// Hands the slot being filled to the consumer; returns its frame's index.
+    fn publish(&self) -> PyResult<u64> {
+        let mut state = self.state()?;
+        let writer = state
+            .writer
+            .take()
+            .ok_or_else(|| PyValueError::new_err("no slot is being filled: take one with slot() first"))?;
+        let sequence = writer.sequence();
+        writer.publish();
+        state.published += 1;
+        Ok(sequence)
+    }
+
+    /// Gives the slot being filled back unused (its frame index comes again).
+    fn cancel(&self) -> PyResult<()> {
+        self.state()?.writer = None;
+        Ok(())
+    }
+
+    /// Ends the stream: the consumer takes the frames published so far, then hears the end.
+    /// A slot being filled is given back unused.
+    fn close(&self) -> PyResult<()> {
+        self.state()?.end(true);
+        Ok(())
+    }
+
+    /// The bytes of one frame.
+    #[getter]
+    fn frame_bytes(&self) -> usize {
+        self.frame_bytes
+    }
+
+    /// The number of slots.
+    #[getter]
+    fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The consumer's process id.
+    #[getter]
+    fn peer_pid(&self) -> u32 {
+        self.consumer_pid
+    }
+
+    /// Frames published so far.
+    #[getter]
+    fn published(&self) -> PyResult<u64> {
+        Ok(self.state()?.published)
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        // Dropped without closing: the consumer hears that the stream broke off.
+        self.state.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).end(false);
+    }
+}
+
+/// The consuming side. See `hetmem.SharedRing`, the Python half, for the API.
+#[pyclass(frozen, module = "hetmem._native", name = "SharedRingConsumer")]
+pub struct Consumer {
+    /// None once closed.
+    ring: Mutex<Option<RingConsumer>>,
+    mapping: Arc<dyn Any + Send + Sync>,
+    frame_bytes: usize,
+    slots: usize,
+    producer_pid: u32,
+    ended: AtomicBool,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRingConsumer").field("producer_pid", &self.producer_pid).finish_non_exhaustive()
+    }
+}
+
+#[pymethods]
+impl Consumer {
+    /// Connects to the producer at `peer` (a path it listens at, waited for up to `timeout`
+    /// seconds, None: for ever; or a connected socket), agrees on the frames of `frame`
+    /// (shape, type string, itemsize) and takes its ring, registered with `device`.
+    #[new]
+    #[pyo3(signature = (device, peer, frame, timeout))]
+    fn new(
+        py: Python<'_>,
+        device: &Device,
+        peer: &Bound<'_, PyAny>,
+        frame: (Vec<Int>, String, Int),
+        timeout: Option<f64>,
+    ) -> PyResult<Consumer> {
+        let spec = spec(&frame.0, &frame.1, frame.2, "frame")?;
+        let deadline = deadline(timeout)?;
+        let stream = stream_for(py, peer, false, deadline)?;
+        agree(py, &stream, &describe(&spec), "producer", deadline)?;
+        let inner = &device.inner;
+        let ring = py
+            .detach(|| RingConsumer::connect(inner, &stream, Default::default()))
+            .map_err(|error| ring_err(py, error))?;
+        if ring.frame_bytes() != spec.nbytes {
+            return Err(HetmemError::new_err(format!(
+                "the producer's ring has frames of {} bytes where {} ({} bytes) was agreed: the producer broke \
+                 the protocol",
+                ring.frame_bytes(),
+                describe(&spec),
+                spec.nbytes
+            )));
+        }
+        Ok(Consumer {
+            mapping: ring.mapping(),
+            frame_bytes: ring.frame_bytes(),
+            slots: ring.slots(),
+            producer_pid: ring.producer_pid(),
+            ring: Mutex::new(Some(ring)),
+            ended: AtomicBool::new(false),
+        })
+    }
+
+    /// Waits (the interpreter let go) for the next frame: its index, its read-only bytes and
+    /// its hold (released, its slot freed, by `SharedFrameHold.release`); None at the end of
+    /// the stream; `PeerGone` when the producer went without closing it.
+    fn next_frame(&self, py: Python<'_>) -> PyResult<Option<(u64, Memory, FrameHold)>> {
+        let mut ring = lock(&self.ring, "consumer")?;
+        let ring = ring.as_mut().ok_or_else(|| {
+            HetmemError::new_err("the shared ring was closed on this side: make a new one to take frames")
+        })?;
+        let Some(frame) = py.detach(|| ring.next_frame()).map_err(|error| ring_err(py, error))? else {
+            self.ended.store(true, Ordering::Relaxed);
+            return Ok(None);
+        };
+        let sequence = frame.sequence();
+        let memory = slot_memory(&self.mapping, frame.as_slice(), true);
+        Ok(Some((sequence, memory, FrameHold { frame: Mutex::new(Some(frame)), sequence })))
+    }
+
+    /// Lets go of the ring: the producer hears that no more frames are taken. Frames still
+    /// held stay readable until released.
+    fn close(&self) -> PyResult<()> {
+        *lock(&self.ring, "consumer")? = None;
+        Ok(())
+    }
+
+    /// The bytes of one frame.
+    #[getter]
+    fn frame_bytes(&self) -> usize {
+        self.frame_bytes
+    }
+
+    /// The number of slots.
+    #[getter]
+    fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The producer's process id.
+    #[getter]
+    fn peer_pid(&self) -> u32 {
+        self.producer_pid
+    }
+
+    /// Whether the producer closed the stream and every frame was taken.
+    #[getter]
+    fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+}
+
+/// A frame the consumer holds; `release` frees its slot for the producer.
+#[pyclass(frozen, module = "hetmem._native", name = "SharedFrameHold")]
+pub struct FrameHold {
+    frame: Mutex<Option<SharedFrame>>,
+    sequence: u64,
+}
+
+impl std::fmt::Debug for FrameHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedFrameHold").field("sequence", &self.sequence).finish_non_exhaustive()
+    }
+}
+
+#[pymethods]
+impl FrameHold {
+    /// The frame's index in the stream.
+    #[getter]
+    fn index(&self) -> u64 {
+        self.sequence
+    }
+
+    /// Frees the frame's slot for the producer (again: nothing).
+    fn release(&self) {
+        // Never waited on: only this method locks it, and it does not wait inside.
+        *self.frame.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    }
+}
