@@ -170,20 +170,32 @@ fn stream_for(
         })?;
         return if listen { accept_at(py, path, deadline) } else { connect_to(py, path, deadline) };
     }
-    let fd: i32 = peer.call_method0("fileno")?.extract()?;
+    // The C `fileno` of `_socket.socket` (the base of every `socket.socket`), never a
+    // subclass's override: an override could name any descriptor, or a closed one.
+    let fileno = py.import("_socket")?.getattr("socket")?.getattr("fileno")?;
+    let fd: i32 = fileno.call1((peer,))?.extract()?;
     if fd < 0 {
         return Err(PyValueError::new_err("the socket is closed (fileno() is -1); give a connected socket"));
     }
-    // SAFETY: `fd` is the descriptor of the live socket object `peer`, which this function
-    // borrows (so it is not collected) and which holds the interpreter (so no other thread
-    // closes it meanwhile); it is only borrowed to be duplicated, here, at once.
+    // SAFETY: `fd` is the descriptor the live socket object `peer` owns (read by the C base
+    // method above, which no subclass overrides), and `peer` is borrowed by this function (so
+    // it is not collected); no Python code runs between that read and the duplicate below (so
+    // nothing closes it meanwhile); the borrow ends with the duplicate, here, at once.
     let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
     let owned = borrowed
         .try_clone_to_owned()
         .map_err(|error| HetmemError::new_err(format!("duplicating the socket's descriptor: {error}")))?;
     let stream = UnixStream::from(owned);
-    // A socket of another family or kind is refused before a byte is sent on it.
-    let connected = stream.local_addr().and_then(|_| stream.peer_addr());
+    // A socket of another family or kind is refused before a byte is sent on it: a datagram
+    // or packet Unix socket passes the address checks but breaks the byte-stream handshake.
+    let connected = stream.local_addr().and_then(|_| stream.peer_addr()).and_then(|_| {
+        let kind = rustix::net::sockopt::socket_type(&stream)?;
+        if kind == rustix::net::SocketType::STREAM {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("its type is {kind:?}, not SOCK_STREAM")))
+        }
+    });
     if let Err(error) = connected {
         return Err(PyValueError::new_err(format!(
             "the socket is not a connected Unix stream socket ({error}); make it with \

@@ -333,3 +333,76 @@ def test_a_peer_that_is_not_a_ring_is_refused():
         other.sendall((1 << 30).to_bytes(4, "little"))  # a description of 1 GiB: refused unread
         with pytest.raises(hetmem.HetmemError, match="not a hetmem shared ring"):
             hetmem.SharedRing.connect(talker, SHAPE, DTYPE, timeout=5)
+
+
+def test_socket_kinds_other_than_a_unix_stream_are_refused():
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):
+        mine, other = socket.socketpair(socket.AF_UNIX, kind)
+        with mine, other, pytest.raises(ValueError, match="not a connected Unix stream socket"):
+            hetmem.SharedRing.create(mine, SHAPE, DTYPE, timeout=0.2)
+
+
+class LyingSocket(socket.socket):
+    """A socket whose fileno() names another descriptor than its own."""
+
+    def __init__(self, real, lie):
+        super().__init__(real.family, real.type, fileno=real.detach())
+        self.lie = lie
+
+    def fileno(self):
+        return self.lie
+
+
+def test_an_overridden_fileno_is_not_trusted(tmp_path, rng):
+    left, right = socket.socketpair()
+    with open(tmp_path / "not-a-socket", "wb") as decoy:
+        liar = LyingSocket(left, decoy.fileno())  # the ring must use the socket's own descriptor
+        made = {}
+        consumer = threading.Thread(
+            target=lambda: made.setdefault("consumer", hetmem.SharedRing.connect(right, SHAPE, DTYPE, timeout=30)))
+        consumer.start()
+        producer = hetmem.SharedRing.create(liar, SHAPE, DTYPE, slots=2, timeout=30)
+        consumer.join(30)
+    socket.socket.close(liar), right.close()
+    data = rng.standard_normal(SHAPE).astype(DTYPE)
+    producer.send(data)
+    with made["consumer"].next() as frame:
+        np.testing.assert_array_equal(frame.numpy(), data)
+    producer.close(), made["consumer"].close()
+
+
+def test_arrays_kept_past_close_and_delete_stay_mapped(rng):
+    import gc
+
+    producer, consumer = socket_ring()
+    slot = producer.slot()
+    written = np.asarray(slot)  # not revoked: kept against the rule, but never unmapped
+    data = rng.standard_normal(SHAPE).astype(DTYPE)
+    written[...] = data
+    producer.publish()
+    frame = consumer.next()
+    kept = frame.numpy()
+    frame.release()
+    producer.close(), consumer.close()
+    del producer, consumer, slot, frame
+    gc.collect()
+    np.testing.assert_array_equal(kept, data)  # the mapping is still there
+    written[...] = -data
+    np.testing.assert_array_equal(kept, -data)
+
+
+def test_every_order_of_producer_calls_after_close():
+    producer, consumer = socket_ring()
+    producer.close()
+    producer.close()  # again: nothing
+    with pytest.raises(hetmem.HetmemError, match="closed"):
+        producer.slot()
+    with pytest.raises(ValueError, match="no slot is being filled"):
+        producer.publish()
+    producer.cancel()
+    with pytest.raises(StopIteration):
+        consumer.next()
+    consumer.close()
+    consumer.close()
+    with pytest.raises(hetmem.HetmemError, match="closed"):
+        consumer._native.next_frame()
