@@ -32,3 +32,52 @@ def serve(name: str, commands, replies) -> None:
         replies.put(("done", None, None))
     except BaseException as error:  # the parent reports it
         replies.put(("error", f"{type(error).__name__}: {error}", None))
+
+
+def write_checkpoint(path, seed: int, nbytes: int) -> None:
+    """A safetensors file of one U8 tensor, ``data``, of ``random_bytes(seed, nbytes)``: what
+    ``serve_loaded`` loads (to the GPU, or to host memory) and registers."""
+    import json
+    import struct
+
+    header = json.dumps({"data": {"dtype": "U8", "shape": [nbytes], "data_offsets": [0, nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as file:
+        file.write(struct.pack("<Q", len(header)) + header)
+        file.write(random_bytes(seed, nbytes).tobytes())
+
+
+def ucx_params() -> dict:
+    """UCX's parameters for these tests: peer failure handling off where UCX_TLS names
+    transports without it (cuda_copy, cuda_ipc, sm, self: no tcp), as the GPU runs set it."""
+    import os
+
+    tls = os.environ.get("UCX_TLS")
+    return {"UCX": {"ucx_error_handling_mode": "none"}} if tls and "tcp" not in tls else {}
+
+
+def serve_loaded(name: str, commands, replies) -> None:
+    """Loads a checkpoint (``hetmem.load``) to ``device`` and registers its allocation (VRAM_SEG
+    on a GPU, DRAM_SEG on the CPU), then: offers it to the parent's read of the file's bytes,
+    lends it to the parent's write, and offers it again to the parent's read-back."""
+    import hetmem
+    import hetmem.nixl as hn
+
+    try:
+        parent_name, parent_metadata, path, device = commands.get(timeout=120)
+        agent = hn.Agent(name, params=ucx_params())
+        loaded = hetmem.load(path, device, progress=False)
+        registration = agent.register(loaded)
+        agent.add_peer(parent_metadata)
+        offered = agent.offer(registration, parent_name, b"read")
+        replies.put(("ready", (agent.metadata(), registration.remote(), registration.kind, registration.device)))
+        offered.wait(timeout=300)
+        incoming = agent.expect(registration, parent_name, b"written")
+        replies.put(("expecting", None))
+        incoming.wait(timeout=300)
+        offered = agent.offer(registration, parent_name, b"read back")
+        replies.put(("offered", None))
+        offered.wait(timeout=300)
+        replies.put(("done", None))
+    except BaseException as error:  # the parent reports it
+        replies.put(("error", f"{type(error).__name__}: {error}"))

@@ -362,10 +362,10 @@ class _RecordingAgent(hn.Agent):
     def _backend_of(self, handle) -> str:
         return "RECORDED"
 
-    def _post(self, handle, backend, what) -> str:
+    def _post(self, handle, backend, what, memory=()) -> str:
         return "PROC"
 
-    def _progress(self, handle, backend, what) -> str:
+    def _progress(self, handle, backend, what, memory=()) -> str:
         return self.state
 
 
@@ -464,3 +464,110 @@ def test_a_buffer_a_transfer_reads_is_not_lent_to_the_gpu(rng):
     with source.lend():
         assert source.lent
     assert not source.lent
+
+
+# -- device memory (VRAM_SEG) between two processes ----------------------------------------------
+
+def _gpu_reason():
+    """None where hetmem has a GPU, else why the device-memory tests skip."""
+    chosen = hetmem.device()
+    return None if chosen.backend == "cuda" else f"no GPU: {chosen.fallback_reason}"
+
+
+def _loaded_round_trip(rng, tmp_path, device, nbytes):
+    """The child loads a file of seeded bytes to ``device`` and registers the allocation; this
+    process reads all of it into poisoned host memory (device -> host), writes fresh random
+    bytes over it (host -> device), and reads them back into other poisoned host memory, each
+    checked byte for byte."""
+    from nixl_peer import serve_loaded, ucx_params, write_checkpoint
+
+    seed = int(rng.integers(0, 2**31))
+    path = tmp_path / "weights.safetensors"
+    write_checkpoint(path, seed, nbytes)
+    agent = hn.Agent(unique("parent"), params=ucx_params())
+    read, back = poisoned(nbytes), poisoned(nbytes)
+    source = filled(rng, nbytes)
+    read_registration, back_registration = agent.register(read), agent.register(back)
+    source_registration = agent.register(source)
+    peer = unique("loader")
+    context = multiprocessing.get_context("spawn")
+    commands, replies = context.Queue(), context.Queue()
+    child = context.Process(target=serve_loaded, args=(peer, commands, replies))
+    child.start()
+    try:
+        commands.put((agent.name, agent.metadata(), str(path), device))
+        status, reply = replies.get(timeout=300)
+        assert status == "ready", reply
+        metadata, region, kind, device_id = reply
+        assert (kind, device_id) == (("VRAM", 0) if device == "cuda" else ("DRAM", None))
+        assert region.kind == kind and region.nbytes == nbytes
+        agent.add_peer(metadata)
+
+        agent.read(read_registration, region, notify=b"read").wait(timeout=300)
+        assert np.array_equal(read.numpy(), random_bytes(seed, nbytes))
+
+        status, reply = replies.get(timeout=120)
+        assert status == "expecting", reply
+        agent.write(source_registration, region, notify=b"written").wait(timeout=300)
+        status, reply = replies.get(timeout=120)
+        assert status == "offered", reply
+        agent.read(back_registration, region, notify=b"read back").wait(timeout=300)
+        assert np.array_equal(back.numpy(), source.numpy())
+        assert not np.array_equal(back.numpy(), read.numpy())  # the write landed, not the file's bytes
+        status, reply = replies.get(timeout=120)
+        assert status == "done", reply
+    finally:
+        child.join(timeout=120)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+
+
+@needs_nixl
+@pytest.mark.parametrize("nbytes", [1 * MiB, 16 * MiB])
+def test_a_loaded_allocation_on_the_cpu_is_host_memory_between_processes(rng, tmp_path, nbytes):
+    _loaded_round_trip(rng, tmp_path, "cpu", nbytes)
+
+
+@needs_nixl
+@pytest.mark.parametrize("nbytes", [1 * MiB, 64 * MiB, 1 << 30])
+def test_two_processes_host_to_device_and_back_every_byte(rng, tmp_path, nbytes):
+    reason = _gpu_reason()
+    if reason is not None:
+        if os.environ.get("HETMEM_REQUIRE_GPU") == "1":
+            pytest.fail(f"HETMEM_REQUIRE_GPU=1 but {reason}")
+        pytest.skip(f"device memory (VRAM_SEG) needs a GPU ({reason})")
+    _loaded_round_trip(rng, tmp_path, "cuda", nbytes)
+
+
+@needs_nixl
+def test_only_hetmem_device_memory_is_registered(pair):
+    sender, _ = pair
+    with pytest.raises(TypeError, match="LoadedTensors"):
+        sender.register(object())
+
+    class FakeTensor:  # what a torch tensor looks like to the array protocols
+        __module__ = "torch"
+        __cuda_array_interface__ = {"data": (0x7F0000000000, False), "shape": (16,), "typestr": "|u1",
+                                    "version": 3}
+
+    with pytest.raises(TypeError, match="torch's"):
+        sender.register(FakeTensor())
+
+
+def test_a_device_view_of_memory_a_transfer_writes_is_lent(rng):
+    # The hand-off on device memory, against the recording agent: a DeviceView's exports
+    # raise LentError while a transfer writes the memory, and not while one reads it. The
+    # CPU backend has no device memory, so a host buffer stands in for the lease's check.
+    agent = _RecordingAgent()
+    buffer = filled(rng, MiB)
+    registration = agent.register(buffer)
+    region = hn.RemoteRegion._make("peer", "DRAM", 0x1000, MiB, 0)
+    transfer = agent.read(registration, region)
+    assert buffer._state.lease.blocks_device_views
+    if buffer.is_mapped:  # a GPU: the mapped view goes through the same check
+        with pytest.raises(hetmem.LentError, match="NIXL transfer"):
+            hetmem.DeviceView(buffer).__cuda_array_interface__
+    agent.state = "DONE"
+    transfer.wait()
+    assert buffer._state.lease is None

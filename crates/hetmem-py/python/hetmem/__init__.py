@@ -337,9 +337,19 @@ class DeviceView(_native.View):
             raise TypeError("a DeviceView is made once: take a new one with buffer.cuda()")
         self._buffer = buffer
 
+    def _check_not_written(self) -> None:
+        # A device view of memory a NIXL transfer writes (VRAM_SEG) would race the transfer;
+        # the GPU's own lease (buf.lend) hands device views out, so only that lease blocks them.
+        lease = self._buffer._state.lease
+        if getattr(lease, "blocks_device_views", False):
+            raise LentError("the memory is lent to a NIXL transfer that writes it; wait for the transfer "
+                            "(Transfer.wait(), Incoming.wait()) before taking a device view")
+
     @property
     def __cuda_array_interface__(self) -> dict:
-        """The CUDA array interface (version 3) of the mapped memory."""
+        """The CUDA array interface (version 3) of the memory (``LentError`` while a NIXL
+        transfer writes it)."""
+        self._check_not_written()
         # Made in Rust, from what the view holds there; the interface names no consumer
         # stream, so the memory's release waits for the whole device.
         return self._device_interface()
@@ -352,8 +362,10 @@ class DeviceView(_native.View):
         back or freed: ``stream=1`` (the legacy default stream, PyTorch's default) or a
         stream of hetmem's (``hetmem.stream()``) is followed (an event recorded on it when the
         consumer's tensor dies); any other stream, whose handle may be gone by then, makes the
-        release wait for the whole device."""
+        release wait for the whole device. ``LentError`` while a NIXL transfer writes the
+        memory."""
         _refuse_copy(copy)
+        self._check_not_written()
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"DLPack export: this is the device view {self.__dlpack_device__()}; the host "
                               f"view is the buffer itself (asked for {tuple(dl_device)})")
@@ -384,6 +396,10 @@ class Lease:
     """A buffer lent to the GPU: its host views raise ``LentError`` until ``reclaim()``. A
     context manager: ``with buf.lend(stream) as gpu:`` gives the device view and reclaims on
     exit (waiting for ``stream``, or the device)."""
+
+    #: Whether device views raise ``LentError`` too (a NIXL transfer's lease: the GPU's own
+    #: lease hands them out).
+    blocks_device_views = False
 
     def __init__(self, buffer: Buffer, stream: Any = None):
         if buffer._state.lease is not None:

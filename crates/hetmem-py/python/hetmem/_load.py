@@ -77,15 +77,18 @@ class LoadedTensors(Mapping):
     The tensors are PyTorch tensors where PyTorch is importable; else, on the CPU, NumPy arrays
     (``BF16`` and ``F8_*`` as their raw bits, ``uint16`` and ``uint8``) and, on a GPU, objects
     that export DLPack and the CUDA array interface (``cupy.from_dlpack(t)``). The allocation
-    lives while any tensor does.
+    lives while any tensor does, or this mapping. ``hetmem.nixl``'s ``Agent.register(loaded)``
+    registers the whole allocation (``VRAM_SEG`` on a GPU, ``DRAM_SEG`` on the CPU backend).
 
     Example::
 
         model.load_state_dict(hetmem.load("model.safetensors.index.json"), assign=True)
     """
 
-    def __init__(self, tensors: Dict[str, Any], report: LoadReport, nbytes: int, where: str):
+    def __init__(self, tensors: Dict[str, Any], report: LoadReport, nbytes: int, where: str, whole: Buffer):
         self._tensors = tensors
+        # The allocation as one byte buffer: what hetmem.nixl registers (agent.register(loaded)).
+        self._whole = whole
         self.report = report
         #: The allocation's size in bytes.
         self.nbytes = nbytes
@@ -185,12 +188,14 @@ class _Progress:
             self._bar.close()
 
 
-def _exported(memory: _native.Memory, dtype_name: str, shape: Sequence[int], offset: int) -> Buffer:
-    """A tensor's range of the allocation as a hetmem Buffer (host memory) or DeviceView."""
+def _exported(whole: Buffer, dtype_name: str, shape: Sequence[int], offset: int) -> Buffer:
+    """A tensor's range of the allocation (``whole``, whose hand-off state every tensor
+    shares) as a hetmem Buffer (host memory) or DeviceView."""
     np_dtype = _VIEW_DTYPES.get(dtype_name)
     if np_dtype is None:
         raise HetmemError(f"load: dtype {dtype_name} has no tensor type here; load the checkpoint with safetensors")
-    buffer = Buffer(memory, tuple(shape), np_dtype, offset=offset)
+    memory = whole._memory
+    buffer = Buffer(memory, tuple(shape), np_dtype, keep=whole, offset=offset)
     return DeviceView(buffer) if memory.kind == "device" else buffer
 
 
@@ -202,25 +207,26 @@ def _torch_dtype(torch: Any, dtype_name: str) -> Any:
     return target
 
 
-def _views(memory: _native.Memory, entries: List[Tuple[str, str, List[int], int, int]]) -> Dict[str, Any]:
+def _views(whole: Buffer, entries: List[Tuple[str, str, List[int], int, int]]) -> Dict[str, Any]:
     """Each tensor as a view of the allocation: PyTorch tensors cut from one tensor over all of
     it (one DLPack import; a tensor whose offset its element size does not divide is imported
     on its own), else NumPy arrays (host memory) or DLPack exporters (device memory)."""
     torch = _torch()
+    device = whole._memory.kind == "device"
     if torch is None:
         out = {}
         for name, dtype_name, shape, offset, _ in entries:
-            exported = _exported(memory, dtype_name, shape, offset)
-            out[name] = exported if memory.kind == "device" else exported.numpy()
+            exported = _exported(whole, dtype_name, shape, offset)
+            out[name] = exported if device else exported.numpy()
         return out
-    whole = torch.from_dlpack(_exported(memory, "U8", [memory.nbytes], 0))
+    all_bytes = torch.from_dlpack(_exported(whole, "U8", [whole.nbytes], 0))
     out = {}
     for name, dtype_name, shape, offset, nbytes in entries:
         target = _torch_dtype(torch, dtype_name)
         if offset % target.itemsize == 0:
-            out[name] = whole[offset:offset + nbytes].view(target).view(tuple(shape))
+            out[name] = all_bytes[offset:offset + nbytes].view(target).view(tuple(shape))
         else:
-            out[name] = torch.from_dlpack(_exported(memory, dtype_name, shape, offset)).view(target)
+            out[name] = torch.from_dlpack(_exported(whole, dtype_name, shape, offset)).view(target)
     return out
 
 
@@ -286,5 +292,8 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
         **raw, link_gb_per_s=link_gb_per_s, of_link=rate / link_gb_per_s if link_gb_per_s else None,
         storage_gb_per_s=storage_gb_per_s, of_storage=rate / storage_gb_per_s if storage_gb_per_s else None)
     memory = loaded.memory
-    tensors = _views(memory, loaded.tensors)
-    return LoadedTensors(tensors, report, memory.nbytes, "cuda" if memory.kind == "device" else "cpu")
+    # The whole allocation as one buffer, whose hand-off state (lent to, or read by, a NIXL
+    # transfer) every tensor's view shares; hetmem.nixl registers it (agent.register(loaded)).
+    whole = Buffer(memory, (memory.nbytes,), np.uint8)
+    tensors = _views(whole, loaded.tensors)
+    return LoadedTensors(tensors, report, memory.nbytes, "cuda" if memory.kind == "device" else "cpu", whole)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from .. import HetmemError
 
@@ -55,8 +55,20 @@ def _ucx_tls() -> str:
     return os.environ.get("UCX_TLS", "(unset: UCX picks)")
 
 
-def _remedy(kind: str, backend: str, call: str) -> str:
-    """What to do about NIXL's status ``kind`` (its exception's name) from ``call``."""
+#: What UCX needs to move device memory, and what the GPU machine's fastest runs used.
+_VRAM_TLS_ADVICE = ("UCX moves device memory (VRAM) only through its CUDA transports: UCX_TLS must include "
+                    "cuda_copy (and cuda_ipc between processes of one host), e.g. "
+                    "UCX_TLS=cuda_copy,cuda_ipc,sm,self with params={'UCX': {'ucx_error_handling_mode': "
+                    "'none'}} (these transports lack peer failure handling), or UCX_TLS unset; the nixl build "
+                    "must be the one for the driver's CUDA (nixl-cu13 or nixl-cu12), and UCX_LOG_LEVEL=info "
+                    "shows the transports UCX found")
+
+
+def _remedy(kind: str, backend: str, call: str, memory: Iterable[str] = ()) -> str:
+    """What to do about NIXL's status ``kind`` (its exception's name) from ``call``, on memory
+    of the NIXL kinds ``memory`` (advice for device memory where ``"VRAM"`` is one)."""
+    if "VRAM" in tuple(memory) and backend == "UCX" and call in ("register", "prepare", "post", "progress"):
+        return f"{_VRAM_TLS_ADVICE} (UCX_TLS={_ucx_tls()} now)"
     if call == "create_backend":
         if kind == "nixlNotFoundError":
             return f"this nixl build has no {backend} plugin, or it could not be loaded (its libraries are missing)"
@@ -86,6 +98,6 @@ def _remedy(kind: str, backend: str, call: str) -> str:
     return "NIXL's log above says why"
 
 
-def _wrap(error: BaseException, backend: str, call: str, what: str) -> NixlError:
+def _wrap(error: BaseException, backend: str, call: str, what: str, memory: Iterable[str] = ()) -> NixlError:
     kind = type(error).__name__
-    return NixlError(f"NIXL {backend}: {what} failed ({kind}: {error}); {_remedy(kind, backend, call)}")
+    return NixlError(f"NIXL {backend}: {what} failed ({kind}: {error}); {_remedy(kind, backend, call, memory)}")

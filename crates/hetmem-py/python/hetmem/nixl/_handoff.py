@@ -50,7 +50,10 @@ def _readers(buffer: Buffer) -> _Readers:
 
 class _TransferLease(Lease):
     """A buffer lent to a NIXL transfer (or to a peer's expected write): reclaiming it waits
-    for NIXL to report the transfer complete."""
+    for NIXL to report the transfer complete. Its host views and, for device memory, its
+    device views raise ``LentError`` meanwhile."""
+
+    blocks_device_views = True
 
     def __init__(self, buffer: Buffer, what: str):
         if _readers(buffer).count:

@@ -7,7 +7,8 @@ import math
 import os
 from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
-from .. import Buffer, _native
+from .. import Buffer, DeviceView, _native
+from .._native import View
 from ._errors import NixlError
 from ._ranges import _part
 
@@ -53,7 +54,7 @@ class RemoteRegion:
 
     @property
     def kind(self) -> str:
-        """NIXL's memory kind: ``"DRAM"`` (host memory) or ``"FILE"``."""
+        """NIXL's memory kind: ``"DRAM"`` (host memory), ``"VRAM"`` (device memory) or ``"FILE"``."""
         return self._kind
 
     @property
@@ -73,47 +74,89 @@ class RemoteRegion:
         return f"hetmem.nixl.RemoteRegion(agent={self._agent!r}, kind={self._kind!r}, nbytes={self._nbytes})"
 
 
+def _what_to_register(source: Any) -> Tuple[Buffer, View]:
+    """The hand-off buffer and the fixed native view of what ``register`` was given: a hetmem
+    Buffer (host memory, or device memory), a DeviceView of device memory, or the allocation of
+    a ``hetmem.load`` (its ``LoadedTensors``). Nothing else: hetmem registers only memory it
+    holds, at the address it recorded when it made it."""
+    # Imported here: hetmem._load imports the package, which imports nothing of hetmem.nixl.
+    from .._load import LoadedTensors
+
+    if isinstance(source, LoadedTensors):
+        whole = source._whole
+        return whole, whole
+    if isinstance(source, DeviceView):
+        if _native.View._memory.__get__(source).kind != "device":
+            raise TypeError("register: this DeviceView is mapped host memory; register its buffer (host memory, "
+                            "DRAM_SEG) instead: agent.register(buffer)")
+        # The view's range is fixed in its native half; the buffer it came from carries the
+        # hand-off (the lease and the readers every view of the memory shares).
+        buffer = source._buffer
+        if not isinstance(buffer, Buffer):
+            raise TypeError("register: this DeviceView has no hetmem buffer behind it")
+        return buffer, source
+    if isinstance(source, Buffer):
+        return source, source
+    hint = ""
+    if type(source).__module__.startswith("torch"):
+        hint = (" (a torch tensor's memory is torch's: hetmem cannot keep the hand-off on it; register the "
+                "hetmem memory it views, e.g. the LoadedTensors of hetmem.load, or use NIXL's own API)")
+    raise TypeError(f"register takes a hetmem Buffer (hetmem.pinned, hetmem.register, a MappedFile window), a "
+                    f"DeviceView of device memory, or the LoadedTensors of hetmem.load, not a "
+                    f"{type(source).__name__}: hetmem registers only memory it holds{hint}")
+
+
 class Registration:
-    """A hetmem buffer registered with an agent as host memory (``DRAM_SEG``): pinned,
-    registered in place, or a mapped file window. Holds the buffer (its memory lives while the
-    registration does); deregistered when dropped or closed, which no transfer in flight
+    """hetmem memory registered with an agent: host memory (``DRAM_SEG``: pinned, registered
+    in place, or a mapped file window) or device memory (``VRAM_SEG``, with its device's id: a
+    ``hetmem.load`` allocation, or a ``DeviceView`` of one). Holds the memory (it lives while
+    the registration does); deregistered when dropped or closed, which no transfer in flight
     allows before it is done (each holds the registration)."""
 
     _kind = "DRAM"
 
-    def __init__(self, agent: "Agent", buffer: Buffer):
-        if not isinstance(buffer, Buffer):
-            raise TypeError(f"register takes a hetmem Buffer (hetmem.pinned, hetmem.register, a MappedFile window), "
-                            f"not a {type(buffer).__name__}: hetmem registers only memory it holds")
-        # What the buffer views, read through the native half that fixed it when the buffer was
+    def __init__(self, agent: "Agent", source: Any):
+        buffer, view = _what_to_register(source)
+        # What the view covers, read through the native half that fixed it when the view was
         # made: a subclass may shadow _memory, _offset or nbytes, and none of those may choose
         # the address NIXL is given (or memory the registration does not hold).
-        memory = _native.View._memory.__get__(buffer)
-        offset = _native.View._offset.__get__(buffer)
-        nbytes = math.prod(_native.View._shape.__get__(buffer)) * _native.View._dtype.__get__(buffer).itemsize
+        memory = _native.View._memory.__get__(view)
+        offset = _native.View._offset.__get__(view)
+        nbytes = math.prod(_native.View._shape.__get__(view)) * _native.View._dtype.__get__(view).itemsize
         if nbytes == 0:
             raise ValueError("register: an empty buffer has no bytes to register")
-        if memory.host_ptr is None:
-            raise ValueError("register: this buffer is device memory (from hetmem.load), which hetmem.nixl "
-                             "does not register yet (NIXL's VRAM_SEG); register host memory (hetmem.pinned, "
-                             "hetmem.register, a MappedFile window), or a torch tensor with NIXL's own API")
         if offset + nbytes > memory.nbytes:  # the native view checked it when made; the address trusts it
             raise ValueError(f"register: the buffer's bytes {offset}..{offset + nbytes} lie outside its memory of "
                              f"{memory.nbytes} bytes")
+        if memory.host_ptr is not None:
+            # Host memory is DRAM_SEG whatever the GPU can do with it (device id 0: NIXL's
+            # convention for host memory).
+            descriptor = (memory.host_ptr + offset, nbytes, 0)
+        elif memory.kind == "device" and memory.device_ptr is not None and memory.device_ordinal is not None:
+            self._kind = "VRAM"
+            descriptor = (memory.device_ptr + offset, nbytes, memory.device_ordinal)
+        else:
+            raise ValueError(f"register: memory of kind {memory.kind!r} has neither a host address nor a device "
+                             "allocation of hetmem's to register")
         self._agent = agent
+        self._source = source
         self._buffer = buffer
         self._memory: Optional[_native.Memory] = memory
         self._nbytes = nbytes
-        # Host memory is DRAM_SEG whatever the GPU can do with it (device id 0: NIXL's
-        # convention for host memory).
-        self._descriptor = (memory.host_ptr + offset, nbytes, 0)
+        self._descriptor = descriptor
         self._active = 0
+        self._dlist = None
         self._dlist = agent._register([self._descriptor + ("",)], self._kind)
 
     @property
-    def buffer(self) -> Buffer:
-        """The registered buffer."""
-        return self._buffer
+    def buffer(self) -> Any:
+        """What was registered (a Buffer, a DeviceView or a LoadedTensors)."""
+        return self._source
+
+    @property
+    def device(self) -> Optional[int]:
+        """The CUDA device id of device memory (``VRAM``), None for host memory."""
+        return self._descriptor[2] if self._kind == "VRAM" else None
 
     @property
     def nbytes(self) -> int:
@@ -122,7 +165,7 @@ class Registration:
 
     @property
     def kind(self) -> str:
-        """NIXL's memory kind: ``"DRAM"``."""
+        """NIXL's memory kind: ``"DRAM"`` (host memory) or ``"VRAM"`` (device memory)."""
         return self._kind
 
     @property
@@ -169,7 +212,8 @@ class Registration:
             pass
 
     def __repr__(self) -> str:
-        return f"hetmem.nixl.Registration({self._buffer!r}, agent={self._agent.name!r}, closed={self.closed})"
+        return (f"hetmem.nixl.Registration({self._source!r}, kind={self._kind!r}, agent={self._agent.name!r}, "
+                f"closed={self.closed})")
 
 
 class FileRegistration(Registration):
@@ -181,6 +225,7 @@ class FileRegistration(Registration):
 
     def __init__(self, agent: "Agent", path: Union[str, "os.PathLike[str]"], writable: bool = False):
         self._agent = agent
+        self._source = None
         self._dlist = None
         self._memory = None
         self._active = 0

@@ -26,6 +26,7 @@ class Transfer:
         what = f"{operation} of {local_desc[1]} bytes"
         self._agent = agent
         self._what = what
+        self._memory_kinds = (local._kind, remote_kind)
         self._state = "PROC"
         # What the transfer uses, each counted active (so close() refuses) and held here (so
         # dropping it deregisters nothing) until NIXL is done: the memory's registration, and
@@ -49,7 +50,7 @@ class Transfer:
             for registration in self._registrations:
                 registration._active += 1
             self._counted = True
-            state = agent._post(self._handle, self._backend, what)
+            state = agent._post(self._handle, self._backend, what, self._memory_kinds)
         except BaseException:
             # Not posted: NIXL holds none of the memory, so the request and the buffers go.
             handle, self._handle = self._handle, None
@@ -73,7 +74,7 @@ class Transfer:
         """Whether the transfer is complete (its buffers given back); raises ``NixlError`` if
         it failed."""
         if self._state == "PROC":
-            self._settle(self._agent._progress(self._handle, self._backend, self._what))
+            self._settle(self._agent._progress(self._handle, self._backend, self._what, self._memory_kinds))
         return self._state == "DONE"
 
     def wait(self, timeout: Optional[float] = None) -> None:
@@ -99,7 +100,7 @@ class Transfer:
             _let_go(self)
         if state != "DONE":
             raise NixlError(f"NIXL {self._backend}: the {self._what} failed (state {state}); "
-                            f"{_remedy('', self._backend, 'progress')}")
+                            f"{_remedy('', self._backend, 'progress', self._memory_kinds)}")
 
     def _give_back(self) -> None:
         hand_off, self._hand_off = self._hand_off, None
