@@ -256,3 +256,23 @@ def test_bad_arguments_are_refused():
             loader_for(dataset, 4, **options)
     with pytest.raises(ValueError, match="batch_size"):
         loader_for(dataset, 0)
+
+
+def test_forkserver_workers(rng):
+    seed, length = int(rng.integers(2**32)), 30
+    with loader_for(Random(seed, length), 8, workers=2, context="forkserver") as loader:
+        np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
+                                      expected(seed, range(length))[0])
+
+
+def test_torch_output_gives_tensors_of_the_same_data(rng):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the numpy output was tested")
+    seed, length = int(rng.integers(2**32)), 20
+    with loader_for(Random(seed, length, labels=True), 6, labels=True, workers=2, output="torch") as loader:
+        got = list(loader)
+    for images, labels in got:
+        assert isinstance(images, torch.Tensor) and images.dtype == torch.float32
+        assert labels.dtype == torch.int64 and images.is_cuda == ON_GPU
+    want = expected(seed, range(length))
+    np.testing.assert_array_equal(np.concatenate([host(images) for images, _ in got]), want[0])
+    np.testing.assert_array_equal(np.concatenate([host(labels) for _, labels in got]), want[1])
