@@ -276,3 +276,12 @@ def test_torch_output_gives_tensors_of_the_same_data(rng):
     want = expected(seed, range(length))
     np.testing.assert_array_equal(np.concatenate([host(images) for images, _ in got]), want[0])
     np.testing.assert_array_equal(np.concatenate([host(labels) for _, labels in got]), want[1])
+
+
+def test_one_worker_with_one_slot_does_not_stall(rng):
+    # On a GPU the trainer holds a batch's slot until its copy completed: with one slot in all,
+    # it must give that slot back before it waits for the next batch.
+    seed, length = int(rng.integers(2**32)), 25
+    with loader_for(Random(seed, length), 4, workers=1, prefetch=1) as loader:
+        np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
+                                      expected(seed, range(length))[0])

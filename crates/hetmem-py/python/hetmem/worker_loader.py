@@ -482,10 +482,14 @@ class WorkerLoader:
         torch, layout = self._torch, self._layout
         target = torch.device("cuda", self.device.ordinal or 0)
         copies = torch.cuda.Stream(device=target)
-        pending: List[Tuple[Any, Any]] = []  # (frame, its copy's event): slots the GPU may still read
+        # (worker, frame, its copy's event): slots the GPU may still read.
+        pending: List[Tuple[Any, Any, Any]] = []
         try:
             for number, chosen in enumerate(batches):
                 worker = self._workers[number % self.workers]
+                # A slot of this worker's still held would be one it may need for this batch
+                # (one worker, or prefetch=1): its copy is waited for and the slot given back first.
+                pending = self._give_back(pending, worker)
                 frame = self._take(worker, number)
                 self._outstanding[worker.number] -= 1
                 count = len(chosen)
@@ -511,17 +515,27 @@ class WorkerLoader:
                     labels.record_stream(consumer)
                 # The slots of earlier batches go back once their copies completed (long since,
                 # as a rule); this batch's stays the GPU's until the next one is asked for.
-                for held, event in pending:
-                    event.synchronize()
-                    held.release()
-                pending = [(frame, copied)]
+                self._give_back(pending, None)
+                pending = [(worker, frame, copied)]
                 self._batches_out += 1
                 self._samples_out += count
                 yield (samples, labels) if self.labels else samples
         finally:
-            for held, event in pending:
+            self._give_back(pending, None)
+
+    @staticmethod
+    def _give_back(pending: List[Tuple[Any, Any, Any]], worker: Optional["_Worker"]) -> List[Tuple[Any, Any, Any]]:
+        """Gives back the slots in ``pending`` (all, or ``worker``'s) once their copies
+        completed; returns those kept."""
+        kept = []
+        for entry in pending:
+            held_by, held, event = entry
+            if worker is None or held_by is worker:
                 event.synchronize()
                 held.release()
+            else:
+                kept.append(entry)
+        return kept
 
     def __repr__(self) -> str:
         return (f"hetmem.loader.WorkerLoader(batch_size={self.batch_size}, workers={self.workers}, "
