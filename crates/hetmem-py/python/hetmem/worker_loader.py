@@ -149,6 +149,21 @@ def _check_sample(item: Any, layout: _Layout, labels: bool, index: int) -> Tuple
     return sample, label
 
 
+def _host_device() -> _native.Device:
+    """hetmem's CPU backend, for a worker's side of its ring: only the trainer registers the
+    slots with the GPU, so a worker opens no CUDA context (none of its memory, none of its
+    start-up time). ``HETMEM_BACKEND`` is set only while the device is opened."""
+    before = os.environ.get("HETMEM_BACKEND")
+    os.environ["HETMEM_BACKEND"] = "cpu"
+    try:
+        return _native.Device.open_best()
+    finally:
+        if before is None:
+            del os.environ["HETMEM_BACKEND"]
+        else:
+            os.environ["HETMEM_BACKEND"] = before
+
+
 def _worker_main(number: int, dataset: Any, layout: _Layout, labels: bool, slots: int, ring_socket: socket.socket,
                  tasks: Any, worker_init: Optional[Callable[[int], None]]) -> None:
     """A worker: builds the batches it is sent, each sample written into its ring's slot."""
@@ -160,7 +175,7 @@ def _worker_main(number: int, dataset: Any, layout: _Layout, labels: bool, slots
     try:
         if worker_init is not None:
             worker_init(number)
-        ring = SharedRing.create(ring_socket, (layout.frame_bytes,), np.uint8, slots=slots)
+        ring = SharedRing.create(ring_socket, (layout.frame_bytes,), np.uint8, slots=slots, device=_host_device())
         ring_socket.close()  # the ring keeps its own descriptor
         while True:
             try:
