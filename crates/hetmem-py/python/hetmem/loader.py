@@ -323,3 +323,7 @@ def write_records(images_path: Union[str, "os.PathLike[str]"], labels_path: Unio
             n = min(256, count - start)
             rng.integers(0, 256, size=(n,) + record_shape, dtype=np.uint8).tofile(out)
     rng.integers(0, classes, size=count, dtype=np.int64).tofile(labels_path)
+
+
+# The multi-process loader for map-style datasets lives in its own module; it is part of this one.
+from .worker_loader import WorkerError, WorkerLoader  # noqa: E402 - after the records loader it sits beside

@@ -1,0 +1,287 @@
+"""hetmem.loader.WorkerLoader: a map-style dataset in spawned workers, samples written straight
+into the shared, registered slots, batches in sampler order.
+
+Every sample is fresh random data made from (seed, index), so a batch is compared exactly with
+what the dataset gives for its indices. On a GPU (HETMEM_REQUIRE_GPU=1 on the H200 machine)
+the batches are CUDA tensors and are compared with the same data on the host; without one
+the CPU backend runs (NumPy output, so no PyTorch is needed).
+"""
+
+import faulthandler
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import hetmem
+from hetmem.loader import WorkerError, WorkerLoader
+
+SHAPE = (6, 5, 3)
+DTYPE = np.float32
+ON_GPU = hetmem.device().backend == "cuda"
+if os.environ.get("HETMEM_REQUIRE_GPU") == "1" and not ON_GPU:
+    raise RuntimeError(f"HETMEM_REQUIRE_GPU=1 but hetmem runs on the CPU backend: {hetmem.device().fallback_reason}")
+
+
+@pytest.fixture(autouse=True)
+def hang_guard():
+    """A hang fails the run with every thread's traceback instead of blocking CI."""
+    faulthandler.dump_traceback_later(240, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def shm_names():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def sample(seed, index):
+    """Dataset item ``index``: random, never zeros, different for every index."""
+    rng = np.random.default_rng([seed, index])
+    return (rng.standard_normal(SHAPE) + 10.0).astype(DTYPE), int(rng.integers(-(2**40), 2**40))
+
+
+# -- the datasets (module level: pickled to spawned workers) -----------------------------------
+
+
+class Random:
+    def __init__(self, seed, length, labels=False):
+        self.seed, self.length, self.labels = seed, length, labels
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        image, label = sample(self.seed, index)
+        return (image, label) if self.labels else image
+
+
+class BadAt(Random):
+    """Item ``bad`` is wrong in the way ``how`` says."""
+
+    def __init__(self, seed, length, bad, how):
+        super().__init__(seed, length)
+        self.bad, self.how = bad, how
+
+    def __getitem__(self, index):
+        image = super().__getitem__(index)
+        if index != self.bad:
+            return image
+        if self.how == "shape":
+            return image[:, :4]
+        if self.how == "dtype":
+            return image.astype(np.float64)
+        if self.how == "raise":
+            raise KeyError(f"no such image {index} in the archive")
+        if self.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.how == "hang":
+            time.sleep(600)
+        raise AssertionError(self.how)
+
+
+def loader_for(dataset, batch_size, **options):
+    options.setdefault("workers", 3)
+    options.setdefault("output", "torch" if ON_GPU else "numpy")
+    return WorkerLoader(dataset, batch_size, sample_shape=SHAPE, sample_dtype=DTYPE, **options)
+
+
+def host(array):
+    """A batch as NumPy (a CUDA tensor copied back)."""
+    if isinstance(array, np.ndarray):
+        return array
+    return array.cpu().numpy()
+
+
+def expected(seed, indices):
+    items = [sample(seed, int(i)) for i in indices]
+    return np.stack([image for image, _ in items]), np.array([label for _, label in items], np.int64)
+
+
+# -- the tests -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length,batch_size,drop_last", [(103, 8, False), (103, 8, True), (96, 8, False)])
+def test_batches_in_order_none_lost_or_repeated(rng, length, batch_size, drop_last):
+    seed = int(rng.integers(2**32))
+    before = shm_names()
+    with loader_for(Random(seed, length, labels=True), batch_size, labels=True, drop_last=drop_last) as loader:
+        assert len(loader) == (length // batch_size if drop_last else -(-length // batch_size))
+        seen = []
+        for number, (images, labels) in enumerate(loader):
+            chosen = np.arange(length)[number * batch_size: (number + 1) * batch_size]
+            want_images, want_labels = expected(seed, chosen)
+            if ON_GPU:
+                assert images.is_cuda and labels.is_cuda
+            np.testing.assert_array_equal(host(images), want_images)
+            np.testing.assert_array_equal(host(labels), want_labels)
+            seen.extend(chosen.tolist())
+        assert number + 1 == len(loader)
+        kept = (length // batch_size) * batch_size if drop_last else length
+        assert seen == list(range(kept))
+        stats = loader.stats()
+        assert stats["samples"] == kept and stats["batches"] == len(loader)
+        sample_bytes = int(np.prod(SHAPE)) * np.dtype(DTYPE).itemsize
+        assert stats["worker_bytes"] == kept * sample_bytes
+        # One host write per sample by its worker; the CPU backend copies each batch out once more.
+        assert stats["host_bytes_per_sample"] == sample_bytes * (1 if ON_GPU else 2)
+        assert shm_names() == before, "the slots are sealed memfds: nothing named in /dev/shm"
+    assert shm_names() == before
+
+
+def test_shuffle_follows_seed_and_epoch_every_index_once(rng):
+    seed, length, batch_size = int(rng.integers(2**32)), 77, 10
+    loader_seed = int(rng.integers(2**31))
+    with loader_for(Random(seed, length), batch_size, shuffle=True, seed=loader_seed, workers=2) as loader:
+        orders = []
+        for epoch in range(3):
+            order = loader.order()
+            assert sorted(order.tolist()) == list(range(length))
+            got = np.concatenate([host(images) for images in loader])
+            np.testing.assert_array_equal(got, expected(seed, order)[0])
+            orders.append(order.tolist())
+        assert len({tuple(order) for order in orders}) == 3, "each epoch is shuffled anew"
+        assert orders[0] != list(range(length))
+        loader.set_epoch(1)
+        np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
+                                      expected(seed, orders[1])[0])
+    with loader_for(Random(seed, length), batch_size, shuffle=True, seed=loader_seed, workers=1) as again:
+        assert again.order(2).tolist() == orders[2], "the same seed gives the same order"
+
+
+def test_an_epoch_left_early_does_not_leak_into_the_next(rng):
+    seed, length, batch_size = int(rng.integers(2**32)), 60, 4
+    with loader_for(Random(seed, length), batch_size, workers=2, prefetch=3) as loader:
+        for number, images in enumerate(loader):
+            if number == 2:
+                break
+        got = np.concatenate([host(images) for images in loader])
+        np.testing.assert_array_equal(got, expected(seed, range(length))[0])
+
+
+@pytest.mark.parametrize("how,words", [("shape", ["shape (6, 4, 3)", "sample_shape=(6, 5, 3)"]),
+                                       ("dtype", ["dtype float64", "sample_dtype=float32"]),
+                                       ("raise", ["KeyError", "no such image", "Traceback", "__getitem__"])])
+def test_a_bad_sample_raises_naming_its_index_after_the_good_batches(rng, how, words):
+    seed, length, batch_size = int(rng.integers(2**32)), 50, 4
+    bad = int(rng.integers(12, length))
+    before = shm_names()
+    loader = loader_for(BadAt(seed, length, bad, how), batch_size)
+    good = []
+    with pytest.raises(WorkerError) as raised:
+        for images in loader:
+            good.append(host(images))
+    error = raised.value
+    assert error.index == bad and error.batch == bad // batch_size
+    assert f"dataset index {bad}" in str(error)
+    for word in words:
+        assert word in str(error), (word, str(error))
+    assert error.traceback and "Traceback" in error.traceback
+    assert len(good) == bad // batch_size, "the batches before the bad one came out"
+    np.testing.assert_array_equal(np.concatenate(good), expected(seed, range(len(good) * batch_size))[0])
+    with pytest.raises(WorkerError):
+        iter(loader)
+    assert all(not worker.process.is_alive() for worker in loader._workers)
+    assert shm_names() == before
+
+
+def test_a_killed_worker_is_an_error_naming_it_within_a_second(rng):
+    seed, length, batch_size = int(rng.integers(2**32)), 40, 4
+    bad = 21  # batch 5, worker 5 % 3 = 2
+    before = shm_names()
+    loader = loader_for(BadAt(seed, length, bad, "kill"), batch_size)
+    batches = iter(loader)
+    for _ in range(bad // batch_size):
+        next(batches)
+    victim = loader._workers[(bad // batch_size) % 3]
+    started = time.monotonic()
+    with pytest.raises(WorkerError) as raised:
+        next(batches)
+    elapsed = time.monotonic() - started
+    error = raised.value
+    assert error.worker == victim.number and error.pid == victim.process.pid
+    assert "SIGKILL" in str(error) and f"pid {victim.process.pid}" in str(error)
+    assert error.traceback is None
+    assert elapsed < 3.0, elapsed  # about a second (the report poll), generous for a loaded machine
+    assert shm_names() == before
+
+
+def test_a_worker_killed_from_outside_while_waiting(rng):
+    seed, length, batch_size = int(rng.integers(2**32)), 40, 4
+    loader = loader_for(Random(seed, length), batch_size, workers=2, prefetch=1)
+    batches = iter(loader)
+    np.testing.assert_array_equal(host(next(batches)), expected(seed, range(4))[0])
+    victim = loader._workers[1]
+    os.kill(victim.process.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    with pytest.raises(WorkerError) as raised:
+        # Batch 1 may have been published before the kill; batch 3 cannot have been.
+        for _ in range(3):
+            next(batches)
+    assert raised.value.worker == 1 and "SIGKILL" in str(raised.value)
+
+
+def test_several_epochs_and_len(rng):
+    seed, length, batch_size = int(rng.integers(2**32)), 45, 7
+    with loader_for(Random(seed, length, labels=True), batch_size, labels=True, workers=4) as loader:
+        assert len(loader) == 7
+        want = expected(seed, range(length))
+        for _ in range(3):
+            got = list(loader)
+            assert len(got) == 7 and len(got[-1][0]) == 3
+            np.testing.assert_array_equal(np.concatenate([host(images) for images, _ in got]), want[0])
+            np.testing.assert_array_equal(np.concatenate([host(labels) for _, labels in got]), want[1])
+        assert loader.stats()["samples"] == 3 * length
+    with pytest.raises(ValueError, match="closed"):
+        iter(loader)
+
+
+def test_labels_contract_is_checked(rng):
+    seed = int(rng.integers(2**32))
+    loader = loader_for(Random(seed, 8, labels=False), 4, labels=True, workers=1)
+    with pytest.raises(WorkerError, match=r"with labels=True return a \(sample, label\) tuple"):
+        list(loader)
+    loader = loader_for(Random(seed, 8, labels=True), 4, labels=False, workers=1)
+    with pytest.raises(WorkerError, match="give labels=True"):
+        list(loader)
+
+
+def test_bad_arguments_are_refused():
+    dataset = Random(1, 10)
+    for options, match in [({"workers": 0}, "workers"), ({"prefetch": 0}, "prefetch"),
+                           ({"context": "fork"}, "fork"), ({"output": "jax"}, "output")]:
+        with pytest.raises(ValueError, match=match):
+            loader_for(dataset, 4, **options)
+    with pytest.raises(ValueError, match="batch_size"):
+        loader_for(dataset, 0)
+
+
+def test_forkserver_workers(rng):
+    seed, length = int(rng.integers(2**32)), 30
+    with loader_for(Random(seed, length), 8, workers=2, context="forkserver") as loader:
+        np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
+                                      expected(seed, range(length))[0])
+
+
+def test_torch_output_gives_tensors_of_the_same_data(rng):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the numpy output was tested")
+    seed, length = int(rng.integers(2**32)), 20
+    with loader_for(Random(seed, length, labels=True), 6, labels=True, workers=2, output="torch") as loader:
+        got = list(loader)
+    for images, labels in got:
+        assert isinstance(images, torch.Tensor) and images.dtype == torch.float32
+        assert labels.dtype == torch.int64 and images.is_cuda == ON_GPU
+    want = expected(seed, range(length))
+    np.testing.assert_array_equal(np.concatenate([host(images) for images, _ in got]), want[0])
+    np.testing.assert_array_equal(np.concatenate([host(labels) for _, labels in got]), want[1])
+
+
+def test_one_worker_with_one_slot_does_not_stall(rng):
+    # On a GPU the trainer holds a batch's slot until its copy completed: with one slot in all,
+    # it must give that slot back before it waits for the next batch.
+    seed, length = int(rng.integers(2**32)), 25
+    with loader_for(Random(seed, length), 4, workers=1, prefetch=1) as loader:
+        np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
+                                      expected(seed, range(length))[0])
