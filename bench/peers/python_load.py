@@ -196,6 +196,9 @@ def loader_torch_pread(folder, shards, threads):
 def loader_fastsafetensors(folder, shards, threads):
     from fastsafetensors import SafeTensorsFileLoader
 
+    # Buffered reads, its documented switch: by default it opens local files O_DIRECT, which
+    # reads storage on every load (1.3 GB/s warm in the last run, the same as cold).
+    os.environ["FASTSAFETENSORS_ODIRECT"] = "0"
     loader = SafeTensorsFileLoader(None, "cuda:0", nogds=True, max_threads=threads)
     loader.add_filenames({0: [path for path, _, _ in shards]})
     buffers = loader.copy_files_to_device()

@@ -41,7 +41,7 @@ pub struct Args {
     /// Load `.safetensors` files as plain bytes.
     #[arg(long)]
     raw: bool,
-    /// Reader threads. Default: the CPUs, at most 16.
+    /// Reader threads. Default: the CPUs, at most 8.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: Option<u32>,
     /// Bytes per read and per copy (a multiple of 4 KiB), e.g. 8MiB.

@@ -181,7 +181,7 @@ pub(super) enum What {
         #[arg(long)]
         drop_caches: bool,
         /// Reader threads of each load, comma-separated to compare several (e.g. 8,16).
-        /// Default: the CPUs, at most 16.
+        /// Default: the CPUs, at most 8.
         #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
         threads: Vec<u32>,
         /// Bytes per read and copy (multiples of 4 KiB), comma-separated to compare several
