@@ -47,6 +47,10 @@ def parse_args():
     p.add_argument("--check", type=int, default=16, help="frames compared with the peer (default 16)")
     p.add_argument("--strategies", default="pinned-async,zero-copy,hybrid")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per method; the best is kept")
+    p.add_argument("--no-graph", action="store_true", help="no CUDA-graph rows (ring graph=True, the peer's graphs)")
+    p.add_argument("--naive-mapped", action="store_true",
+                   help="mapped strategies run the conv on the mapped frame as is (one-byte strided reads "
+                        "over the link), not on a wide copy of it")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--json", metavar="PATH")
     return p.parse_args()
@@ -68,6 +72,17 @@ def make_conv(torch, dev):
     return conv
 
 
+def wide(torch, conv):
+    """The same conv for a frame in mapped host memory: its bytes read once across the link in
+    wide loads (a contiguous clone into device memory), the result written back once the same
+    way; the conv's permuted one-byte accesses then touch device memory only."""
+    def run(frame, out):
+        staged_out = torch.empty_like(out, device=out.device)
+        conv(frame.clone(), staged_out)
+        out.copy_(staged_out)
+    return run
+
+
 def fill(host, frames, i, copy):
     """The producer's work on frame `i`: the whole source frame, or a stamp on the one there."""
     if copy:
@@ -76,8 +91,10 @@ def fill(host, frames, i, copy):
         host[0, 0, 0] = i & 0xFF
 
 
-def run_peer(torch, conv, frames, count, cuda, keep=None, copy=True):
-    """The 3-stream PyTorch loop over `count` frames; returns (seconds, kept outputs)."""
+def run_peer(torch, conv, frames, count, cuda, keep=None, copy=True, graph=False):
+    """The 3-stream PyTorch loop over `count` frames; returns (seconds, kept outputs). With
+    `graph`, each lane's copy in, conv and copy out are captured once (torch.cuda.CUDAGraph on
+    the lane's stream, over its fixed buffers) and replayed per frame."""
     h, w, c = frames[0].shape
     lanes = []
     for lane in range(3):
@@ -100,6 +117,16 @@ def run_peer(torch, conv, frames, count, cuda, keep=None, copy=True):
             kept.append(lane["host_out"].numpy().copy())
         lane["index"] = None
 
+    if cuda and graph:
+        for lane in lanes:
+            with torch.cuda.stream(lane["stream"]):  # warm-up, then the capture
+                conv(lane["dev_in"], lane["dev_out"])
+            torch.cuda.synchronize()
+            lane["graph"] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(lane["graph"], stream=lane["stream"]):
+                lane["dev_in"].copy_(lane["host_in"], non_blocking=True)
+                conv(lane["dev_in"], lane["dev_out"])
+                lane["host_out"].copy_(lane["dev_out"], non_blocking=True)
     if cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()
@@ -107,7 +134,12 @@ def run_peer(torch, conv, frames, count, cuda, keep=None, copy=True):
         lane = lanes[i % 3]
         deliver(lane)  # in order: lane i % 3 holds frame i - 3, the oldest
         fill(lane["host_in"].numpy(), frames, i, copy)
-        if cuda:
+        if cuda and graph:
+            with torch.cuda.stream(lane["stream"]):
+                lane["graph"].replay()
+                lane["event"] = torch.cuda.Event()
+                lane["event"].record()
+        elif cuda:
             with torch.cuda.stream(lane["stream"]):
                 lane["dev_in"].copy_(lane["host_in"], non_blocking=True)
                 conv(lane["dev_in"], lane["dev_out"])
@@ -122,14 +154,16 @@ def run_peer(torch, conv, frames, count, cuda, keep=None, copy=True):
     return time.perf_counter() - start, kept
 
 
-def run_ring(hetmem, conv, strategy, slots, frames, count, keep=None, copy=True):
-    """`count` frames through a FrameRing with the conv as its stage; (seconds, kept outputs)."""
+def run_ring(hetmem, conv, strategy, slots, frames, count, keep=None, copy=True, graph=False):
+    """`count` frames through a FrameRing with the conv as its stage (graph=True: the ring
+    captures and replays it); (seconds, kept outputs)."""
     shape = frames[0].shape
 
     def stage(frame, out, stream):
         conv(frame, out)
 
-    ring = hetmem.FrameRing(shape, np.uint8, stage=stage, strategy=strategy, slots=slots, views="torch")
+    ring = hetmem.FrameRing(shape, np.uint8, stage=stage, strategy=strategy, slots=slots, views="torch",
+                            graph=graph)
     kept = []
 
     def drain_one():
@@ -175,14 +209,29 @@ def main():
     shape = (a.height, a.width, 3)
     frames = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(a.pool)]
     strategies = a.strategies.split(",") if cuda else ["cpu"]
+    mapped = {"zero-copy", "hybrid", "managed"}
+    conv_wide = wide(torch, conv)
+
+    def stage_conv(strategy):
+        return conv_wide if strategy in mapped and not a.naive_mapped else conv
+    graphs = [False] if a.no_graph or not cuda else [False, True]
+    rows = [(strategy, graph) for strategy in strategies for graph in graphs]
+
+    def row(name, graph):
+        return name + ("-graph" if graph else "")
 
     # Outputs compared with the peer's on the first --check frames.
     _, reference = run_peer(torch, conv, frames, a.check, cuda, keep=a.check)
     check = {}
-    for strategy in strategies:
-        _, outputs, _ = run_ring(hetmem, conv, strategy, a.slots, frames, a.check, keep=a.check)
+    if True in graphs:
+        _, outputs = run_peer(torch, conv, frames, a.check, cuda, keep=a.check, graph=True)
+        check["torch-3-streams-graph"] = int(max(np.abs(o.astype(np.int16) - r.astype(np.int16)).max()
+                                                 for o, r in zip(outputs, reference)))
+    for strategy, graph in rows:
+        _, outputs, _ = run_ring(hetmem, stage_conv(strategy), strategy, a.slots, frames, a.check, keep=a.check,
+                                 graph=graph)
         assert len(outputs) == len(reference) == a.check
-        check[f"ring-{strategy}"] = int(max(np.abs(o.astype(np.int16) - r.astype(np.int16)).max()
+        check[row(f"ring-{strategy}", graph)] = int(max(np.abs(o.astype(np.int16) - r.astype(np.int16)).max()
                                             for o, r in zip(outputs, reference)))
 
     results = {"fps": {}, "fps_host_copy": {}}
@@ -192,10 +241,14 @@ def main():
             run_peer(torch, conv, frames, a.warmup, cuda, copy=copy)
             seconds, _ = run_peer(torch, conv, frames, a.frames, cuda, copy=copy)
             best["torch-3-streams"] = max(best.get("torch-3-streams", 0.0), a.frames / seconds)
-            for strategy in strategies:
-                run_ring(hetmem, conv, strategy, a.slots, frames, a.warmup, copy=copy)
-                seconds, _, resolved = run_ring(hetmem, conv, strategy, a.slots, frames, a.frames, copy=copy)
-                key = f"ring-{resolved}"
+            if True in graphs:
+                seconds, _ = run_peer(torch, conv, frames, a.frames, cuda, copy=copy, graph=True)
+                best["torch-3-streams-graph"] = max(best.get("torch-3-streams-graph", 0.0), a.frames / seconds)
+            for strategy, graph in rows:
+                run_ring(hetmem, stage_conv(strategy), strategy, a.slots, frames, a.warmup, copy=copy, graph=graph)
+                seconds, _, resolved = run_ring(hetmem, stage_conv(strategy), strategy, a.slots, frames, a.frames,
+                                                copy=copy, graph=graph)
+                key = row(f"ring-{resolved}", graph)
                 best[key] = max(best.get(key, 0.0), a.frames / seconds)
 
     ratios = {mode: {name: fps / best["torch-3-streams"] for name, fps in best.items() if name != "torch-3-streams"}
@@ -208,6 +261,7 @@ def main():
         "warmup": a.warmup,
         "repeats": a.repeats,
         "slots": a.slots,
+        "mapped_stage": "naive" if a.naive_mapped else "wide (a contiguous clone in, one copy out)",
         "device": a.device,
         "gpu": torch.cuda.get_device_name(0) if cuda else "cpu",
         "torch": torch.__version__,
@@ -216,6 +270,8 @@ def main():
         "fps_host_copy": results["fps_host_copy"],
         "ratio_to_peer": ratios["fps"],
         "ratio_to_peer_host_copy": ratios["fps_host_copy"],
+        "ratio_to_graph_peer": {name: fps / results["fps"]["torch-3-streams-graph"]
+                                for name, fps in results["fps"].items()} if True in graphs else None,
         "max_abs_diff_vs_peer": check,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -304,6 +304,30 @@ def test_the_native_half_checks_what_it_is_given():
         native(dev, "cpu", good, good, 1, 42, lambda role, view: view)
 
 
+def test_graph_needs_torch_views_and_a_bool():
+    with pytest.raises(ValueError, match="views='torch'"):
+        hetmem.FrameRing(SHAPE, stage=invert_numpy, strategy="auto", views="raw", graph=True)
+    with pytest.raises(TypeError, match="True or False"):
+        hetmem.FrameRing(SHAPE, stage=invert_numpy, strategy="auto", views="raw", graph="yes")
+
+
+@pytest.mark.skipif(ON_GPU, reason="the CPU path, where graph=True changes nothing")
+def test_graph_on_the_cpu_path_calls_the_stage_every_frame(rng):
+    torch = pytest.importorskip("torch")
+    frames = frames_of(rng, 9)
+    calls = []
+
+    def stage(frame, out, stream):
+        calls.append(1)
+        torch.sub(255, frame, out=out)
+
+    ring = hetmem.FrameRing(SHAPE, stage=stage, strategy="cpu", slots=2, views="torch", graph=True)
+    got = stream_all(ring, frames)
+    assert len(calls) == 9
+    for (index, out), frame in zip(got, frames):
+        np.testing.assert_array_equal(out, 255 - frame)
+
+
 @pytest.mark.skipif(ON_GPU, reason="the CPU backend's refusal of GPU strategies")
 @pytest.mark.parametrize("strategy", GPU_STRATEGIES)
 def test_gpu_strategies_on_the_cpu_backend_say_they_need_a_gpu(strategy):
@@ -353,6 +377,27 @@ def test_every_gpu_strategy_matches_numpy_in_order(rng, strategy):
     assert [index for index, _ in got] == list(range(64))
     for (index, out), frame in zip(got, frames):
         np.testing.assert_array_equal(out, box3_reference(frame), err_msg=f"{strategy} frame {index}")
+
+
+@needs_gpu
+@pytest.mark.parametrize("strategy", ["pinned-async", "zero-copy", "hybrid"])
+def test_a_graphed_stage_is_captured_once_a_slot_and_replayed_matching_numpy(rng, strategy):
+    cuda_torch()
+    frames = frames_of(rng, 48)
+    calls = []
+
+    def stage(frame, out, stream):
+        calls.append(frame.data_ptr())
+        box3_torch(frame, out, stream)
+
+    ring = hetmem.FrameRing(SHAPE, stage=stage, strategy=strategy, slots=3, views="torch", graph=True)
+    got = stream_all(ring, frames)
+    assert [index for index, _ in got] == list(range(48))
+    for (index, out), frame in zip(got, frames):
+        np.testing.assert_array_equal(out, box3_reference(frame), err_msg=f"{strategy} graphed frame {index}")
+    # Each slot's stage ran twice in Python (its first frame eagerly, then the capture); every
+    # later frame was a replay.
+    assert len(calls) == 2 * ring.slots, len(calls)
 
 
 @needs_gpu

@@ -109,15 +109,36 @@ def _adapter(views: str, frame: Tuple[Tuple[int, ...], np.dtype], out: Tuple[Tup
     return adapt
 
 
-def _caller(stage: Callable[..., Any], views: str) -> Callable[[Any, Any, Any], None]:
+def _caller(stage: Callable[..., Any], views: str, graph: bool) -> Callable[[Any, Any, Any], None]:
     torch = _torch() if views == "torch" else None
+    # With graph=True: each slot's stage work, captured once (by its views' addresses and the
+    # stream: a slot's are the same for every frame) and replayed for every later frame.
+    graphs: dict = {}
 
     def call(frame: Any, out: Any, stream: Any) -> None:
-        if torch is not None and stream is not None:
+        if torch is None or stream is None:
+            stage(frame, out, stream)
+            return
+        if not graph:
             with torch.cuda.stream(stream):
                 stage(frame, out, stream)
-        else:
+            return
+        key = (frame.data_ptr(), out.data_ptr(), stream.cuda_stream)
+        captured = graphs.get(key)
+        if captured is not None:
+            with torch.cuda.stream(stream):
+                captured.replay()
+            return
+        # The slot's first frame: run eagerly (it is this frame's result, and it settles lazy
+        # initialisation and cuDNN's choice of algorithm), then capture the same calls. A
+        # capture runs nothing. Thread-local capture mode: the ring's other threads may call
+        # CUDA meanwhile. Each slot's graph keeps its own memory pool: nothing is shared.
+        with torch.cuda.stream(stream):
             stage(frame, out, stream)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured, stream=stream, capture_error_mode="thread_local"):
+            stage(frame, out, stream)
+        graphs[key] = captured
 
     return call
 
@@ -156,6 +177,13 @@ class FrameRing:
     slot goes back to the CPU only after that work is done. The views are valid for the call;
     kept past it, they see later frames' bytes.
 
+    ``graph=True`` (torch views): each slot's stage is run eagerly on its first frame, then
+    captured into a CUDA graph (``torch.cuda.CUDAGraph``) and replayed for every later frame of
+    that slot, so a stage of many small torch calls costs one replay of CPU time a frame. The
+    stage must then do the same GPU work on every call: no host synchronisation, no Python
+    branch on the data, no new tensors kept past the call; a slot's views (and so the graph's
+    addresses) are the same for every frame. On the CPU path it changes nothing.
+
     An exception in the stage comes out of the results at its frame, as ``StageError`` (its
     ``index``, the exception chained); the frames before it are delivered first.
 
@@ -167,7 +195,8 @@ class FrameRing:
 
     def __init__(self, shape: Any, dtype: Any = np.uint8, *, stage: Callable[..., Any],
                  strategy: str = "auto", slots: int = 3, device: Optional[_native.Device] = None,
-                 out_shape: Any = None, out_dtype: Any = None, views: Optional[str] = None):
+                 out_shape: Any = None, out_dtype: Any = None, views: Optional[str] = None,
+                 graph: bool = False):
         frame = _spec(shape, dtype, "frame")
         out = _spec(frame[0] if out_shape is None else out_shape, frame[1] if out_dtype is None else out_dtype,
                     "out")
@@ -178,6 +207,10 @@ class FrameRing:
                              "GPU, NumPy arrays on the CPU)")
         if views == "torch" and _torch() is None:
             raise ImportError("views='torch' needs PyTorch; install it, or pass views='raw'")
+        if not isinstance(graph, bool):
+            raise TypeError(f"graph={graph!r}: give True or False")
+        if graph and views != "torch":
+            raise ValueError("graph=True captures the stage with torch.cuda.CUDAGraph: it needs views='torch'")
         if not callable(stage):
             raise TypeError(f"stage {stage!r}: not callable; give a function stage(frame, out, stream)")
         if not isinstance(strategy, str):
@@ -186,7 +219,7 @@ class FrameRing:
         self._ring = _native.FrameRing(
             device if device is not None else _default_device(), strategy,
             (list(frame[0]), frame[1].str, frame[1].itemsize), (list(out[0]), out[1].str, out[1].itemsize),
-            slots, _caller(stage, views), _adapter(views, frame, out))
+            slots, _caller(stage, views, graph), _adapter(views, frame, out))
         # The result out now: its hold, its view, and the thread that took it.
         self._result: Optional[Tuple[Any, RingView, int]] = None
 
