@@ -147,6 +147,30 @@ impl LinkPath {
         LinkPath::DeviceRead,
     ];
 
+    /// Why this path's figure moves between runs by more than its own samples spread, where
+    /// it does: a quick run of it cannot be trusted to within 10% of a full run, however
+    /// tight its samples, so its cells are marked. Measured on the H200 machine (2026-12-02, a
+    /// quick and a full run in one call): pageable copies at 256 MiB 28% and 38% apart, random
+    /// reads on 4 KiB pages 12-16%, strided zero-copy reads 11-12%, a 64 KiB host memcpy 13%,
+    /// each with samples within 10% of their median.
+    pub fn varies_between_runs(self) -> Option<&'static str> {
+        match self {
+            LinkPath::PageableH2d | LinkPath::PageableD2h => Some(
+                "pageable copies moved up to 38% between runs on the H200 (the driver's staging, the pages' state)",
+            ),
+            LinkPath::RandomReadBasePages => Some(
+                "random reads on 4 KiB pages moved up to 16% between runs on the H200 (the GPU's TLB misses)",
+            ),
+            LinkPath::ZeroCopyReadStrided => {
+                Some("strided mapped reads moved up to 12% between runs on the H200")
+            }
+            LinkPath::HostMemcpy => {
+                Some("a host memcpy moved up to 13% between runs on the H200 (the CPU's caches)")
+            }
+            _ => None,
+        }
+    }
+
     /// The name used in tables, JSON and `--paths`.
     pub fn name(self) -> &'static str {
         match self {
@@ -442,7 +466,8 @@ impl BandwidthCell {
                 gb_s.p99
             ))
         } else {
-            None
+            path.varies_between_runs()
+                .map(|why| format!("{why}; its samples agree within {:.0}%", spread * 100.0))
         };
         BandwidthCell {
             path,
@@ -661,6 +686,18 @@ mod tests {
         // The full run's: 49.9 to 50.5.
         let tight = cell(&[49.9, 50.1, 50.2, 50.4, 50.5]);
         assert!(tight.spread < 0.02 && tight.unsure.is_none(), "{tight:?}");
+        // A path whose figure moves between runs is marked however tight its samples.
+        let pageable = BandwidthCell::new(
+            LinkPath::PageableH2d,
+            256 << 20,
+            Summary::of(&[9.9, 10.0, 10.1, 10.0, 10.0]).unwrap(),
+            "test",
+        );
+        assert!(
+            pageable.unsure.as_deref().is_some_and(|why| why.contains("between runs")),
+            "{:?}",
+            pageable.unsure
+        );
     }
 
     /// Each run XORs into a slot of its own on the GPU: five times 205 repeats of a small cell
