@@ -115,8 +115,12 @@ pub fn load_checkpoint(
 ) -> PyResult<LoadedCheckpoint> {
     let shard = shard
         .map(|(rank, world, dim)| -> PyResult<ShardSpec> {
-            ShardSpec::new(rank.size("load shard rank")?, world.size("load shard world")?, dim.size("load shard dim")?)
-                .map_err(to_py_err)
+            ShardSpec::new(
+                rank.size("load shard rank")?,
+                world.size("load shard world")?,
+                dim.size("load shard dim")?,
+            )
+            .map_err(to_py_err)
         })
         .transpose()?;
     let filter = match (names, prefixes) {
