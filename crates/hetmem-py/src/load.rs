@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use hetmem::data::{Checkpoint, FileStream, LoadMethod, LoadPlan, LoadReport, StreamOptions, TensorFilter};
+use hetmem::data::{
+    Checkpoint, FileStream, LoadMethod, LoadPlan, LoadReport, ShardSpec, StreamOptions, TensorFilter,
+};
 use hetmem::{DeviceBuf, HostBuf, PinOptions, Queue};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -92,10 +94,12 @@ impl LoadedCheckpoint {
 /// attached, from another thread; an exception it raises is raised once the load has ended
 /// (the tensors discarded).
 /// The interpreter is released while the bytes move; nothing is returned unless every
-/// tensor arrived. The stream's pinned staging ring (2 x threads x chunk_bytes) is kept for
+/// tensor arrived. `shard`: `(rank, world, dim)`, each tensor cut to that rank's slice along
+/// `dim` (torch.chunk's split; a tensor with fewer dimensions whole), only its bytes read.
+/// The stream's pinned staging ring (2 x threads x chunk_bytes) is kept for
 /// the next load (see `STREAMS`).
 #[pyfunction]
-#[pyo3(signature = (device, sources, *, names = None, prefixes = None, method = "auto", threads = None, chunk_bytes = None, progress = None))]
+#[pyo3(signature = (device, sources, *, names = None, prefixes = None, method = "auto", threads = None, chunk_bytes = None, progress = None, shard = None))]
 #[allow(clippy::too_many_arguments, reason = "mirrors hetmem.load's keywords")]
 pub fn load_checkpoint(
     py: Python<'_>,
@@ -107,7 +111,18 @@ pub fn load_checkpoint(
     threads: Option<Int>,
     chunk_bytes: Option<Int>,
     progress: Option<Py<PyAny>>,
+    shard: Option<(Int, Int, Int)>,
 ) -> PyResult<LoadedCheckpoint> {
+    let shard = shard
+        .map(|(rank, world, dim)| -> PyResult<ShardSpec> {
+            ShardSpec::new(
+                rank.size("load shard rank")?,
+                world.size("load shard world")?,
+                dim.size("load shard dim")?,
+            )
+            .map_err(to_py_err)
+        })
+        .transpose()?;
     let filter = match (names, prefixes) {
         (Some(_), Some(_)) => {
             return Err(PyValueError::new_err("load: give names= or prefix=, not both"));
@@ -119,7 +134,7 @@ pub fn load_checkpoint(
     let options = stream_options(method, threads, chunk_bytes)?;
     let device = device.map_or_else(hetmem::Device::cpu, |device| device.inner.clone());
     let (plan, loaded) = py.detach(|| -> PyResult<_> {
-        let plan = checkpoint(&sources)?.plan(&filter).map_err(to_py_err)?;
+        let plan = checkpoint(&sources)?.plan_with(&filter, shard.as_ref()).map_err(to_py_err)?;
         check_fits(&device, &plan)?;
         let loaded = load_plan(&device, &plan, options, progress.as_ref())?;
         Ok((plan, loaded))

@@ -167,11 +167,8 @@ def test_names_and_prefixes_choose_what_is_read(tmp_path, rng):
         hetmem.load(index, device="cpu", names=chosen, prefix="layers.")
 
 
-def test_options_not_implemented_or_unknown_are_refused(tmp_path, rng):
+def test_options_unknown_are_refused(tmp_path, rng):
     path = write(tmp_path / "small.safetensors", {"w": ("F32", (4,), random_bytes(rng, "F32", (4,)))})
-    for option in ("dtype", "into", "shard"):
-        with pytest.raises(NotImplementedError, match=f"{option}="):
-            hetmem.load(path, device="cpu", **{option: (0, 2, 0)})
     with pytest.raises(ValueError, match="windows"):
         hetmem.load(path, device="cpu", method="windows")
     with pytest.raises(ValueError, match="teleport"):
@@ -333,3 +330,166 @@ def test_a_gpu_model_loads_its_state_dict_in_place(tmp_path, rng):
                                                             torch.from_numpy(fresh["0.bias"]))),
         torch.from_numpy(fresh["2.weight"]), torch.from_numpy(fresh["2.bias"]))
     torch.testing.assert_close(model(x.cuda()).cpu(), reference, rtol=1e-4, atol=1e-4)
+
+
+def torch_bytes(tensor):
+    """A torch tensor's bytes, as a NumPy uint8 array."""
+    torch = __import__("torch")
+    tensor = tensor.detach().cpu().contiguous()
+    return tensor.view(-1).view(torch.uint8).numpy() if tensor.numel() else np.zeros(0, np.uint8)
+
+
+def as_bytes(value):
+    return torch_bytes(value).tobytes() if hasattr(value, "data_ptr") else np.ascontiguousarray(value).tobytes()
+
+
+def sharded_model(tmp_path, rng):
+    """One file of tensors of 0 to 3 dimensions, sizes the worlds do not all divide."""
+    shapes = {"attn.q": ("F32", (12, 10)), "attn.bias": ("BF16", (10,)), "mlp.w": ("F16", (5, 7, 3)),
+              "step": ("I64", ()), "empty": ("U8", (0, 6)), "mask": ("BOOL", (6, 4))}
+    tensors = {name: (dtype, shape, random_bytes(rng, dtype, shape)) for name, (dtype, shape) in shapes.items()}
+    return write(tmp_path / "sharded.safetensors", tensors), tensors
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_rank_gets_its_torch_chunk_and_reads_only_its_bytes(tmp_path, rng, dim, world):
+    path, tensors = sharded_model(tmp_path, rng)
+    want_all = expected(tensors)
+    total = 0
+    for rank in range(world):
+        loaded = hetmem.load(path, device="cpu", shard=(rank, world, dim))
+        assert set(loaded) == set(tensors)
+        read = 0
+        for name, whole in want_all.items():
+            if whole.ndim > dim:
+                # NumPy's version of torch.chunk: chunks of ceil(size / world).
+                chunk = -(-whole.shape[dim] // world)
+                want = np.take(whole, range(min(rank * chunk, whole.shape[dim]),
+                                            min((rank + 1) * chunk, whole.shape[dim])), axis=dim)
+                read += want.nbytes
+            else:
+                want = whole
+            got = loaded[name]
+            assert tuple(got.shape) == want.shape, (name, rank, world, dim)
+            assert as_bytes(got) == want.tobytes(), (name, rank, world, dim)
+        assert loaded.report.bytes == read + sum(w.nbytes for w in want_all.values() if w.ndim <= dim)
+        total += read
+    assert total == sum(w.nbytes for w in want_all.values() if w.ndim > dim), "the ranks together read each slice once"
+
+
+def test_a_two_rank_load_reads_at_most_55_percent_of_the_file_per_rank(tmp_path, rng):
+    tensors = {"q": ("BF16", (128, 256), random_bytes(rng, "BF16", (128, 256))),
+               "k": ("BF16", (128, 256), random_bytes(rng, "BF16", (128, 256))),
+               "norm": ("F32", (256,), random_bytes(rng, "F32", (256,)))}
+    path = write(tmp_path / "tp.safetensors", tensors)
+    size = sum(len(raw) for _, _, raw in tensors.values())
+    for dim in (0, 1):
+        halves = [hetmem.load(path, device="cpu", shard=(rank, 2, dim)) for rank in (0, 1)]
+        for half in halves:
+            assert half.report.bytes <= 0.55 * size, (dim, half.report.bytes, size)
+        joined = np.concatenate([np.asarray(h["q"]).view(np.uint16) if not hasattr(h["q"], "data_ptr")
+                                 else torch_bytes(h["q"]).view(np.uint16).reshape(h["q"].shape) for h in halves],
+                                axis=dim)
+        assert joined.tobytes() == tensors["q"][2]
+
+
+def test_bad_shards_are_refused_naming_the_remedy(tmp_path, rng):
+    path, _ = sharded_model(tmp_path, rng)
+    for shard, words in [((2, 2, 0), "count from 0 to 1"), ((0, 0, 0), "at least 1"), ((-1, 2, 0), "count from 0"),
+                         ((0, 2, -1), "counted from the front"), ((0, 2), "three ints"), ("0,2,0", "three ints"),
+                         ((0.5, 2, 0), "three ints")]:
+        with pytest.raises(ValueError, match=words):
+            hetmem.load(path, device="cpu", shard=shard)
+
+
+def test_dtype_and_into_without_torch_say_they_need_it(tmp_path, rng):
+    if hetmem._load._torch() is not None:
+        pytest.skip("skipped: PyTorch is installed, so dtype= and into= work")
+    path, _ = sharded_model(tmp_path, rng)
+    for keywords in (dict(dtype="float16"), dict(into={})):
+        with pytest.raises(hetmem.HetmemError, match="needs PyTorch"):
+            hetmem.load(path, device="cpu", **keywords)
+
+
+@pytest.mark.parametrize("target", ["bfloat16", "float16", "float32"])
+def test_dtype_casts_floating_tensors_and_leaves_integers(tmp_path, rng, target):
+    torch = pytest.importorskip("torch")
+    path, tensors = sharded_model(tmp_path, rng)
+    for dtype in (target, getattr(torch, target)):
+        cast = hetmem.load(path, device="cpu", dtype=dtype, shard=(1, 2, 0))
+        plain = hetmem.load(path, device="cpu", shard=(1, 2, 0))
+        for name, tensor in plain.items():
+            got = cast[name]
+            if tensor.dtype.is_floating_point:
+                assert got.dtype == getattr(torch, target), name
+                assert torch.equal(got, tensor.to(getattr(torch, target))), name
+            else:
+                assert got.dtype == tensor.dtype and torch.equal(got, tensor), name
+            if tensor.numel():
+                assert got.data_ptr() != tensor.data_ptr(), f"{name} is in the cast's own allocation"
+    for bad in ("int32", torch.int8, "float8_e4m3fn", "complex64", "nonsense"):
+        with pytest.raises(ValueError, match="dtype="):
+            hetmem.load(path, device="cpu", dtype=bad)
+
+
+def test_into_fills_the_given_tensors_after_checking_them_all(tmp_path, rng):
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4))
+    fresh = {name: rng.standard_normal(tuple(value.shape)).astype(np.float32)
+             for name, value in model.state_dict().items()}
+    path = write(tmp_path / "m.safetensors", {name: ("F32", v.shape, v.tobytes()) for name, v in fresh.items()})
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+    params = dict(model.named_parameters())
+    loaded = hetmem.load(path, into=params)
+    for name, value in params.items():
+        assert loaded[name] is value and torch.equal(value.detach(), torch.from_numpy(fresh[name])), name
+    # A half model: floating tensors cast on the way in.
+    half = {name: torch.full(v.shape, float("nan"), dtype=torch.bfloat16) for name, v in fresh.items()}
+    hetmem.load(path, into=half)
+    for name, value in half.items():
+        assert torch.equal(value, torch.from_numpy(fresh[name]).to(torch.bfloat16)), name
+    # A wrong shape: nothing is copied, the error names the tensor and both shapes.
+    poisoned = {name: torch.full(v.shape, float("nan")) for name, v in fresh.items()}
+    poisoned["2.weight"] = torch.full((4, 9), float("nan"))
+    with pytest.raises(ValueError, match=r"'2.weight'.*\(4, 8\).*\(4, 9\)"):
+        hetmem.load(path, into=poisoned)
+    assert all(torch.isnan(value).all() for value in poisoned.values()), "no partial result"
+    missing = {name: v for name, v in poisoned.items() if name != "0.bias"}
+    with pytest.raises(ValueError, match="'0.bias'.*names= or prefix="):
+        hetmem.load(path, into=missing)
+    only_first = hetmem.load(path, into=missing, prefix="0.weight")
+    assert list(only_first) == ["0.weight"] and torch.equal(missing["0.weight"], torch.from_numpy(fresh["0.weight"]))
+    ints = {name: torch.zeros(v.shape, dtype=torch.int32) for name, v in fresh.items()}
+    with pytest.raises(ValueError, match="only floating tensors are cast"):
+        hetmem.load(path, into=ints)
+    with pytest.raises(ValueError, match="not both"):
+        hetmem.load(path, into=params, dtype="float16")
+
+
+@needs_gpu
+def test_gpu_shards_casts_and_into_match_the_cpu_load(tmp_path, rng):
+    torch = pytest.importorskip("torch")
+    path, tensors = sharded_model(tmp_path, rng)
+    big = {"big.w": ("BF16", (1024, 3000), random_bytes(rng, "BF16", (1024, 3000)))}
+    big_path = write(tmp_path / "big.safetensors", big)
+    for source in (path, big_path):
+        for dim in (0, 1):
+            for rank in range(3):
+                on_cpu = hetmem.load(source, device="cpu", shard=(rank, 3, dim))
+                on_gpu = hetmem.load(source, device="cuda", shard=(rank, 3, dim))
+                assert on_gpu.report.bytes == on_cpu.report.bytes
+                for name in on_cpu:
+                    assert on_gpu[name].is_cuda and as_bytes(on_gpu[name]) == as_bytes(on_cpu[name]), name
+        cast = hetmem.load(source, device="cuda", dtype="float32", shard=(0, 2, 1))
+        plain = hetmem.load(source, device="cpu", dtype="float32", shard=(0, 2, 1))
+        for name in plain:
+            assert cast[name].is_cuda and torch.equal(cast[name].cpu(), plain[name]), name
+        cpu_whole = hetmem.load(source, device="cpu")
+        targets = {name: torch.full_like(t, 7, device="cuda") if t.numel() else t.cuda()
+                   for name, t in cpu_whole.items()}
+        hetmem.load(source, into=targets)
+        for name, t in cpu_whole.items():
+            assert torch.equal(targets[name].cpu(), t), name

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use hetmem::data::{Checkpoint, FileStream, LoadMethod, PLACE_ALIGN, StreamOptions, TensorFilter};
+use hetmem::data::{
+    Checkpoint, FileStream, LoadMethod, LoadPlan, PLACE_ALIGN, ShardSpec, StreamOptions, TensorFilter,
+};
 use hetmem::{Device, DeviceBuf, Error, Queue};
 
 use crate::support::on_every_backend;
@@ -72,12 +74,17 @@ fn load(
     filter: &TensorFilter,
 ) -> (Vec<u8>, BTreeMap<String, hetmem::data::TensorEntry>) {
     let plan = checkpoint.plan(filter).unwrap();
+    load_plan(device, &plan)
+}
+
+/// `plan` loaded into a fresh allocation of `device`: the allocation's bytes and the tensors.
+fn load_plan(device: &Device, plan: &LoadPlan) -> (Vec<u8>, BTreeMap<String, hetmem::data::TensorEntry>) {
     let queue = Queue::new(device).unwrap();
     let options = StreamOptions { method: LoadMethod::Staged, threads: 2, chunk_bytes: 4096, ring_depth: 3 };
     let mut stream = FileStream::new(device, &queue, options).unwrap();
     let mut dst = queue.lend(DeviceBuf::<u8>::new(device, plan.total_bytes().max(1)).unwrap());
     // The buffer starts zeroed and no tensor byte is 0: a byte the load missed cannot pass.
-    let report = stream.load_plan(&plan, &mut dst, &|_| {}).unwrap();
+    let report = stream.load_plan(plan, &mut dst, &|_| {}).unwrap();
     let bytes: usize = plan.tensors().values().map(|entry| entry.bytes).sum();
     assert_eq!(report.bytes, bytes as u64, "only the chosen tensors' bytes are read");
     (dst.reclaim().unwrap().to_vec().unwrap(), plan.tensors().clone())
@@ -192,4 +199,151 @@ fn a_file_truncated_before_the_read_is_an_error() {
     let mut dst = queue.lend(DeviceBuf::<u8>::new(&device, plan.total_bytes()).unwrap());
     let text = stream.load_plan(&plan, &mut dst, &|_| {}).unwrap_err().to_string();
     assert!(text.contains("cut.safetensors"), "{text}");
+}
+
+/// Rank `rank`'s slice along `dim` of a row-major tensor of `shape` whose bytes are `data`,
+/// cut element by element (not as the plan does), `torch.chunk`'s way.
+fn slice_by_elements(
+    data: &[u8],
+    shape: &[usize],
+    element: usize,
+    rank: usize,
+    world: usize,
+    dim: usize,
+) -> Vec<u8> {
+    if shape.len() <= dim {
+        return data.to_vec();
+    }
+    let chunk = shape[dim].div_ceil(world);
+    let (start, end) = ((rank * chunk).min(shape[dim]), ((rank + 1) * chunk).min(shape[dim]));
+    let count: usize = shape.iter().product();
+    let mut out = Vec::new();
+    for flat in 0..count {
+        // The index along `dim` of element `flat`.
+        let at = flat / shape[dim + 1..].iter().product::<usize>() % shape[dim];
+        if (start..end).contains(&at) {
+            out.extend_from_slice(&data[flat * element..(flat + 1) * element]);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_rank_reads_only_its_slice_and_the_ranks_together_read_every_byte_once() {
+    use safetensors::Dtype::{BF16, F32, I64, U8};
+    on_every_backend(
+        "every_rank_reads_only_its_slice_and_the_ranks_together_read_every_byte_once",
+        |device| {
+            let dir = tempfile::tempdir().unwrap();
+            let tensors: &[(&str, safetensors::Dtype, &[usize])] = &[
+                ("a.w", F32, &[10, 6]),
+                ("a.bias", BF16, &[7]),
+                ("b.w", BF16, &[5, 9, 3]),
+                ("b.step", I64, &[]),
+                ("c.empty", U8, &[0, 4]),
+                ("c.odd", U8, &[3, 5, 2]),
+            ];
+            let expected = shard(dir.path(), "model.safetensors", tensors);
+            let checkpoint = Checkpoint::open(dir.path().join("model.safetensors")).unwrap();
+            let data = checkpoint.headers()[0].data.clone();
+            for dim in 0..3 {
+                for world in 1..=4 {
+                    // Every byte of the data section, by how many ranks read it.
+                    let mut reads = vec![0usize; data.len as usize];
+                    for rank in 0..world {
+                        let spec = ShardSpec::new(rank, world, dim).unwrap();
+                        let plan = checkpoint.plan_with(&TensorFilter::All, Some(&spec)).unwrap();
+                        let (all, placed) = load_plan(device, &plan);
+                        for (name, dtype, shape) in tensors {
+                            let element = dtype.bitsize() / 8;
+                            let want = slice_by_elements(&expected[*name], shape, element, rank, world, dim);
+                            let entry = &placed[*name];
+                            assert_eq!(entry.bytes, want.len(), "{name} rank {rank}/{world} dim {dim}");
+                            assert_eq!(entry.offset % PLACE_ALIGN, 0);
+                            assert!(
+                                all[entry.offset..entry.offset + entry.bytes] == want[..],
+                                "{name} {rank}/{world} {dim}"
+                            );
+                            if shape.len() > dim {
+                                let mut sliced = shape.to_vec();
+                                sliced[dim] = want.len()
+                                    / element
+                                    / shape
+                                        .iter()
+                                        .enumerate()
+                                        .filter(|(d, _)| *d != dim)
+                                        .map(|(_, n)| n)
+                                        .product::<usize>()
+                                        .max(1);
+                                if want.is_empty() {
+                                    assert_eq!(entry.shape.iter().product::<usize>(), 0);
+                                } else {
+                                    assert_eq!(entry.shape, sliced, "{name}");
+                                }
+                            } else {
+                                assert_eq!(entry.shape, shape.to_vec(), "{name} is whole");
+                            }
+                        }
+                        // Where each range ends, in the file and in the allocation.
+                        let mut ends: Vec<(u64, usize)> = Vec::new();
+                        for (range, place) in plan.parts() {
+                            assert!(range.len > 0);
+                            assert!(
+                                !ends.contains(&(range.offset, *place)),
+                                "ranges that follow on are merged"
+                            );
+                            ends.push((range.offset + range.len, place + range.len as usize));
+                            for at in range.offset..range.offset + range.len {
+                                reads[(at - data.offset) as usize] += 1;
+                            }
+                        }
+                    }
+                    // A tensor with the dimension is read once over all ranks, one without it by every rank.
+                    for (name, _, shape) in tensors {
+                        let entry = &checkpoint.headers()[0].tensors[*name];
+                        let times = if shape.len() > dim { 1 } else { world };
+                        assert!(
+                            reads[entry.offset..entry.offset + entry.bytes].iter().all(|&n| n == times),
+                            "{name}: dim {dim}, world {world}: read {:?} times, not {times}",
+                            &reads[entry.offset..entry.offset + entry.bytes.min(8)]
+                        );
+                    }
+                }
+            }
+        },
+    );
+}
+
+#[test]
+fn a_two_rank_load_reads_about_half_of_the_file_per_rank() {
+    use safetensors::Dtype::{BF16, F32};
+    let dir = tempfile::tempdir().unwrap();
+    let tensors: &[(&str, safetensors::Dtype, &[usize])] =
+        &[("q", BF16, &[64, 128]), ("k", BF16, &[64, 128]), ("norm", F32, &[128]), ("up", F32, &[33, 20])];
+    shard(dir.path(), "m.safetensors", tensors);
+    let checkpoint = Checkpoint::open(dir.path().join("m.safetensors")).unwrap();
+    let whole = checkpoint.headers()[0].data.len;
+    for dim in [0, 1] {
+        for rank in 0..2 {
+            let plan = checkpoint
+                .plan_with(&TensorFilter::All, Some(&ShardSpec::new(rank, 2, dim).unwrap()))
+                .unwrap();
+            let read: u64 = plan.parts().iter().map(|(range, _)| range.len).sum();
+            assert!(read * 100 <= whole * 55, "rank {rank} dim {dim}: {read} of {whole} bytes");
+            assert!(read * 100 >= whole * 40, "rank {rank} dim {dim}: {read} of {whole} bytes");
+        }
+    }
+}
+
+#[test]
+fn bad_shard_specs_are_refused_with_the_remedy() {
+    let text = ShardSpec::new(2, 2, 0).unwrap_err().to_string();
+    assert!(text.contains("rank 2") && text.contains("from 0 to 1"), "{text}");
+    let text = ShardSpec::new(0, 0, 0).unwrap_err().to_string();
+    assert!(text.contains("at least 1"), "{text}");
+    let spec = ShardSpec::new(3, 4, 1).unwrap();
+    assert_eq!((spec.rank(), spec.world(), spec.dim()), (3, 4, 1));
+    assert_eq!(spec.span(usize::MAX), (3 * usize::MAX.div_ceil(4), usize::MAX));
+    assert_eq!(ShardSpec::new(3, 4, 0).unwrap().span(5), (5, 5), "past the end: empty");
+    assert_eq!(ShardSpec::new(0, 4, 0).unwrap().span(0), (0, 0));
 }

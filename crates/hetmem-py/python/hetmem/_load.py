@@ -7,6 +7,7 @@ their dtypes and shapes, as PyTorch tensors where PyTorch is importable.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -85,7 +86,8 @@ class LoadedTensors(Mapping):
         model.load_state_dict(hetmem.load("model.safetensors.index.json"), assign=True)
     """
 
-    def __init__(self, tensors: Dict[str, Any], report: LoadReport, nbytes: int, where: str, whole: Buffer):
+    def __init__(self, tensors: Dict[str, Any], report: LoadReport, nbytes: int, where: str,
+                 whole: Optional[Buffer]):
         self._tensors = tensors
         # The allocation as one byte buffer: what hetmem.nixl registers (agent.register(loaded)).
         self._whole = whole
@@ -230,6 +232,99 @@ def _views(whole: Buffer, entries: List[Tuple[str, str, List[int], int, int]]) -
     return out
 
 
+def _shard(shard: Any) -> Optional[Tuple[int, int, int]]:
+    """``shard=`` checked: three ints, rank in 0..world-1, world >= 1, dim >= 0."""
+    if shard is None:
+        return None
+    try:
+        rank, world, dim = (operator.index(each) for each in shard)
+    except (TypeError, ValueError):
+        raise ValueError(f"load: shard={shard!r}; give (rank, world, dim), three ints, e.g. shard=(0, 2, 0)") from None
+    if world < 1:
+        raise ValueError(f"load: shard world {world}; give the number of ranks, at least 1")
+    if not 0 <= rank < world:
+        raise ValueError(f"load: shard rank {rank} of a world of {world}; ranks count from 0 to {world - 1}")
+    if dim < 0:
+        raise ValueError(f"load: shard dim {dim}; give the dimension counted from the front (0 for rows)")
+    return rank, world, dim
+
+
+# The floating types dtype= may cast to, by the names it takes.
+_CAST_NAMES = ("float64", "float32", "float16", "bfloat16")
+
+
+def _cast_target(torch: Any, dtype: Any) -> Any:
+    """``dtype=`` as a floating torch dtype."""
+    target = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(target, torch.dtype):
+        raise ValueError(f"load: dtype={dtype!r}; give a torch dtype or one of {', '.join(_CAST_NAMES)}")
+    if not target.is_floating_point or target.itemsize < 2:
+        raise ValueError(f"load: dtype={dtype!r} is not a floating type safetensors tensors can be cast to; "
+                         f"give one of {', '.join(_CAST_NAMES)} (integer tensors are never cast)")
+    return target
+
+
+def _casts(tensor: Any) -> bool:
+    """Whether dtype= and into= cast this tensor: floating ones (float8 too); integer, bool
+    and complex ones are left as they are."""
+    return tensor.dtype.is_floating_point
+
+
+def _synchronized(torch: Any, tensors: Iterable[Any]) -> None:
+    """Waits for PyTorch's copies out of the load's allocation before it may be released."""
+    if any(tensor.is_cuda for tensor in tensors):
+        torch.cuda.current_stream().synchronize()
+
+
+def _cast(torch: Any, tensors: Dict[str, Any], target: Any) -> Tuple[Dict[str, Any], int]:
+    """Every tensor in one new allocation on the same device, floating ones cast to `target`
+    (in one pass of copies), so the load's allocation is released once the caller drops it."""
+    layout, total = {}, 0
+    for name, tensor in tensors.items():
+        dtype = target if _casts(tensor) else tensor.dtype
+        total = -(-total // 256) * 256
+        layout[name] = (dtype, total)
+        total += tensor.numel() * dtype.itemsize
+    some = next(iter(tensors.values()), None)
+    whole = torch.empty(max(total, 1), dtype=torch.uint8, device=some.device if some is not None else "cpu")
+    out = {}
+    for name, tensor in tensors.items():
+        dtype, offset = layout[name]
+        view = whole[offset:offset + tensor.numel() * dtype.itemsize].view(dtype).view(tensor.shape)
+        view.copy_(tensor)
+        out[name] = view
+    _synchronized(torch, out.values())
+    return out, max(total, 1)
+
+
+def _into(torch: Any, tensors: Dict[str, Any], into: Mapping) -> Dict[str, Any]:
+    """The loaded tensors copied into the caller's, every shape and dtype checked first."""
+    for name, tensor in tensors.items():
+        if name not in into:
+            raise ValueError(f"load: tensor {name!r} is in the files but not in into=; add it to into=, or leave "
+                             "it out of the load with names= or prefix=")
+        given = into[name]
+        if not isinstance(given, torch.Tensor):
+            raise TypeError(f"load: into[{name!r}] is a {type(given).__name__}, not a torch tensor")
+        if tuple(given.shape) != tuple(tensor.shape):
+            raise ValueError(f"load: tensor {name!r} has shape {tuple(tensor.shape)} in the files (this shard's "
+                             f"where shard= is given), but into= has {tuple(given.shape)}; give a tensor of that "
+                             "shape, or check the shard")
+        if given.dtype != tensor.dtype and not (_casts(tensor) and given.dtype.is_floating_point):
+            raise ValueError(f"load: tensor {name!r} is {tensor.dtype} in the files but {given.dtype} in into=; "
+                             "only floating tensors are cast: give a tensor of the file's dtype")
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            into[name].copy_(tensor)
+    _synchronized(torch, (into[name] for name in tensors))
+    return {name: into[name] for name in tensors}
+
+
+def _into_device(torch: Any, into: Any) -> str:
+    """Where to load for into= when device= is left out: the GPU if a tensor there is on one."""
+    return "cuda" if any(getattr(t, "is_cuda", False) for t in into.values()) else "cpu"
+
+
 def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
          names: Optional[Iterable[str]] = None, prefix: Union[None, str, Sequence[str]] = None,
          dtype: Any = None, into: Any = None, shard: Optional[Tuple[int, int, int]] = None,
@@ -252,11 +347,35 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
     measures the link first, as ``hetmem load`` does (a few tenths of a second, not in the
     rate; nothing on the CPU backend).
 
+    ``shard=(rank, world, dim)``: a tensor-parallel slice. Each tensor with ``dim + 1``
+    dimensions or more is cut to ``torch.chunk(tensor, world, dim)[rank]``: chunks of
+    ``ceil(size / world)``, so where ``world`` does not divide the size the last ranks get less
+    (and a rank past the end an empty slice); only the slice's bytes are read from the files
+    (one range per tensor along ``dim=0``, one per index of the earlier dimensions along a later
+    one), and ``report.bytes`` counts them. A tensor with fewer dimensions (a scalar; a 1-D bias
+    when ``dim=1``) is loaded whole by every rank. A rank or world out of range, or a negative
+    dim, raises ``ValueError``.
+
+    ``dtype=``: floating tensors (float8 among them) cast to this floating type (a torch dtype,
+    or ``"bfloat16"``, ``"float16"``, ``"float32"``, ``"float64"``); integer, bool and complex
+    tensors are left as they are. Needs PyTorch. The cast runs on the tensors' device after the
+    load, in one pass into one new allocation, and the load's allocation is then released: for
+    the while of the cast both are held (the files' size plus the cast's).
+
+    ``into=``: a mapping name -> existing torch tensor (``dict(model.named_parameters())``,
+    ``model.state_dict()``) that the bytes land in (``copy_`` under ``torch.no_grad``); the
+    result maps each loaded name to the given tensor. Every tensor loaded must be in ``into``
+    (leave others out with ``names=`` or ``prefix=``) with the same shape (the slice's, with
+    ``shard=``), and its dtype, or any floating dtype for a floating tensor (cast as ``dtype=``
+    would); everything is checked before anything is copied, so an error leaves ``into``
+    unchanged. Tensors of ``into`` that the files do not hold are left as they are. With
+    ``device`` left out, the load goes to the GPU when one of ``into``'s tensors is on it;
+    ``nbytes`` and ``device`` then describe the given tensors. ``into=`` and ``dtype=`` do not
+    go together (the given tensors' dtypes decide).
+
     A malformed or truncated file, a missing shard, a tensor in two files, or a name or prefix
     that matches nothing raises (``HetmemError`` or ``ValueError``) naming the file, the tensor
-    and a remedy; nothing is returned unless every tensor arrived. ``dtype=`` (a cast),
-    ``into=`` (existing tensors) and ``shard=`` (a tensor-parallel slice) are not implemented
-    yet: they raise ``NotImplementedError``.
+    and a remedy; nothing is returned unless every tensor arrived.
 
     Example::
 
@@ -264,11 +383,26 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
         weights = hetmem.load("llama/model.safetensors.index.json", device="cuda")
         print(weights.report.gb_per_s, weights.report.method)
         model.load_state_dict(weights, assign=True)
+
+        # Rank 1 of 2: column slices, cast to bfloat16, into the model's own parameters.
+        half = hetmem.load("model.safetensors", device="cuda", shard=(1, 2, 1), dtype="bfloat16")
+        hetmem.load("model.safetensors", into=dict(model.named_parameters()), prefix="layers.")
     """
-    for option, value in (("dtype", dtype), ("into", into), ("shard", shard)):
-        if value is not None:
-            raise NotImplementedError(f"hetmem.load: {option}= is not implemented yet; load without it and "
-                                      f"convert the tensors afterwards")
+    shard = _shard(shard)
+    torch = _torch() if dtype is not None or into is not None else None
+    for option, value in (("dtype", dtype), ("into", into)):
+        if value is not None and torch is None:
+            raise HetmemError(f"hetmem.load: {option}= needs PyTorch, which is not importable here; install torch, "
+                              f"or load without {option}= and convert the arrays yourself")
+    if dtype is not None and into is not None:
+        raise ValueError("hetmem.load: give dtype= or into=, not both (into='s tensors' dtypes decide the cast)")
+    cast_to = _cast_target(torch, dtype) if dtype is not None else None
+    if into is not None:
+        if not isinstance(into, Mapping):
+            raise TypeError(f"hetmem.load: into= is a {type(into).__name__}; give a mapping name -> torch tensor, "
+                            "e.g. dict(model.named_parameters())")
+        if device is None:
+            device = _into_device(torch, into)
     if names is not None and prefix is not None:
         raise ValueError("hetmem.load: give names= or prefix=, not both")
     if isinstance(names, str):
@@ -281,7 +415,7 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
         loaded = _native.load_checkpoint(
             target, _sources(source), names=None if names is None else list(names),
             prefixes=_prefixes(prefix), method=method, threads=threads, chunk_bytes=chunk_bytes,
-            progress=reporter if reporter.wanted else None)
+            progress=reporter if reporter.wanted else None, shard=shard)
     except BaseException:
         reporter.close(None)
         raise
@@ -296,4 +430,14 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
     # transfer) every tensor's view shares; hetmem.nixl registers it (agent.register(loaded)).
     whole = Buffer(memory, (memory.nbytes,), np.uint8)
     tensors = _views(whole, loaded.tensors)
-    return LoadedTensors(tensors, report, memory.nbytes, "cuda" if memory.kind == "device" else "cpu", whole)
+    where, nbytes = "cuda" if memory.kind == "device" else "cpu", memory.nbytes
+    del memory, loaded
+    if cast_to is not None:
+        tensors, nbytes = _cast(torch, tensors, cast_to)
+        whole = None  # the cast's tensors live in a new allocation, not in the loaded one
+    elif into is not None:
+        tensors = _into(torch, tensors, into)
+        nbytes = sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+        where = "cuda" if any(tensor.is_cuda for tensor in tensors.values()) else "cpu"
+        whole = None  # the bytes now live in the caller's tensors
+    return LoadedTensors(tensors, report, nbytes, where, whole)

@@ -125,9 +125,12 @@ class LoadedCheckpoint:
 def load_checkpoint(device: Optional[Device], sources: List[str], *, names: Optional[List[str]] = None,
                     prefixes: Optional[List[str]] = None, method: str = "auto", threads: Optional[int] = None,
                     chunk_bytes: Optional[int] = None,
-                    progress: Optional[Callable[[int, int], Any]] = None) -> LoadedCheckpoint:
+                    progress: Optional[Callable[[int, int], Any]] = None,
+                    shard: Optional[Tuple[int, int, int]] = None) -> LoadedCheckpoint:
     """Loads the safetensors files (or the one index) ``sources`` names into one allocation of
     ``device`` (host memory of the CPU backend where None), with the interpreter released.
+    ``shard=(rank, world, dim)``: each tensor cut to that rank's ``torch.chunk`` slice along
+    ``dim`` (a tensor with fewer dimensions whole), only the slice's bytes read.
 
     Example::
 

@@ -1,6 +1,7 @@
 //! A model's checkpoint: safetensors files (one, several, or the shards a
 //! `model.safetensors.index.json` names), checked against each other, and the plan that puts
-//! the tensors chosen from them into one device allocation.
+//! the tensors chosen from them (whole, or each cut to a tensor-parallel slice: [`ShardSpec`])
+//! into one device allocation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -49,6 +50,74 @@ impl TensorFilter {
                 prefixes.iter().any(|prefix| name.starts_with(prefix.as_str()))
             }
         }
+    }
+}
+
+/// A tensor-parallel slice: rank `rank` of `world` takes its chunk of every tensor along
+/// dimension `dim`, as `torch.chunk(tensor, world, dim)[rank]` would (see [`ShardSpec::span`]).
+///
+/// A tensor with `dim + 1` dimensions or more is sliced: along dimension 0 its slice is one
+/// contiguous byte range of the file; along a later dimension it is one range per index of
+/// the dimensions before `dim` (strided), each read on its own and packed in place, so a rank
+/// reads only its own slice's bytes. A tensor with fewer dimensions (a scalar, or a 1-D bias
+/// when `dim` is 1) is loaded whole by every rank (replicated).
+///
+/// ```
+/// use hetmem::data::ShardSpec;
+/// let shard = ShardSpec::new(1, 4, 0).unwrap();
+/// // 10 rows in chunks of ceil(10 / 4) = 3: rank 1 takes rows 3..6, rank 3 the last one.
+/// assert_eq!(shard.span(10), (3, 6));
+/// assert_eq!(ShardSpec::new(3, 4, 0).unwrap().span(10), (9, 10));
+/// assert!(ShardSpec::new(4, 4, 0).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShardSpec {
+    rank: usize,
+    world: usize,
+    dim: usize,
+}
+
+impl ShardSpec {
+    /// Rank `rank` of `world` ranks, slicing along dimension `dim`.
+    ///
+    /// # Errors
+    /// `world` 0, or `rank` not below `world` ([`Error::InvalidArgument`], with the remedy).
+    pub fn new(rank: usize, world: usize, dim: usize) -> Result<ShardSpec> {
+        if world == 0 {
+            return Err(Error::invalid("shard", "world is 0: give the number of ranks, at least 1"));
+        }
+        if rank >= world {
+            return Err(Error::invalid(
+                "shard",
+                format!("rank {rank} of a world of {world}: ranks count from 0 to {}", world - 1),
+            ));
+        }
+        Ok(ShardSpec { rank, world, dim })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// The dimension sliced.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The indices `start..end` this rank takes of a dimension of `len`, as `torch.chunk`
+    /// splits: chunks of `ceil(len / world)`, the last ranks' smaller, and empty for ranks past
+    /// the end (10 rows over 4 ranks: 3, 3, 3, 1; 5 rows over 4 ranks: 2, 2, 1, 0).
+    pub fn span(&self, len: usize) -> (usize, usize) {
+        // ceil(len / world) without overflow; rank < world, so rank * chunk <= len + chunk.
+        let chunk = len.div_ceil(self.world);
+        let start = self.rank.saturating_mul(chunk).min(len);
+        (start, start.saturating_add(chunk).min(len))
     }
 }
 
@@ -225,8 +294,76 @@ impl Checkpoint {
     /// ([`Error::InvalidArgument`], with the first few names the files do hold); a plan larger
     /// than the address space.
     pub fn plan(&self, filter: &TensorFilter) -> Result<LoadPlan> {
+        self.plan_with(filter, None)
+    }
+
+    /// As [`Checkpoint::plan`], each tensor cut to `shard`'s slice (see [`ShardSpec`]): the
+    /// plan's entries have the slices' shapes and sizes, and its ranges cover only the
+    /// slices' bytes (adjacent ones merged). Each tensor is placed from a multiple of
+    /// [`PLACE_ALIGN`] bytes. `None`: as [`Checkpoint::plan`].
+    ///
+    /// ```no_run
+    /// use hetmem::data::{Checkpoint, ShardSpec, TensorFilter};
+    /// let checkpoint = Checkpoint::open("model.safetensors.index.json")?;
+    /// // Rank 0 of 2, column slices (dimension 1) of every matrix.
+    /// let plan = checkpoint.plan_with(&TensorFilter::All, Some(&ShardSpec::new(0, 2, 1)?))?;
+    /// let read: u64 = plan.parts().iter().map(|(range, _)| range.len).sum();
+    /// println!("{read} bytes to read into {} bytes", plan.total_bytes());
+    /// # Ok::<(), hetmem::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`Checkpoint::plan`].
+    pub fn plan_with(&self, filter: &TensorFilter, shard: Option<&ShardSpec>) -> Result<LoadPlan> {
+        match shard {
+            None => self.plan_whole(filter),
+            Some(shard) => self.plan_sharded(filter, shard),
+        }
+    }
+
+    /// Each file's chosen tensors cut to `shard`'s slice, one tensor after another.
+    fn plan_sharded(&self, filter: &TensorFilter, shard: &ShardSpec) -> Result<LoadPlan> {
         self.check_filter(filter)?;
-        let too_large = || Error::invalid("load", "the tensors add up past the address space");
+        let mut tensors = BTreeMap::new();
+        let mut parts: Vec<(FileRange, usize)> = Vec::new();
+        let mut total = 0usize;
+        for header in &self.headers {
+            let mut by_offset: Vec<(&String, &TensorEntry)> =
+                header.tensors.iter().filter(|(name, _)| filter.keeps(name)).collect();
+            by_offset.sort_by_key(|(_, entry)| (entry.offset, entry.bytes));
+            for (name, entry) in by_offset {
+                let place = total.checked_next_multiple_of(PLACE_ALIGN).ok_or_else(too_large)?;
+                let (sliced, ranges) = slice_of(name, entry, shard)?;
+                let mut at = place;
+                for (start, len) in ranges {
+                    let end = start.checked_add(len).ok_or_else(too_large)?;
+                    let range = range_of(header, start, end);
+                    // Merged with the range before where both the file's bytes and their
+                    // places follow on.
+                    match parts.last_mut() {
+                        Some((last, last_place))
+                            if last.path == range.path
+                                && last.offset + last.len == range.offset
+                                && usize::try_from(last.len).ok().and_then(|n| last_place.checked_add(n))
+                                    == Some(at) =>
+                        {
+                            last.len += range.len;
+                        }
+                        _ => parts.push((range, at)),
+                    }
+                    at = at.checked_add(len).ok_or_else(too_large)?;
+                }
+                total = place.checked_add(sliced.bytes).ok_or_else(too_large)?;
+                debug_assert_eq!(at, total, "a slice's ranges add up to its bytes");
+                tensors.insert(name.clone(), TensorEntry { offset: place, ..sliced });
+            }
+        }
+        parts.retain(|(range, _)| range.len > 0);
+        Ok(LoadPlan { tensors, parts, total })
+    }
+
+    fn plan_whole(&self, filter: &TensorFilter) -> Result<LoadPlan> {
+        self.check_filter(filter)?;
         let mut tensors = BTreeMap::new();
         let mut parts = Vec::new();
         let mut total = 0usize;
@@ -320,6 +457,57 @@ fn weight_map(index: &serde_json::Value) -> std::result::Result<BTreeMap<String,
             None => Err(format!("tensor {name:?}: its shard is not a file name")),
         })
         .collect()
+}
+
+fn too_large() -> Error {
+    Error::invalid("load", "the tensors add up past the address space")
+}
+
+/// `entry` cut to `shard`'s slice (its shape, its bytes; the offset left as the file's), and
+/// the slice's byte ranges `(start, len)` in the file's data section, in order (empty ones
+/// left out). A tensor with no dimension `shard.dim()` is whole.
+fn slice_of(
+    name: &str,
+    entry: &TensorEntry,
+    shard: &ShardSpec,
+) -> Result<(TensorEntry, Vec<(usize, usize)>)> {
+    let dim = shard.dim();
+    if entry.shape.len() <= dim {
+        let whole = if entry.bytes > 0 { vec![(entry.offset, entry.bytes)] } else { Vec::new() };
+        return Ok((entry.clone(), whole));
+    }
+    let element = super::safetensors::element_bytes(&entry.dtype)
+        .map_err(|problem| Error::invalid("shard", format!("tensor {name:?}: {problem}")))?;
+    let product = |dims: &[usize]| dims.iter().try_fold(1usize, |all, &n| all.checked_mul(n));
+    let outer = product(&entry.shape[..dim]).ok_or_else(too_large)?;
+    // The bytes of one index of `dim`, and of one index of the dimensions before it.
+    let inner =
+        product(&entry.shape[dim + 1..]).and_then(|n| n.checked_mul(element)).ok_or_else(too_large)?;
+    let row = inner.checked_mul(entry.shape[dim]).ok_or_else(too_large)?;
+    let (start, end) = shard.span(entry.shape[dim]);
+    let len = inner.checked_mul(end - start).ok_or_else(too_large)?;
+    let skip = inner.checked_mul(start).ok_or_else(too_large)?;
+    let mut shape = entry.shape.clone();
+    shape[dim] = end - start;
+    let bytes = len.checked_mul(outer).ok_or_else(too_large)?;
+    let mut ranges = Vec::new();
+    if len > 0 {
+        if len == row {
+            // The whole of `dim`: the slices of consecutive outer indices follow on.
+            ranges.push((entry.offset, bytes));
+        } else {
+            ranges.reserve(outer);
+            for index in 0..outer {
+                let at = index
+                    .checked_mul(row)
+                    .and_then(|n| n.checked_add(skip))
+                    .and_then(|n| n.checked_add(entry.offset))
+                    .ok_or_else(too_large)?;
+                ranges.push((at, len));
+            }
+        }
+    }
+    Ok((TensorEntry { dtype: entry.dtype.clone(), shape, offset: entry.offset, bytes }, ranges))
 }
 
 /// The bytes `start..end` of `header`'s data section, as a range of its file.

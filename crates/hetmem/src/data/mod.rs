@@ -21,7 +21,7 @@ mod source;
 mod stream;
 mod windows;
 
-pub use checkpoint::{Checkpoint, LoadPlan, PLACE_ALIGN, TensorFilter};
+pub use checkpoint::{Checkpoint, LoadPlan, PLACE_ALIGN, ShardSpec, TensorFilter};
 pub use method::{LoadMethod, LoadReport, StreamOptions};
 pub use residency::resident_fraction;
 pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry, element_bytes};

@@ -84,6 +84,9 @@ def _what_to_register(source: Any) -> Tuple[Buffer, View]:
 
     if isinstance(source, LoadedTensors):
         whole = source._whole
+        if whole is None:
+            raise TypeError("register: these tensors were cast (dtype=) or copied into given tensors (into=), so "
+                            "they are not hetmem's allocation; register a load without dtype=/into=")
         return whole, whole
     if isinstance(source, DeviceView):
         if _native.View._memory.__get__(source).kind != "device":
