@@ -52,8 +52,12 @@ def poisoned(nbytes: int) -> hetmem.Buffer:
 @pytest.fixture
 def pair():
     """Two agents of this process that know each other (metadata is loaded again by the tests
-    after they register what the peer uses)."""
-    return hn.Agent(unique("sender")), hn.Agent(unique("receiver"))
+    after they register what the peer uses). Where UCX_TLS leaves TCP out (the GPU machine's
+    run over shared memory and CUDA copies), without peer failure handling, which those
+    transports lack."""
+    tls = os.environ.get("UCX_TLS")
+    params = {"UCX": {"ucx_error_handling_mode": "none"}} if tls and "tcp" not in tls else None
+    return hn.Agent(unique("sender"), params=params), hn.Agent(unique("receiver"), params=params)
 
 
 @needs_nixl
@@ -322,7 +326,10 @@ def test_errors_name_the_backend_the_call_and_a_remedy(rng, pair, monkeypatch):
     with pytest.raises(ValueError, match="not in backends"):
         hn.Agent(unique("params"), params={"POSIX": {}})
 
-    monkeypatch.setenv("UCX_TLS", "sm,self")
+    # With a GPU, UCX needs its CUDA transports beside shared memory to start at all (the H200
+    # machine refused sm,self alone even without peer failure handling).
+    on_gpu = hetmem.device().backend == "cuda"
+    monkeypatch.setenv("UCX_TLS", "cuda_copy,cuda_ipc,sm,self" if on_gpu else "sm,self")
     with pytest.raises(hn.NixlError, match=r"NIXL UCX: starting the UCX backend .*ucx_error_handling_mode"):
         hn.Agent(unique("shm"))
     quiet = hn.Agent(unique("shm"), params={"UCX": {"ucx_error_handling_mode": "none"}})
