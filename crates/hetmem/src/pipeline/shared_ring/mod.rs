@@ -5,10 +5,11 @@
 //! # The protocol
 //! The producer makes a sealed `memfd`: one header page ([`MAX_SHARED_SLOTS`] slot state
 //! words, the sizes, a magic and a version) and the slots, each a whole number of pages so
-//! each is registered with the GPU on its own. It sends the memfd and two eventfds (one that
-//! says "a slot is full", one that says "a slot is free") over a connected Unix socket
+//! each is registered with the GPU on its own. It sends the memfd over a connected Unix socket
 //! (`SCM_RIGHTS`); the consumer checks the header against the segment's real size and the
-//! layout it computes itself, registers the slots, and answers.
+//! layout it computes itself, registers the slots, and answers. From then on the socket
+//! belongs to the ring: it carries the wake-ups ("a slot is full", "a slot is free", one byte
+//! each), and the caller must neither read nor write it.
 //!
 //! Frame `k` uses slot `k % slots`. A slot goes round `free -> filling -> full -> consuming ->
 //! free`; each step is taken only by the side that holds the slot, as a release store that
@@ -19,21 +20,25 @@
 //! while the other side holds the slot. The consumer checks that each frame carries the index
 //! it expects: frames arrive in order, none lost or delivered twice.
 //!
-//! A side that waits polls its eventfd together with the peer's pidfd and its end of the
-//! socket: a peer that dies (even by `SIGKILL`) is noticed at once, and the survivor gets
+//! A side that waits polls its end of the socket together with the peer's pidfd: a peer
+//! that dies (even by `SIGKILL`) is noticed at once, and the survivor gets
 //! [`Error::PeerGone`] naming its pid and what it was doing, after the frames it completed.
 //! Nothing is left behind: the memfd has no name, and goes when the last process unmaps it.
 //!
 //! # A peer that breaks the protocol
 //! Whatever the peer writes into the header is checked before use (sizes at connect, each
-//! state word and frame index when read), the segment is a memfd sealed against shrinking (a
-//! `/dev/shm` segment, which cannot be sealed, is refused), and the eventfds are made
-//! non-blocking and read only when readable: a hostile peer cannot make this process read or
-//! write outside the segment or crash it with SIGBUS. It can still write a slot's bytes while
-//! this process holds the slot's slice, which the protocol forbids and nothing in one process
-//! can prevent, and (the eventfds' flags are shared) make them blocking again and race a read
-//! into a hang: connect only to a peer that runs this protocol (hetmem's ring), or copy a
-//! frame out before trusting what it says.
+//! state word and frame index when read), and the segment is a memfd sealed against shrinking
+//! (a `/dev/shm` segment, which cannot be sealed, is refused): a hostile peer cannot make this
+//! process read or write outside the segment or crash it with SIGBUS.
+//!
+//! Nor can it hang a wait. Wake-ups are bytes on the socket, sent and received with
+//! `MSG_DONTWAIT`, never eventfds: an eventfd passed to the peer is one open file in both
+//! processes, whose `O_NONBLOCK` the peer could clear (and whose counter it could drain, or
+//! fill to its maximum) between this process's poll and its read or write, which would then
+//! wait for good. Each end of a socket is a file of its own, out of the peer's reach. Every
+//! wait also looks at the slot again at least every 100 ms, so a lost or stolen wake-up costs
+//! latency, never a hang; [`RingProducer::next_slot_within`] and
+//! [`RingConsumer::next_frame_within`] bound a wait outright.
 //!
 //! # Examples
 //! Both sides in one process here, for brevity (`examples/two_processes.rs` uses two):
@@ -71,10 +76,11 @@ use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 pub use header::MAX_SHARED_SLOTS;
 use header::{CONSUMING, FILLING, FREE, FULL, HeaderWords, RingLayout};
-use peer::{Peer, new_eventfd, signal};
+use peer::Peer;
 
 use crate::backend::Device;
 use crate::backend::cpu::memory::page_size;
@@ -99,10 +105,6 @@ const ABANDONED: u32 = 2;
 struct RingShared {
     segment: Arc<SharedSegment>,
     layout: RingLayout,
-    /// Written by the producer when a slot turns full.
-    filled: OwnedFd,
-    /// Written by the consumer when a slot turns free.
-    freed: OwnedFd,
     peer: Peer,
     /// Each slot's memory as a buffer registered in this process, while no frame holds it.
     slots: Mutex<Vec<Option<HostBuf<u8>>>>,
@@ -233,12 +235,11 @@ impl RingProducer {
         let layout = RingLayout::new(frame_bytes, slots, page_size())?;
         let segment = Arc::new(SharedSegment::memfd("hetmem-ring", layout.total_bytes, false)?);
         header_of(&segment)?.init(&layout, std::process::id());
-        let (filled, freed) = (new_eventfd()?, new_eventfd()?);
         let mut hello = [0u8; 24];
         hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         hello[8..16].copy_from_slice(&u64::from(header::VERSION).to_le_bytes());
         hello[16..].copy_from_slice(&(layout.total_bytes as u64).to_le_bytes());
-        send_fds(socket.as_fd(), &hello, &[segment.fd(), filled.as_fd(), freed.as_fd()])?;
+        send_fds(socket.as_fd(), &hello, &[segment.fd()])?;
         let mut answer = [REFUSED];
         let refused = |detail: &str| {
             Error::invalid("shared ring", format!("the consumer {detail}: its own error says why"))
@@ -249,7 +250,7 @@ impl RingProducer {
         }
         let peer = Peer::new("consumer", socket)?;
         let slots = register_slots(device, &segment, &layout, options)?;
-        let shared = Arc::new(RingShared { segment, layout, filled, freed, peer, slots });
+        let shared = Arc::new(RingShared { segment, layout, peer, slots });
         Ok(RingProducer { shared, next: 0, closed: false })
     }
 
@@ -260,11 +261,22 @@ impl RingProducer {
     /// [`Error::PeerGone`] when the consumer exits, is killed, or closes the ring meanwhile;
     /// a corrupt state word.
     pub fn next_slot(&mut self) -> Result<SlotWriter<'_>> {
+        Ok(self.next_slot_within(None)?.expect("no deadline: waits until a slot is free"))
+    }
+
+    /// [`RingProducer::next_slot`], waiting at most `timeout` (`None` for ever): `Ok(None)` when
+    /// no slot came free in time (the ring is as it was; call again). For callers that must
+    /// wake up now and then, as a binding checking for Ctrl-C.
+    ///
+    /// # Errors
+    /// As [`RingProducer::next_slot`].
+    pub fn next_slot_within(&mut self, timeout: Option<Duration>) -> Result<Option<SlotWriter<'_>>> {
+        let deadline = deadline_after(timeout);
         let shared = &*self.shared;
         let slot = (self.next % shared.layout.slots as u64) as usize;
         let sequence = self.next;
-        shared.peer.wait(
-            &shared.freed,
+        let free = shared.peer.wait(
+            deadline,
             || {
                 if shared.header().consumer_closed.load(Ordering::Acquire) != 0 {
                     return Err(shared
@@ -279,9 +291,12 @@ impl RingProducer {
                     .gone(format!("it exited or was killed while frame {sequence} waited for a free slot")))
             },
         )?;
+        if free.is_none() {
+            return Ok(None);
+        }
         shared.set_state(slot, FILLING);
         let buffer = shared.take_buffer(slot);
-        Ok(SlotWriter { producer: self, slot, sequence, buffer: Some(buffer) })
+        Ok(Some(SlotWriter { producer: self, slot, sequence, buffer: Some(buffer) }))
     }
 
     /// Ends the stream: the consumer takes the frames published so far, then hears the end
@@ -295,7 +310,7 @@ impl RingProducer {
         if !self.closed {
             self.closed = true;
             self.shared.header().producer_closed.store(how, Ordering::Release);
-            signal(&self.shared.filled);
+            self.shared.peer.signal();
         }
     }
 
@@ -362,7 +377,7 @@ impl SlotWriter<'_> {
         shared.header().slot(self.slot).sequence.store(self.sequence, Ordering::Relaxed);
         // The release store orders the frame's bytes and its sequence before the state.
         shared.set_state(self.slot, FULL);
-        signal(&shared.filled);
+        shared.peer.signal();
         self.producer.next += 1;
     }
 }
@@ -429,7 +444,7 @@ impl RingConsumer {
         options: RegisterOptions,
     ) -> Result<RingConsumer> {
         let word = |at: usize| u64::from_le_bytes(hello[at..at + 8].try_into().expect("8 bytes"));
-        if word(0) != HELLO_MAGIC || fds.len() != 3 {
+        if word(0) != HELLO_MAGIC || fds.len() != 1 {
             return Err(Error::invalid(
                 "shared ring message",
                 format!(
@@ -448,24 +463,7 @@ impl RingConsumer {
                 ),
             ));
         }
-        let [memfd, filled, freed]: [OwnedFd; 3] = fds.try_into().expect("checked: three descriptors");
-        for (what, fd) in [("full", &filled), ("free", &freed)] {
-            let kind = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)));
-            if !kind.as_ref().is_ok_and(|path| path.as_os_str() == "anon_inode:[eventfd]") {
-                return Err(Error::invalid(
-                    "shared ring message",
-                    format!("the descriptor for \"a slot is {what}\" is {kind:?}, not an eventfd"),
-                ));
-            }
-            // Made non-blocking here whatever the producer made it: a blocking read of an
-            // empty eventfd would wait for a wake-up that a dead producer never sends.
-            rustix::fs::fcntl_getfl(fd)
-                .and_then(|flags| rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK))
-                .map_err(|errno| Error::Io {
-                    context: format!("making the \"a slot is {what}\" eventfd non-blocking"),
-                    source: errno.into(),
-                })?;
-        }
+        let [memfd]: [OwnedFd; 1] = fds.try_into().expect("checked: one descriptor");
         let header_bytes = round_up("shared ring header", size_of::<HeaderWords>(), page_size())?;
         // Sealed, whatever its kind: nothing the producer does may shrink it under the frames
         // this safe API hands out (a named segment could be truncated: SIGBUS on a read).
@@ -475,7 +473,7 @@ impl RingConsumer {
         header.consumer_pid.store(std::process::id(), Ordering::Relaxed);
         let peer = Peer::new("producer", socket)?;
         let slots = register_slots(device, &segment, &layout, options)?;
-        let shared = Arc::new(RingShared { segment, layout, filled, freed, peer, slots });
+        let shared = Arc::new(RingShared { segment, layout, peer, slots });
         Ok(RingConsumer { shared, next: 0, ended: false })
     }
 
@@ -488,8 +486,19 @@ impl RingConsumer {
     /// closing it (after the frames it completed); a frame out of order or a corrupt state
     /// word (the segment written outside the protocol).
     pub fn next_frame(&mut self) -> Result<Option<SharedFrame>> {
+        Ok(self.next_frame_within(None)?.expect("no deadline: waits until a frame or the end comes"))
+    }
+
+    /// [`RingConsumer::next_frame`], waiting at most `timeout` (`None` for ever): the outer
+    /// `None` when neither a frame nor the end came in time (the ring is as it was; call
+    /// again). For callers that must wake up now and then, as a binding checking for Ctrl-C.
+    ///
+    /// # Errors
+    /// As [`RingConsumer::next_frame`].
+    pub fn next_frame_within(&mut self, timeout: Option<Duration>) -> Result<Option<Option<SharedFrame>>> {
+        let deadline = deadline_after(timeout);
         if self.ended {
-            return Ok(None);
+            return Ok(Some(None));
         }
         let shared = Arc::clone(&self.shared);
         let slot = (self.next % shared.layout.slots as u64) as usize;
@@ -506,8 +515,8 @@ impl RingConsumer {
                 ),
             ));
         }
-        let full = shared.peer.wait(
-            &shared.filled,
+        let Some(full) = shared.peer.wait(
+            deadline,
             || look(&shared, slot, sequence),
             || {
                 Err(shared.peer.gone(match shared.state(slot) {
@@ -515,15 +524,18 @@ impl RingConsumer {
                     _ => format!("it exited or was killed after {sequence} frames, without closing the ring"),
                 }))
             },
-        )?;
+        )?
+        else {
+            return Ok(None);
+        };
         if !full {
             self.ended = true;
-            return Ok(None);
+            return Ok(Some(None));
         }
         shared.set_state(slot, CONSUMING);
         let buffer = shared.take_buffer(slot);
         self.next += 1;
-        Ok(Some(SharedFrame { shared, slot, sequence, buffer: Some(buffer) }))
+        Ok(Some(Some(SharedFrame { shared, slot, sequence, buffer: Some(buffer) })))
     }
 
     /// Takes the next frame and runs `stage`'s CPU path on it, writing `outputs` (one buffer
@@ -594,6 +606,11 @@ impl RingConsumer {
     }
 }
 
+/// The instant `timeout` from now; `None` (for ever) for none or one past what the clock holds.
+fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|timeout| Instant::now().checked_add(timeout))
+}
+
 /// Whether frame `sequence` is full in `slot` (`Some(true)`), the stream has ended before it
 /// (`Some(false)`), or neither yet (`None`).
 fn look(shared: &RingShared, slot: usize, sequence: u64) -> Result<Option<bool>> {
@@ -630,7 +647,7 @@ fn look(shared: &RingShared, slot: usize, sequence: u64) -> Result<Option<bool>>
 impl Drop for RingConsumer {
     fn drop(&mut self) {
         self.shared.header().consumer_closed.store(1, Ordering::Release);
-        signal(&self.shared.freed);
+        self.shared.peer.signal();
     }
 }
 
@@ -683,7 +700,7 @@ impl Drop for SharedFrame {
             // The release store orders this process's reads (and GPU work, already waited
             // for by the lease that held the frame) before the producer's next writes.
             self.shared.set_state(self.slot, FREE);
-            signal(&self.shared.freed);
+            self.shared.peer.signal();
         }
     }
 }
