@@ -175,7 +175,7 @@ fn produce(seed: u64, frames: u64, stall: bool) {
     let mut ring = RingProducer::create(&cpu_device(), &socket, FRAME_BYTES, 3, Default::default()).unwrap();
     for sequence in 0..frames {
         let mut slot = ring.next_slot().unwrap();
-        slot.as_mut_slice().copy_from_slice(&frame_of(seed, sequence, FRAME_BYTES));
+        slot.write_at(0, &frame_of(seed, sequence, FRAME_BYTES)).unwrap();
         slot.publish();
     }
     if !stall {
@@ -183,7 +183,7 @@ fn produce(seed: u64, frames: u64, stall: bool) {
         return;
     }
     let mut slot = ring.next_slot().unwrap();
-    slot.as_mut_slice()[..FRAME_BYTES / 2].fill(0x33);
+    slot.write_at(0, &[0x33; FRAME_BYTES / 2]).unwrap();
     say("mid-frame");
     std::thread::sleep(Duration::from_secs(120));
     unreachable!("killed by the parent before this");
@@ -201,7 +201,7 @@ fn frames_cross_to_another_process_in_order_none_lost_or_repeated() {
     assert_eq!(ring.producer_pid(), peer.pid());
     let mut count = 0;
     while let Some(frame) = ring.next_frame().unwrap() {
-        check_frame(seed, count, frame.as_slice());
+        check_frame(seed, count, &frame.to_vec());
         count += 1;
     }
     assert_eq!(count, FRAMES, "every frame, once");
@@ -218,8 +218,8 @@ fn frames_cross_from_this_process_to_a_consuming_one() {
         let mut digest = 0u64;
         let mut count = 0;
         while let Some(frame) = ring.next_frame().unwrap() {
-            check_frame(seed, count, frame.as_slice());
-            digest = digest.rotate_left(7) ^ fnv1a(frame.as_slice());
+            check_frame(seed, count, &frame.to_vec());
+            digest = digest.rotate_left(7) ^ fnv1a(&frame.to_vec());
             count += 1;
         }
         return say(&format!("consumed {count} digest {digest:#x}"));
@@ -234,7 +234,7 @@ fn frames_cross_from_this_process_to_a_consuming_one() {
         let frame = frame_of(seed, sequence, FRAME_BYTES);
         digest = digest.rotate_left(7) ^ fnv1a(&frame);
         let mut slot = ring.next_slot().unwrap();
-        slot.as_mut_slice().copy_from_slice(&frame);
+        slot.write_at(0, &frame).unwrap();
         slot.publish();
     }
     ring.close();
@@ -253,7 +253,7 @@ fn a_producer_killed_mid_frame_is_named_within_a_second_after_its_frames() {
     let mut ring = RingConsumer::connect(&cpu_device(), &peer.socket, Default::default()).unwrap();
     for sequence in 0..5 {
         let frame = ring.next_frame().unwrap().expect("a frame the producer finished");
-        check_frame(seed, sequence, frame.as_slice());
+        check_frame(seed, sequence, &frame.to_vec());
     }
     peer.expect_line("mid-frame");
     let pid = peer.pid();
@@ -342,7 +342,7 @@ fn a_consumer_killed_holding_frames_is_named_within_a_second() {
         RingProducer::create(&cpu_device(), &peer.socket, FRAME_BYTES, 2, Default::default()).unwrap();
     for sequence in 0..2 {
         let mut slot = ring.next_slot().unwrap();
-        slot.as_mut_slice().copy_from_slice(&frame_of(seed, sequence, FRAME_BYTES));
+        slot.write_at(0, &frame_of(seed, sequence, FRAME_BYTES)).unwrap();
         slot.publish();
     }
     assert_eq!(peer.expect_line("holding"), "holding 0 1");

@@ -25,6 +25,25 @@
 //! [`Error::PeerGone`] naming its pid and what it was doing, after the frames it completed.
 //! Nothing is left behind: the memfd has no name, and goes when the last process unmaps it.
 //!
+//! # Soundness: what safe code may see of a slot
+//! Both processes map every slot writable, and nothing in one process can stop the other
+//! writing a slot it does not hold. A Rust `&[u8]` or `&mut [u8]` of such memory would be
+//! undefined behaviour the moment a peer broke the protocol, so the safe API never makes
+//! one: a frame is read with [`SharedFrame::read_at`] or [`SharedFrame::to_vec`], a slot
+//! written with [`SlotWriter::write_at`] or [`SlotWriter::fill`], all word-sized relaxed
+//! atomic copies (a misbehaving peer can garble the bytes, never this process's memory
+//! model); [`RingConsumer::run`] copies the frame out for the stage's CPU path. The zero-copy
+//! paths stay: a [`SharedFrame`] is a buffer, shared with a queue so that a kernel reads it
+//! in place (the GPU reading memory a CPU writes is no Rust reference), and
+//! [`SlotWriter::as_mut_ptr`] / [`SharedFrame::as_ptr`] give the address to code that fills
+//! or reads it itself. `SharedFrame::as_slice` and both `as_mut_slice` remain, `unsafe`,
+//! for a caller who trusts the peer to run this protocol. A frame is not `HostVisible`, so
+//! a shared lease of it gives no `host()` slice either.
+//!
+//! This was chosen over `unsafe` constructors (`connect`, `create`) that trust the peer
+//! outright: those would make every use of the ring unsafe to keep one slice, where the GPU
+//! path (the one the ring is for) needs no trust at all.
+//!
 //! # A peer that breaks the protocol
 //! Whatever the peer writes into the header is checked before use (sizes at connect, each
 //! state word and frame index when read), and the segment is a memfd sealed against shrinking
@@ -53,14 +72,16 @@
 //!     let mut ring = RingConsumer::connect(&Device::open_best()?, &right, Default::default())?;
 //!     let mut firsts = Vec::new();
 //!     while let Some(frame) = ring.next_frame()? {
-//!         firsts.push(frame.as_slice()[0]); // dropping the frame frees its slot
+//!         let mut first = [0u8];
+//!         frame.read_at(0, &mut first)?; // a copy: the producer's process can write the slot
+//!         firsts.push(first[0]); // dropping the frame frees its slot
 //!     }
 //!     Ok(firsts)
 //! });
 //! let mut ring = RingProducer::create(&device, &left, 4096, 3, Default::default())?;
 //! for k in 0..10u8 {
 //!     let mut slot = ring.next_slot()?;
-//!     slot.as_mut_slice().fill(k);
+//!     slot.fill(k);
 //!     slot.publish();
 //! }
 //! ring.close();
@@ -74,7 +95,7 @@ mod peer;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -87,7 +108,7 @@ use crate::backend::cpu::memory::page_size;
 use crate::error::{Error, Result};
 use crate::memory::fd_passing::{read_exact, recv_fds, send_fds, write_all};
 use crate::memory::shared::{SharedSegment, Unsealed, round_up};
-use crate::memory::{Buffer, HostBuf, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer};
+use crate::memory::{Buffer, HostBuf, Region, RegisterOptions, Sealed, WritableBuffer};
 use crate::stage::Stage;
 
 /// Opens the message that carries a ring's descriptors.
@@ -364,8 +385,52 @@ impl SlotWriter<'_> {
         self.sequence
     }
 
-    /// The slot's bytes, exactly one frame; what the previous frame in it left, until written.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// The bytes of one frame.
+    pub fn len(&self) -> usize {
+        self.producer.shared.layout.frame_bytes
+    }
+
+    /// Always false: a frame holds at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `bytes` into the slot from byte `offset` on (what the previous frame in it
+    /// left stays elsewhere), with word-sized atomic stores: sound whatever the peer does.
+    ///
+    /// # Errors
+    /// `offset + bytes.len()` past the frame.
+    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let len = self.len();
+        check_span("write", offset, bytes.len(), len)?;
+        // SAFETY: the span lies inside the slot (checked), which is mapped while the writer
+        // lives; atomic stores race nothing in this process's memory model.
+        unsafe { copy_in(self.as_mut_ptr().add(offset), bytes) };
+        Ok(())
+    }
+
+    /// Sets every byte of the frame to `byte` (atomic stores, as [`SlotWriter::write_at`]).
+    pub fn fill(&mut self, byte: u8) {
+        let len = self.len();
+        // SAFETY: the whole slot, mapped while the writer lives.
+        unsafe { fill_in(self.as_mut_ptr(), len, byte) };
+    }
+
+    /// The slot's first byte, for code that writes it itself (a GPU copy, a device that
+    /// captures into it): [`SlotWriter::len`] bytes, valid while the writer lives.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.buffer.as_ref().expect("held until publish or drop").region().host.expect("host memory").as_ptr()
+    }
+
+    /// The slot's bytes, exactly one frame, as a Rust slice: zero-copy, what the previous
+    /// frame in it left until written.
+    ///
+    /// # Safety
+    /// The consumer process must run this protocol (hetmem's ring, unmodified): it maps the
+    /// slot writable, and a write of its while this slice lives would be a data race, which
+    /// is undefined behaviour. Use [`SlotWriter::write_at`] or [`SlotWriter::fill`] where the
+    /// peer is not trusted that far.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         self.buffer.as_mut().expect("held until publish or drop").as_mut_slice()
     }
 
@@ -397,6 +462,8 @@ pub struct RingConsumer {
     shared: Arc<RingShared>,
     next: u64,
     ended: bool,
+    /// [`RingConsumer::run`]'s copy of a frame, kept between frames.
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for RingConsumer {
@@ -474,7 +541,7 @@ impl RingConsumer {
         let peer = Peer::new("producer", socket)?;
         let slots = register_slots(device, &segment, &layout, options)?;
         let shared = Arc::new(RingShared { segment, layout, peer, slots });
-        Ok(RingConsumer { shared, next: 0, ended: false })
+        Ok(RingConsumer { shared, next: 0, ended: false, scratch: Vec::new() })
     }
 
     /// Waits for the next frame; `None` once the producer has closed the stream and every
@@ -576,9 +643,15 @@ impl RingConsumer {
         }
         let Some(frame) = self.next_frame()? else { return Ok(None) };
         let sequence = frame.sequence();
-        stage
-            .run_cpu(&[frame.as_slice()], outputs)
-            .map_err(|error| Error::FrameFailed { index: sequence, source: Box::new(error) })?;
+        // Copied out first: a stage takes a `&[u8]`, which may not point into memory the
+        // producer can write (the module's "Soundness" says why).
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.resize(frame_bytes, 0);
+        frame.read_at(0, &mut bytes).expect("the whole frame");
+        drop(frame);
+        let ran = stage.run_cpu(&[&bytes], outputs);
+        self.scratch = bytes;
+        ran.map_err(|error| Error::FrameFailed { index: sequence, source: Box::new(error) })?;
         Ok(Some(sequence))
     }
 
@@ -603,6 +676,78 @@ impl RingConsumer {
     /// memory).
     pub fn mapping(&self) -> Arc<dyn std::any::Any + Send + Sync> {
         Arc::clone(&self.shared.segment) as Arc<dyn std::any::Any + Send + Sync>
+    }
+}
+
+/// Checks that `len` bytes from `offset` lie inside a frame of `frame_bytes`.
+fn check_span(what: &str, offset: usize, len: usize, frame_bytes: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= frame_bytes => Ok(()),
+        _ => Err(Error::invalid(
+            "shared ring frame",
+            format!("a {what} of {len} bytes at offset {offset} passes the frame's {frame_bytes} bytes"),
+        )),
+    }
+}
+
+/// Copies `out.len()` bytes from `from` with relaxed atomic loads, eight bytes at a time where
+/// aligned: bytes another process may write meanwhile are read without a data race.
+///
+/// # Safety
+/// `from` is valid for reads of `out.len()` bytes for the call.
+unsafe fn copy_out(from: *const u8, out: &mut [u8]) {
+    let mut at = 0;
+    while at < out.len() {
+        // SAFETY: `at < out.len()`: inside the span the caller vouches for; atomics of the
+        // right alignment (checked for the word), which the other side also only stores to.
+        unsafe {
+            let here = from.add(at);
+            if here.cast::<u64>().is_aligned() && out.len() - at >= 8 {
+                let word = AtomicU64::from_ptr(here.cast::<u64>().cast_mut()).load(Ordering::Relaxed);
+                out[at..at + 8].copy_from_slice(&word.to_ne_bytes());
+                at += 8;
+            } else {
+                out[at] = AtomicU8::from_ptr(here.cast_mut()).load(Ordering::Relaxed);
+                at += 1;
+            }
+        }
+    }
+}
+
+/// Copies `bytes` to `to` with relaxed atomic stores, as [`copy_out`] reads.
+///
+/// # Safety
+/// `to` is valid for writes of `bytes.len()` bytes for the call.
+unsafe fn copy_in(to: *mut u8, bytes: &[u8]) {
+    let mut at = 0;
+    while at < bytes.len() {
+        // SAFETY: as in `copy_out`.
+        unsafe {
+            let here = to.add(at);
+            if here.cast::<u64>().is_aligned() && bytes.len() - at >= 8 {
+                let word = u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+                AtomicU64::from_ptr(here.cast::<u64>()).store(word, Ordering::Relaxed);
+                at += 8;
+            } else {
+                AtomicU8::from_ptr(here).store(bytes[at], Ordering::Relaxed);
+                at += 1;
+            }
+        }
+    }
+}
+
+/// Sets `len` bytes at `to` to `byte`, with atomic stores as [`copy_in`].
+///
+/// # Safety
+/// `to` is valid for writes of `len` bytes for the call.
+unsafe fn fill_in(to: *mut u8, len: usize, byte: u8) {
+    let block = [byte; 4096];
+    let mut at = 0;
+    while at < len {
+        let take = (len - at).min(block.len());
+        // SAFETY: `at + take <= len`, inside the caller's span.
+        unsafe { copy_in(to.add(at), &block[..take]) };
+        at += take;
     }
 }
 
@@ -677,13 +822,59 @@ impl SharedFrame {
         self.buffer.as_ref().expect("held until dropped")
     }
 
-    /// The frame's bytes.
-    pub fn as_slice(&self) -> &[u8] {
+    /// The bytes of one frame.
+    pub fn len(&self) -> usize {
+        self.shared.layout.frame_bytes
+    }
+
+    /// Always false: a frame holds at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the frame's bytes from byte `offset` on into `out` (all of it), with word-sized
+    /// atomic loads: sound whatever the peer does (a peer that writes meanwhile, against the
+    /// protocol, can only make the copy hold its bytes).
+    ///
+    /// # Errors
+    /// `offset + out.len()` past the frame.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_span("read", offset, out.len(), self.len())?;
+        // SAFETY: the span lies inside the slot (checked), mapped while the frame lives.
+        unsafe { copy_out(self.as_ptr().add(offset), out) };
+        Ok(())
+    }
+
+    /// The frame's bytes, copied out ([`SharedFrame::read_at`]).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.len()];
+        self.read_at(0, &mut bytes).expect("the whole frame");
+        bytes
+    }
+
+    /// The frame's first byte, for code that reads it itself: [`SharedFrame::len`] bytes,
+    /// valid while the frame lives. The GPU path needs none of this: share the frame with a
+    /// queue and a kernel reads it in place.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.buffer().region().host.expect("host memory").as_ptr().cast_const()
+    }
+
+    /// The frame's bytes as a Rust slice: zero-copy.
+    ///
+    /// # Safety
+    /// The producer process must run this protocol (hetmem's ring, unmodified): it maps the
+    /// slot writable, and a write of its while this slice lives would be a data race, which
+    /// is undefined behaviour. Use [`SharedFrame::read_at`] or [`SharedFrame::to_vec`] where
+    /// the peer is not trusted that far.
+    pub unsafe fn as_slice(&self) -> &[u8] {
         self.buffer().as_slice()
     }
 
-    /// The frame's bytes, to change in place (the consumer holds the slot alone).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// The frame's bytes, to change in place (the consumer holds the slot).
+    ///
+    /// # Safety
+    /// As [`SharedFrame::as_slice`].
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         self.buffer.as_mut().expect("held until dropped").as_mut_slice()
     }
 
@@ -719,8 +910,9 @@ impl Buffer for SharedFrame {
     }
 }
 
+// Not `HostVisible`: that would hand safe code a `&[u8]` (`Shared::host`) of memory the
+// producer can write. The GPU reads it in place all the same.
 impl WritableBuffer for SharedFrame {}
-impl HostVisible for SharedFrame {}
 
 #[cfg(test)]
 mod tests;
