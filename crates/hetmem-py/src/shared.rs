@@ -52,6 +52,8 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
 const MAX_DESCRIPTION: usize = 4096;
 /// How often a wait for the peer to appear looks again (and lets Ctrl-C through).
 const RETRY: Duration = Duration::from_millis(20);
+/// The longest a wait for the peer goes without looking for a signal (Ctrl-C).
+const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 
 /// A library error as Python's: a gone peer as `PeerGone` with its `pid` and `role`.
 fn ring_err(py: Python<'_>, error: hetmem::Error) -> PyErr {
@@ -159,7 +161,7 @@ fn stream_for(
     peer: &Bound<'_, PyAny>,
     listen: bool,
     deadline: Option<Instant>,
-) -> PyResult<UnixStream> {
+) -> PyResult<(UnixStream, Option<Restore>)> {
     let socket_type = py.import("socket")?.getattr("socket")?;
     if !peer.is_instance(&socket_type)? {
         let path: PathBuf = peer.extract().map_err(|_| {
@@ -168,7 +170,8 @@ fn stream_for(
                 peer.repr().map_or_else(|_| "the peer".to_owned(), |repr| repr.to_string())
             ))
         })?;
-        return if listen { accept_at(py, path, deadline) } else { connect_to(py, path, deadline) };
+        let stream = if listen { accept_at(py, path, deadline)? } else { connect_to(py, path, deadline)? };
+        return Ok((stream, None));
     }
     // The C `fileno` of `_socket.socket` (the base of every `socket.socket`), never a
     // subclass's override: an override could name any descriptor, or a closed one.
@@ -202,8 +205,38 @@ fn stream_for(
              socket.socketpair() or socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) and connect it"
         )));
     }
+    let restore = Restore::record(&stream)?;
     stream.set_nonblocking(false).map_err(|error| HetmemError::new_err(format!("the socket: {error}")))?;
-    Ok(stream)
+    Ok((stream, Some(restore)))
+}
+
+/// The caller's socket's file flags and receive timeout as they were before the set-up,
+/// put back when this drops: the duplicate shares them with the caller's `socket.socket`
+/// (one open file), and the set-up needs the socket blocking for a while, nothing more.
+struct Restore {
+    socket: std::os::fd::OwnedFd,
+    flags: rustix::fs::OFlags,
+    read_timeout: Option<Duration>,
+}
+
+impl Restore {
+    fn record(stream: &UnixStream) -> PyResult<Restore> {
+        let failed =
+            |error: std::io::Error| HetmemError::new_err(format!("reading the socket's settings: {error}"));
+        let flags = rustix::fs::fcntl_getfl(stream).map_err(|errno| failed(errno.into()))?;
+        let read_timeout = stream.read_timeout().map_err(failed)?;
+        let socket = std::os::fd::AsFd::as_fd(stream).try_clone_to_owned().map_err(failed)?;
+        Ok(Restore { socket, flags, read_timeout })
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // Best effort: a socket the peer reset still takes these; nothing to report otherwise.
+        let _ = rustix::fs::fcntl_setfl(&self.socket, self.flags);
+        let stream = UnixStream::from(self.socket.try_clone().expect("a descriptor duplicates"));
+        let _ = stream.set_read_timeout(self.read_timeout);
+    }
 }
 
 /// The frames' shape and dtype as both sides compare them.
@@ -211,6 +244,54 @@ fn describe(spec: &FrameSpec) -> String {
     let extents: Vec<String> = spec.shape.iter().map(usize::to_string).collect();
     let comma = if extents.len() == 1 { "," } else { "" };
     format!("shape ({}{comma}) dtype {}", extents.join(", "), spec.typestr)
+}
+
+/// Fills `bytes` from `stream`, in slices of [`SIGNAL_SLICE`] with the interpreter let go,
+/// looking for Ctrl-C between them; a `TimedOut` error past `deadline` (a peer that
+/// connected but says nothing). The socket's receive timeout is left as it was found.
+fn read_interruptibly(
+    py: Python<'_>,
+    stream: &UnixStream,
+    bytes: &mut [u8],
+    deadline: Option<Instant>,
+) -> PyResult<std::io::Result<()>> {
+    let before = match stream.read_timeout() {
+        Ok(before) => before,
+        Err(error) => return Ok(Err(error)),
+    };
+    let mut filled = 0;
+    let read = loop {
+        if filled == bytes.len() {
+            break Ok(());
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            break Err(std::io::Error::new(ErrorKind::TimedOut, "no answer before the timeout"));
+        }
+        let unread = &mut bytes[filled..];
+        let got = py.detach(|| {
+            stream.set_read_timeout(Some(SIGNAL_SLICE))?;
+            let mut reader = stream;
+            reader.read(unread)
+        });
+        match got {
+            Ok(0) => break Err(std::io::Error::new(ErrorKind::UnexpectedEof, "the peer closed the socket")),
+            Ok(count) => filled += count,
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) =>
+            {
+                if let Err(signal) = py.check_signals() {
+                    let _ = stream.set_read_timeout(before);
+                    return Err(signal);
+                }
+            }
+            Err(error) => break Err(error),
+        }
+    };
+    let restored = stream.set_read_timeout(before);
+    Ok(read.and(restored))
 }
 
 /// Sends `mine` (this side's frame description) and reads the peer's; an error naming both
@@ -223,29 +304,30 @@ fn agree(
     peer_role: &str,
     deadline: Option<Instant>,
 ) -> PyResult<()> {
-    let exchanged = py.detach(|| -> std::io::Result<Vec<u8>> {
-        // A peer that connected but says nothing is given what is left of the timeout.
-        let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()).max(RETRY));
-        stream.set_read_timeout(left)?;
-        let mut writer = stream;
-        let length = u32::try_from(mine.len()).map_err(|_| std::io::Error::other("description too long"))?;
-        writer.write_all(&length.to_le_bytes())?;
-        writer.write_all(mine.as_bytes())?;
-        let mut reader = stream;
+    let exchanged = (|| -> PyResult<std::io::Result<Vec<u8>>> {
+        let length = u32::try_from(mine.len()).map_err(|_| PyValueError::new_err("description too long"))?;
+        let sent = py.detach(|| {
+            let mut writer = stream;
+            writer.write_all(&length.to_le_bytes())?;
+            writer.write_all(mine.as_bytes())
+        });
+        if let Err(error) = sent {
+            return Ok(Err(error));
+        }
         let mut length = [0u8; 4];
-        reader.read_exact(&mut length)?;
+        if let Err(error) = read_interruptibly(py, stream, &mut length, deadline)? {
+            return Ok(Err(error));
+        }
         let length = usize::try_from(u32::from_le_bytes(length)).unwrap_or(usize::MAX);
         if length > MAX_DESCRIPTION {
-            return Err(std::io::Error::other(format!(
+            return Ok(Err(std::io::Error::other(format!(
                 "the {peer_role} sent a description of {length} bytes (at most {MAX_DESCRIPTION}): not a hetmem \
                  shared ring"
-            )));
+            ))));
         }
         let mut theirs = vec![0u8; length];
-        reader.read_exact(&mut theirs)?;
-        stream.set_read_timeout(None)?;
-        Ok(theirs)
-    });
+        Ok(read_interruptibly(py, stream, &mut theirs, deadline)?.map(|()| theirs))
+    })()?;
     let theirs = exchanged.map_err(|error| {
         HetmemError::new_err(format!(
             "agreeing on the frames with the {peer_role}: {error}; is the other side a hetmem.SharedRing?"
@@ -261,15 +343,16 @@ fn agree(
     Ok(())
 }
 
-/// A slot's or a frame's bytes as a `Memory` that keeps the ring's mapping.
-fn slot_memory(mapping: &Arc<dyn Any + Send + Sync>, bytes: &[u8], readonly: bool) -> Memory {
-    let layout = Layout {
-        host_ptr: bytes.as_ptr() as usize,
-        nbytes: bytes.len(),
-        device_ptr: None,
-        readonly,
-        kind: "shared",
-    };
+/// A slot's or a frame's bytes (`nbytes` at `host`) as a `Memory` that keeps the ring's
+/// mapping. Only an address goes to Python, never a Rust slice: the peer process can write
+/// these bytes, and NumPy's reads and writes of them are C's, as with any shared memory.
+fn slot_memory(
+    mapping: &Arc<dyn Any + Send + Sync>,
+    host: *const u8,
+    nbytes: usize,
+    readonly: bool,
+) -> Memory {
+    let layout = Layout { host_ptr: host as usize, nbytes, device_ptr: None, readonly, kind: "shared" };
     Memory::new(Box::new(Arc::clone(mapping)), layout, &hetmem::Device::cpu())
 }
 
@@ -373,7 +456,8 @@ impl Producer {
         // What the slots will take, checked before anyone is waited for.
         crate::size::product([spec.nbytes, slots], "slots x frame bytes")?;
         let deadline = deadline(timeout)?;
-        let stream = stream_for(py, peer, true, deadline)?;
+        // `_restore` puts the caller's socket's settings back once the ring is set up.
+        let (stream, _restore) = stream_for(py, peer, true, deadline)?;
         agree(py, &stream, &describe(&spec), "consumer", deadline)?;
         let (inner, nbytes) = (&device.inner, spec.nbytes);
         let ring = py
@@ -399,14 +483,24 @@ impl Producer {
         let ring = state.ring.ok_or_else(|| {
             HetmemError::new_err("the shared ring was closed: it takes no more frames; make a new ring")
         })?;
-        // SAFETY: `ring` came from `Box::leak` in `new` and is freed only by `ProducerState::end`,
-        // after dropping the writer; the writer made here is the one borrow of it (none is held:
-        // checked above, under the lock that every use of the state takes), and it lives in the
-        // same state, which drops it first.
-        let ring: &'static mut RingProducer = unsafe { &mut *ring.as_ptr() };
-        let mut writer = py.detach(|| ring.next_slot()).map_err(|error| ring_err(py, error))?;
+        // Waited for in slices, so that Ctrl-C is heard while no slot comes free.
+        let mut writer = loop {
+            // SAFETY: `ring` came from `Box::leak` in `new` and is freed only by
+            // `ProducerState::end`, after dropping the writer; the writer made here is the one
+            // borrow of it (none is held: checked above, under the lock that every use of the
+            // state takes; a pass that found no slot keeps none), and it lives in the same
+            // state, which drops it first.
+            let ring: &'static mut RingProducer = unsafe { &mut *ring.as_ptr() };
+            match py
+                .detach(|| ring.next_slot_within(Some(SIGNAL_SLICE)))
+                .map_err(|error| ring_err(py, error))?
+            {
+                Some(writer) => break writer,
+                None => py.check_signals()?,
+            }
+        };
         let sequence = writer.sequence();
-        let memory = slot_memory(&self.mapping, writer.as_mut_slice(), false);
+        let memory = slot_memory(&self.mapping, writer.as_mut_ptr(), writer.len(), false);
         state.writer = Some(writer);
         Ok((sequence, memory))
     }
@@ -503,7 +597,7 @@ impl Consumer {
     ) -> PyResult<Consumer> {
         let spec = spec(&frame.0, &frame.1, frame.2, "frame")?;
         let deadline = deadline(timeout)?;
-        let stream = stream_for(py, peer, false, deadline)?;
+        let (stream, _restore) = stream_for(py, peer, false, deadline)?;
         agree(py, &stream, &describe(&spec), "producer", deadline)?;
         let inner = &device.inner;
         let ring = py
@@ -536,12 +630,22 @@ impl Consumer {
         let ring = ring.as_mut().ok_or_else(|| {
             HetmemError::new_err("the shared ring was closed on this side: make a new one to take frames")
         })?;
-        let Some(frame) = py.detach(|| ring.next_frame()).map_err(|error| ring_err(py, error))? else {
+        // Waited for in slices, so that Ctrl-C is heard while no frame comes.
+        let next = loop {
+            match py
+                .detach(|| ring.next_frame_within(Some(SIGNAL_SLICE)))
+                .map_err(|error| ring_err(py, error))?
+            {
+                Some(next) => break next,
+                None => py.check_signals()?,
+            }
+        };
+        let Some(frame) = next else {
             self.ended.store(true, Ordering::Relaxed);
             return Ok(None);
         };
         let sequence = frame.sequence();
-        let memory = slot_memory(&self.mapping, frame.as_slice(), true);
+        let memory = slot_memory(&self.mapping, frame.as_ptr(), frame.len(), true);
         Ok(Some((sequence, memory, FrameHold { frame: Mutex::new(Some(frame)), sequence })))
     }
 

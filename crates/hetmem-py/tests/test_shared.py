@@ -406,3 +406,68 @@ def test_every_order_of_producer_calls_after_close():
     consumer.close()
     with pytest.raises(hetmem.HetmemError, match="closed"):
         consumer._native.next_frame()
+
+
+def _settings(sock):
+    """What the ring may not change of a caller's socket: its file flags (O_NONBLOCK), its
+    receive timeout at the OS level, and Python's own timeout."""
+    import fcntl
+    return (fcntl.fcntl(sock.fileno(), fcntl.F_GETFL),
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16),
+            sock.gettimeout())
+
+
+@pytest.mark.parametrize("left_timeout, right_timeout", [(0.0, 7.5), (None, 0.0), (3.0, None)])
+def test_the_callers_socket_settings_are_left_as_they_were(rng, left_timeout, right_timeout):
+    left, right = socket.socketpair()
+    left.settimeout(left_timeout), right.settimeout(right_timeout)
+    before = (_settings(left), _settings(right))
+    made = {}
+    consumer = threading.Thread(
+        target=lambda: made.setdefault("consumer", hetmem.SharedRing.connect(right, SHAPE, DTYPE, timeout=30)))
+    consumer.start()
+    producer = hetmem.SharedRing.create(left, SHAPE, DTYPE, slots=2, timeout=30)
+    consumer.join(30)
+    assert (_settings(left), _settings(right)) == before
+    data = rng.standard_normal(SHAPE).astype(DTYPE)
+    producer.send(data)
+    with made["consumer"].next() as frame:
+        np.testing.assert_array_equal(frame.numpy(), data)
+    producer.close(), made["consumer"].close()
+    assert (_settings(left), _settings(right)) == before
+    left.close(), right.close()
+
+
+def _interrupted_within(wait, seconds=0.3):
+    """Runs `wait` (which would block for ever) with SIGINT sent to this process after
+    `seconds`; how long until KeyboardInterrupt came out of it."""
+    timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            wait()
+    finally:
+        timer.cancel()
+    return time.monotonic() - start
+
+
+def test_ctrl_c_interrupts_a_wait_for_a_frame_a_slot_or_a_peer():
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    producer, consumer = socket_ring(slots=1)
+    # A frame that never comes (timeout=None: for ever).
+    took = _interrupted_within(consumer.next)
+    assert 0.3 <= took < 3.0, took
+    # A slot that never comes free: the one slot holds a frame nobody takes.
+    producer.send(np.ones(SHAPE, DTYPE))
+    took = _interrupted_within(producer.slot)
+    assert 0.3 <= took < 3.0, took
+    # Both rings still work after the interrupt.
+    with consumer.next() as frame:
+        np.testing.assert_array_equal(frame.numpy(), np.ones(SHAPE, DTYPE))
+    producer.close(), consumer.close()
+    # A peer that connected but never says a word, waited for with no timeout.
+    silent, other = socket.socketpair()
+    took = _interrupted_within(lambda: hetmem.SharedRing.create(silent, SHAPE, DTYPE, timeout=None))
+    assert 0.3 <= took < 3.0, took
+    silent.close(), other.close()

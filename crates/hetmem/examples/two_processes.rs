@@ -40,9 +40,13 @@ fn produce(socket_path: &str, frames: u64, slots: usize) -> Result<(), Box<dyn s
     // The producer's CPU writes the slots; nothing to register with a GPU here.
     let mut ring =
         RingProducer::create(&Device::cpu(), &socket, WIDTH * HEIGHT * 3, slots, Default::default())?;
+    // Captured here, then copied into the slot: the consumer's process maps the slot too, so
+    // safe code writes it only through copies (a `&mut [u8]` of it takes `unsafe`).
+    let mut captured = vec![0u8; ring.frame_bytes()];
     for index in 0..frames {
         let mut slot = ring.next_slot()?;
-        capture(index, slot.as_mut_slice());
+        capture(index, &mut captured);
+        slot.write_at(0, &captured)?;
         slot.publish();
     }
     ring.close();
@@ -115,15 +119,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             output = lent.reclaim()?;
             input.reclaim()?
         } else {
-            stage.run_cpu(&[frame.as_slice()], &mut [output.as_mut_slice()])?;
+            // The CPU path reads a copy; the GPU path above reads the slot in place.
+            stage.run_cpu(&[&frame.to_vec()], &mut [output.as_mut_slice()])?;
             frame
         };
         if checking {
             capture(index, &mut expected);
-            if frame.as_slice() != &expected[..] {
+            let arrived = frame.to_vec();
+            if arrived != expected {
                 return Err(format!("frame {index} did not arrive as the producer wrote it").into());
             }
-            gaussian_cpu(&format, &kernel, frame.as_slice(), &mut reference)?;
+            gaussian_cpu(&format, &kernel, &arrived, &mut reference)?;
             if output.as_slice() != &reference[..] {
                 return Err(format!("frame {index}: the blur differs from the CPU blur").into());
             }

@@ -175,7 +175,7 @@ fn produce(seed: u64, frames: u64, stall: bool) {
     let mut ring = RingProducer::create(&cpu_device(), &socket, FRAME_BYTES, 3, Default::default()).unwrap();
     for sequence in 0..frames {
         let mut slot = ring.next_slot().unwrap();
-        slot.as_mut_slice().copy_from_slice(&frame_of(seed, sequence, FRAME_BYTES));
+        slot.write_at(0, &frame_of(seed, sequence, FRAME_BYTES)).unwrap();
         slot.publish();
     }
     if !stall {
@@ -183,7 +183,7 @@ fn produce(seed: u64, frames: u64, stall: bool) {
         return;
     }
     let mut slot = ring.next_slot().unwrap();
-    slot.as_mut_slice()[..FRAME_BYTES / 2].fill(0x33);
+    slot.write_at(0, &[0x33; FRAME_BYTES / 2]).unwrap();
     say("mid-frame");
     std::thread::sleep(Duration::from_secs(120));
     unreachable!("killed by the parent before this");
@@ -201,7 +201,7 @@ fn frames_cross_to_another_process_in_order_none_lost_or_repeated() {
     assert_eq!(ring.producer_pid(), peer.pid());
     let mut count = 0;
     while let Some(frame) = ring.next_frame().unwrap() {
-        check_frame(seed, count, frame.as_slice());
+        check_frame(seed, count, &frame.to_vec());
         count += 1;
     }
     assert_eq!(count, FRAMES, "every frame, once");
@@ -218,8 +218,8 @@ fn frames_cross_from_this_process_to_a_consuming_one() {
         let mut digest = 0u64;
         let mut count = 0;
         while let Some(frame) = ring.next_frame().unwrap() {
-            check_frame(seed, count, frame.as_slice());
-            digest = digest.rotate_left(7) ^ fnv1a(frame.as_slice());
+            check_frame(seed, count, &frame.to_vec());
+            digest = digest.rotate_left(7) ^ fnv1a(&frame.to_vec());
             count += 1;
         }
         return say(&format!("consumed {count} digest {digest:#x}"));
@@ -234,7 +234,7 @@ fn frames_cross_from_this_process_to_a_consuming_one() {
         let frame = frame_of(seed, sequence, FRAME_BYTES);
         digest = digest.rotate_left(7) ^ fnv1a(&frame);
         let mut slot = ring.next_slot().unwrap();
-        slot.as_mut_slice().copy_from_slice(&frame);
+        slot.write_at(0, &frame).unwrap();
         slot.publish();
     }
     ring.close();
@@ -253,7 +253,7 @@ fn a_producer_killed_mid_frame_is_named_within_a_second_after_its_frames() {
     let mut ring = RingConsumer::connect(&cpu_device(), &peer.socket, Default::default()).unwrap();
     for sequence in 0..5 {
         let frame = ring.next_frame().unwrap().expect("a frame the producer finished");
-        check_frame(seed, sequence, frame.as_slice());
+        check_frame(seed, sequence, &frame.to_vec());
     }
     peer.expect_line("mid-frame");
     let pid = peer.pid();
@@ -264,6 +264,64 @@ fn a_producer_killed_mid_frame_is_named_within_a_second_after_its_frames() {
     assert!(matches!(error, Error::PeerGone { role: "producer", pid: named, .. } if named == pid), "{error}");
     let text = error.to_string();
     assert!(text.contains(&format!("pid {pid}")) && text.contains("while writing frame 5"), "{text}");
+    peer.reap_killed();
+}
+
+/// The eventfds among this process's open descriptors.
+fn eventfds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.as_os_str() == "anon_inode:[eventfd]")
+        .count()
+}
+
+/// A producer that sets the ring up, then does its worst to the wake-ups without ever
+/// publishing: makes its end of the socket blocking and floods it with bytes.
+fn hostile_producer() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let socket = child_socket();
+    let _ring = RingProducer::create(&cpu_device(), &socket, FRAME_BYTES, 3, Default::default()).unwrap();
+    // SAFETY: plain fcntl calls on a descriptor this function owns, alive for the calls.
+    unsafe {
+        let flags = libc::fcntl(socket.as_raw_fd(), libc::F_GETFL);
+        assert!(flags >= 0 && libc::fcntl(socket.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0);
+    }
+    socket.set_write_timeout(Some(Duration::from_millis(500))).unwrap();
+    let flood = vec![0x57u8; 1 << 16];
+    while (&socket).write(&flood).is_ok_and(|written| written > 0) {}
+    say("hostile");
+    std::thread::sleep(Duration::from_secs(120));
+    unreachable!("killed by the parent before this");
+}
+
+#[test]
+fn a_producer_that_tampers_with_the_wake_ups_cannot_hang_the_consumer() {
+    const TEST: &str = "a_producer_that_tampers_with_the_wake_ups_cannot_hang_the_consumer";
+    if child_role().as_deref() == Some("hostile-producer") {
+        return hostile_producer();
+    }
+    let mut peer = Peer::start(TEST, "hostile-producer", &[]);
+    let before = eventfds();
+    let mut ring = RingConsumer::connect(&cpu_device(), &peer.socket, Default::default()).unwrap();
+    // No descriptor whose flags the peer shares (an eventfd) came with the ring.
+    assert_eq!(eventfds(), before, "the ring passed an eventfd: its O_NONBLOCK is the peer's to clear");
+    peer.expect_line("hostile");
+    let asked = Instant::now();
+    let waited = ring.next_frame_within(Some(Duration::from_millis(300))).unwrap();
+    assert!(waited.is_none(), "no frame was published, and the stream did not end");
+    let took = asked.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "a bounded wait took {took:?}"
+    );
+    let pid = peer.pid();
+    let killed = peer.kill();
+    let error = ring.next_frame().unwrap_err();
+    let noticed = killed.elapsed();
+    assert!(noticed < NOTICE_WITHIN, "noticed after {noticed:?}");
+    assert!(matches!(error, Error::PeerGone { role: "producer", pid: named, .. } if named == pid), "{error}");
     peer.reap_killed();
 }
 
@@ -284,7 +342,7 @@ fn a_consumer_killed_holding_frames_is_named_within_a_second() {
         RingProducer::create(&cpu_device(), &peer.socket, FRAME_BYTES, 2, Default::default()).unwrap();
     for sequence in 0..2 {
         let mut slot = ring.next_slot().unwrap();
-        slot.as_mut_slice().copy_from_slice(&frame_of(seed, sequence, FRAME_BYTES));
+        slot.write_at(0, &frame_of(seed, sequence, FRAME_BYTES)).unwrap();
         slot.publish();
     }
     assert_eq!(peer.expect_line("holding"), "holding 0 1");

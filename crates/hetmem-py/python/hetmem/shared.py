@@ -127,7 +127,10 @@ class SharedRing:
         """The producing side: listens at the Unix socket ``path`` (a new file, removed once the
         consumer came; or a connected ``socket.socket``, e.g. one end of ``socket.socketpair()``),
         waits up to ``timeout`` seconds (None: for ever) for the consumer, agrees on the frames
-        and hands it a ring of ``slots`` slots (1 to 64).
+        and hands it a ring of ``slots`` slots (1 to 64). A socket given keeps its settings
+        (blocking or not, its timeouts), but belongs to the ring from then on: it carries the
+        ring's wake-ups, so read or write nothing on it. Every wait, here and in ``slot()``,
+        hears Ctrl-C (``KeyboardInterrupt``), with or without a timeout.
 
         Example::
 
@@ -150,7 +153,9 @@ class SharedRing:
                 device: Optional[_native.Device] = None) -> "SharedRingConsumer":
         """The consuming side: connects to the producer listening at ``path`` (waiting up to
         ``timeout`` seconds, None: for ever, for it to appear; or a connected ``socket.socket``),
-        agrees on the frames and takes its ring.
+        agrees on the frames and takes its ring. A socket given keeps its settings and
+        belongs to the ring from then on, as in ``create``; waits, here and in ``next()``,
+        hear Ctrl-C.
 
         Example::
 

@@ -9,7 +9,7 @@ fn main() {
     let (left, _right) = UnixStream::pair().unwrap();
     let mut producer = RingProducer::create(&device, &left, 64, 2, Default::default()).unwrap();
     let mut slot = producer.next_slot().unwrap();
-    let bytes = slot.as_mut_slice();
+    let bytes = unsafe { slot.as_mut_slice() }; // the consumer here is none: nobody writes it
     slot.publish();
     bytes[0] = 1;
 }

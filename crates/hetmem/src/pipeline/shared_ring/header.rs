@@ -17,7 +17,7 @@ use crate::stage::MAX_FRAME_BYTES;
 /// Opens every hetmem ring segment.
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"HETMRNG1");
 /// The protocol's version: both processes must speak the same one.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 /// The most slots a ring has (their state words fill part of the header page).
 pub const MAX_SHARED_SLOTS: usize = 64;
 

@@ -5,10 +5,11 @@
 //! # The protocol
 //! The producer makes a sealed `memfd`: one header page ([`MAX_SHARED_SLOTS`] slot state
 //! words, the sizes, a magic and a version) and the slots, each a whole number of pages so
-//! each is registered with the GPU on its own. It sends the memfd and two eventfds (one that
-//! says "a slot is full", one that says "a slot is free") over a connected Unix socket
+//! each is registered with the GPU on its own. It sends the memfd over a connected Unix socket
 //! (`SCM_RIGHTS`); the consumer checks the header against the segment's real size and the
-//! layout it computes itself, registers the slots, and answers.
+//! layout it computes itself, registers the slots, and answers. From then on the socket
+//! belongs to the ring: it carries the wake-ups ("a slot is full", "a slot is free", one byte
+//! each), and the caller must neither read nor write it.
 //!
 //! Frame `k` uses slot `k % slots`. A slot goes round `free -> filling -> full -> consuming ->
 //! free`; each step is taken only by the side that holds the slot, as a release store that
@@ -19,21 +20,44 @@
 //! while the other side holds the slot. The consumer checks that each frame carries the index
 //! it expects: frames arrive in order, none lost or delivered twice.
 //!
-//! A side that waits polls its eventfd together with the peer's pidfd and its end of the
-//! socket: a peer that dies (even by `SIGKILL`) is noticed at once, and the survivor gets
+//! A side that waits polls its end of the socket together with the peer's pidfd: a peer
+//! that dies (even by `SIGKILL`) is noticed at once, and the survivor gets
 //! [`Error::PeerGone`] naming its pid and what it was doing, after the frames it completed.
 //! Nothing is left behind: the memfd has no name, and goes when the last process unmaps it.
 //!
+//! # Soundness: what safe code may see of a slot
+//! Both processes map every slot writable, and nothing in one process can stop the other
+//! writing a slot it does not hold. A Rust `&[u8]` or `&mut [u8]` of such memory would be
+//! undefined behaviour the moment a peer broke the protocol, so the safe API never makes
+//! one: a frame is read with [`SharedFrame::read_at`] or [`SharedFrame::to_vec`], a slot
+//! written with [`SlotWriter::write_at`] or [`SlotWriter::fill`], all word-sized relaxed
+//! atomic copies (a misbehaving peer can garble the bytes, never this process's memory
+//! model); [`RingConsumer::run`] copies the frame out for the stage's CPU path. The zero-copy
+//! paths stay: a [`SharedFrame`] is a buffer, shared with a queue so that a kernel reads it
+//! in place (the GPU reading memory a CPU writes is no Rust reference), and
+//! [`SlotWriter::as_mut_ptr`] / [`SharedFrame::as_ptr`] give the address to code that fills
+//! or reads it itself. `SharedFrame::as_slice` and both `as_mut_slice` remain, `unsafe`,
+//! for a caller who trusts the peer to run this protocol. A frame is not `HostVisible`, so
+//! a shared lease of it gives no `host()` slice either.
+//!
+//! This was chosen over `unsafe` constructors (`connect`, `create`) that trust the peer
+//! outright: those would make every use of the ring unsafe to keep one slice, where the GPU
+//! path (the one the ring is for) needs no trust at all.
+//!
 //! # A peer that breaks the protocol
 //! Whatever the peer writes into the header is checked before use (sizes at connect, each
-//! state word and frame index when read), the segment is a memfd sealed against shrinking (a
-//! `/dev/shm` segment, which cannot be sealed, is refused), and the eventfds are made
-//! non-blocking and read only when readable: a hostile peer cannot make this process read or
-//! write outside the segment or crash it with SIGBUS. It can still write a slot's bytes while
-//! this process holds the slot's slice, which the protocol forbids and nothing in one process
-//! can prevent, and (the eventfds' flags are shared) make them blocking again and race a read
-//! into a hang: connect only to a peer that runs this protocol (hetmem's ring), or copy a
-//! frame out before trusting what it says.
+//! state word and frame index when read), and the segment is a memfd sealed against shrinking
+//! (a `/dev/shm` segment, which cannot be sealed, is refused): a hostile peer cannot make this
+//! process read or write outside the segment or crash it with SIGBUS.
+//!
+//! Nor can it hang a wait. Wake-ups are bytes on the socket, sent and received with
+//! `MSG_DONTWAIT`, never eventfds: an eventfd passed to the peer is one open file in both
+//! processes, whose `O_NONBLOCK` the peer could clear (and whose counter it could drain, or
+//! fill to its maximum) between this process's poll and its read or write, which would then
+//! wait for good. Each end of a socket is a file of its own, out of the peer's reach. Every
+//! wait also looks at the slot again at least every 100 ms, so a lost or stolen wake-up costs
+//! latency, never a hang; [`RingProducer::next_slot_within`] and
+//! [`RingConsumer::next_frame_within`] bound a wait outright.
 //!
 //! # Examples
 //! Both sides in one process here, for brevity (`examples/two_processes.rs` uses two):
@@ -48,14 +72,16 @@
 //!     let mut ring = RingConsumer::connect(&Device::open_best()?, &right, Default::default())?;
 //!     let mut firsts = Vec::new();
 //!     while let Some(frame) = ring.next_frame()? {
-//!         firsts.push(frame.as_slice()[0]); // dropping the frame frees its slot
+//!         let mut first = [0u8];
+//!         frame.read_at(0, &mut first)?; // a copy: the producer's process can write the slot
+//!         firsts.push(first[0]); // dropping the frame frees its slot
 //!     }
 //!     Ok(firsts)
 //! });
 //! let mut ring = RingProducer::create(&device, &left, 4096, 3, Default::default())?;
 //! for k in 0..10u8 {
 //!     let mut slot = ring.next_slot()?;
-//!     slot.as_mut_slice().fill(k);
+//!     slot.fill(k);
 //!     slot.publish();
 //! }
 //! ring.close();
@@ -69,19 +95,20 @@ mod peer;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 pub use header::MAX_SHARED_SLOTS;
 use header::{CONSUMING, FILLING, FREE, FULL, HeaderWords, RingLayout};
-use peer::{Peer, new_eventfd, signal};
+use peer::Peer;
 
 use crate::backend::Device;
 use crate::backend::cpu::memory::page_size;
 use crate::error::{Error, Result};
 use crate::memory::fd_passing::{read_exact, recv_fds, send_fds, write_all};
 use crate::memory::shared::{SharedSegment, Unsealed, round_up};
-use crate::memory::{Buffer, HostBuf, HostVisible, Region, RegisterOptions, Sealed, WritableBuffer};
+use crate::memory::{Buffer, HostBuf, Region, RegisterOptions, Sealed, WritableBuffer};
 use crate::stage::Stage;
 
 /// Opens the message that carries a ring's descriptors.
@@ -99,10 +126,6 @@ const ABANDONED: u32 = 2;
 struct RingShared {
     segment: Arc<SharedSegment>,
     layout: RingLayout,
-    /// Written by the producer when a slot turns full.
-    filled: OwnedFd,
-    /// Written by the consumer when a slot turns free.
-    freed: OwnedFd,
     peer: Peer,
     /// Each slot's memory as a buffer registered in this process, while no frame holds it.
     slots: Mutex<Vec<Option<HostBuf<u8>>>>,
@@ -233,12 +256,11 @@ impl RingProducer {
         let layout = RingLayout::new(frame_bytes, slots, page_size())?;
         let segment = Arc::new(SharedSegment::memfd("hetmem-ring", layout.total_bytes, false)?);
         header_of(&segment)?.init(&layout, std::process::id());
-        let (filled, freed) = (new_eventfd()?, new_eventfd()?);
         let mut hello = [0u8; 24];
         hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
         hello[8..16].copy_from_slice(&u64::from(header::VERSION).to_le_bytes());
         hello[16..].copy_from_slice(&(layout.total_bytes as u64).to_le_bytes());
-        send_fds(socket.as_fd(), &hello, &[segment.fd(), filled.as_fd(), freed.as_fd()])?;
+        send_fds(socket.as_fd(), &hello, &[segment.fd()])?;
         let mut answer = [REFUSED];
         let refused = |detail: &str| {
             Error::invalid("shared ring", format!("the consumer {detail}: its own error says why"))
@@ -249,7 +271,7 @@ impl RingProducer {
         }
         let peer = Peer::new("consumer", socket)?;
         let slots = register_slots(device, &segment, &layout, options)?;
-        let shared = Arc::new(RingShared { segment, layout, filled, freed, peer, slots });
+        let shared = Arc::new(RingShared { segment, layout, peer, slots });
         Ok(RingProducer { shared, next: 0, closed: false })
     }
 
@@ -260,11 +282,22 @@ impl RingProducer {
     /// [`Error::PeerGone`] when the consumer exits, is killed, or closes the ring meanwhile;
     /// a corrupt state word.
     pub fn next_slot(&mut self) -> Result<SlotWriter<'_>> {
+        Ok(self.next_slot_within(None)?.expect("no deadline: waits until a slot is free"))
+    }
+
+    /// [`RingProducer::next_slot`], waiting at most `timeout` (`None` for ever): `Ok(None)` when
+    /// no slot came free in time (the ring is as it was; call again). For callers that must
+    /// wake up now and then, as a binding checking for Ctrl-C.
+    ///
+    /// # Errors
+    /// As [`RingProducer::next_slot`].
+    pub fn next_slot_within(&mut self, timeout: Option<Duration>) -> Result<Option<SlotWriter<'_>>> {
+        let deadline = deadline_after(timeout);
         let shared = &*self.shared;
         let slot = (self.next % shared.layout.slots as u64) as usize;
         let sequence = self.next;
-        shared.peer.wait(
-            &shared.freed,
+        let free = shared.peer.wait(
+            deadline,
             || {
                 if shared.header().consumer_closed.load(Ordering::Acquire) != 0 {
                     return Err(shared
@@ -279,9 +312,12 @@ impl RingProducer {
                     .gone(format!("it exited or was killed while frame {sequence} waited for a free slot")))
             },
         )?;
+        if free.is_none() {
+            return Ok(None);
+        }
         shared.set_state(slot, FILLING);
         let buffer = shared.take_buffer(slot);
-        Ok(SlotWriter { producer: self, slot, sequence, buffer: Some(buffer) })
+        Ok(Some(SlotWriter { producer: self, slot, sequence, buffer: Some(buffer) }))
     }
 
     /// Ends the stream: the consumer takes the frames published so far, then hears the end
@@ -295,7 +331,7 @@ impl RingProducer {
         if !self.closed {
             self.closed = true;
             self.shared.header().producer_closed.store(how, Ordering::Release);
-            signal(&self.shared.filled);
+            self.shared.peer.signal();
         }
     }
 
@@ -349,8 +385,52 @@ impl SlotWriter<'_> {
         self.sequence
     }
 
-    /// The slot's bytes, exactly one frame; what the previous frame in it left, until written.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// The bytes of one frame.
+    pub fn len(&self) -> usize {
+        self.producer.shared.layout.frame_bytes
+    }
+
+    /// Always false: a frame holds at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `bytes` into the slot from byte `offset` on (what the previous frame in it
+    /// left stays elsewhere), with word-sized atomic stores: sound whatever the peer does.
+    ///
+    /// # Errors
+    /// `offset + bytes.len()` past the frame.
+    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
+        let len = self.len();
+        check_span("write", offset, bytes.len(), len)?;
+        // SAFETY: the span lies inside the slot (checked), which is mapped while the writer
+        // lives; atomic stores race nothing in this process's memory model.
+        unsafe { copy_in(self.as_mut_ptr().add(offset), bytes) };
+        Ok(())
+    }
+
+    /// Sets every byte of the frame to `byte` (atomic stores, as [`SlotWriter::write_at`]).
+    pub fn fill(&mut self, byte: u8) {
+        let len = self.len();
+        // SAFETY: the whole slot, mapped while the writer lives.
+        unsafe { fill_in(self.as_mut_ptr(), len, byte) };
+    }
+
+    /// The slot's first byte, for code that writes it itself (a GPU copy, a device that
+    /// captures into it): [`SlotWriter::len`] bytes, valid while the writer lives.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.buffer.as_ref().expect("held until publish or drop").region().host.expect("host memory").as_ptr()
+    }
+
+    /// The slot's bytes, exactly one frame, as a Rust slice: zero-copy, what the previous
+    /// frame in it left until written.
+    ///
+    /// # Safety
+    /// The consumer process must run this protocol (hetmem's ring, unmodified): it maps the
+    /// slot writable, and a write of its while this slice lives would be a data race, which
+    /// is undefined behaviour. Use [`SlotWriter::write_at`] or [`SlotWriter::fill`] where the
+    /// peer is not trusted that far.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         self.buffer.as_mut().expect("held until publish or drop").as_mut_slice()
     }
 
@@ -362,7 +442,7 @@ impl SlotWriter<'_> {
         shared.header().slot(self.slot).sequence.store(self.sequence, Ordering::Relaxed);
         // The release store orders the frame's bytes and its sequence before the state.
         shared.set_state(self.slot, FULL);
-        signal(&shared.filled);
+        shared.peer.signal();
         self.producer.next += 1;
     }
 }
@@ -382,6 +462,8 @@ pub struct RingConsumer {
     shared: Arc<RingShared>,
     next: u64,
     ended: bool,
+    /// [`RingConsumer::run`]'s copy of a frame, kept between frames.
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for RingConsumer {
@@ -429,7 +511,7 @@ impl RingConsumer {
         options: RegisterOptions,
     ) -> Result<RingConsumer> {
         let word = |at: usize| u64::from_le_bytes(hello[at..at + 8].try_into().expect("8 bytes"));
-        if word(0) != HELLO_MAGIC || fds.len() != 3 {
+        if word(0) != HELLO_MAGIC || fds.len() != 1 {
             return Err(Error::invalid(
                 "shared ring message",
                 format!(
@@ -448,24 +530,7 @@ impl RingConsumer {
                 ),
             ));
         }
-        let [memfd, filled, freed]: [OwnedFd; 3] = fds.try_into().expect("checked: three descriptors");
-        for (what, fd) in [("full", &filled), ("free", &freed)] {
-            let kind = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd)));
-            if !kind.as_ref().is_ok_and(|path| path.as_os_str() == "anon_inode:[eventfd]") {
-                return Err(Error::invalid(
-                    "shared ring message",
-                    format!("the descriptor for \"a slot is {what}\" is {kind:?}, not an eventfd"),
-                ));
-            }
-            // Made non-blocking here whatever the producer made it: a blocking read of an
-            // empty eventfd would wait for a wake-up that a dead producer never sends.
-            rustix::fs::fcntl_getfl(fd)
-                .and_then(|flags| rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK))
-                .map_err(|errno| Error::Io {
-                    context: format!("making the \"a slot is {what}\" eventfd non-blocking"),
-                    source: errno.into(),
-                })?;
-        }
+        let [memfd]: [OwnedFd; 1] = fds.try_into().expect("checked: one descriptor");
         let header_bytes = round_up("shared ring header", size_of::<HeaderWords>(), page_size())?;
         // Sealed, whatever its kind: nothing the producer does may shrink it under the frames
         // this safe API hands out (a named segment could be truncated: SIGBUS on a read).
@@ -475,8 +540,8 @@ impl RingConsumer {
         header.consumer_pid.store(std::process::id(), Ordering::Relaxed);
         let peer = Peer::new("producer", socket)?;
         let slots = register_slots(device, &segment, &layout, options)?;
-        let shared = Arc::new(RingShared { segment, layout, filled, freed, peer, slots });
-        Ok(RingConsumer { shared, next: 0, ended: false })
+        let shared = Arc::new(RingShared { segment, layout, peer, slots });
+        Ok(RingConsumer { shared, next: 0, ended: false, scratch: Vec::new() })
     }
 
     /// Waits for the next frame; `None` once the producer has closed the stream and every
@@ -488,8 +553,19 @@ impl RingConsumer {
     /// closing it (after the frames it completed); a frame out of order or a corrupt state
     /// word (the segment written outside the protocol).
     pub fn next_frame(&mut self) -> Result<Option<SharedFrame>> {
+        Ok(self.next_frame_within(None)?.expect("no deadline: waits until a frame or the end comes"))
+    }
+
+    /// [`RingConsumer::next_frame`], waiting at most `timeout` (`None` for ever): the outer
+    /// `None` when neither a frame nor the end came in time (the ring is as it was; call
+    /// again). For callers that must wake up now and then, as a binding checking for Ctrl-C.
+    ///
+    /// # Errors
+    /// As [`RingConsumer::next_frame`].
+    pub fn next_frame_within(&mut self, timeout: Option<Duration>) -> Result<Option<Option<SharedFrame>>> {
+        let deadline = deadline_after(timeout);
         if self.ended {
-            return Ok(None);
+            return Ok(Some(None));
         }
         let shared = Arc::clone(&self.shared);
         let slot = (self.next % shared.layout.slots as u64) as usize;
@@ -506,8 +582,8 @@ impl RingConsumer {
                 ),
             ));
         }
-        let full = shared.peer.wait(
-            &shared.filled,
+        let Some(full) = shared.peer.wait(
+            deadline,
             || look(&shared, slot, sequence),
             || {
                 Err(shared.peer.gone(match shared.state(slot) {
@@ -515,15 +591,18 @@ impl RingConsumer {
                     _ => format!("it exited or was killed after {sequence} frames, without closing the ring"),
                 }))
             },
-        )?;
+        )?
+        else {
+            return Ok(None);
+        };
         if !full {
             self.ended = true;
-            return Ok(None);
+            return Ok(Some(None));
         }
         shared.set_state(slot, CONSUMING);
         let buffer = shared.take_buffer(slot);
         self.next += 1;
-        Ok(Some(SharedFrame { shared, slot, sequence, buffer: Some(buffer) }))
+        Ok(Some(Some(SharedFrame { shared, slot, sequence, buffer: Some(buffer) })))
     }
 
     /// Takes the next frame and runs `stage`'s CPU path on it, writing `outputs` (one buffer
@@ -564,9 +643,15 @@ impl RingConsumer {
         }
         let Some(frame) = self.next_frame()? else { return Ok(None) };
         let sequence = frame.sequence();
-        stage
-            .run_cpu(&[frame.as_slice()], outputs)
-            .map_err(|error| Error::FrameFailed { index: sequence, source: Box::new(error) })?;
+        // Copied out first: a stage takes a `&[u8]`, which may not point into memory the
+        // producer can write (the module's "Soundness" says why).
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.resize(frame_bytes, 0);
+        frame.read_at(0, &mut bytes).expect("the whole frame");
+        drop(frame);
+        let ran = stage.run_cpu(&[&bytes], outputs);
+        self.scratch = bytes;
+        ran.map_err(|error| Error::FrameFailed { index: sequence, source: Box::new(error) })?;
         Ok(Some(sequence))
     }
 
@@ -592,6 +677,83 @@ impl RingConsumer {
     pub fn mapping(&self) -> Arc<dyn std::any::Any + Send + Sync> {
         Arc::clone(&self.shared.segment) as Arc<dyn std::any::Any + Send + Sync>
     }
+}
+
+/// Checks that `len` bytes from `offset` lie inside a frame of `frame_bytes`.
+fn check_span(what: &str, offset: usize, len: usize, frame_bytes: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= frame_bytes => Ok(()),
+        _ => Err(Error::invalid(
+            "shared ring frame",
+            format!("a {what} of {len} bytes at offset {offset} passes the frame's {frame_bytes} bytes"),
+        )),
+    }
+}
+
+/// Copies `out.len()` bytes from `from` with relaxed atomic loads, eight bytes at a time where
+/// aligned: bytes another process may write meanwhile are read without a data race.
+///
+/// # Safety
+/// `from` is valid for reads of `out.len()` bytes for the call.
+unsafe fn copy_out(from: *const u8, out: &mut [u8]) {
+    let mut at = 0;
+    while at < out.len() {
+        // SAFETY: `at < out.len()`: inside the span the caller vouches for; atomics of the
+        // right alignment (checked for the word), which the other side also only stores to.
+        unsafe {
+            let here = from.add(at);
+            if here.cast::<u64>().is_aligned() && out.len() - at >= 8 {
+                let word = AtomicU64::from_ptr(here.cast::<u64>().cast_mut()).load(Ordering::Relaxed);
+                out[at..at + 8].copy_from_slice(&word.to_ne_bytes());
+                at += 8;
+            } else {
+                out[at] = AtomicU8::from_ptr(here.cast_mut()).load(Ordering::Relaxed);
+                at += 1;
+            }
+        }
+    }
+}
+
+/// Copies `bytes` to `to` with relaxed atomic stores, as [`copy_out`] reads.
+///
+/// # Safety
+/// `to` is valid for writes of `bytes.len()` bytes for the call.
+unsafe fn copy_in(to: *mut u8, bytes: &[u8]) {
+    let mut at = 0;
+    while at < bytes.len() {
+        // SAFETY: as in `copy_out`.
+        unsafe {
+            let here = to.add(at);
+            if here.cast::<u64>().is_aligned() && bytes.len() - at >= 8 {
+                let word = u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+                AtomicU64::from_ptr(here.cast::<u64>()).store(word, Ordering::Relaxed);
+                at += 8;
+            } else {
+                AtomicU8::from_ptr(here).store(bytes[at], Ordering::Relaxed);
+                at += 1;
+            }
+        }
+    }
+}
+
+/// Sets `len` bytes at `to` to `byte`, with atomic stores as [`copy_in`].
+///
+/// # Safety
+/// `to` is valid for writes of `len` bytes for the call.
+unsafe fn fill_in(to: *mut u8, len: usize, byte: u8) {
+    let block = [byte; 4096];
+    let mut at = 0;
+    while at < len {
+        let take = (len - at).min(block.len());
+        // SAFETY: `at + take <= len`, inside the caller's span.
+        unsafe { copy_in(to.add(at), &block[..take]) };
+        at += take;
+    }
+}
+
+/// The instant `timeout` from now; `None` (for ever) for none or one past what the clock holds.
+fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|timeout| Instant::now().checked_add(timeout))
 }
 
 /// Whether frame `sequence` is full in `slot` (`Some(true)`), the stream has ended before it
@@ -630,7 +792,7 @@ fn look(shared: &RingShared, slot: usize, sequence: u64) -> Result<Option<bool>>
 impl Drop for RingConsumer {
     fn drop(&mut self) {
         self.shared.header().consumer_closed.store(1, Ordering::Release);
-        signal(&self.shared.freed);
+        self.shared.peer.signal();
     }
 }
 
@@ -660,13 +822,59 @@ impl SharedFrame {
         self.buffer.as_ref().expect("held until dropped")
     }
 
-    /// The frame's bytes.
-    pub fn as_slice(&self) -> &[u8] {
+    /// The bytes of one frame.
+    pub fn len(&self) -> usize {
+        self.shared.layout.frame_bytes
+    }
+
+    /// Always false: a frame holds at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies the frame's bytes from byte `offset` on into `out` (all of it), with word-sized
+    /// atomic loads: sound whatever the peer does (a peer that writes meanwhile, against the
+    /// protocol, can only make the copy hold its bytes).
+    ///
+    /// # Errors
+    /// `offset + out.len()` past the frame.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_span("read", offset, out.len(), self.len())?;
+        // SAFETY: the span lies inside the slot (checked), mapped while the frame lives.
+        unsafe { copy_out(self.as_ptr().add(offset), out) };
+        Ok(())
+    }
+
+    /// The frame's bytes, copied out ([`SharedFrame::read_at`]).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.len()];
+        self.read_at(0, &mut bytes).expect("the whole frame");
+        bytes
+    }
+
+    /// The frame's first byte, for code that reads it itself: [`SharedFrame::len`] bytes,
+    /// valid while the frame lives. The GPU path needs none of this: share the frame with a
+    /// queue and a kernel reads it in place.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.buffer().region().host.expect("host memory").as_ptr().cast_const()
+    }
+
+    /// The frame's bytes as a Rust slice: zero-copy.
+    ///
+    /// # Safety
+    /// The producer process must run this protocol (hetmem's ring, unmodified): it maps the
+    /// slot writable, and a write of its while this slice lives would be a data race, which
+    /// is undefined behaviour. Use [`SharedFrame::read_at`] or [`SharedFrame::to_vec`] where
+    /// the peer is not trusted that far.
+    pub unsafe fn as_slice(&self) -> &[u8] {
         self.buffer().as_slice()
     }
 
-    /// The frame's bytes, to change in place (the consumer holds the slot alone).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    /// The frame's bytes, to change in place (the consumer holds the slot).
+    ///
+    /// # Safety
+    /// As [`SharedFrame::as_slice`].
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         self.buffer.as_mut().expect("held until dropped").as_mut_slice()
     }
 
@@ -683,7 +891,7 @@ impl Drop for SharedFrame {
             // The release store orders this process's reads (and GPU work, already waited
             // for by the lease that held the frame) before the producer's next writes.
             self.shared.set_state(self.slot, FREE);
-            signal(&self.shared.freed);
+            self.shared.peer.signal();
         }
     }
 }
@@ -702,8 +910,9 @@ impl Buffer for SharedFrame {
     }
 }
 
+// Not `HostVisible`: that would hand safe code a `&[u8]` (`Shared::host`) of memory the
+// producer can write. The GPU reads it in place all the same.
 impl WritableBuffer for SharedFrame {}
-impl HostVisible for SharedFrame {}
 
 #[cfg(test)]
 mod tests;

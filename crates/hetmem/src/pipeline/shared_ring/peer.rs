@@ -1,19 +1,29 @@
 //! The process at the other end of a shared ring: who it is (its pid, from the socket's
-//! credentials), waiting for it to hand a slot over (an eventfd), and noticing at once that
-//! it is gone (its pidfd turns readable, its end of the socket closes) instead of waiting for
-//! a wake-up that will never come.
+//! credentials), waiting for it to hand a slot over (a wake-up byte on the socket), and
+//! noticing at once that it is gone (its pidfd turns readable, its end of the socket closes)
+//! instead of waiting for a wake-up that will never come.
+//!
+//! Wake-ups travel on the socket, not on eventfds: an eventfd is one open file shared by both
+//! processes, so the peer could clear its `O_NONBLOCK` (and drain or fill the counter) and
+//! make this process's read or write of it wait for good. Each end of a socket pair is a file
+//! of its own, its flags out of the peer's reach, and `MSG_DONTWAIT` makes each send and
+//! receive here non-blocking whatever they are.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::net::{RecvFlags, SendFlags};
 
 use crate::error::{Error, Result};
 
 /// How long one wait sleeps before it looks at the slot again, whatever the eventfd says: a
 /// bound on the cost of a lost wake-up, not the way a dead peer is noticed (that is at once).
 const RECHECK: Duration = Duration::from_millis(100);
+
+/// What a wake-up carries on the socket: nothing but its arrival counts.
+const WAKE: u8 = 0x57;
 
 fn os_error(context: &str, errno: rustix::io::Errno) -> Error {
     Error::Io { context: context.to_string(), source: errno.into() }
@@ -28,8 +38,8 @@ pub(crate) struct Peer {
     /// Readable once the process has exited; `None` where the kernel has no pidfds (before
     /// Linux 5.3, or refused in a sandbox): the socket alone tells then.
     pidfd: Option<OwnedFd>,
-    /// This process's end of the socket the ring was set up over: nothing more is sent on
-    /// it, so it turns readable (end of file) only when the peer's end closes.
+    /// This process's end of the socket the ring was set up over: after the set-up it carries
+    /// only wake-up bytes, and its end of file says the peer's end closed.
     socket: OwnedFd,
 }
 
@@ -71,27 +81,34 @@ impl Peer {
     }
 
     /// Waits until `check` finds what it looks for (`Some`), calling it first, again after
-    /// each wake-up on `wake` and at least every [`RECHECK`]. Once the peer is gone, `check`
-    /// runs once more (what the peer finished before it went still counts), then `on_gone`
-    /// answers.
+    /// each wake-up from the peer and at least every [`RECHECK`], until `deadline` (`None`:
+    /// for ever; `Ok(None)` once it passes). Once the peer is gone, `check` runs once more
+    /// (what the peer finished before it went still counts), then `on_gone` answers.
     ///
     /// # Errors
     /// `check`'s or `on_gone`'s errors, or a failed poll.
     pub(crate) fn wait<T>(
         &self,
-        wake: &OwnedFd,
+        deadline: Option<Instant>,
         mut check: impl FnMut() -> Result<Option<T>>,
         on_gone: impl FnOnce() -> Result<T>,
-    ) -> Result<T> {
-        let timeout = Timespec { tv_sec: 0, tv_nsec: RECHECK.as_nanos() as i64 };
+    ) -> Result<Option<T>> {
         loop {
             if let Some(found) = check()? {
-                return Ok(found);
+                return Ok(Some(found));
             }
+            let mut slice = RECHECK;
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                slice = slice.min(left);
+            }
+            let timeout = Timespec { tv_sec: 0, tv_nsec: slice.as_nanos() as i64 };
             // Without a pidfd the socket is polled twice: the same answer, no allocation.
             let exit = self.pidfd.as_ref().unwrap_or(&self.socket);
             let mut fds = [
-                PollFd::new(wake, PollFlags::IN),
                 PollFd::new(&self.socket, PollFlags::IN | PollFlags::RDHUP),
                 PollFd::new(exit, PollFlags::IN),
             ];
@@ -99,19 +116,44 @@ impl Peer {
                 Ok(_) | Err(rustix::io::Errno::INTR) => {}
                 Err(errno) => return Err(os_error("waiting for the ring's peer", errno)),
             }
-            let peer_gone = fds[1..].iter().any(|fd| !fd.revents().is_empty());
-            // Read only when readable: the producer shares the eventfd's flags and could make
-            // it blocking again, and a read of an empty one would then wait for good.
-            if !fds[0].revents().is_empty() {
-                drain(wake);
+            let socket = fds[0].revents();
+            let mut peer_gone = socket.intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR)
+                || (self.pidfd.is_some() && !fds[1].revents().is_empty());
+            if socket.contains(PollFlags::IN) && !self.drain() {
+                peer_gone = true;
             }
             if peer_gone {
                 return match check()? {
-                    Some(found) => Ok(found),
-                    None => on_gone(),
+                    Some(found) => Ok(Some(found)),
+                    None => on_gone().map(Some),
                 };
             }
         }
+    }
+
+    /// Wakes the peer if it waits: one byte on the socket, sent without waiting whatever the
+    /// socket's flags (`MSG_DONTWAIT`) and without `SIGPIPE`. A full socket buffer means the
+    /// peer has wake-ups it has not read yet, so it is awake anyway; a closed one means it is
+    /// gone, which its own side of the protocol notices.
+    pub(crate) fn signal(&self) {
+        let _ = rustix::net::send(&self.socket, &[WAKE], SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
+    }
+
+    /// Reads the wake-ups the socket holds, never waiting (`MSG_DONTWAIT`, whatever the
+    /// descriptor's flags say), and at most a bounded amount (a peer that floods the socket
+    /// cannot keep this process here). False once the peer's end is closed (end of file, a
+    /// reset).
+    fn drain(&self) -> bool {
+        let mut bytes = [0u8; 4096];
+        for _ in 0..16 {
+            match rustix::net::recv(&self.socket, &mut bytes, RecvFlags::DONTWAIT) {
+                Ok((0, _)) => return false,
+                Ok(_) => {}
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return true,
+                Err(_) => return false,
+            }
+        }
+        true
     }
 }
 
@@ -144,26 +186,4 @@ fn peer_pid(socket: &UnixStream) -> Result<u32> {
         });
     }
     Ok(u32::try_from(credentials.pid).unwrap_or(0))
-}
-
-/// Wakes the process waiting on `eventfd`.
-pub(crate) fn signal(eventfd: &OwnedFd) {
-    // A failure here can only be a counter at its maximum (the peer has not read for 2^64
-    // wake-ups): it is awake anyway.
-    let _ = rustix::io::write(eventfd, &1u64.to_ne_bytes());
-}
-
-/// Clears the wake-ups `eventfd` holds (it is non-blocking: nothing to read is no error).
-fn drain(eventfd: &OwnedFd) {
-    let mut count = [0u8; 8];
-    let _ = rustix::io::read(eventfd, &mut count);
-}
-
-/// A new non-blocking eventfd for wake-ups.
-///
-/// # Errors
-/// The system's error (too many open files).
-pub(crate) fn new_eventfd() -> Result<OwnedFd> {
-    rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)
-        .map_err(|errno| os_error("creating an eventfd for the ring's wake-ups", errno))
 }

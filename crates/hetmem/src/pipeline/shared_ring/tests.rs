@@ -23,7 +23,7 @@ fn producer_thread(
         for sequence in 0..frames {
             let mut slot = ring.next_slot()?;
             assert_eq!(slot.sequence(), sequence);
-            slot.as_mut_slice().copy_from_slice(&frame_bytes_of(seed, sequence, len));
+            slot.write_at(0, &frame_bytes_of(seed, sequence, len)).unwrap();
             slot.publish();
         }
         ring.close();
@@ -44,7 +44,7 @@ fn frames_arrive_in_order_complete_and_once_with_frames_held_and_freed_out_of_or
     let mut count = 0u64;
     while let Some(frame) = ring.next_frame().unwrap() {
         assert_eq!(frame.sequence(), count);
-        assert!(frame.as_slice() == frame_bytes_of(seed, count, len), "frame {count} differs");
+        assert!(frame.to_vec() == frame_bytes_of(seed, count, len), "frame {count} differs");
         count += 1;
         held.push(frame);
         // Hold up to two frames (the producer fills the third slot meanwhile), freeing the
@@ -134,19 +134,19 @@ fn a_producer_dropped_without_closing_breaks_the_stream_after_its_frames() {
         let mut ring = RingProducer::create(&Device::cpu(), &left, 64, 4, Default::default()).unwrap();
         for k in 0..3u8 {
             let mut slot = ring.next_slot().unwrap();
-            slot.as_mut_slice().fill(k + 1);
+            slot.fill(k + 1);
             slot.publish();
         }
         // An unpublished slot is given back; then the producer goes without closing.
         let mut slot = ring.next_slot().unwrap();
-        slot.as_mut_slice().fill(0xFF);
+        slot.fill(0xFF);
         drop(slot);
     });
     let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
     producer.join().unwrap();
     for k in 0..3u8 {
         let frame = ring.next_frame().unwrap().unwrap();
-        assert!(frame.as_slice().iter().all(|&byte| byte == k + 1));
+        assert!(frame.to_vec().iter().all(|&byte| byte == k + 1));
     }
     let error = ring.next_frame().unwrap_err();
     assert!(matches!(error, Error::PeerGone { role: "producer", .. }), "{error}");
@@ -162,11 +162,10 @@ fn refused(segment_bytes: usize, damage: impl FnOnce(&HeaderWords)) -> (Error, u
     let header = header_of(&segment).unwrap();
     header.init(&layout, std::process::id());
     damage(header);
-    let (filled, freed) = (new_eventfd().unwrap(), new_eventfd().unwrap());
     let mut hello = [0u8; 24];
     hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
     hello[8..16].copy_from_slice(&u64::from(header::VERSION).to_le_bytes());
-    send_fds(left.as_fd(), &hello, &[segment.fd(), filled.as_fd(), freed.as_fd()]).unwrap();
+    send_fds(left.as_fd(), &hello, &[segment.fd()]).unwrap();
     let error = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap_err();
     let mut answer = [9u8];
     read_exact(left.as_fd(), &mut answer).unwrap();
@@ -202,7 +201,7 @@ fn a_refused_ring_is_an_error_for_the_producer_not_a_hang() {
     let consumer = std::thread::spawn(move || {
         let mut hello = [0u8; 24];
         let fds = recv_fds(right.as_fd(), &mut hello).unwrap();
-        assert_eq!(fds.len(), 3);
+        assert_eq!(fds.len(), 1, "the memfd alone: no descriptor whose flags both sides share");
         write_all(right.as_fd(), &[REFUSED]).unwrap();
     });
     let error = RingProducer::create(&Device::cpu(), &left, 100, 2, Default::default()).unwrap_err();
@@ -220,7 +219,7 @@ fn a_corrupt_state_word_is_an_error_naming_the_slot() {
     let producer = std::thread::spawn(move || {
         let ring = RingProducer::create(&Device::cpu(), &left, 100, 2, Default::default()).unwrap();
         ring.shared.header().slot(0).state.store(77, Ordering::Release);
-        signal(&ring.shared.filled);
+        ring.shared.peer.signal();
         ring.close();
     });
     let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
@@ -230,16 +229,18 @@ fn a_corrupt_state_word_is_an_error_naming_the_slot() {
 }
 
 /// Offers a hand-made ring (a header for 4 slots of 10 000 bytes written into `segment`, and
-/// the eventfds given) to a consumer on the other end of a new socket, as a hostile producer
-/// would: the producer's end of the socket and the consumer's answer.
-fn offer(segment: &SharedSegment, filled: &OwnedFd, freed: &OwnedFd) -> (UnixStream, Result<RingConsumer>) {
+/// the `extra` descriptors after it) to a consumer on the other end of a new socket, as a
+/// hostile producer would: the producer's end of the socket and the consumer's answer.
+fn offer(segment: &SharedSegment, extra: &[&OwnedFd]) -> (UnixStream, Result<RingConsumer>) {
     let (left, right) = UnixStream::pair().unwrap();
     let layout = RingLayout::new(10_000, 4, page_size()).unwrap();
     header_of(segment).unwrap().init(&layout, std::process::id());
     let mut hello = [0u8; 24];
     hello[..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
     hello[8..16].copy_from_slice(&u64::from(header::VERSION).to_le_bytes());
-    send_fds(left.as_fd(), &hello, &[segment.fd(), filled.as_fd(), freed.as_fd()]).unwrap();
+    let mut fds = vec![segment.fd()];
+    fds.extend(extra.iter().map(|fd| fd.as_fd()));
+    send_fds(left.as_fd(), &hello, &fds).unwrap();
     (left, RingConsumer::connect(&Device::cpu(), &right, Default::default()))
 }
 
@@ -250,31 +251,82 @@ fn a_named_segment_the_producer_could_truncate_under_the_consumer_is_refused() {
     let name = format!("hetmem-test-ring-{}-{:016x}", std::process::id(), fastrand::u64(..));
     let total = RingLayout::new(10_000, 4, page_size()).unwrap().total_bytes;
     let segment = SharedSegment::create_named(&name, total).unwrap();
-    let (filled, freed) = (new_eventfd().unwrap(), new_eventfd().unwrap());
-    let (_producer, consumer) = offer(&segment, &filled, &freed);
+    let (_producer, consumer) = offer(&segment, &[]);
     let error = consumer.expect_err("an unsealed segment must be refused");
     assert!(error.to_string().contains("not sealed against shrinking"), "{error}");
 }
 
 #[test]
-fn blocking_eventfds_from_the_producer_do_not_hang_the_consumer() {
+fn a_ring_offered_with_descriptors_of_shared_flags_is_refused() {
     let total = RingLayout::new(10_000, 4, page_size()).unwrap().total_bytes;
     let segment = SharedSegment::memfd("hostile-ring", total, false).unwrap();
-    // Blocking eventfds: a read of an empty one waits for a write that may never come.
-    let blocking = || rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
-    let (filled, freed) = (blocking(), blocking());
-    let (producer, consumer) = offer(&segment, &filled, &freed);
+    // A blocking eventfd, as the first protocol passed: its flags would be the producer's too.
+    let blocking = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).unwrap();
+    let (_producer, consumer) = offer(&segment, &[&blocking, &blocking]);
+    let error = consumer.expect_err("a ring with eventfds is an older or hostile producer's");
+    assert!(error.to_string().contains("3 descriptors"), "{error}");
+}
+
+#[test]
+fn a_producer_that_floods_the_socket_and_never_publishes_cannot_hang_the_consumer() {
+    use std::io::Write;
+    let total = RingLayout::new(10_000, 4, page_size()).unwrap().total_bytes;
+    let segment = SharedSegment::memfd("flooding-ring", total, false).unwrap();
+    let (producer, consumer) = offer(&segment, &[]);
     let mut consumer = consumer.unwrap();
+    let mut answer = [9u8];
+    read_exact(producer.as_fd(), &mut answer).unwrap();
+    assert_eq!(answer, [ACCEPTED]);
+    // Bytes by the megabyte (wake-ups to a consumer that finds nothing), its end blocking.
+    producer.set_nonblocking(true).unwrap();
+    let flood = vec![0x57u8; 1 << 16];
+    while (&producer).write(&flood).is_ok_and(|written| written > 0) {}
     let (done, answer) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = done.send(consumer.next_frame().map(|frame| frame.is_some()));
+        let start = std::time::Instant::now();
+        let waited = consumer.next_frame_within(Some(std::time::Duration::from_millis(250)));
+        let took = start.elapsed();
+        let bounded = matches!(waited, Ok(None));
+        let _ = done.send((bounded, took, consumer.next_frame().map(|frame| frame.is_some())));
     });
-    // Some waits with nothing to read, then the producer goes away.
-    std::thread::sleep(std::time::Duration::from_millis(350));
+    std::thread::sleep(std::time::Duration::from_millis(600));
     drop(producer);
-    let result = answer
+    let (bounded, took, result) = answer
         .recv_timeout(std::time::Duration::from_secs(20))
-        .expect("the consumer hangs in a read of the producer's blocking eventfd");
+        .expect("the consumer hangs under a flood of wake-ups");
+    assert!(bounded, "a bounded wait with no frame ends with none");
+    assert!(
+        took >= std::time::Duration::from_millis(250) && took < std::time::Duration::from_secs(2),
+        "{took:?}"
+    );
     let error = result.unwrap_err();
     assert!(matches!(error, Error::PeerGone { role: "producer", .. }), "{error}");
+}
+
+#[test]
+fn copies_in_and_out_of_a_slot_are_exact_at_any_offset() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let len = 10_003;
+    let consumer = std::thread::spawn(move || {
+        let mut ring = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap();
+        let frame = ring.next_frame().unwrap().unwrap();
+        assert_eq!(frame.len(), len);
+        let whole = frame.to_vec();
+        let mut part = vec![0xEEu8; 4001];
+        frame.read_at(13, &mut part).unwrap();
+        assert!(part[..] == whole[13..13 + 4001]);
+        assert!(frame.read_at(len - 3, &mut [0u8; 4]).unwrap_err().to_string().contains("passes the frame"));
+        whole
+    });
+    let mut ring = RingProducer::create(&Device::cpu(), &left, len, 2, Default::default()).unwrap();
+    let mut rng = fastrand::Rng::new();
+    let data: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+    let mut slot = ring.next_slot().unwrap();
+    slot.fill(0x11);
+    slot.write_at(0, &data[..5]).unwrap();
+    slot.write_at(5, &data[5..]).unwrap();
+    assert!(slot.write_at(usize::MAX, &[1]).unwrap_err().to_string().contains("passes the frame"));
+    slot.publish();
+    assert!(consumer.join().unwrap() == data, "what the consumer copied out is what was copied in");
+    ring.close();
 }
