@@ -881,3 +881,25 @@ fn a_chunk_off_the_kernels_word_alignment_is_refused_on_the_gpu() {
     drop(sums.reclaim().unwrap());
     drop(odd.reclaim().unwrap());
 }
+
+/// More pinned memory than the machine has is refused at once, naming the machine's size: the
+/// driver took more than a minute to fail a 256 GiB request on a 128 GiB machine.
+#[test]
+fn pinning_more_than_the_machine_has_is_refused_at_once() {
+    let device = cpu_device();
+    // SAFETY: sysconf reads system constants.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let total = u64::try_from(pages).unwrap() * u64::try_from(page).unwrap();
+    let too_many = usize::try_from(total).unwrap() + 4096;
+    let started = std::time::Instant::now();
+    let error = HostBuf::<u8>::pinned(&device, too_many, PinOptions::default()).unwrap_err().to_string();
+    assert!(error.contains("more than this machine's") && error.contains(&total.to_string()), "{error}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "refused only after {:?}",
+        started.elapsed()
+    );
+    // A size the machine holds is still pinned (and zeroed).
+    let small = HostBuf::<u8>::pinned(&device, 1 << 20, PinOptions::default()).unwrap();
+    assert!(small.as_slice().iter().all(|&b| b == 0));
+}

@@ -9,7 +9,7 @@ use super::Element;
 use super::pool::PoolReturn;
 use super::{Buffer, HostVisible, Region, Sealed, WritableBuffer};
 use crate::backend::Device;
-use crate::backend::cpu::memory::{PageBox, byte_len, page_size};
+use crate::backend::cpu::memory::{PageBox, byte_len, check_pinnable, page_size};
 use crate::backend::memory::{HostMemory, HostPin, HostRegister};
 use crate::error::{Error, Result};
 
@@ -422,6 +422,7 @@ impl<T: Element> HostBuf<T> {
 
 /// Pins `bytes` for `device` the way `options` asks (plain pages on the CPU backend).
 pub(crate) fn pin_bytes(device: &Device, bytes: usize, options: &PinOptions) -> Result<HostStorage> {
+    check_pinnable("pinned buffer length", bytes)?;
     let pin = HostPin {
         mapped: options.mapped,
         portable: options.portable,

@@ -19,6 +19,30 @@ pub fn page_size() -> usize {
     rustix::param::page_size()
 }
 
+/// The machine's physical memory in bytes (`sysconf(_SC_PHYS_PAGES)` pages), or None where the
+/// system does not say.
+pub(crate) fn physical_memory_bytes() -> Option<u64> {
+    // SAFETY: sysconf reads a system constant; it has no memory effects.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    u64::try_from(pages).ok().filter(|&pages| pages > 0)?.checked_mul(page_size() as u64)
+}
+
+/// Refuses to pin more bytes than the machine has: pinned pages cannot be swapped, so such a
+/// request can only fail, and the driver takes minutes to find that out (a 256 GiB request
+/// on the H200 machine's 128 GiB ran past a minute).
+pub(crate) fn check_pinnable(what: &'static str, bytes: usize) -> Result<()> {
+    match physical_memory_bytes() {
+        Some(total) if bytes as u64 > total => Err(BackendError::invalid(
+            what,
+            format!(
+                "{bytes} bytes to pin: more than this machine's {total} bytes of memory (pinned pages \
+                 cannot be swapped); give a smaller size"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `len` elements of `T` in bytes, or a clear error on zero or overflow.
 pub(crate) fn byte_len<T>(what: &'static str, len: usize) -> Result<usize> {
     if len == 0 {
