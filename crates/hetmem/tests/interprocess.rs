@@ -414,8 +414,10 @@ fn a_segment_smaller_than_claimed_or_not_a_ring_is_refused_by_name() {
         let socket = child_socket();
         let mut buf = SharedHostBuf::<u8>::create(&cpu_device(), 4096, SharedOptions::default()).unwrap();
         buf.as_mut_slice().fill(0x5c);
-        buf.send(&socket).unwrap();
-        buf.send(&socket).unwrap();
+        // SAFETY: this process does not touch the buffer again; the parent only reads it.
+        unsafe { buf.send(&socket) }.unwrap();
+        // SAFETY: as above.
+        unsafe { buf.send(&socket) }.unwrap();
         // The parent's refusal of the second as a ring says it is done with both.
         let mut done = [0u8; 1];
         let _ = std::io::Read::read(&mut &socket, &mut done);
@@ -426,7 +428,8 @@ fn a_segment_smaller_than_claimed_or_not_a_ring_is_refused_by_name() {
     // SAFETY: the sender does not write the buffer after sending it.
     let small = unsafe { SharedHostBuf::<u8>::receive(&device, &peer.socket, Default::default()) }.unwrap();
     assert!(small.as_slice().iter().all(|&byte| byte == 0x5c));
-    let fd = small.fd().try_clone_to_owned().unwrap();
+    // SAFETY: the second mapping is refused before it is made.
+    let fd = unsafe { small.fd() }.try_clone_to_owned().unwrap();
     // SAFETY: refused before anything is mapped.
     let error =
         unsafe { SharedHostBuf::<u8>::from_fd(&device, fd, 4096 * 3, Default::default()) }.unwrap_err();
@@ -466,7 +469,8 @@ fn gpu_reads_in_place(device: &Device, socket: &UnixStream, seed: u64, creator: 
         let mut buf = SharedHostBuf::<u32>::create(device, WORDS, SharedOptions::default()).unwrap();
         assert_eq!(buf.is_mapped(), device.gpu_ordinal().is_some());
         buf.as_mut_slice().copy_from_slice(&words(1));
-        buf.send(socket).unwrap();
+        // SAFETY: the processes take turns, ordered by the socket's messages.
+        unsafe { buf.send(socket) }.unwrap();
         // The other process reads round 1, then writes round 2 and says so.
         std::io::Read::read_exact(&mut &*socket, &mut byte).unwrap();
         read_in_place(buf, &words(2));
