@@ -294,7 +294,9 @@ impl RingProducer {
         if answer[0] != ACCEPTED {
             return Err(refused("refused the ring"));
         }
-        let peer = Peer::new("consumer", socket)?;
+        // Written by the consumer before its answer, which this process has read.
+        let claimed = header_of(&segment)?.consumer_pid.load(Ordering::Acquire);
+        let peer = Peer::new("consumer", socket, claimed)?;
         let slots = register_slots(device, &segment, &layout, options)?;
         let shared = Arc::new(RingShared { segment, layout, peer, slots });
         Ok(RingProducer { shared, next: 0, closed: false })
@@ -577,8 +579,9 @@ impl RingConsumer {
         let segment = Arc::new(SharedSegment::from_fd(memfd, header_bytes, Unsealed::Refused)?);
         let header = header_of(&segment)?;
         let layout = header.layout(page_size(), segment.bytes(), segment.description())?;
-        header.consumer_pid.store(std::process::id(), Ordering::Relaxed);
-        let peer = Peer::new("producer", socket)?;
+        header.consumer_pid.store(std::process::id(), Ordering::Release);
+        let claimed = header.producer_pid.load(Ordering::Acquire);
+        let peer = Peer::new("producer", socket, claimed)?;
         let slots = register_slots(device, &segment, &layout, options)?;
         let shared = Arc::new(RingShared { segment, layout, peer, slots });
         Ok(RingConsumer { shared, next: 0, ended: false, scratch: Vec::new() })
