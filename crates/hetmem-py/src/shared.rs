@@ -69,6 +69,23 @@ fn ring_err(py: Python<'_>, error: hetmem::Error) -> PyErr {
     to_py_err(error)
 }
 
+/// What is left until `deadline` (None: for ever), for a library call that takes a timeout.
+fn left_until(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()))
+}
+
+/// A set-up's error as Python's: a peer that stayed silent past the timeout as `TimeoutError`.
+fn set_up_err(py: Python<'_>, error: hetmem::Error) -> PyErr {
+    match &error {
+        hetmem::Error::Io { source, .. } if source.kind() == ErrorKind::TimedOut => {
+            PyTimeoutError::new_err(format!(
+                "{error}: the peer connected but did not finish the set-up; give a longer timeout if it is slow"
+            ))
+        }
+        _ => ring_err(py, error),
+    }
+}
+
 /// `timeout` seconds (None: for ever) from now, checked.
 fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
     let Some(seconds) = timeout else { return Ok(None) };
@@ -459,10 +476,12 @@ impl Producer {
         // `_restore` puts the caller's socket's settings back once the ring is set up.
         let (stream, _restore) = stream_for(py, peer, true, deadline)?;
         agree(py, &stream, &describe(&spec), "consumer", deadline)?;
-        let (inner, nbytes) = (&device.inner, spec.nbytes);
+        let (inner, nbytes, left) = (&device.inner, spec.nbytes, left_until(deadline));
+        // Bounded by the timeout: a consumer that agreed on the frames, then says nothing more,
+        // is a TimeoutError, not a wait for good.
         let ring = py
-            .detach(|| RingProducer::create(inner, &stream, nbytes, slots, Default::default()))
-            .map_err(|error| ring_err(py, error))?;
+            .detach(|| RingProducer::create_within(inner, &stream, nbytes, slots, Default::default(), left))
+            .map_err(|error| set_up_err(py, error))?;
         let mapping = ring.mapping();
         let (frame_bytes, slots, consumer_pid) = (ring.frame_bytes(), ring.slots(), ring.consumer_pid());
         let ring = NonNull::from(Box::leak(Box::new(ring)));
@@ -599,10 +618,11 @@ impl Consumer {
         let deadline = deadline(timeout)?;
         let (stream, _restore) = stream_for(py, peer, false, deadline)?;
         agree(py, &stream, &describe(&spec), "producer", deadline)?;
-        let inner = &device.inner;
+        let (inner, left) = (&device.inner, left_until(deadline));
+        // Bounded by the timeout, as the producer's side.
         let ring = py
-            .detach(|| RingConsumer::connect(inner, &stream, Default::default()))
-            .map_err(|error| ring_err(py, error))?;
+            .detach(|| RingConsumer::connect_within(inner, &stream, Default::default(), left))
+            .map_err(|error| set_up_err(py, error))?;
         if ring.frame_bytes() != spec.nbytes {
             return Err(HetmemError::new_err(format!(
                 "the producer's ring has frames of {} bytes where {} ({} bytes) was agreed: the producer broke \

@@ -493,3 +493,42 @@ def test_gpu_shards_casts_and_into_match_the_cpu_load(tmp_path, rng):
         hetmem.load(source, into=targets)
         for name, t in cpu_whole.items():
             assert torch.equal(targets[name].cpu(), t), name
+
+
+def test_the_copies_out_of_a_load_are_waited_for_on_every_device_they_ran_on():
+    # A stand-in for torch: which devices' current streams were synchronized. The loaded
+    # tensors are on cuda:0 while the caller's current device (and into='s tensors) may be
+    # another: waiting on the current device's stream alone would let the allocation go while
+    # a copy on cuda:0 still reads it.
+    from hetmem._load import _synchronized
+
+    class Tensor:
+        def __init__(self, device):
+            self.device, self.is_cuda = device, device.startswith("cuda")
+
+    synced = []
+
+    class Stream:
+        def __init__(self, device):
+            self.device = device
+
+        def synchronize(self):
+            synced.append(self.device)
+
+    class Cuda:
+        @staticmethod
+        def current_stream(device=None):
+            if device is None:
+                raise AssertionError("the current device's stream: name the tensors' device")
+            return Stream(device)
+
+    class Torch:
+        cuda = Cuda
+
+    rng = np.random.default_rng()
+    devices = [f"cuda:{int(i)}" for i in rng.integers(0, 4, size=12)] + ["cpu"] * int(rng.integers(1, 4))
+    _synchronized(Torch, [Tensor(device) for device in devices])
+    assert sorted(synced) == sorted({d for d in devices if d != "cpu"})
+    synced.clear()
+    _synchronized(Torch, [Tensor("cpu"), Tensor("cpu")])
+    assert synced == [], "host copies are done when copy_ returns: nothing to wait for"

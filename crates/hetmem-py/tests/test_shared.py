@@ -324,6 +324,20 @@ def test_bad_peers_and_timeouts_are_refused(tmp_path):
         hetmem.SharedRing()
 
 
+def test_a_peer_that_agrees_then_says_nothing_is_a_timeout_on_either_side():
+    # The peer sends the frames' description a hetmem ring would (so the agreement passes),
+    # then nothing: no ring (for a consumer), no answer (for a producer).
+    description = f"shape ({SHAPE[0]}, {SHAPE[1]}) dtype {np.dtype(DTYPE).str}".encode()
+    for side in ("create", "connect"):
+        mine, theirs = socket.socketpair()
+        with mine, theirs:
+            theirs.sendall(len(description).to_bytes(4, "little") + description)
+            started = time.monotonic()
+            with pytest.raises(TimeoutError, match="did not finish the set-up"):
+                getattr(hetmem.SharedRing, side)(mine, SHAPE, DTYPE, timeout=0.5)
+            assert time.monotonic() - started < 10, side
+
+
 def test_a_peer_that_is_not_a_ring_is_refused():
     silent, other = socket.socketpair()
     with silent, other, pytest.raises(hetmem.HetmemError, match="agreeing on the frames"):

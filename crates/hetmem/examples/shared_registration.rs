@@ -56,7 +56,8 @@ fn shared_open(device: &Device, bytes: usize) -> hetmem::Result<Run> {
         UnixStream::pair().map_err(|source| hetmem::Error::Io { context: "socket pair".into(), source })?;
     let mut creator = SharedHostBuf::<u8>::create(&Device::cpu(), bytes, SharedOptions::default())?;
     touch(creator.as_mut_slice());
-    creator.send(&here)?;
+    // SAFETY: the creator does not touch the buffer while the opener has it.
+    unsafe { creator.send(&here)? };
     let start = Instant::now();
     // SAFETY: the creator does not touch the buffer while the opener has it.
     let opened = unsafe { SharedHostBuf::<u8>::receive(device, &there, RegisterOptions::default())? };

@@ -347,3 +347,39 @@ fn bad_shard_specs_are_refused_with_the_remedy() {
     assert_eq!(ShardSpec::new(3, 4, 0).unwrap().span(5), (5, 5), "past the end: empty");
     assert_eq!(ShardSpec::new(0, 4, 0).unwrap().span(0), (0, 0));
 }
+
+/// A header whose slice is read in pieces of a byte or two (a tall, narrow tensor sliced along
+/// its last dimension) is refused by name before its ranges are made: one range per piece
+/// would make the plan outweigh the load a hundred times over. Pieces of 64 bytes or more, as
+/// a column-parallel slice of a real weight, are planned, each piece once.
+#[test]
+fn a_slice_of_tiny_strided_pieces_is_refused_before_its_ranges_are_made() {
+    use safetensors::Dtype::U8;
+    let dir = tempfile::tempdir().unwrap();
+    let rows = 70_000 + fastrand::usize(..1000);
+    shard(dir.path(), "narrow.safetensors", &[("narrow", U8, &[rows, 2])]);
+    let checkpoint = Checkpoint::open(dir.path().join("narrow.safetensors")).unwrap();
+    let spec = ShardSpec::new(1, 2, 1).unwrap();
+    let text = checkpoint.plan_with(&TensorFilter::All, Some(&spec)).unwrap_err().to_string();
+    assert!(
+        text.contains("\"narrow\"")
+            && text.contains(&format!("{rows} ranges of 1 bytes"))
+            && text.contains("remedy"),
+        "{text}"
+    );
+    // Along dim 0 the same tensor is one range.
+    let plan = checkpoint.plan_with(&TensorFilter::All, Some(&ShardSpec::new(1, 2, 0).unwrap())).unwrap();
+    assert_eq!(plan.parts().len(), 1);
+    // 130 columns over two ranks: pieces of 65 bytes, planned one range each.
+    let dir = tempfile::tempdir().unwrap();
+    let expected = shard(dir.path(), "wide.safetensors", &[("wide", U8, &[rows, 130])]);
+    let checkpoint = Checkpoint::open(dir.path().join("wide.safetensors")).unwrap();
+    let plan = checkpoint.plan_with(&TensorFilter::All, Some(&spec)).unwrap();
+    assert_eq!(plan.parts().len(), rows);
+    assert_eq!(plan.total_bytes(), rows * 65);
+    let data = checkpoint.headers()[0].data.offset;
+    for (row, (range, place)) in plan.parts().iter().enumerate() {
+        assert_eq!((range.offset - data, range.len, *place), ((row * 130 + 65) as u64, 65, row * 65));
+    }
+    assert_eq!(expected["wide"].len(), rows * 130);
+}

@@ -414,8 +414,10 @@ fn a_segment_smaller_than_claimed_or_not_a_ring_is_refused_by_name() {
         let socket = child_socket();
         let mut buf = SharedHostBuf::<u8>::create(&cpu_device(), 4096, SharedOptions::default()).unwrap();
         buf.as_mut_slice().fill(0x5c);
-        buf.send(&socket).unwrap();
-        buf.send(&socket).unwrap();
+        // SAFETY: this process does not touch the buffer again; the parent only reads it.
+        unsafe { buf.send(&socket) }.unwrap();
+        // SAFETY: as above.
+        unsafe { buf.send(&socket) }.unwrap();
         // The parent's refusal of the second as a ring says it is done with both.
         let mut done = [0u8; 1];
         let _ = std::io::Read::read(&mut &socket, &mut done);
@@ -426,7 +428,8 @@ fn a_segment_smaller_than_claimed_or_not_a_ring_is_refused_by_name() {
     // SAFETY: the sender does not write the buffer after sending it.
     let small = unsafe { SharedHostBuf::<u8>::receive(&device, &peer.socket, Default::default()) }.unwrap();
     assert!(small.as_slice().iter().all(|&byte| byte == 0x5c));
-    let fd = small.fd().try_clone_to_owned().unwrap();
+    // SAFETY: the second mapping is refused before it is made.
+    let fd = unsafe { small.fd() }.try_clone_to_owned().unwrap();
     // SAFETY: refused before anything is mapped.
     let error =
         unsafe { SharedHostBuf::<u8>::from_fd(&device, fd, 4096 * 3, Default::default()) }.unwrap_err();
@@ -466,7 +469,8 @@ fn gpu_reads_in_place(device: &Device, socket: &UnixStream, seed: u64, creator: 
         let mut buf = SharedHostBuf::<u32>::create(device, WORDS, SharedOptions::default()).unwrap();
         assert_eq!(buf.is_mapped(), device.gpu_ordinal().is_some());
         buf.as_mut_slice().copy_from_slice(&words(1));
-        buf.send(socket).unwrap();
+        // SAFETY: the processes take turns, ordered by the socket's messages.
+        unsafe { buf.send(socket) }.unwrap();
         // The other process reads round 1, then writes round 2 and says so.
         std::io::Read::read_exact(&mut &*socket, &mut byte).unwrap();
         read_in_place(buf, &words(2));
@@ -504,4 +508,49 @@ fn a_device_reads_in_place_what_another_process_wrote_to_shared_memory() {
         gpu_reads_in_place(&device_of(backend), &peer.socket, seed, true);
         peer.passed();
     }
+}
+
+/// The socket-pair end a child was given, by its descriptor number.
+const PAIR_FD_ENV: &str = "HETMEM_TEST_PAIR_FD";
+
+/// A ring over a `socketpair` this process made and handed one end of to its child (as a
+/// trainer does for each worker): the socket's credentials name this process for both ends,
+/// so the ring watches the pid its peer wrote in the header. The child's `SIGKILL` is then
+/// noticed although its end of the socket stays open here (as in a child of its that kept
+/// it): before, the ring watched its own pid and waited for good.
+#[test]
+fn a_producer_on_a_socket_pair_is_watched_by_its_own_pid() {
+    const TEST: &str = "a_producer_on_a_socket_pair_is_watched_by_its_own_pid";
+    if child_role().as_deref() == Some("pair-producer") {
+        let _harness = child_socket();
+        let fd: i32 = std::env::var(PAIR_FD_ENV).unwrap().parse().unwrap();
+        // SAFETY: the parent left this descriptor open across exec for this process alone.
+        let socket = unsafe { <UnixStream as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let mut ring = RingProducer::create(&cpu_device(), &socket, 4096, 2, Default::default()).unwrap();
+        let mut slot = ring.next_slot().unwrap();
+        slot.fill(0x5a);
+        slot.publish();
+        say("published");
+        std::thread::sleep(Duration::from_secs(120));
+        unreachable!("killed by the parent before this");
+    }
+    let (mine, theirs) = UnixStream::pair().unwrap();
+    // Inherited by the child (exec keeps it), and kept open here too.
+    rustix::io::fcntl_setfd(&theirs, rustix::io::FdFlags::empty()).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&theirs);
+    let mut peer = Peer::start(TEST, "pair-producer", &[(PAIR_FD_ENV, fd.to_string())]);
+    let mut ring = RingConsumer::connect(&cpu_device(), &mine, Default::default()).unwrap();
+    assert_eq!(ring.producer_pid(), peer.pid(), "the child's pid, not this process's");
+    let frame = ring.next_frame().unwrap().unwrap();
+    assert_eq!(frame.to_vec(), vec![0x5a; 4096]);
+    drop(frame);
+    peer.expect_line("published");
+    let killed = peer.kill();
+    let outcome = ring.next_frame_within(Some(Duration::from_secs(20)));
+    let waited = killed.elapsed();
+    let error = outcome.expect_err("the killed producer is noticed, not waited for");
+    assert!(matches!(error, Error::PeerGone { role: "producer", .. }), "{error}");
+    assert!(waited < Duration::from_secs(10), "noticed after {waited:?}");
+    peer.reap_killed();
+    drop(theirs);
 }

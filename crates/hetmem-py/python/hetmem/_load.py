@@ -271,9 +271,13 @@ def _casts(tensor: Any) -> bool:
 
 
 def _synchronized(torch: Any, tensors: Iterable[Any]) -> None:
-    """Waits for PyTorch's copies out of the load's allocation before it may be released."""
-    if any(tensor.is_cuda for tensor in tensors):
-        torch.cuda.current_stream().synchronize()
+    """Waits for PyTorch's copies out of the load's allocation before it may be released: the
+    current stream of every CUDA device among ``tensors`` (the copies' sources and targets),
+    not only of the device that is current, which may be another (``torch.cuda.set_device``):
+    a copy still running there would read the allocation after it was freed."""
+    devices = {tensor.device for tensor in tensors if tensor.is_cuda}
+    for device in sorted(devices, key=str):
+        torch.cuda.current_stream(device).synchronize()
 
 
 def _cast(torch: Any, tensors: Dict[str, Any], target: Any) -> Tuple[Dict[str, Any], int]:
@@ -293,7 +297,7 @@ def _cast(torch: Any, tensors: Dict[str, Any], target: Any) -> Tuple[Dict[str, A
         view = whole[offset:offset + tensor.numel() * dtype.itemsize].view(dtype).view(tensor.shape)
         view.copy_(tensor)
         out[name] = view
-    _synchronized(torch, out.values())
+    _synchronized(torch, [*tensors.values(), *out.values()])
     return out, max(total, 1)
 
 
@@ -316,7 +320,7 @@ def _into(torch: Any, tensors: Dict[str, Any], into: Mapping) -> Dict[str, Any]:
     with torch.no_grad():
         for name, tensor in tensors.items():
             into[name].copy_(tensor)
-    _synchronized(torch, (into[name] for name in tensors))
+    _synchronized(torch, [*tensors.values(), *(into[name] for name in tensors)])
     return {name: into[name] for name in tensors}
 
 

@@ -129,8 +129,11 @@ class SharedRing:
         waits up to ``timeout`` seconds (None: for ever) for the consumer, agrees on the frames
         and hands it a ring of ``slots`` slots (1 to 64). A socket given keeps its settings
         (blocking or not, its timeouts), but belongs to the ring from then on: it carries the
-        ring's wake-ups, so read or write nothing on it. Every wait, here and in ``slot()``,
-        hears Ctrl-C (``KeyboardInterrupt``), with or without a timeout.
+        ring's wake-ups, so read or write nothing on it. ``timeout`` bounds the whole set-up:
+        a consumer that agrees on the frames and then says nothing more is a ``TimeoutError``.
+        Every wait, here and in ``slot()``, hears Ctrl-C (``KeyboardInterrupt``), with or
+        without a timeout, but for the set-up's last step (the ring's hand-over, after the
+        agreement): give a timeout where the peer is not trusted.
 
         Example::
 
@@ -154,8 +157,9 @@ class SharedRing:
         """The consuming side: connects to the producer listening at ``path`` (waiting up to
         ``timeout`` seconds, None: for ever, for it to appear; or a connected ``socket.socket``),
         agrees on the frames and takes its ring. A socket given keeps its settings and
-        belongs to the ring from then on, as in ``create``; waits, here and in ``next()``,
-        hear Ctrl-C.
+        belongs to the ring from then on, as in ``create``; ``timeout`` bounds the whole
+        set-up, as there. Waits, here and in ``next()``, hear Ctrl-C (the ring's hand-over
+        after the agreement aside, as in ``create``).
 
         Example::
 

@@ -21,6 +21,13 @@ pub const PLACE_ALIGN: usize = 256;
 /// The longest index file read: an index lists names and file names, a few MiB for the
 /// largest models.
 const MAX_INDEX_BYTES: u64 = 256 << 20;
+/// A sharded plan reads at most this many ranges whatever its size...
+const MIN_RANGE_BUDGET: usize = 1 << 16;
+/// ... and beyond it one range per this many bytes of the slices on average: a range costs the
+/// plan about a hundred bytes, so a header whose slices are read in pieces of a byte or two
+/// (shape `[2^29, 2]` along dim 1) cannot make the plan outweigh the load many times over
+/// (nor its `2^29` reads) before anything is read.
+const BYTES_PER_RANGE: usize = 64;
 
 /// The safetensors files of one model, their headers read and checked: no tensor name in two
 /// files, and, for a sharded checkpoint, every shard present and holding what its index says.
@@ -327,13 +334,15 @@ impl Checkpoint {
         let mut tensors = BTreeMap::new();
         let mut parts: Vec<(FileRange, usize)> = Vec::new();
         let mut total = 0usize;
+        // The ranges made so far, against MIN_RANGE_BUDGET and BYTES_PER_RANGE.
+        let mut ranges_made = 0usize;
         for header in &self.headers {
             let mut by_offset: Vec<(&String, &TensorEntry)> =
                 header.tensors.iter().filter(|(name, _)| filter.keeps(name)).collect();
             by_offset.sort_by_key(|(_, entry)| (entry.offset, entry.bytes));
             for (name, entry) in by_offset {
                 let place = total.checked_next_multiple_of(PLACE_ALIGN).ok_or_else(too_large)?;
-                let (sliced, ranges) = slice_of(name, entry, shard)?;
+                let (sliced, ranges) = slice_of(name, entry, shard, total, &mut ranges_made)?;
                 let mut at = place;
                 for (start, len) in ranges {
                     let end = start.checked_add(len).ok_or_else(too_large)?;
@@ -466,10 +475,16 @@ fn too_large() -> Error {
 /// `entry` cut to `shard`'s slice (its shape, its bytes; the offset left as the file's), and
 /// the slice's byte ranges `(start, len)` in the file's data section, in order (empty ones
 /// left out). A tensor with no dimension `shard.dim()` is whole.
+///
+/// `ranges_made` counts the plan's ranges (this tensor's added), `bytes_before` the plan's
+/// bytes before this tensor: a slice whose ranges would pass the plan's budget
+/// ([`MIN_RANGE_BUDGET`], or one per [`BYTES_PER_RANGE`] bytes) is refused before any is made.
 fn slice_of(
     name: &str,
     entry: &TensorEntry,
     shard: &ShardSpec,
+    bytes_before: usize,
+    ranges_made: &mut usize,
 ) -> Result<(TensorEntry, Vec<(usize, usize)>)> {
     let dim = shard.dim();
     if entry.shape.len() <= dim {
@@ -490,6 +505,29 @@ fn slice_of(
     let mut shape = entry.shape.clone();
     shape[dim] = end - start;
     let bytes = len.checked_mul(outer).ok_or_else(too_large)?;
+    let pieces = if len == 0 {
+        0
+    } else if len == row {
+        1
+    } else {
+        outer
+    };
+    let budget = (bytes_before.saturating_add(bytes) / BYTES_PER_RANGE).max(MIN_RANGE_BUDGET);
+    *ranges_made = ranges_made.saturating_add(pieces);
+    if *ranges_made > budget {
+        return Err(Error::invalid(
+            "shard",
+            format!(
+                "tensor {name:?} of shape {:?} sliced along dim {dim} is {pieces} ranges of {len} bytes, \
+                 which with the plan's others make {} ranges for {} bytes (at most one per \
+                 {BYTES_PER_RANGE} bytes, or {MIN_RANGE_BUDGET}): the plan would outweigh what it reads; \
+                 remedy: shard along an earlier dimension, or load this tensor without shard= and slice it after",
+                entry.shape,
+                *ranges_made,
+                bytes_before.saturating_add(bytes)
+            ),
+        ));
+    }
     let mut ranges = Vec::new();
     if len > 0 {
         if len == row {

@@ -5,6 +5,7 @@ use std::io::IoSlice;
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::time::Instant;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
@@ -54,10 +55,34 @@ pub(crate) fn send_fds(socket: BorrowedFd<'_>, message: &[u8], fds: &[BorrowedFd
 /// The peer closing the socket first (it exited or refused), a message cut short, more
 /// descriptors than [`MAX_FDS`] (the kernel then drops them), or the socket's error.
 pub(crate) fn recv_fds(socket: BorrowedFd<'_>, message: &mut [u8]) -> Result<Vec<OwnedFd>> {
+    recv_fds_until(socket, message, None)
+}
+
+/// [`recv_fds`], giving up at `deadline` (`None`: never) with an [`Error::Io`] of kind
+/// `TimedOut`: a peer that connected but sends nothing (or stops half-way) cannot keep this
+/// process waiting past it.
+///
+/// # Errors
+/// As [`recv_fds`], and the deadline passing.
+pub(crate) fn recv_fds_until(
+    socket: BorrowedFd<'_>,
+    message: &mut [u8],
+    deadline: Option<Instant>,
+) -> Result<Vec<OwnedFd>> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
-    let received = recvmsg(socket, &mut [IoSliceMut::new(message)], &mut control, RecvFlags::CMSG_CLOEXEC)
-        .map_err(|errno| io_error("receiving shared memory descriptors from the socket", errno))?;
+    // Never a blocking receive: whatever the descriptor's flags (shared with the caller, and
+    // with anyone it was passed to), MSG_DONTWAIT, and a poll bounded by the deadline between.
+    let flags = RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT;
+    let received = loop {
+        match recvmsg(socket, &mut [IoSliceMut::new(message)], &mut control, flags) {
+            Ok(received) => break received,
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {
+                wait_readable(socket, deadline, "receiving shared memory descriptors")?
+            }
+            Err(errno) => return Err(io_error("receiving shared memory descriptors from the socket", errno)),
+        }
+    };
     let mut fds = Vec::new();
     for cmsg in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = cmsg {
@@ -79,7 +104,7 @@ pub(crate) fn recv_fds(socket: BorrowedFd<'_>, message: &mut [u8]) -> Result<Vec
             ),
         });
     }
-    read_exact(socket, &mut message[received.bytes..])?;
+    read_exact_until(socket, &mut message[received.bytes..], deadline)?;
     Ok(fds)
 }
 
@@ -95,13 +120,19 @@ pub(crate) fn write_all(socket: BorrowedFd<'_>, mut bytes: &[u8]) -> Result<()> 
     Ok(())
 }
 
-/// Reads exactly `bytes.len()` bytes from `socket`.
+/// Reads exactly `bytes.len()` bytes from `socket`, giving up at `deadline` (`None`: never)
+/// with an [`Error::Io`] of kind `TimedOut`. Never a blocking read, whatever the socket's
+/// flags: `MSG_DONTWAIT`, with a poll bounded by the deadline between.
 ///
 /// # Errors
-/// The peer closing the socket first, or the socket's error.
-pub(crate) fn read_exact(socket: BorrowedFd<'_>, mut bytes: &mut [u8]) -> Result<()> {
+/// The peer closing the socket first, the socket's error, or the deadline passing.
+pub(crate) fn read_exact_until(
+    socket: BorrowedFd<'_>,
+    mut bytes: &mut [u8],
+    deadline: Option<Instant>,
+) -> Result<()> {
     while !bytes.is_empty() {
-        match rustix::net::recv(socket, &mut *bytes, RecvFlags::empty()) {
+        match rustix::net::recv(socket, &mut *bytes, RecvFlags::DONTWAIT) {
             Ok((0, _)) => {
                 return Err(Error::Io {
                     context: "reading from the peer's socket".to_string(),
@@ -110,10 +141,44 @@ pub(crate) fn read_exact(socket: BorrowedFd<'_>, mut bytes: &mut [u8]) -> Result
             }
             Ok((read, _)) => bytes = &mut bytes[read..],
             Err(rustix::io::Errno::INTR) => {}
+            Err(rustix::io::Errno::AGAIN) => {
+                wait_readable(socket, deadline, "reading from the peer's socket")?
+            }
             Err(errno) => return Err(io_error("reading from the peer's socket", errno)),
         }
     }
     Ok(())
+}
+
+/// Waits until `socket` has something to read (bytes, its end of file, an error), or fails
+/// with `TimedOut` once `deadline` passes; `doing` names the wait in that error.
+fn wait_readable(socket: BorrowedFd<'_>, deadline: Option<Instant>, doing: &str) -> Result<()> {
+    let left = match deadline {
+        None => None,
+        Some(deadline) => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Io {
+                    context: format!("{doing}: the peer sent nothing before the timeout"),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "is the other side running hetmem's side of the exchange? give a longer timeout \
+                         if it is only slow",
+                    ),
+                });
+            }
+            Some(left)
+        }
+    };
+    // At most a second a poll: a deadline far off still takes whole seconds only.
+    let slice = left.unwrap_or(std::time::Duration::from_secs(1)).min(std::time::Duration::from_secs(1));
+    let timeout =
+        rustix::event::Timespec { tv_sec: slice.as_secs() as i64, tv_nsec: i64::from(slice.subsec_nanos()) };
+    let mut fds = [rustix::event::PollFd::new(&socket, rustix::event::PollFlags::IN)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(errno) => Err(io_error(doing, errno)),
+    }
 }
 
 #[cfg(test)]

@@ -337,7 +337,9 @@ impl Drop for SharedSegment {
 /// The hand-off rule holds per process; between processes the program must keep it: while
 /// one process holds a slice of the buffer (or has it lent to GPU work that writes it), no
 /// other process may write it, and while one process writes it no other may read it.
-/// Opening a buffer another process made is `unsafe` for that reason. hetmem's
+/// Opening a buffer another process made is `unsafe` for that reason, and so is handing one
+/// to another process ([`SharedHostBuf::send`], [`SharedHostBuf::fd`]): the safe slices of a
+/// buffer no other process holds are sound, and one that does can write it. hetmem's
 /// cross-process ring ([`crate::pipeline::shared_ring`]) keeps this rule for its slots by its
 /// protocol, so it needs no `unsafe` from its users.
 ///
@@ -355,7 +357,8 @@ impl Drop for SharedSegment {
 /// let (here, there) = UnixStream::pair().expect("a socket pair");
 /// let mut mine = SharedHostBuf::<u32>::create(&device, 4096, SharedOptions::default())?;
 /// mine.as_mut_slice().iter_mut().enumerate().for_each(|(i, x)| *x = i as u32 * 7);
-/// mine.send(&here)?;
+/// // SAFETY: the receiver does not touch the buffer while this side uses it.
+/// unsafe { mine.send(&here)? };
 /// // In the other process (here the same one): the same pages, registered there too.
 /// // SAFETY: the sender does not touch the buffer until the receiver is done with it.
 /// let theirs = unsafe { SharedHostBuf::<u32>::receive(&device, &there, Default::default())? };
@@ -449,9 +452,18 @@ impl<T: Element> SharedHostBuf<T> {
     /// Sends the buffer's descriptor and length to the process at the other end of `socket`
     /// (a connected Unix socket), which opens it with [`SharedHostBuf::receive`].
     ///
+    /// # Safety
+    /// The receiving process keeps the type's safety contract: it writes the buffer only while
+    /// this process holds no slice of it (and lends it to no GPU work), and reads it only
+    /// while this process does not write it. Once it has the descriptor nothing in this
+    /// process can stop it writing, so a peer that breaks the contract (a hostile or buggy
+    /// one) turns this process's safe [`SharedHostBuf::as_slice`] into a data race: undefined
+    /// behaviour. For a peer that is not trusted so far, use the cross-process ring
+    /// ([`crate::pipeline::shared_ring`]), whose safe API copies out of peer-writable memory.
+    ///
     /// # Errors
     /// The socket's error (a peer that is gone).
-    pub fn send(&self, socket: &impl AsFd) -> Result<()> {
+    pub unsafe fn send(&self, socket: &impl AsFd) -> Result<()> {
         let mut message = [0u8; 24];
         message[..8].copy_from_slice(&SEND_MAGIC.to_le_bytes());
         message[8..16].copy_from_slice(&(self.buf.len() as u64).to_le_bytes());
@@ -570,7 +582,11 @@ impl<T: Element> SharedHostBuf<T> {
     }
 
     /// The segment's descriptor (to send by other means than [`SharedHostBuf::send`]).
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    ///
+    /// # Safety
+    /// As [`SharedHostBuf::send`], for every process the descriptor (or a duplicate of it)
+    /// reaches, and for any mapping made of it in this process.
+    pub unsafe fn fd(&self) -> BorrowedFd<'_> {
         self.segment.fd()
     }
 
@@ -639,7 +655,8 @@ mod tests {
         let mut mine = SharedHostBuf::<u64>::create(&device, 1000, SharedOptions::default()).unwrap();
         let data: Vec<u64> = (0..1000).map(|_| fastrand::u64(..)).collect();
         mine.as_mut_slice().copy_from_slice(&data);
-        mine.send(&here).unwrap();
+        // SAFETY: one thread, taking turns.
+        unsafe { mine.send(&here) }.unwrap();
         // SAFETY: one thread, taking turns.
         let mut theirs =
             unsafe { SharedHostBuf::<u64>::receive(&device, &there, Default::default()) }.unwrap();
@@ -653,7 +670,8 @@ mod tests {
     fn a_memfd_too_small_for_the_claimed_length_is_refused_by_name() {
         let device = Device::cpu();
         let small = SharedHostBuf::<u8>::create(&device, 4096, SharedOptions::default()).unwrap();
-        let fd = small.fd().try_clone_to_owned().unwrap();
+        // SAFETY: the other mapping is refused before it is made.
+        let fd = unsafe { small.fd() }.try_clone_to_owned().unwrap();
         // SAFETY: refused before anything is mapped.
         let error =
             unsafe { SharedHostBuf::<u8>::from_fd(&device, fd, 4097, Default::default()) }.unwrap_err();
@@ -733,7 +751,8 @@ mod tests {
     fn open_claiming<T: Element>(bytes: usize, claimed: usize) -> std::result::Result<usize, String> {
         let device = Device::cpu();
         let made = SharedHostBuf::<u8>::create(&device, bytes, SharedOptions::default()).unwrap();
-        let fd = made.fd().try_clone_to_owned().unwrap();
+        // SAFETY: nothing writes the buffer; both mappings only live in this test.
+        let fd = unsafe { made.fd() }.try_clone_to_owned().unwrap();
         // SAFETY: nothing writes the buffer; both mappings only live in this test.
         unsafe { SharedHostBuf::<T>::from_fd(&device, fd, claimed, Default::default()) }
             .map(|buf| buf.len())

@@ -106,7 +106,7 @@ use peer::Peer;
 use crate::backend::Device;
 use crate::backend::cpu::memory::page_size;
 use crate::error::{Error, Result};
-use crate::memory::fd_passing::{read_exact, recv_fds, send_fds, write_all};
+use crate::memory::fd_passing::{read_exact_until, recv_fds_until, send_fds, write_all};
 use crate::memory::shared::{SharedSegment, Unsealed, round_up};
 use crate::memory::{Buffer, HostBuf, Region, RegisterOptions, Sealed, WritableBuffer};
 use crate::stage::Stage;
@@ -253,6 +253,25 @@ impl RingProducer {
         slots: usize,
         options: RegisterOptions,
     ) -> Result<RingProducer> {
+        Self::create_within(device, socket, frame_bytes, slots, options, None)
+    }
+
+    /// [`RingProducer::create`], waiting at most `timeout` (`None`: for ever) for the
+    /// consumer's answer: a peer that connected but never runs its side of the set-up (a
+    /// stuck, hostile or mistaken process) is an error then, not a wait for good. The
+    /// consumer answers once it has registered every slot, so leave it time for that.
+    ///
+    /// # Errors
+    /// As [`RingProducer::create`]; an [`Error::Io`] of kind `TimedOut` once `timeout` passes.
+    pub fn create_within(
+        device: &Device,
+        socket: &UnixStream,
+        frame_bytes: usize,
+        slots: usize,
+        options: RegisterOptions,
+        timeout: Option<Duration>,
+    ) -> Result<RingProducer> {
+        let deadline = deadline_after(timeout);
         let layout = RingLayout::new(frame_bytes, slots, page_size())?;
         let segment = Arc::new(SharedSegment::memfd("hetmem-ring", layout.total_bytes, false)?);
         header_of(&segment)?.init(&layout, std::process::id());
@@ -265,11 +284,19 @@ impl RingProducer {
         let refused = |detail: &str| {
             Error::invalid("shared ring", format!("the consumer {detail}: its own error says why"))
         };
-        read_exact(socket.as_fd(), &mut answer).map_err(|_| refused("went away before taking the ring"))?;
+        read_exact_until(socket.as_fd(), &mut answer, deadline).map_err(|error| match error {
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut => Error::Io {
+                context: "waiting for the consumer to take the ring: it did not answer in time".into(),
+                source,
+            },
+            _ => refused("went away before taking the ring"),
+        })?;
         if answer[0] != ACCEPTED {
             return Err(refused("refused the ring"));
         }
-        let peer = Peer::new("consumer", socket)?;
+        // Written by the consumer before its answer, which this process has read.
+        let claimed = header_of(&segment)?.consumer_pid.load(Ordering::Acquire);
+        let peer = Peer::new("consumer", socket, claimed)?;
         let slots = register_slots(device, &segment, &layout, options)?;
         let shared = Arc::new(RingShared { segment, layout, peer, slots });
         Ok(RingProducer { shared, next: 0, closed: false })
@@ -488,8 +515,23 @@ impl RingConsumer {
     /// error: refused, never mapped past its end), descriptors of the wrong kind; the system
     /// or the driver failing to map or register the memory.
     pub fn connect(device: &Device, socket: &UnixStream, options: RegisterOptions) -> Result<RingConsumer> {
+        Self::connect_within(device, socket, options, None)
+    }
+
+    /// [`RingConsumer::connect`], waiting at most `timeout` (`None`: for ever) for the
+    /// producer's ring: a peer that connected but never sends it (or stops half-way through
+    /// the message) is an error then, not a wait for good.
+    ///
+    /// # Errors
+    /// As [`RingConsumer::connect`]; an [`Error::Io`] of kind `TimedOut` once `timeout` passes.
+    pub fn connect_within(
+        device: &Device,
+        socket: &UnixStream,
+        options: RegisterOptions,
+        timeout: Option<Duration>,
+    ) -> Result<RingConsumer> {
         let mut hello = [0u8; 24];
-        let fds = recv_fds(socket.as_fd(), &mut hello)?;
+        let fds = recv_fds_until(socket.as_fd(), &mut hello, deadline_after(timeout))?;
         match Self::accept(device, socket, &hello, fds, options) {
             Ok(consumer) => {
                 write_all(socket.as_fd(), &[ACCEPTED])?;
@@ -537,8 +579,9 @@ impl RingConsumer {
         let segment = Arc::new(SharedSegment::from_fd(memfd, header_bytes, Unsealed::Refused)?);
         let header = header_of(&segment)?;
         let layout = header.layout(page_size(), segment.bytes(), segment.description())?;
-        header.consumer_pid.store(std::process::id(), Ordering::Relaxed);
-        let peer = Peer::new("producer", socket)?;
+        header.consumer_pid.store(std::process::id(), Ordering::Release);
+        let claimed = header.producer_pid.load(Ordering::Acquire);
+        let peer = Peer::new("producer", socket, claimed)?;
         let slots = register_slots(device, &segment, &layout, options)?;
         let shared = Arc::new(RingShared { segment, layout, peer, slots });
         Ok(RingConsumer { shared, next: 0, ended: false, scratch: Vec::new() })

@@ -44,12 +44,26 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// The process at the other end of `socket`.
+    /// The process at the other end of `socket`; `claimed` is the pid the peer wrote in the
+    /// ring's header, taken only where the socket cannot tell (see below).
+    ///
+    /// The socket's credentials name the process that connected it, but for a
+    /// `socketpair` they name the process that made the pair, for both ends: a trainer that
+    /// makes one per worker and hands one end to each would watch its own pid (which never
+    /// exits) instead of the worker's, and a worker that died leaving its end open in a
+    /// child (a fork that kept it) would never be noticed. Where the credentials name this
+    /// process (or none), the peer's claim is watched instead: a claim that lies can only make
+    /// this side hear early that the peer is gone, which the peer could say by exiting.
     ///
     /// # Errors
     /// The socket is not a connected Unix socket.
-    pub(crate) fn new(role: &'static str, socket: &UnixStream) -> Result<Peer> {
-        let pid = peer_pid(socket)?;
+    pub(crate) fn new(role: &'static str, socket: &UnixStream, claimed: u32) -> Result<Peer> {
+        let credited = peer_pid(socket)?;
+        let pid = if (credited == 0 || credited == std::process::id()) && claimed != 0 {
+            claimed
+        } else {
+            credited
+        };
         let pidfd = match rustix::process::Pid::from_raw(pid as i32) {
             Some(raw) => rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty())
                 .inspect_err(|errno| {

@@ -3,6 +3,7 @@
 //! `tests/interprocess.rs`.
 
 use super::*;
+use crate::memory::fd_passing::{read_exact_until, recv_fds};
 use crate::stage::{CpuStage, FrameLayout, ScalarType};
 
 /// Frame `sequence` of a stream seeded `seed`: fresh random bytes, the same on both sides.
@@ -168,7 +169,7 @@ fn refused(segment_bytes: usize, damage: impl FnOnce(&HeaderWords)) -> (Error, u
     send_fds(left.as_fd(), &hello, &[segment.fd()]).unwrap();
     let error = RingConsumer::connect(&Device::cpu(), &right, Default::default()).unwrap_err();
     let mut answer = [9u8];
-    read_exact(left.as_fd(), &mut answer).unwrap();
+    read_exact_until(left.as_fd(), &mut answer, None).unwrap();
     (error, answer[0])
 }
 
@@ -275,7 +276,7 @@ fn a_producer_that_floods_the_socket_and_never_publishes_cannot_hang_the_consume
     let (producer, consumer) = offer(&segment, &[]);
     let mut consumer = consumer.unwrap();
     let mut answer = [9u8];
-    read_exact(producer.as_fd(), &mut answer).unwrap();
+    read_exact_until(producer.as_fd(), &mut answer, None).unwrap();
     assert_eq!(answer, [ACCEPTED]);
     // Bytes by the megabyte (wake-ups to a consumer that finds nothing), its end blocking.
     producer.set_nonblocking(true).unwrap();
@@ -329,4 +330,69 @@ fn copies_in_and_out_of_a_slot_are_exact_at_any_offset() {
     slot.publish();
     assert!(consumer.join().unwrap() == data, "what the consumer copied out is what was copied in");
     ring.close();
+}
+
+/// A peer that connected but stays silent (or sends half a message) is a `TimedOut` error
+/// once the set-up's timeout passes, on both sides, and not before.
+#[test]
+fn a_silent_peer_times_the_set_up_out_on_both_sides() {
+    let timeout = Duration::from_millis(300);
+    // The consumer, facing a producer that says nothing.
+    let (silent, right) = UnixStream::pair().unwrap();
+    let started = Instant::now();
+    let error =
+        RingConsumer::connect_within(&Device::cpu(), &right, Default::default(), Some(timeout)).unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(&error, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut),
+        "{error}"
+    );
+    assert!(waited >= timeout && waited < timeout * 10, "waited {waited:?} for a {timeout:?} timeout");
+    // ... and one that sends the first bytes of its message, then stops.
+    write_all(silent.as_fd(), &HELLO_MAGIC.to_le_bytes()[..5]).unwrap();
+    let error =
+        RingConsumer::connect_within(&Device::cpu(), &right, Default::default(), Some(timeout)).unwrap_err();
+    assert!(error.to_string().contains("before the timeout"), "{error}");
+    // The producer, facing a consumer that takes the memfd and never answers.
+    let (left, quiet) = UnixStream::pair().unwrap();
+    let started = Instant::now();
+    let error =
+        RingProducer::create_within(&Device::cpu(), &left, 4096, 2, Default::default(), Some(timeout))
+            .unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        matches!(&error, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut),
+        "{error}"
+    );
+    assert!(error.to_string().contains("did not answer in time"), "{error}");
+    assert!(waited >= timeout && waited < timeout * 10, "waited {waited:?} for a {timeout:?} timeout");
+    let mut hello = [0u8; 24];
+    assert_eq!(recv_fds(quiet.as_fd(), &mut hello).unwrap().len(), 1, "the ring was sent all the same");
+    drop(silent);
+}
+
+/// With a timeout that does not pass, the set-up goes through as without one, frames and all.
+#[test]
+fn a_set_up_within_its_timeout_runs_the_ring() {
+    let (left, right) = UnixStream::pair().unwrap();
+    let timeout = Some(Duration::from_secs(30));
+    let consumer = std::thread::spawn(move || {
+        let mut ring =
+            RingConsumer::connect_within(&Device::cpu(), &right, Default::default(), timeout).unwrap();
+        let mut got = Vec::new();
+        while let Some(frame) = ring.next_frame().unwrap() {
+            got.push(frame.to_vec());
+        }
+        got
+    });
+    let mut ring =
+        RingProducer::create_within(&Device::cpu(), &left, 5000, 3, Default::default(), timeout).unwrap();
+    let frames: Vec<Vec<u8>> = (0..7).map(|_| (0..5000).map(|_| fastrand::u8(1..)).collect()).collect();
+    for frame in &frames {
+        let mut slot = ring.next_slot().unwrap();
+        slot.write_at(0, frame).unwrap();
+        slot.publish();
+    }
+    ring.close();
+    assert_eq!(consumer.join().unwrap(), frames);
 }
