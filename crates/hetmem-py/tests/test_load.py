@@ -196,7 +196,7 @@ def test_counts_of_threads_or_bytes_out_of_range_are_refused_before_anything_run
         assert words in str(caught.value), (keywords, str(caught.value))
     with pytest.raises(TypeError):
         hetmem.load(path, device="cpu", threads="4")
-    assert bytes(hetmem.load(path, device="cpu", threads=2)["w"].tobytes()) == data
+    assert as_bytes(hetmem.load(path, device="cpu", threads=2)["w"]) == data
 
 
 def bad(tmp_path, name, data):
@@ -486,7 +486,8 @@ def test_gpu_shards_casts_and_into_match_the_cpu_load(tmp_path, rng):
         cast = hetmem.load(source, device="cuda", dtype="float32", shard=(0, 2, 1))
         plain = hetmem.load(source, device="cpu", dtype="float32", shard=(0, 2, 1))
         for name in plain:
-            assert cast[name].is_cuda and torch.equal(cast[name].cpu(), plain[name]), name
+            # As bytes: random bits hold NaNs, which torch.equal calls unequal to themselves.
+            assert cast[name].is_cuda and as_bytes(cast[name]) == as_bytes(plain[name]), name
         cpu_whole = hetmem.load(source, device="cpu")
         targets = {name: torch.full_like(t, 7, device="cuda") if t.numel() else t.cuda()
                    for name, t in cpu_whole.items()}

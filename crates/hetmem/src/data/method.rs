@@ -68,9 +68,9 @@ pub struct StreamOptions {
     /// How the bytes move. Default: [`LoadMethod::Auto`].
     pub method: LoadMethod,
     /// Reader threads (each with one read or window in flight). Default: the CPUs, at most 8.
-    /// On the H200 machine (16 CPUs, a 55 GB/s link) 8 threads of 8 MiB pieces loaded a warm
-    /// 8 GiB checkpoint at 49 GB/s, against 47 with 16 and 40-44 with 24 or 32: more readers
-    /// than that compete for the memory bandwidth the copy engine reads the staging with.
+    /// On the H200 machine (16 CPUs, a 55 GB/s link), over two runs, 8 threads of 8 MiB pieces
+    /// loaded a warm 8 GiB checkpoint at 41.7-49.0 GB/s and 16 at 44.2-46.9 (level within the
+    /// runs' noise), 24 or 32 at 38-42: more readers buy nothing and take CPUs.
     pub threads: usize,
     /// The bytes of one piece: one read, one staging buffer, one copy. A multiple of 4096, at
     /// most 1 GiB. Default: 8 MiB.

@@ -107,6 +107,52 @@ pub(crate) struct OpenFile {
     /// The file read through the page cache (and mapped, for windows), and its path.
     pub(crate) origin: Arc<FileOrigin>,
     direct: Option<File>,
+    /// The file's size when it was opened.
+    size: u64,
+}
+
+/// Refuses a range that does not lie inside a file of `size` bytes.
+fn check_inside(range: &FileRange, size: u64) -> Result<()> {
+    if range.offset.checked_add(range.len).is_none_or(|end| end > size) {
+        return Err(Error::invalid(
+            "file range",
+            format!(
+                "{} bytes from byte {} of {}, a file of {size} bytes",
+                range.len,
+                range.offset,
+                range.path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Opens the files of `ranges`, each path once (a sharded load's thousands of ranges share a
+/// few files: one descriptor a range ran out of descriptors), and the index of each range's
+/// file.
+pub(crate) fn open_files(
+    ranges: &[FileRange],
+    direct: bool,
+    refused: &Mutex<Option<String>>,
+) -> Result<(Vec<OpenFile>, Vec<usize>)> {
+    let mut files: Vec<OpenFile> = Vec::new();
+    let mut by_path: std::collections::HashMap<&std::path::Path, usize> = std::collections::HashMap::new();
+    let mut file_of = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let index = match by_path.get(range.path.as_path()) {
+            Some(&index) => {
+                files[index].check_range(range)?;
+                index
+            }
+            None => {
+                files.push(OpenFile::open(range, direct, refused)?);
+                by_path.insert(range.path.as_path(), files.len() - 1);
+                files.len() - 1
+            }
+        };
+        file_of.push(index);
+    }
+    Ok((files, file_of))
 }
 
 impl OpenFile {
@@ -121,17 +167,7 @@ impl OpenFile {
             .metadata()
             .map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })?
             .len();
-        if range.offset.checked_add(range.len).is_none_or(|end| end > size) {
-            return Err(Error::invalid(
-                "file range",
-                format!(
-                    "{} bytes from byte {} of {}, a file of {size} bytes",
-                    range.len,
-                    range.offset,
-                    path.display()
-                ),
-            ));
-        }
+        check_inside(range, size)?;
         // Several threads read neighbouring pieces: a doubled read-ahead window keeps the disk
         // busy between them. Advice only: a filesystem that ignores it reads the same bytes.
         if let Err(error) = rustix::fs::fadvise(&buffered, 0, None, rustix::fs::Advice::Sequential) {
@@ -155,7 +191,12 @@ impl OpenFile {
         } else {
             None
         };
-        Ok(OpenFile { origin: Arc::new(FileOrigin::new(buffered, path)), direct })
+        Ok(OpenFile { origin: Arc::new(FileOrigin::new(buffered, path)), direct, size })
+    }
+
+    /// Checks that `range` (of this file) lies inside it.
+    pub(crate) fn check_range(&self, range: &FileRange) -> Result<()> {
+        check_inside(range, self.size)
     }
 
     /// Whether reads of this file go past the page cache.
@@ -245,6 +286,26 @@ mod tests {
         assert_eq!(pieces[3].source, 2);
         assert_eq!(pieces[4].stream_offset, 10_000 + 4096);
         assert_eq!(pieces[4].file_offset, 100);
+    }
+
+    /// Ranges of one path share one open file (a sharded load makes thousands of ranges over a
+    /// few files: one descriptor each ran out of them), and each is still checked against it.
+    #[test]
+    fn ranges_of_one_path_share_one_open_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.bin"), dir.path().join("b.bin"));
+        std::fs::write(&a, vec![1u8; 5000]).unwrap();
+        std::fs::write(&b, vec![2u8; 300]).unwrap();
+        let at = |path: &PathBuf, offset, len| FileRange { path: path.clone(), offset, len };
+        let ranges: Vec<FileRange> =
+            (0..5000u64).step_by(10).map(|offset| at(&a, offset, 10)).chain([at(&b, 0, 300)]).collect();
+        let refused = Mutex::new(None);
+        let (files, file_of) = open_files(&ranges, false, &refused).unwrap();
+        assert_eq!(files.len(), 2);
+        assert!(file_of[..500].iter().all(|&file| file == 0) && file_of[500] == 1, "{file_of:?}");
+        let past = [at(&a, 0, 10), at(&a, 4995, 10)];
+        let error = open_files(&past, false, &refused).err().expect("a range past the end").to_string();
+        assert!(error.contains("a.bin") && error.contains("a file of 5000 bytes"), "{error}");
     }
 
     /// A direct read the filesystem refuses (here: a buffer off the alignment `O_DIRECT`

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use super::method::{LoadMethod, LoadReport, Route, StreamOptions, auto_route};
 use super::residency::resident_fraction;
-use super::source::{DIRECT_ALIGN, FileRange, OpenFile, Piece, ReadMode, plan};
+use super::source::{DIRECT_ALIGN, FileRange, OpenFile, Piece, ReadMode, open_files, plan};
 use super::windows::map_piece;
 use crate::backend::Device;
 use crate::error::{Error, Result};
@@ -113,6 +113,8 @@ type Token = Option<HostBuf<u8>>;
 struct Run<'r> {
     pieces: &'r [Piece],
     files: &'r [OpenFile],
+    /// Each range's file in `files` (a piece's `source` is its range).
+    file_of: &'r [usize],
     route: Route,
     device: &'r Device,
     refused: &'r Mutex<Option<String>>,
@@ -174,7 +176,7 @@ impl Run<'_> {
                 return;
             }
             let piece = self.pieces[index];
-            let file = &self.files[piece.source];
+            let file = &self.files[self.file_of[piece.source]];
             let filled = match (token, self.route) {
                 (Some(mut buf), Route::Staged { .. }) => file
                     .read(&piece, buf.as_mut_slice(), &self.direct_failed, self.refused)
@@ -495,10 +497,7 @@ impl FileStream {
     ) -> Result<LoadReport> {
         let (route, auto_reason) = self.route(ranges)?;
         let refused = Mutex::new(None);
-        let files = ranges
-            .iter()
-            .map(|range| OpenFile::open(range, route == Route::Staged { direct: true }, &refused))
-            .collect::<Result<Vec<_>>>()?;
+        let (files, file_of) = open_files(ranges, route == Route::Staged { direct: true }, &refused)?;
         let pieces = plan(ranges, self.options.chunk_bytes);
         let setup = Instant::now();
         let made_ring = matches!(route, Route::Staged { .. }) && self.ring.len() < self.options.ring_depth;
@@ -515,6 +514,7 @@ impl FileStream {
         let run = Run {
             pieces: &pieces,
             files: &files,
+            file_of: &file_of,
             route,
             device: &self.device,
             refused: &refused,
@@ -533,7 +533,8 @@ impl FileStream {
         if route == Route::Windows {
             // A GPU reads a registered window's pages even after the file dropped them (they
             // stay pinned), so a truncation while it copied shows only here.
-            for (file, range) in files.iter().zip(ranges) {
+            for (&file, range) in file_of.iter().zip(ranges) {
+                let file = &files[file];
                 file.origin.check_holds(range.offset, range.offset + range.len)?;
             }
         }

@@ -51,6 +51,7 @@ mod truncation;
 mod window;
 mod window_cache;
 
+pub(crate) use crate::backend::cpu::memory::check_within_memory;
 pub use crate::backend::cpu::{HUGE_PAGE_BYTES, PageBox, page_size};
 pub use budget::{DeviceBudget, PinnedBudget};
 pub use chunked::{Chunk, Chunked, ChunksAlive, ReadChunk};

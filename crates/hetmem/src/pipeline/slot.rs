@@ -13,7 +13,7 @@ use crate::backend::Device;
 use crate::backend::cuda::{Event, MemLocation};
 use crate::error::{Error, FrameMemoryHolder, Result};
 use crate::handoff::{Fence, FenceKind, Lent, Queue, Shared};
-use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions};
+use crate::memory::{DeviceBuf, HostBuf, ManagedBuf, PinOptions, check_within_memory};
 use crate::pipeline::hybrid;
 use crate::pipeline::setup_time::{SetupTime, timed};
 use crate::placement::Placement;
@@ -151,6 +151,10 @@ fn sizes(layouts: &[FrameLayout]) -> impl Iterator<Item = usize> + '_ {
 /// `bytes` zeroed bytes of pageable memory, or an error where the allocator has none (a
 /// frame size from a caller must not abort the process, as `vec![0; bytes]` would).
 fn zeroed(bytes: usize) -> Result<Vec<u8>> {
+    // Where the kernel overcommits, the reservation below succeeds for any size and zeroing
+    // it then runs the machine out of memory (a 256 GiB frame on the H200's 128 GiB ran past
+    // a minute): refuse what the machine cannot hold first.
+    check_within_memory("frame ring slot", bytes, "of frame memory", "every byte is written at once")?;
     let mut memory = Vec::new();
     memory.try_reserve_exact(bytes).map_err(|_| {
         Error::invalid(

@@ -31,12 +31,18 @@ pub(crate) fn physical_memory_bytes() -> Option<u64> {
 /// request can only fail, and the driver takes minutes to find that out (a 256 GiB request
 /// on the H200 machine's 128 GiB ran past a minute).
 pub(crate) fn check_pinnable(what: &'static str, bytes: usize) -> Result<()> {
+    check_within_memory(what, bytes, "to pin", "pinned pages cannot be swapped")
+}
+
+/// Refuses `bytes` of memory that is written in full at once (zeroed frame memory) beyond the
+/// machine's memory: `why` says why it cannot be had anyway. Where the kernel overcommits,
+/// the allocation succeeds and filling it runs the machine out of memory instead.
+pub(crate) fn check_within_memory(what: &'static str, bytes: usize, doing: &str, why: &str) -> Result<()> {
     match physical_memory_bytes() {
         Some(total) if bytes as u64 > total => Err(BackendError::invalid(
             what,
             format!(
-                "{bytes} bytes to pin: more than this machine's {total} bytes of memory (pinned pages \
-                 cannot be swapped); give a smaller size"
+                "{bytes} bytes {doing}: more than this machine's {total} bytes of memory ({why}); give a smaller size"
             ),
         )),
         _ => Ok(()),
