@@ -77,7 +77,7 @@ fn a_small_data_set_in_a_file_is_filtered_and_the_file_removed() {
     });
 }
 
-/// Frames wider and taller than a kernel tile (128 x 16), with rows of 903 bytes: rows and
+/// Frames wider and taller than a kernel tile (128 x 32), with rows of 903 bytes: rows and
 /// frames start at every misalignment, so the kernel's 16-byte loads, and its bytes before and
 /// after them, all run, at the frame's edges and between tiles.
 #[test]

@@ -60,8 +60,8 @@ pub const DEFAULT_FRAMES: usize = 500;
 pub const DEFAULT_SIZE: (usize, usize) = (7680, 4320);
 /// Bytes per pixel: interleaved 8-bit R, G, B.
 const PIXEL_BYTES: usize = 3;
-/// The pixels each of the kernel's blocks blurs: 128 x 16 (`TILE_W`, `TILE_H` in the source).
-const TILE: (u32, u32) = (128, 16);
+/// The pixels each of the kernel's blocks blurs: 128 x 32 (`TILE_W`, `TILE_H` in the source).
+const TILE: (u32, u32) = (128, 32);
 /// The kernel's threads per block: one per column of the tile, 4 rows of them (each thread
 /// blurs every 4th row of its column).
 const BLOCK: (u32, u32) = (128, 4);
