@@ -423,9 +423,10 @@ def test_dtype_casts_floating_tensors_and_leaves_integers(tmp_path, rng, target)
             got = cast[name]
             if tensor.dtype.is_floating_point:
                 assert got.dtype == getattr(torch, target), name
-                assert torch.equal(got, tensor.to(getattr(torch, target))), name
+                # As bytes: random bits hold NaNs, which torch.equal calls unequal to themselves.
+                assert as_bytes(got) == as_bytes(tensor.to(getattr(torch, target))), name
             else:
-                assert got.dtype == tensor.dtype and torch.equal(got, tensor), name
+                assert got.dtype == tensor.dtype and as_bytes(got) == as_bytes(tensor), name
             if tensor.numel():
                 assert got.data_ptr() != tensor.data_ptr(), f"{name} is in the cast's own allocation"
     for bad in ("int32", torch.int8, "float8_e4m3fn", "complex64", "nonsense"):
@@ -493,7 +494,7 @@ def test_gpu_shards_casts_and_into_match_the_cpu_load(tmp_path, rng):
                    for name, t in cpu_whole.items()}
         hetmem.load(source, into=targets)
         for name, t in cpu_whole.items():
-            assert torch.equal(targets[name].cpu(), t), name
+            assert as_bytes(targets[name]) == as_bytes(t), name  # as bytes: NaN bits again
 
 
 def test_the_copies_out_of_a_load_are_waited_for_on_every_device_they_ran_on():

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use super::method::{LoadMethod, LoadReport, Route, StreamOptions, auto_route};
 use super::residency::resident_fraction;
-use super::source::{DIRECT_ALIGN, FileRange, OpenFile, Piece, ReadMode, open_files, plan};
+use super::source::{DIRECT_ALIGN, FileRange, OpenFile, Piece, ReadMode, open_files, plan, plan_gathered};
 use super::windows::map_piece;
 use crate::backend::Device;
 use crate::error::{Error, Result};
@@ -112,6 +112,7 @@ type Token = Option<HostBuf<u8>>;
 /// every side stops at its next piece.
 struct Run<'r> {
     pieces: &'r [Piece],
+    ranges: &'r [FileRange],
     files: &'r [OpenFile],
     /// Each range's file in `files` (a piece's `source` is its range).
     file_of: &'r [usize],
@@ -178,6 +179,9 @@ impl Run<'_> {
             let piece = self.pieces[index];
             let file = &self.files[self.file_of[piece.source]];
             let filled = match (token, self.route) {
+                (Some(mut buf), Route::Staged { .. }) if piece.ranges > 1 => {
+                    self.read_gathered(&piece, buf.as_mut_slice()).map(|()| (Filled::Staging(buf), 0))
+                }
                 (Some(mut buf), Route::Staged { .. }) => file
                     .read(&piece, buf.as_mut_slice(), &self.direct_failed, self.refused)
                     .map(|skip| (Filled::Staging(buf), skip)),
@@ -195,6 +199,21 @@ impl Run<'_> {
                 return;
             }
         }
+    }
+
+    /// Reads a gathered piece's ranges, whole and one after another, into `buf`, through the
+    /// page cache.
+    fn read_gathered(&self, piece: &Piece, buf: &mut [u8]) -> Result<()> {
+        let mut at = 0;
+        for source in piece.source..piece.source + piece.ranges {
+            let range = &self.ranges[source];
+            // In bounds: the plan gathered at most a chunk, the buffer's size less its slack.
+            let len = range.len as usize;
+            self.files[self.file_of[source]].read_buffered(range.offset, &mut buf[at..at + len])?;
+            at += len;
+        }
+        debug_assert_eq!(at, piece.len);
+        Ok(())
     }
 
     /// The recycler: reclaims each lease once the stage's work on it is done, reports the
@@ -432,8 +451,10 @@ impl FileStream {
         }
         let ranges: Vec<FileRange> = parts.iter().map(|(range, _)| range.clone()).collect();
         let queue = self.queue.clone();
-        self.run(&ranges, progress, |chunk| {
-            // In range: the piece lies inside its range, whose place was checked above.
+        let starts: Vec<usize> = parts.iter().map(|(_, start)| *start).collect();
+        self.run(&ranges, Some(&starts), progress, |chunk| {
+            // In range: the piece lies inside its range, whose place was checked above (a
+            // gathered piece: inside its ranges, each placed where the one before ends).
             let to = parts[chunk.source].1 + chunk.source_offset as usize;
             match chunk.data {
                 FilePieceData::Staging { lease, offset } => {
@@ -459,7 +480,7 @@ impl FileStream {
         progress: &(dyn Fn(u64) + Sync),
         stage: impl FnMut(FilePiece<'_>) -> Result<()>,
     ) -> Result<LoadReport> {
-        self.run(ranges, progress, stage)
+        self.run(ranges, None, progress, stage)
     }
 
     /// The device the stream reads to.
@@ -489,16 +510,24 @@ impl FileStream {
         }
     }
 
+    /// Streams `ranges` through `stage`. With `places` (where each range goes in a
+    /// destination), small ranges whose places follow on may arrive gathered: one piece whose
+    /// `source` is the first of them, `source_offset` 0, and whose bytes are theirs one after
+    /// another.
     fn run(
         &mut self,
         ranges: &[FileRange],
+        places: Option<&[usize]>,
         progress: &(dyn Fn(u64) + Sync),
         stage: impl FnMut(FilePiece<'_>) -> Result<()>,
     ) -> Result<LoadReport> {
         let (route, auto_reason) = self.route(ranges)?;
         let refused = Mutex::new(None);
         let (files, file_of) = open_files(ranges, route == Route::Staged { direct: true }, &refused)?;
-        let pieces = plan(ranges, self.options.chunk_bytes);
+        let pieces = match (places, route) {
+            (Some(places), Route::Staged { .. }) => plan_gathered(ranges, places, self.options.chunk_bytes),
+            _ => plan(ranges, self.options.chunk_bytes),
+        };
         let setup = Instant::now();
         let made_ring = matches!(route, Route::Staged { .. }) && self.ring.len() < self.options.ring_depth;
         let tokens: Vec<Option<HostBuf<u8>>> = match route {
@@ -513,6 +542,7 @@ impl FileStream {
         }
         let run = Run {
             pieces: &pieces,
+            ranges,
             files: &files,
             file_of: &file_of,
             route,
