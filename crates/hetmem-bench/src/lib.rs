@@ -56,6 +56,7 @@
 
 pub mod compare;
 pub mod completion;
+pub mod cross_process;
 pub mod ct;
 pub mod dataset;
 pub mod doctor;
