@@ -343,8 +343,10 @@ fn measure_shared(
         if checking {
             lane.poison(0xA5);
         }
-        control.write_all(&[1]).map_err(control_error("asking for the next frame"))?;
+        // A producer gone or done fails the ask; the ring says what became of it better.
+        let asked = control.write_all(&[1]);
         let frame = lanes::take_frame(&mut ring, content, index, &mut stamp, &mut arrived)?;
+        asked.map_err(control_error("asking for the next frame"))?;
         lane.submit(index, frame, stage)?;
         lane.finish()?;
         let ready = monotonic_ns();
