@@ -30,6 +30,7 @@ enum Memory {
 }
 
 /// One lane's frame and memory while its work runs.
+#[allow(clippy::large_enum_variant, reason = "one per lane, like the ring's slots")]
 enum Flight {
     Cpu {
         frame: SharedFrame,

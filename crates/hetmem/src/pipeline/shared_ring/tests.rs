@@ -428,7 +428,11 @@ fn a_frame_shared_with_a_queue_keeps_its_slot_until_reclaimed_and_dropped() {
     frame.read_at(0, &mut first).unwrap();
     assert_eq!(first, [1]);
     drop(frame);
-    assert_eq!(slot_came.recv_timeout(Duration::from_secs(10)).unwrap(), 1, "dropping the frame frees its slot");
+    assert_eq!(
+        slot_came.recv_timeout(Duration::from_secs(10)).unwrap(),
+        1,
+        "dropping the frame frees its slot"
+    );
     let next = ring.next_frame().unwrap().unwrap();
     assert_eq!((next.sequence(), next.to_vec()), (1, vec![2u8; 64]));
     drop(next);
