@@ -92,13 +92,15 @@ fn print_table(runs: &[CrossProcessRun]) {
                 figures.latency_us.min
             );
         }
-        let meets = run.throughput_ratio >= 0.95 && run.latency_difference_us <= 10.0;
+        let verdict = match (run.strategy, run.throughput_ratio >= 0.95 && run.latency_difference_us <= 10.0)
+        {
+            (Strategy::Cpu, _) => "the goal is for the GPU strategies",
+            (_, true) => "meets the goal",
+            (_, false) => "misses the goal",
+        };
         println!(
             "{:<13} two/one: {:.3} of the frames/s, latency {:+.1} us: {} (goal >= 0.95, <= +10 us)",
-            "",
-            run.throughput_ratio,
-            run.latency_difference_us,
-            if meets { "meets the goal" } else { "misses the goal" }
+            "", run.throughput_ratio, run.latency_difference_us, verdict
         );
     }
 }

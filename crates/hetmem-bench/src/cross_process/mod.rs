@@ -220,7 +220,7 @@ fn accept(listener: &UnixListener, producer: &mut ProducerProcess, what: &str) -
 ///
 /// # Errors
 /// A strategy other than cpu, zero-copy or pinned-async, or one the device cannot run; fewer
-/// than 1 latency frame; the producer failing to start, connect or finish; a frame lost, out of
+/// than 1 slot, timed frame or latency frame; frames under 8 bytes; the producer failing to start, connect or finish; a frame lost, out of
 /// order or not as written; an output that differs from the CPU blur.
 pub fn measure(
     device: &Device,
@@ -235,9 +235,16 @@ pub fn measure(
             Error::invalid("strategy", format!("{strategy}: give cpu, zero-copy or pinned-async")).into()
         );
     }
-    if setup.latency_frames == 0 || setup.slots == 0 {
+    if setup.latency_frames == 0 || setup.slots == 0 || setup.frames == 0 {
+        return Err(Error::invalid(
+            "cross-process bench",
+            "give at least one slot, one timed frame and one latency frame",
+        )
+        .into());
+    }
+    if setup.format.frame_bytes() < 8 {
         return Err(
-            Error::invalid("cross-process bench", "give at least one slot and one latency frame").into()
+            Error::invalid("frame format", "frames of fewer than 8 bytes cannot carry their index").into()
         );
     }
     let stage = GaussianStage::new(setup.format, kernel)?.streamed();
@@ -251,6 +258,7 @@ pub fn measure(
     };
     let streamed =
         (setup.slots as u64).checked_add(setup.frames).ok_or_else(|| Error::invalid("frames", "too many"))?;
+    streamed.checked_add(setup.latency_frames).ok_or_else(|| Error::invalid("latency frames", "too many"))?;
     let plan = ProducerPlan {
         frame_bytes,
         slots: setup.slots,

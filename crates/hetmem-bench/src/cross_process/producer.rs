@@ -56,6 +56,13 @@ impl ProducerPlan {
             usize::try_from(value)
                 .map_err(|_| Error::invalid(what, format!("{value} does not fit this machine")))
         };
+        if frame_bytes < 8 || streamed.checked_add(one_at_a_time).is_none() {
+            return Err(Error::invalid(
+                "producer plan",
+                format!("{args:?}: frames of at least 8 bytes, and frame counts whose sum fits 64 bits"),
+            )
+            .into());
+        }
         Ok(ProducerPlan {
             frame_bytes: size("frame bytes", frame_bytes)?,
             slots: size("slots", slots)?,
@@ -113,4 +120,25 @@ pub fn produce(socket_path: &Path, plan: &ProducerPlan) -> Result<()> {
     }
     ring.close();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_goes_through_arguments_unchanged_and_bad_ones_are_refused() {
+        let plan = ProducerPlan {
+            frame_bytes: 6_220_800,
+            slots: 4,
+            streamed: 3004,
+            one_at_a_time: 300,
+            seed: 0xdead_beef,
+        };
+        assert_eq!(ProducerPlan::parse(&plan.to_args()).unwrap(), plan);
+        let args = |text: &str| text.split(' ').map(String::from).collect::<Vec<_>>();
+        for bad in ["1 2 3 4", "1 2 3 4 5 6", "100 2 x 4 5", "7 2 3 4 5", "100 2 18446744073709551615 1 5"] {
+            assert!(ProducerPlan::parse(&args(bad)).is_err(), "{bad}");
+        }
+    }
 }
