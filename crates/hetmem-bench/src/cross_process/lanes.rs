@@ -13,7 +13,7 @@ use hetmem::error::Error;
 use hetmem::pipeline::shared_ring::{RingConsumer, SharedFrame};
 use hetmem::placement::Where;
 use hetmem::stage::{ConstantMemory, Stage};
-use hetmem::{Device, DeviceBuf, HostBuf, Lent, PinOptions, Queue, Shared, Strategy};
+use hetmem::{Device, DeviceBuf, HostBuf, Lent, PinOptions, Queue, RingOptions, Shared, Strategy};
 
 use super::content::FrameContent;
 use crate::error::{BenchError, Result};
@@ -78,7 +78,8 @@ impl<S: Stage> Lane<S> {
             let memory = Memory::Cpu { copy: vec![0; input_bytes], output: vec![0; output_bytes] };
             return Ok(Lane { queue: None, prepared, memory: Some(memory), flight: None });
         }
-        let queue = Queue::new(device)?;
+        // The frame ring's fences (events, by default), so both rings wait alike.
+        let queue = Queue::with_fence_kind(device, RingOptions::default().fence)?;
         let prepared = stage.prepare(&queue, strategy, &places)?;
         let memory = match strategy {
             Strategy::ZeroCopy => {
