@@ -19,6 +19,8 @@
 //! - [`streaming`]: frames per second through a frame ring, by strategy;
 //!   [`frame_strategies`]: each strategy's latency through a frame filter; [`pcie`]: NVML's
 //!   PCIe counters sampled while either runs.
+//! - [`cross_process`]: the cross-process frame ring (two processes) against the
+//!   single-process frame ring, frames/s and one frame's latency, in one run.
 //! - [`completion`]: how fast the CPU learns that GPU work finished; [`pinning`]: what pinning
 //!   and registering memory cost.
 //! - [`kernels`]: the CUDA source of the benchmark's own kernels; [`random`]: the one seeded
@@ -56,6 +58,7 @@
 
 pub mod compare;
 pub mod completion;
+pub mod cross_process;
 pub mod ct;
 pub mod dataset;
 pub mod doctor;

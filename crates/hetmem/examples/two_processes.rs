@@ -10,6 +10,10 @@
 //! ```
 //! The producer is this program again (`--producer SOCKET`), started by the consumer; the
 //! socket is a Unix socket in a fresh temporary directory.
+//!
+//! Its frames per second are the producer's `capture()`, one frame at a time. What the ring
+//! itself carries, pipelined, against the single-process ring: hetmem-bench's example
+//! `two_process_ring`.
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Command;

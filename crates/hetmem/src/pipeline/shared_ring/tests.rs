@@ -396,3 +396,46 @@ fn a_set_up_within_its_timeout_runs_the_ring() {
     ring.close();
     assert_eq!(consumer.join().unwrap(), frames);
 }
+
+#[test]
+fn a_frame_shared_with_a_queue_keeps_its_slot_until_reclaimed_and_dropped() {
+    // The pipelined consumer's rule: the slot of a frame whose queue work may still read it
+    // goes back to the producer only once the lease is reclaimed and the frame dropped.
+    let (left, right) = UnixStream::pair().unwrap();
+    let (got_slot, slot_came) = std::sync::mpsc::channel();
+    let producer = std::thread::spawn(move || -> Result<()> {
+        let mut ring = RingProducer::create(&Device::cpu(), &left, 64, 1, Default::default())?;
+        for sequence in 0..2u8 {
+            let mut slot = ring.next_slot()?;
+            got_slot.send(sequence).unwrap();
+            slot.fill(sequence + 1);
+            slot.publish();
+        }
+        ring.close();
+        Ok(())
+    });
+    let device = Device::cpu();
+    let mut ring = RingConsumer::connect(&device, &right, Default::default()).unwrap();
+    let queue = crate::Queue::new(&device).unwrap();
+    let frame = ring.next_frame().unwrap().unwrap();
+    assert_eq!(slot_came.recv().unwrap(), 0);
+    let lease = queue.share(frame);
+    let waited = Duration::from_millis(150);
+    assert!(slot_came.recv_timeout(waited).is_err(), "the slot went back while a queue held the frame");
+    let frame = lease.reclaim().unwrap();
+    assert!(slot_came.recv_timeout(waited).is_err(), "the slot went back while the frame was held");
+    let mut first = [0u8];
+    frame.read_at(0, &mut first).unwrap();
+    assert_eq!(first, [1]);
+    drop(frame);
+    assert_eq!(
+        slot_came.recv_timeout(Duration::from_secs(10)).unwrap(),
+        1,
+        "dropping the frame frees its slot"
+    );
+    let next = ring.next_frame().unwrap().unwrap();
+    assert_eq!((next.sequence(), next.to_vec()), (1, vec![2u8; 64]));
+    drop(next);
+    assert!(ring.next_frame().unwrap().is_none());
+    producer.join().unwrap().unwrap();
+}
