@@ -1,7 +1,11 @@
 //! How much of a file the page cache holds, measured by sampling: what [`super::LoadMethod::Auto`]
 //! chooses by.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::fs::File;
 use std::io::IoSliceMut;
+use std::path::Path;
 
 use rustix::io::{Errno, ReadWriteFlags};
 
@@ -17,47 +21,55 @@ use crate::error::{Error, Result};
 /// # Errors
 /// A file is missing or unreadable.
 pub fn resident_fraction(ranges: &[FileRange], samples: usize) -> Result<Option<f64>> {
-    let total: u64 = ranges.iter().map(|range| range.len).sum();
+    let total: u128 = ranges.iter().map(|range| u128::from(range.len)).sum();
     if total == 0 || samples == 0 {
         return Ok(Some(1.0));
     }
+    // Each file opened once: a sharded load's plan holds a range per row of a tensor (a million
+    // of them), and a sample (and an open) per range took seconds.
+    let mut files: HashMap<&Path, File> = HashMap::new();
     let mut page = [0u8; 4096];
     let mut cached = 0usize;
-    let mut asked = 0usize;
-    for (index, range) in ranges.iter().enumerate() {
-        let share = ((samples as u128 * range.len as u128).div_ceil(total as u128) as usize)
-            .max(usize::from(range.len > 0));
-        if share == 0 {
-            continue;
+    // The range holding the next sample, and where it starts in the stream of all of them.
+    let (mut index, mut range_start) = (0usize, 0u128);
+    for sample in 0..samples {
+        let at = total * sample as u128 / samples as u128;
+        while range_start + u128::from(ranges[index].len) <= at {
+            range_start += u128::from(ranges[index].len);
+            index += 1;
         }
-        let file = std::fs::File::open(&range.path)
-            .map_err(|source| Error::Io { context: format!("opening {}", range.path.display()), source })?;
-        for sample in 0..share {
-            let offset = range.offset + (range.len as u128 * sample as u128 / share as u128) as u64;
-            let len = page.len().min((range.offset + range.len - offset) as usize);
-            match rustix::io::preadv2(
-                &file,
-                &mut [IoSliceMut::new(&mut page[..len])],
-                offset,
-                ReadWriteFlags::NOWAIT,
-            ) {
-                Ok(_) => cached += 1,
-                Err(Errno::AGAIN) => {}
-                Err(Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => {
-                    tracing::debug!("{}: the kernel cannot say what is cached", ranges[index].path.display());
-                    return Ok(None);
-                }
-                Err(error) => {
-                    return Err(Error::Io {
-                        context: format!("sampling {} at byte {offset}", range.path.display()),
-                        source: error.into(),
-                    });
-                }
+        let range = &ranges[index];
+        // Inside the range: `at` lies in [range_start, range_start + len).
+        let offset = range.offset + (at - range_start) as u64;
+        let len = page.len().min((range.offset + range.len - offset) as usize);
+        let file = match files.entry(range.path.as_path()) {
+            Entry::Occupied(open) => open.into_mut(),
+            Entry::Vacant(slot) => slot.insert(File::open(&range.path).map_err(|source| Error::Io {
+                context: format!("opening {}", range.path.display()),
+                source,
+            })?),
+        };
+        match rustix::io::preadv2(
+            &*file,
+            &mut [IoSliceMut::new(&mut page[..len])],
+            offset,
+            ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(_) => cached += 1,
+            Err(Errno::AGAIN) => {}
+            Err(Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => {
+                tracing::debug!("{}: the kernel cannot say what is cached", range.path.display());
+                return Ok(None);
             }
-            asked += 1;
+            Err(error) => {
+                return Err(Error::Io {
+                    context: format!("sampling {} at byte {offset}", range.path.display()),
+                    source: error.into(),
+                });
+            }
         }
     }
-    Ok(Some(cached as f64 / asked.max(1) as f64))
+    Ok(Some(cached as f64 / samples as f64))
 }
 
 #[cfg(test)]
@@ -76,5 +88,22 @@ mod tests {
         if let Some(fraction) = resident_fraction(&[range], 32).unwrap() {
             assert!(fraction > 0.99, "{fraction}");
         }
+    }
+
+    /// Many small ranges (a sharded plan's rows), fewer samples than ranges: the fraction is
+    /// still measured; a file the ranges name that is gone is an error naming it.
+    #[test]
+    fn many_ranges_take_the_samples_asked_for_over_their_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.bin");
+        std::fs::write(&path, vec![3u8; 1 << 20]).unwrap();
+        let rows: Vec<FileRange> =
+            (0..100_000u64).map(|row| FileRange { path: path.clone(), offset: row * 10, len: 5 }).collect();
+        if let Some(fraction) = resident_fraction(&rows, 64).unwrap() {
+            assert!(fraction > 0.99, "{fraction}");
+        }
+        let gone = [FileRange { path: dir.path().join("gone.bin"), offset: 0, len: 10 }];
+        let error = resident_fraction(&gone, 4).unwrap_err().to_string();
+        assert!(error.contains("gone.bin"), "{error}");
     }
 }
