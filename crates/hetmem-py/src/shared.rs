@@ -658,10 +658,7 @@ impl Consumer {
         // ends at the deadline.
         let next = loop {
             let slice = left_until(deadline).map_or(SIGNAL_SLICE, |left| left.min(SIGNAL_SLICE));
-            match py
-                .detach(|| ring.next_frame_within(Some(slice)))
-                .map_err(|error| ring_err(py, error))?
-            {
+            match py.detach(|| ring.next_frame_within(Some(slice))).map_err(|error| ring_err(py, error))? {
                 Some(next) => break next,
                 None => {
                     py.check_signals()?;

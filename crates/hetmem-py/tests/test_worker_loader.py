@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import hetmem
-from hetmem.loader import WorkerError, WorkerLoader
+from hetmem.loader import WorkerError, WorkerLoader, WorkerTimeout
 
 SHAPE = (6, 5, 3)
 DTYPE = np.float32
@@ -285,3 +285,46 @@ def test_one_worker_with_one_slot_does_not_stall(rng):
     with loader_for(Random(seed, length), 4, workers=1, prefetch=1) as loader:
         np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
                                       expected(seed, range(length))[0])
+
+
+def test_a_stuck_worker_is_a_timeout_naming_it_and_the_loader_closes(rng):
+    seed, length, batch_size = int(rng.integers(2**32)), 40, 4
+    bad = int(rng.integers(8, length))  # from batch 2 on, so earlier batches come out first
+    before = shm_names()
+    loader = loader_for(BadAt(seed, length, bad, "hang"), batch_size, timeout=1.5)
+    good = []
+    started = None
+    with pytest.raises(WorkerTimeout) as raised:
+        for images in loader:
+            good.append(host(images))
+            started = time.monotonic()
+    waited = time.monotonic() - started
+    error = raised.value
+    victim = loader._workers[(bad // batch_size) % 3]
+    assert isinstance(error, TimeoutError) and isinstance(error, WorkerError)
+    assert (error.worker, error.pid, error.batch) == (victim.number, victim.process.pid, bad // batch_size)
+    for word in (f"worker {victim.number}", f"pid {victim.process.pid}", f"batch {bad // batch_size}", "1.5 s",
+                 "still running"):
+        assert word in str(error), (word, str(error))
+    # The batches before the stuck one came out intact; the wait was about the timeout.
+    assert len(good) == bad // batch_size
+    np.testing.assert_array_equal(np.concatenate(good), expected(seed, range(len(good) * batch_size))[0])
+    assert 1.4 <= waited < 10.0, waited
+    with pytest.raises(WorkerError, match="closed"):
+        iter(loader)
+    assert all(not worker.process.is_alive() for worker in loader._workers)
+    assert shm_names() == before
+
+
+def test_a_timeout_only_bounds_the_wait(rng):
+    # Batches that come in time are untouched by a (short) timeout.
+    seed, length = int(rng.integers(2**32)), 30
+    with loader_for(Random(seed, length), 4, workers=2, timeout=30) as loader:
+        np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
+                                      expected(seed, range(length))[0])
+
+
+def test_bad_timeouts_are_refused():
+    for timeout in (-1, -0.5, float("nan"), float("inf"), "5", True):
+        with pytest.raises(ValueError, match="timeout"):
+            loader_for(Random(1, 10), 4, timeout=timeout)

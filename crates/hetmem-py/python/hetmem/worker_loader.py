@@ -58,7 +58,8 @@ Example::
 
     if __name__ == "__main__":
         loader = hetmem.loader.WorkerLoader(Noise(), 256, workers=8, sample_shape=(224, 224, 3),
-                                            sample_dtype=np.uint8, labels=True, shuffle=True, seed=0)
+                                            sample_dtype=np.uint8, labels=True, shuffle=True, seed=0,
+                                            timeout=120)    # a stuck worker: WorkerTimeout
         with loader:
             for epoch in range(2):
                 for images, labels in loader:     # CUDA uint8 (256, 224, 224, 3), int64 (256,)
