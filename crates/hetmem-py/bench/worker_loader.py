@@ -32,7 +32,10 @@ Each row gives ms per iteration over the timed window (the mean: wall time / ite
 median of the per-iteration times (on a GPU from CUDA events recorded after each step, the
 GPU's clock, which a host running ahead of the GPU does not blur; on the CPU the host clock),
 samples/s (from the mean), the CPU cores used over the window (this process's and its
-children's user + system time from /proc and getrusage, over the wall time), and the host
+children's user + system time from /proc and getrusage, over the wall time) and the CPU time
+per sample that makes (the figure to compare where other work shares the cores), the minor
+page faults per sample (all those processes: fresh memory for each batch or sample shows
+here), the host
 bytes copied per sample after ``__getitem__`` returned it (WorkerLoader: its own counter, the
 worker's one write into the slot, plus the trainer's copy out of it on the CPU backend;
 DataLoader: collate into the batch's shared memory, plus the pin-memory thread's copy on a GPU,
@@ -231,21 +234,26 @@ def _descendants(pid: int):
     return found
 
 
-def _ticks(pid) -> int:
+def _ticks_faults(pid):
+    """A process's CPU ticks (user + system) and minor page faults."""
     try:
         with open(f"/proc/{pid}/stat") as file:
             fields = file.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime, stime
+        return int(fields[11]) + int(fields[12]), int(fields[7])  # utime + stime, minflt
     except (OSError, IndexError, ValueError):
-        return 0
+        return 0, 0
 
 
-def cpu_seconds() -> float:
-    """This process's, its live descendants' and its reaped children's CPU time."""
+def cpu_seconds_faults():
+    """This process's, its live descendants' and its reaped children's CPU time and minor page
+    faults (a sample's buffers mapped anew each time show here)."""
     hertz = os.sysconf("SC_CLK_TCK")
-    live = sum(_ticks(pid) for pid in _descendants(os.getpid()))
+    ticks, faults = _ticks_faults("self")
+    for pid in _descendants(os.getpid()):
+        more = _ticks_faults(pid)
+        ticks, faults = ticks + more[0], faults + more[1]
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (_ticks("self") + live) / hertz + reaped.ru_utime + reaped.ru_stime
+    return ticks / hertz + reaped.ru_utime + reaped.ru_stime, faults + reaped.ru_minflt
 
 
 # -- the models ------------------------------------------------------------------------------
@@ -316,20 +324,22 @@ class _Clock:
 
 
 def _time(torch, on_gpu: bool, step, batches, warmup: int, iters: int):
-    """Mean ms/iter (wall / iters), median ms/iter, CPU cores over the timed window."""
+    """Mean ms/iter (wall / iters), median ms/iter, CPU cores and minor page faults per
+    iteration over the timed window."""
     clock = _Clock(torch, on_gpu)
     for _ in range(warmup):
         step(*next(batches))
     clock.sync()
     clock.mark()  # the start of the first timed iteration
-    cpu, wall = cpu_seconds(), time.perf_counter()
+    (cpu, faults), wall = cpu_seconds_faults(), time.perf_counter()
     for _ in range(iters):
         step(*next(batches))
         clock.mark()
     clock.sync()
     wall = time.perf_counter() - wall
-    cores = (cpu_seconds() - cpu) / wall
-    return 1e3 * wall / iters, statistics.median(clock.deltas_ms()), cores
+    cpu_after, faults_after = cpu_seconds_faults()
+    return 1e3 * wall / iters, statistics.median(clock.deltas_ms()), (cpu_after - cpu) / wall, \
+        (faults_after - faults) / iters
 
 
 # -- the loaders -----------------------------------------------------------------------------
@@ -401,7 +411,8 @@ def main() -> int:
 
     def report(row):
         row.update(dataset=args.dataset, batch=args.batch, iters=args.iters, backend=backend,
-                   samples_per_s=1e3 * args.batch / row["ms_per_iter"])
+                   samples_per_s=1e3 * args.batch / row["ms_per_iter"],
+                   cpu_ms_per_sample=row["cpu_cores"] * row["ms_per_iter"] / args.batch)
         if row["loader"] == "hetmem":
             for other in rows:
                 if (other["loader"], other["model"], other["workers"]) == ("torch", row["model"], row["workers"]):
@@ -410,17 +421,19 @@ def main() -> int:
         ratio = f", {row['vs_torch']:.2f}x DataLoader" if "vs_torch" in row else ""
         print(f"{row['model']:11} {row['loader']:9} N={row['workers']:<3} warm-up {row['warmup']:>3}: "
               f"{row['ms_per_iter']:7.1f} ms/iter (median {row['ms_per_iter_median']:7.1f}), "
-              f"{row['samples_per_s']:7.0f} samples/s, {row['cpu_cores']:5.1f} cores, "
+              f"{row['samples_per_s']:7.0f} samples/s, {row['cpu_cores']:5.1f} cores "
+              f"({row['cpu_ms_per_sample']:.2f} CPU ms, {row['faults_per_sample']:.0f} faults /sample), "
               f"{row['host_bytes_per_sample']:.0f} host B/sample{ratio}", flush=True)
 
     if on_gpu and not args.loader_only:
         for name, step in steps.items():  # the compute bound: a batch already on the GPU
             images = torch.randint(0, 256, (args.batch, CROP, CROP, 3), dtype=torch.uint8, device="cuda")
             labels = torch.randint(0, 1000, (args.batch,), device="cuda")
-            ms, median, cores = _time(torch, on_gpu, step, iter(lambda: (images, labels), None), args.warmup,
+            ms, median, cores, faults = _time(torch, on_gpu, step, iter(lambda: (images, labels), None), args.warmup,
                                       args.iters)
             report({"model": name, "loader": "synthetic", "workers": 0, "warmup": args.warmup, "ms_per_iter": ms,
-                    "ms_per_iter_median": median, "cpu_cores": cores, "host_bytes_per_sample": 0})
+                    "ms_per_iter_median": median, "cpu_cores": cores, "faults_per_sample": faults / args.batch,
+                    "host_bytes_per_sample": 0})
 
     for workers in counts:
         warmup = max(args.warmup, 2 * workers)
@@ -430,18 +443,20 @@ def main() -> int:
             if "torch" in loaders:
                 batches, loader = _torch_batches(torch, dataset_class(args.data, length), args.batch, workers,
                                                  on_gpu)
-                ms, median, cores = _time(torch, on_gpu, step, batches, warmup, args.iters)
+                ms, median, cores, faults = _time(torch, on_gpu, step, batches, warmup, args.iters)
                 # collate into the batch's shared memory, then (GPU) the pin-memory thread's copy.
                 report(dict(base, loader="torch", ms_per_iter=ms, ms_per_iter_median=median, cpu_cores=cores,
+                            faults_per_sample=faults / args.batch,
                             host_bytes_per_sample=(2 if on_gpu else 1) * sample_bytes, host_bytes_measured=False))
                 del batches, loader
             if "hetmem" in loaders:
                 with WorkerLoader(dataset_class(args.data, length), args.batch, workers=workers,
                                   sample_shape=(CROP, CROP, 3), sample_dtype=np.uint8, labels=True,
                                   drop_last=True, timeout=120) as loader:
-                    ms, median, cores = _time(torch, on_gpu, step, iter(loader), warmup, args.iters)
+                    ms, median, cores, faults = _time(torch, on_gpu, step, iter(loader), warmup, args.iters)
                     stats = loader.stats()
                 report(dict(base, loader="hetmem", ms_per_iter=ms, ms_per_iter_median=median, cpu_cores=cores,
+                            faults_per_sample=faults / args.batch,
                             host_bytes_per_sample=stats["host_bytes_per_sample"], host_bytes_measured=True))
     if args.json:
         with open(args.json, "w") as file:
