@@ -206,10 +206,10 @@ def _keep_freed_memory() -> None:
 
     A fresh (spawned) process gives every allocation above 128 KiB (a decoded image, a crop)
     its own ``mmap`` and hands it back at ``free``, so each sample's buffers are page-faulted in
-    anew: about 400 faults and a quarter of a JPEG decode's time measured. A worker forked
-    from a trainer that had imported torch inherits a raised threshold and pays none of that;
-    this gives spawned workers the same (glibc only; elsewhere nothing). ``worker_init`` runs
-    after it, so it may set its own."""
+    anew: 200-400 faults and a fifth to a quarter of the CPU time of the bench's JPEG sample,
+    measured. A worker forked from a trainer that had imported torch inherits a raised
+    threshold and pays none of that; this gives spawned workers the same (glibc only;
+    elsewhere nothing). ``worker_init`` runs after it, so it may set its own."""
     import ctypes
 
     try:
