@@ -9,6 +9,7 @@ the CPU backend runs (NumPy output, so no PyTorch is needed).
 
 import faulthandler
 import os
+import platform
 import signal
 import time
 
@@ -80,6 +81,25 @@ class BadAt(Random):
         if self.how == "hang":
             time.sleep(600)
         raise AssertionError(self.how)
+
+
+class Allocates(Random):
+    """Makes and fills two 1 MiB scratch buffers for each item, as a decoder does (PIL: the
+    decoded image, then its conversion): freed together, they leave 2 MiB free at the top of
+    the heap, which glibc's own thresholds hand back to the kernel each time."""
+
+    def __getitem__(self, index):
+        decoded = np.empty(1 << 20, np.uint8)
+        decoded.fill(index % 251 + 1)
+        converted = np.empty(1 << 20, np.uint8)
+        converted.fill(index % 241 + 1)
+        del decoded, converted
+        return super().__getitem__(index)
+
+
+def minor_faults(pid):
+    with open(f"/proc/{pid}/stat") as file:
+        return int(file.read().rsplit(")", 1)[1].split()[7])
 
 
 def loader_for(dataset, batch_size, **options):
@@ -328,3 +348,19 @@ def test_bad_timeouts_are_refused():
     for timeout in (-1, -0.5, float("nan"), float("inf"), "5", True):
         with pytest.raises(ValueError, match="timeout"):
             loader_for(Random(1, 10), 4, timeout=timeout)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat") or platform.libc_ver()[0] != "glibc",
+                    reason="needs Linux's /proc and glibc (the malloc settings are glibc's)")
+def test_spawned_workers_reuse_their_freed_memory(rng):
+    # Without the loader's malloc settings a spawned worker faults such buffers in anew for each
+    # item (about 480 faults, measured); with them the freed memory is reused.
+    seed, length, batch_size = int(rng.integers(2**32)), 64, 8
+    with loader_for(Allocates(seed, length), batch_size, workers=1) as loader:
+        list(loader)  # the first epoch: the heap grows to its size
+        pid = loader._workers[0].process.pid
+        before = minor_faults(pid)
+        got = np.concatenate([host(images) for images in loader])
+        per_item = (minor_faults(pid) - before) / length
+    np.testing.assert_array_equal(got, expected(seed, range(length))[0])
+    assert per_item < 32, f"{per_item:.0f} page faults per item: freed memory is not being reused"
