@@ -642,22 +642,35 @@ impl Consumer {
         })
     }
 
-    /// Waits (the interpreter let go) for the next frame: its index, its read-only bytes and
-    /// its hold (released, its slot freed, by `SharedFrameHold.release`); None at the end of
-    /// the stream; `PeerGone` when the producer went without closing it.
-    fn next_frame(&self, py: Python<'_>) -> PyResult<Option<(u64, Memory, FrameHold)>> {
+    /// Waits (the interpreter let go) up to `timeout` seconds (None: for ever) for the next
+    /// frame: its index, its read-only bytes and its hold (released, its slot freed, by
+    /// `SharedFrameHold.release`); None at the end of the stream; `PeerGone` when the producer
+    /// went without closing it; `TimeoutError` when no frame (nor the end) came in time, the
+    /// ring as it was (call again to go on waiting).
+    #[pyo3(signature = (timeout = None))]
+    fn next_frame(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<(u64, Memory, FrameHold)>> {
+        let deadline = deadline(timeout)?;
         let mut ring = lock(&self.ring, "consumer")?;
         let ring = ring.as_mut().ok_or_else(|| {
             HetmemError::new_err("the shared ring was closed on this side: make a new one to take frames")
         })?;
-        // Waited for in slices, so that Ctrl-C is heard while no frame comes.
+        // Waited for in slices, so that Ctrl-C is heard while no frame comes; the last slice
+        // ends at the deadline.
         let next = loop {
-            match py
-                .detach(|| ring.next_frame_within(Some(SIGNAL_SLICE)))
-                .map_err(|error| ring_err(py, error))?
-            {
+            let slice = left_until(deadline).map_or(SIGNAL_SLICE, |left| left.min(SIGNAL_SLICE));
+            match py.detach(|| ring.next_frame_within(Some(slice))).map_err(|error| ring_err(py, error))? {
                 Some(next) => break next,
-                None => py.check_signals()?,
+                None => {
+                    py.check_signals()?;
+                    if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                        return Err(PyTimeoutError::new_err(format!(
+                            "no frame came from the producer (pid {}) within {} s; it may be slow or stuck: \
+                             wait again, or give a longer timeout",
+                            self.producer_pid,
+                            timeout.unwrap_or_default()
+                        )));
+                    }
+                }
             }
         };
         let Some(frame) = next else {

@@ -485,3 +485,39 @@ def test_ctrl_c_interrupts_a_wait_for_a_frame_a_slot_or_a_peer():
     took = _interrupted_within(lambda: hetmem.SharedRing.create(silent, SHAPE, DTYPE, timeout=None))
     assert 0.3 <= took < 3.0, took
     silent.close(), other.close()
+
+
+def test_next_with_a_timeout_leaves_the_ring_as_it_was(rng):
+    producer, consumer = socket_ring()
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match=f"pid {os.getpid()}"):
+            consumer.next(timeout=0.3)
+        waited = time.monotonic() - started
+        assert 0.29 <= waited < 5.0, waited
+        with pytest.raises(TimeoutError):
+            consumer.next(timeout=0)  # only looks
+        data = [rng.standard_normal(SHAPE).astype(DTYPE) for _ in range(2)]
+        producer.send(data[0])
+        with consumer.next(timeout=0) as frame:  # there already: no wait
+            assert frame.index == 0
+            np.testing.assert_array_equal(frame.numpy(), data[0])
+        # A frame published while the consumer waits comes out within its timeout.
+        later = threading.Timer(0.2, lambda: producer.send(data[1]))
+        later.start()
+        with consumer.next(timeout=30) as frame:
+            assert frame.index == 1
+            np.testing.assert_array_equal(frame.numpy(), data[1])
+        later.join()
+        for timeout in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="timeout"):
+                consumer.next(timeout=timeout)
+        for timeout in ("1", True):
+            with pytest.raises(TypeError, match="timeout"):
+                consumer.next(timeout=timeout)
+        producer.close()
+        with pytest.raises(StopIteration):
+            consumer.next(timeout=5)
+    finally:
+        producer.close()
+        consumer.close()

@@ -326,4 +326,4 @@ def write_records(images_path: Union[str, "os.PathLike[str]"], labels_path: Unio
 
 
 # The multi-process loader for map-style datasets lives in its own module; it is part of this one.
-from .worker_loader import WorkerError, WorkerLoader  # noqa: E402 - after the records loader it sits beside
+from .worker_loader import WorkerError, WorkerLoader, WorkerTimeout  # noqa: E402 - after the records loader it sits beside

@@ -25,6 +25,7 @@ Example, with ``multiprocessing`` (``spawn`` or ``fork``)::
 
 from __future__ import annotations
 
+import numbers
 import os
 from typing import Any, Iterator, Optional, Union
 
@@ -86,6 +87,8 @@ class SharedFrame(RingView):
 def _timeout(timeout: Optional[float]) -> Optional[float]:
     if timeout is None:
         return None
+    if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"timeout {timeout!r}: give a number of seconds, or None to wait for ever")
     timeout = float(timeout)
     if not timeout >= 0 or timeout == float("inf"):
         raise ValueError(f"timeout {timeout}: give a finite number of seconds >= 0, or None to wait for ever")
@@ -282,12 +285,22 @@ class _Abandoned:
 class SharedRingConsumer(SharedRing):
     """The consuming side of a ``SharedRing`` (``SharedRing.connect``)."""
 
-    def next(self) -> SharedFrame:
-        """Waits for the next frame and gives it, read-only; ``release()`` it (or use it in a
-        ``with`` block) to free its slot. Raises ``StopIteration`` after the last frame of a
-        closed stream, ``PeerGone`` when the producer went without closing it (after the frames
-        it finished)."""
-        taken = self._native.next_frame()
+    def next(self, timeout: Optional[float] = None) -> SharedFrame:
+        """Waits up to ``timeout`` seconds (None: for ever; 0: only looks) for the next frame
+        and gives it, read-only; ``release()`` it (or use it in a ``with`` block) to free its
+        slot. Raises ``StopIteration`` after the last frame of a closed stream, ``PeerGone``
+        when the producer went without closing it (after the frames it finished), and
+        ``TimeoutError`` when neither a frame nor the end came in time: the ring is as it was,
+        so calling again goes on waiting for the same frame.
+
+        Example::
+
+            try:
+                frame = ring.next(timeout=5.0)
+            except TimeoutError:
+                ...                                # the producer is slow or stuck: decide here
+        """
+        taken = self._native.next_frame(_timeout(timeout))
         if taken is None:
             raise StopIteration
         index, memory, hold = taken

@@ -30,8 +30,20 @@ Errors reach the trainer as ``WorkerError`` at the batch where they happened (th
 before it come out intact): an exception raised by ``__getitem__`` (its traceback text in the
 message and in ``.traceback``), a sample of the wrong shape, dtype or label, and a worker that
 died (killed by a signal, ``os._exit``...), named by number and pid, noticed at once through
-the ring (no polling timeout). A loader whose worker failed is closed; make a new one. The
-rings are sealed memfds, so nothing is left in ``/dev/shm`` whatever happens to any process.
+the ring (no polling timeout). A worker that is alive but stuck (a ``__getitem__`` that hangs
+on a network file system, a deadlock) is only noticed with ``timeout=``: a batch not ready
+within that many seconds of being asked for raises ``WorkerTimeout`` (a ``WorkerError`` and a
+``TimeoutError``) naming the worker, its pid and the batch. A loader whose worker failed or
+timed out is closed (its workers stopped: a stuck one cannot be trusted to come back in a
+known state); make a new one. The rings are sealed memfds, so nothing is left in
+``/dev/shm`` whatever happens to any process.
+
+The pipeline: each worker has ``prefetch`` slots, so it can have that many batches ready or
+being built while the trainer works. The trainer gives a batch's slot back as soon as it asks
+for the next batch (on a GPU: once that batch's copy completed, long since as a rule), before
+it waits for that next batch, so a worker is never kept from its next slot by a trainer that
+is itself waiting. With the default ``prefetch=2`` a worker thus builds one batch ahead of the
+one the trainer holds, as ``torch.utils.data.DataLoader``'s ``prefetch_factor=2`` does.
 
 Example::
 
@@ -46,7 +58,8 @@ Example::
 
     if __name__ == "__main__":
         loader = hetmem.loader.WorkerLoader(Noise(), 256, workers=8, sample_shape=(224, 224, 3),
-                                            sample_dtype=np.uint8, labels=True, shuffle=True, seed=0)
+                                            sample_dtype=np.uint8, labels=True, shuffle=True, seed=0,
+                                            timeout=120)    # a stuck worker: WorkerTimeout
         with loader:
             for epoch in range(2):
                 for images, labels in loader:     # CUDA uint8 (256, 224, 224, 3), int64 (256,)
@@ -71,7 +84,7 @@ from . import _native, device as _default_device
 from .ring import _spec
 from .shared import PeerGone, SharedRing
 
-__all__ = ["WorkerError", "WorkerLoader"]
+__all__ = ["WorkerError", "WorkerLoader", "WorkerTimeout"]
 
 # A worker's traceback text is cut to this many characters: it travels in one pipe message.
 _MAX_TRACEBACK = 16_000
@@ -89,6 +102,23 @@ class WorkerError(RuntimeError):
                  batch: Optional[int] = None, traceback: Optional[str] = None):
         super().__init__(message)
         self.worker, self.pid, self.index, self.batch, self.traceback = worker, pid, index, batch, traceback
+
+
+class WorkerTimeout(WorkerError, TimeoutError):
+    """A batch was not ready within the loader's ``timeout``: ``worker``, ``pid`` and ``batch``
+    name the worker that owed it (alive but slow or stuck). The loader is closed."""
+
+
+def _timeout_seconds(timeout: Any) -> Optional[float]:
+    """``timeout`` as seconds (None: wait for ever), or a ValueError saying what to give."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)):
+        raise ValueError(f"timeout {timeout!r}: give a number of seconds >= 0, or None to wait for ever")
+    seconds = float(timeout)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"timeout {timeout!r}: give a finite number of seconds >= 0, or None to wait for ever")
+    return seconds
 
 
 class _Layout:
@@ -164,6 +194,33 @@ def _host_device() -> _native.Device:
             os.environ["HETMEM_BACKEND"] = before
 
 
+# glibc's malloc tunables (malloc.h) and the values its own dynamic threshold reaches at most
+# on 64-bit systems: blocks up to 32 MiB come from the heap, and up to 64 MiB of freed heap
+# is kept for reuse instead of being handed back to the kernel.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD_BYTES, _TRIM_THRESHOLD_BYTES = 32 << 20, 64 << 20
+
+
+def _keep_freed_memory() -> None:
+    """Lets a worker reuse the memory its samples were made in, sample after sample.
+
+    A fresh (spawned) process gives every allocation above 128 KiB (a decoded image, a crop)
+    its own ``mmap`` and hands it back at ``free``, so each sample's buffers are page-faulted in
+    anew: 200-400 faults and a fifth to a quarter of the CPU time of the bench's JPEG sample,
+    measured. A worker forked from a trainer that had imported torch inherits a raised
+    threshold and pays none of that; this gives spawned workers the same (glibc only;
+    elsewhere nothing). ``worker_init`` runs after it, so it may set its own."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return  # not glibc
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
+
+
 def _worker_main(number: int, dataset: Any, layout: _Layout, labels: bool, slots: int, ring_socket: socket.socket,
                  tasks: Any, worker_init: Optional[Callable[[int], None]]) -> None:
     """A worker: builds the batches it is sent, each sample written into its ring's slot."""
@@ -173,6 +230,7 @@ def _worker_main(number: int, dataset: Any, layout: _Layout, labels: bool, slots
     index: Optional[int] = None
     batch: Optional[int] = None
     try:
+        _keep_freed_memory()
         if worker_init is not None:
             worker_init(number)
         ring = SharedRing.create(ring_socket, (layout.frame_bytes,), np.uint8, slots=slots, device=_host_device())
@@ -223,6 +281,8 @@ class WorkerLoader:
     ``output``: ``"torch"`` (CUDA tensors on a GPU, CPU tensors on the CPU backend) or
     ``"numpy"`` (CPU backend only). ``context``: ``"spawn"`` (default) or ``"forkserver"``.
     ``worker_init(number)`` runs first in each worker (seed its augmentation there).
+    ``timeout``: seconds a batch may take to be ready once asked for (None: for ever); past it
+    ``WorkerTimeout`` names the worker, its pid and the batch, and the loader is closed.
 
     Iterating gives one epoch (the next epoch each time, or the one ``set_epoch`` chose). The
     workers stay up between epochs; ``close()`` (or the end of a ``with`` block) stops them.
@@ -239,7 +299,7 @@ class WorkerLoader:
     def __init__(self, dataset: Any, batch_size: int, *, workers: int, sample_shape: Any, sample_dtype: Any,
                  labels: bool = False, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
                  prefetch: int = 2, output: str = "torch", context: str = "spawn",
-                 worker_init: Optional[Callable[[int], None]] = None,
+                 worker_init: Optional[Callable[[int], None]] = None, timeout: Optional[float] = None,
                  device: Optional[_native.Device] = None):
         self._workers: List[Any] = []
         self._closed = False
@@ -257,6 +317,7 @@ class WorkerLoader:
         if context not in ("spawn", "forkserver"):
             raise ValueError(f"context {context!r}: use 'spawn' or 'forkserver' (a forked child of a process "
                              "holding CUDA state or threads is not safe)")
+        self.timeout = _timeout_seconds(timeout)
         length = len(dataset)
         if not isinstance(length, (int, np.integer)) or length < 0:
             raise ValueError(f"len(dataset) is {length!r}: a map-style dataset has a length >= 0")
@@ -449,9 +510,23 @@ class WorkerLoader:
 
     def _take(self, worker: "_Worker", batch: Optional[int]) -> Any:
         try:
-            return worker.ring.next()
+            return worker.ring.next(timeout=self.timeout)
         except (PeerGone, StopIteration) as error:
             raise self._worker_failed(worker, batch) from error
+        except TimeoutError as error:
+            raise self._worker_late(worker, batch) from error
+
+    def _worker_late(self, worker: "_Worker", batch: Optional[int]) -> WorkerTimeout:
+        """``worker`` did not deliver ``batch`` within the timeout: the loader is closed."""
+        pid = worker.process.pid
+        what = f"batch {batch}" if batch is not None else "a batch of the epoch left early"
+        state = "is still running (slow or stuck)" if worker.process.is_alive() else "is no longer running"
+        error = WorkerTimeout(f"worker {worker.number} (pid {pid}) did not deliver {what} within the timeout of "
+                              f"{self.timeout:g} s; it {state}. The loader is closed (its workers stopped): make "
+                              "a new one, or give a longer timeout", worker=worker.number, pid=pid, batch=batch)
+        self._failed = error
+        self._shutdown(kill=True)
+        return error
 
     def __iter__(self) -> Iterator[Any]:
         self._check_open()
@@ -497,14 +572,15 @@ class WorkerLoader:
         torch, layout = self._torch, self._layout
         target = torch.device("cuda", self.device.ordinal or 0)
         copies = torch.cuda.Stream(device=target)
-        # (worker, frame, its copy's event): slots the GPU may still read.
-        pending: List[Tuple[Any, Any, Any]] = []
+        # (frame, its copy's event): the slot the GPU may still read.
+        pending: List[Tuple[Any, Any]] = []
         try:
             for number, chosen in enumerate(batches):
                 worker = self._workers[number % self.workers]
-                # A slot of this worker's still held would be one it may need for this batch
-                # (one worker, or prefetch=1): its copy is waited for and the slot given back first.
-                pending = self._give_back(pending, worker)
+                # The last batch's slot goes back before this one is waited for: its worker
+                # (this one too, with one worker or prefetch=1) may need it to go on. Its copy
+                # completed long since as a rule (the event only makes sure).
+                pending = self._give_back(pending)
                 frame = self._take(worker, number)
                 self._outstanding[worker.number] -= 1
                 count = len(chosen)
@@ -528,29 +604,21 @@ class WorkerLoader:
                 samples.record_stream(consumer)
                 if labels is not None:
                     labels.record_stream(consumer)
-                # The slots of earlier batches go back once their copies completed (long since,
-                # as a rule); this batch's stays the GPU's until the next one is asked for.
-                self._give_back(pending, None)
-                pending = [(worker, frame, copied)]
+                # This batch's slot stays the GPU's until the next batch is asked for.
+                pending = [(frame, copied)]
                 self._batches_out += 1
                 self._samples_out += count
                 yield (samples, labels) if self.labels else samples
         finally:
-            self._give_back(pending, None)
+            self._give_back(pending)
 
     @staticmethod
-    def _give_back(pending: List[Tuple[Any, Any, Any]], worker: Optional["_Worker"]) -> List[Tuple[Any, Any, Any]]:
-        """Gives back the slots in ``pending`` (all, or ``worker``'s) once their copies
-        completed; returns those kept."""
-        kept = []
-        for entry in pending:
-            held_by, held, event = entry
-            if worker is None or held_by is worker:
-                event.synchronize()
-                held.release()
-            else:
-                kept.append(entry)
-        return kept
+    def _give_back(pending: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
+        """Gives back the slots in ``pending`` once their copies completed; returns none left."""
+        for frame, copied in pending:
+            copied.synchronize()
+            frame.release()
+        return []
 
     def __repr__(self) -> str:
         return (f"hetmem.loader.WorkerLoader(batch_size={self.batch_size}, workers={self.workers}, "
