@@ -20,7 +20,9 @@
 //! while the other side holds the slot. The consumer checks that each frame carries the index
 //! it expects: frames arrive in order, none lost or delivered twice.
 //!
-//! A side that waits polls its end of the socket together with the peer's pidfd: a peer
+//! A side that waits looks at the slot in a loop for a few tens of microseconds (a hand-over
+//! then costs no scheduler wake-up), then polls its end of the socket together with the
+//! peer's pidfd: a peer
 //! that dies (even by `SIGKILL`) is noticed at once, and the survivor gets
 //! [`Error::PeerGone`] naming its pid and what it was doing, after the frames it completed.
 //! Nothing is left behind: the memfd has no name, and goes when the last process unmaps it.
