@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use hetmem::pipeline::shared_ring::{RingConsumer, RingProducer, SharedFrame, SlotWriter};
+use hetmem::pipeline::shared_ring::{ConsumerLimits, RingConsumer, RingProducer, SharedFrame, SlotWriter};
 use pyo3::exceptions::{PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -604,34 +604,36 @@ impl std::fmt::Debug for Consumer {
 impl Consumer {
     /// Connects to the producer at `peer` (a path it listens at, waited for up to `timeout`
     /// seconds, None: for ever; or a connected socket), agrees on the frames of `frame`
-    /// (shape, type string, itemsize) and takes its ring, registered with `device`.
+    /// (shape, type string, itemsize) and takes its ring, registered with `device`, if it has
+    /// frames of that size and at most `max_slots` slots (checked before any of it is
+    /// registered).
     #[new]
-    #[pyo3(signature = (device, peer, frame, timeout))]
+    #[pyo3(signature = (device, peer, frame, timeout, max_slots))]
     fn new(
         py: Python<'_>,
         device: &Device,
         peer: &Bound<'_, PyAny>,
         frame: (Vec<Int>, String, Int),
         timeout: Option<f64>,
+        max_slots: Int,
     ) -> PyResult<Consumer> {
         let spec = spec(&frame.0, &frame.1, frame.2, "frame")?;
+        let max_slots = max_slots.size("max_slots")?;
+        let most = hetmem::pipeline::shared_ring::MAX_SHARED_SLOTS;
+        if max_slots == 0 || max_slots > most {
+            return Err(PyValueError::new_err(format!(
+                "max_slots: {max_slots}; a shared ring has 1 to {most} slots"
+            )));
+        }
+        let limits = ConsumerLimits { frame_bytes: Some(spec.nbytes), max_slots };
         let deadline = deadline(timeout)?;
         let (stream, _restore) = stream_for(py, peer, false, deadline)?;
         agree(py, &stream, &describe(&spec), "producer", deadline)?;
         let (inner, left) = (&device.inner, left_until(deadline));
         // Bounded by the timeout, as the producer's side.
         let ring = py
-            .detach(|| RingConsumer::connect_within(inner, &stream, Default::default(), left))
+            .detach(|| RingConsumer::connect_limited(inner, &stream, Default::default(), left, limits))
             .map_err(|error| set_up_err(py, error))?;
-        if ring.frame_bytes() != spec.nbytes {
-            return Err(HetmemError::new_err(format!(
-                "the producer's ring has frames of {} bytes where {} ({} bytes) was agreed: the producer broke \
-                 the protocol",
-                ring.frame_bytes(),
-                describe(&spec),
-                spec.nbytes
-            )));
-        }
         Ok(Consumer {
             mapping: ring.mapping(),
             frame_bytes: ring.frame_bytes(),

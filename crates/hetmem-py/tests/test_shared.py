@@ -521,3 +521,28 @@ def test_next_with_a_timeout_leaves_the_ring_as_it_was(rng):
     finally:
         producer.close()
         consumer.close()
+
+
+def test_a_ring_of_more_slots_than_the_consumer_takes_is_refused_before_registering():
+    # The producer is another process: each slot it offers would be registered (pinned) here.
+    left, right = socket.socketpair()
+    made = {}
+
+    def produce():
+        try:
+            hetmem.SharedRing.create(left, SHAPE, DTYPE, slots=8, timeout=30)
+        except Exception as error:  # noqa: BLE001 - the refusal is what is checked
+            made["producer"] = error
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    with pytest.raises(ValueError, match="offers 8 slots .* takes at most 3"):
+        hetmem.SharedRing.connect(right, SHAPE, DTYPE, timeout=30, max_slots=3)
+    producer.join(30)
+    assert "refused" in str(made["producer"]), made
+    left.close(), right.close()
+    for bad, kind in ((0, ValueError), (65, ValueError), (-1, ValueError), (2.5, TypeError)):
+        mine, theirs = socket.socketpair()
+        with pytest.raises(kind, match="max_slots"):
+            hetmem.SharedRing.connect(mine, SHAPE, DTYPE, timeout=1, max_slots=bad)
+        mine.close(), theirs.close()

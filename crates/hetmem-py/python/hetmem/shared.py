@@ -156,10 +156,13 @@ class SharedRing:
 
     @staticmethod
     def connect(path: Peer, shape: Any, dtype: Any = np.uint8, *, timeout: Optional[float] = None,
-                device: Optional[_native.Device] = None) -> "SharedRingConsumer":
+                device: Optional[_native.Device] = None, max_slots: int = 64) -> "SharedRingConsumer":
         """The consuming side: connects to the producer listening at ``path`` (waiting up to
         ``timeout`` seconds, None: for ever, for it to appear; or a connected ``socket.socket``),
-        agrees on the frames and takes its ring. A socket given keeps its settings and
+        agrees on the frames and takes its ring, if it has at most ``max_slots`` slots (1 to
+        64) of frames of that size: the producer is another process, and every slot it offers
+        is registered (pinned) here, so a ring beyond that is refused, before any of it is
+        registered, with a ``ValueError`` saying so. A socket given keeps its settings and
         belongs to the ring from then on, as in ``create``; ``timeout`` bounds the whole
         set-up, as there. Waits, here and in ``next()``, hear Ctrl-C (the ring's hand-over
         after the agreement aside, as in ``create``).
@@ -176,7 +179,7 @@ class SharedRing:
         ring._iterated = None
         ring._native = _native.SharedRingConsumer(
             device if device is not None else _default_device(), _peer(path),
-            (list(frame[0]), frame[1].str, frame[1].itemsize), _timeout(timeout))
+            (list(frame[0]), frame[1].str, frame[1].itemsize), _timeout(timeout), max_slots)
         return ring
 
     @property

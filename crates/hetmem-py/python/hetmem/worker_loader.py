@@ -366,8 +366,9 @@ class WorkerLoader:
                 self._workers.append(_Worker(number, process, mine, tasks))
             for worker in self._workers:
                 try:
+                    # The slots asked for, no more: each is registered (pinned) here.
                     worker.ring = SharedRing.connect(worker.socket, (self._layout.frame_bytes,), np.uint8,
-                                                     device=self.device)
+                                                     device=self.device, max_slots=self.prefetch)
                 except Exception as error:  # noqa: BLE001 - a worker that died before its ring
                     raise self._worker_failed(worker, None) from error
                 finally:

@@ -505,6 +505,57 @@ impl std::fmt::Debug for RingConsumer {
     }
 }
 
+/// What a consumer accepts of the ring a producer offers, checked before any of it is mapped
+/// for frames or registered with a device: a producer is another process, and without limits
+/// it could offer [`MAX_SHARED_SLOTS`] slots of any size, which registering would pin (fault
+/// in) whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerLimits {
+    /// The size of a frame the consumer expects (`None`: any).
+    pub frame_bytes: Option<usize>,
+    /// The most slots it takes (1 to [`MAX_SHARED_SLOTS`]).
+    pub max_slots: usize,
+}
+
+impl Default for ConsumerLimits {
+    /// Any frame size, up to [`MAX_SHARED_SLOTS`] slots.
+    fn default() -> ConsumerLimits {
+        ConsumerLimits { frame_bytes: None, max_slots: MAX_SHARED_SLOTS }
+    }
+}
+
+impl ConsumerLimits {
+    /// Refuses a ring of `slots` slots of `frame_bytes` that these limits do not allow.
+    fn check(&self, frame_bytes: usize, slots: usize) -> Result<()> {
+        if !(1..=MAX_SHARED_SLOTS).contains(&self.max_slots) {
+            return Err(Error::invalid(
+                "shared ring limits",
+                format!("max_slots {}: give 1 to {MAX_SHARED_SLOTS}", self.max_slots),
+            ));
+        }
+        if let Some(expected) = self.frame_bytes.filter(|&expected| expected != frame_bytes) {
+            return Err(Error::invalid(
+                "shared ring",
+                format!(
+                    "the producer offers frames of {frame_bytes} bytes where this consumer expects {expected}: \
+                     both sides must agree on the frame"
+                ),
+            ));
+        }
+        if slots > self.max_slots {
+            return Err(Error::invalid(
+                "shared ring",
+                format!(
+                    "the producer offers {slots} slots of {frame_bytes} bytes; this consumer takes at most {}: \
+                     make the ring with fewer slots, or allow more",
+                    self.max_slots
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl RingConsumer {
     /// Takes the ring the producer at the other end of `socket` sends
     /// ([`RingProducer::create`]), after checking its header against the segment, and
@@ -532,9 +583,26 @@ impl RingConsumer {
         options: RegisterOptions,
         timeout: Option<Duration>,
     ) -> Result<RingConsumer> {
+        Self::connect_limited(device, socket, options, timeout, ConsumerLimits::default())
+    }
+
+    /// [`RingConsumer::connect_within`], taking only a ring that `limits` allow (its frame
+    /// size, its number of slots), checked before any of it is registered; a ring refused is
+    /// refused to the producer too.
+    ///
+    /// # Errors
+    /// As [`RingConsumer::connect_within`]; a ring outside `limits`, or limits that are not
+    /// (`max_slots` outside 1 to [`MAX_SHARED_SLOTS`]).
+    pub fn connect_limited(
+        device: &Device,
+        socket: &UnixStream,
+        options: RegisterOptions,
+        timeout: Option<Duration>,
+        limits: ConsumerLimits,
+    ) -> Result<RingConsumer> {
         let mut hello = [0u8; 24];
         let fds = recv_fds_until(socket.as_fd(), &mut hello, deadline_after(timeout))?;
-        match Self::accept(device, socket, &hello, fds, options) {
+        match Self::accept(device, socket, &hello, fds, options, limits) {
             Ok(consumer) => {
                 write_all(socket.as_fd(), &[ACCEPTED])?;
                 Ok(consumer)
@@ -553,6 +621,7 @@ impl RingConsumer {
         hello: &[u8; 24],
         fds: Vec<OwnedFd>,
         options: RegisterOptions,
+        limits: ConsumerLimits,
     ) -> Result<RingConsumer> {
         let word = |at: usize| u64::from_le_bytes(hello[at..at + 8].try_into().expect("8 bytes"));
         if word(0) != HELLO_MAGIC || fds.len() != 1 {
@@ -581,6 +650,7 @@ impl RingConsumer {
         let segment = Arc::new(SharedSegment::from_fd(memfd, header_bytes, Unsealed::Refused)?);
         let header = header_of(&segment)?;
         let layout = header.layout(page_size(), segment.bytes(), segment.description())?;
+        limits.check(layout.frame_bytes, layout.slots)?;
         header.consumer_pid.store(std::process::id(), Ordering::Release);
         let claimed = header.producer_pid.load(Ordering::Acquire);
         let peer = Peer::new("producer", socket, claimed)?;

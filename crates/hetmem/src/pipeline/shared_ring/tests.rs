@@ -196,6 +196,47 @@ fn a_bad_magic_version_or_size_in_the_header_is_refused() {
     assert!(error.to_string().contains("1000 slots"), "{error}");
 }
 
+/// A consumer's limits refuse a ring of more slots, or of another frame size, before any of
+/// it is registered; the producer hears the refusal; a ring within them is taken.
+#[test]
+fn a_ring_beyond_the_consumers_limits_is_refused_before_it_is_registered() {
+    let limited = |frame_bytes, max_slots| ConsumerLimits { frame_bytes, max_slots };
+    for (limits, slots, wanted) in [
+        (limited(None, 4), 8, "offers 8 slots of 1000 bytes; this consumer takes at most 4"),
+        (limited(Some(999), 64), 2, "frames of 1000 bytes where this consumer expects 999"),
+        (limited(None, 0), 2, "max_slots 0: give 1 to 64"),
+        (limited(None, 65), 2, "max_slots 65: give 1 to 64"),
+    ] {
+        let (left, right) = UnixStream::pair().unwrap();
+        let producer = std::thread::spawn(move || {
+            RingProducer::create(&Device::cpu(), &left, 1000, slots, Default::default())
+        });
+        let error = RingConsumer::connect_limited(&Device::cpu(), &right, Default::default(), None, limits)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(wanted), "{error}");
+        let refused = producer.join().unwrap().unwrap_err().to_string();
+        assert!(refused.contains("the consumer refused the ring"), "{refused}");
+    }
+    let (left, right) = UnixStream::pair().unwrap();
+    let producer = producer_thread(left, 3, 5, 1000, 4);
+    let mut ring = RingConsumer::connect_limited(
+        &Device::cpu(),
+        &right,
+        Default::default(),
+        None,
+        limited(Some(1000), 4),
+    )
+    .unwrap();
+    let mut count = 0;
+    while let Some(frame) = ring.next_frame().unwrap() {
+        assert!(frame.to_vec() == frame_bytes_of(3, count, 1000), "frame {count}");
+        count += 1;
+    }
+    assert_eq!(count, 5);
+    producer.join().unwrap().unwrap();
+}
+
 #[test]
 fn a_refused_ring_is_an_error_for_the_producer_not_a_hang() {
     let (left, right) = UnixStream::pair().unwrap();
