@@ -142,6 +142,7 @@ fn run() -> Result<(), Failure> {
             latency_frames: options.latency.unwrap_or(if gpu { 300 } else { 3 }),
             checked: options.checked,
             seed: options.seed,
+            producer_timeout: std::time::Duration::from_secs(60),
         };
         runs.push(
             measure(&device, &kernel, &setup, &mut spawn).map_err(|error| format!("{strategy}: {error}"))?,

@@ -86,15 +86,16 @@ fn set_up_err(py: Python<'_>, error: hetmem::Error) -> PyErr {
     }
 }
 
-/// `timeout` seconds (None: for ever) from now, checked.
+/// `timeout` seconds (None: for ever) from now, checked; a deadline past what the clock holds
+/// (hundreds of years: 1e300 is a finite number of seconds) is none, a wait for ever.
 fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
     let Some(seconds) = timeout else { return Ok(None) };
-    let duration = Duration::try_from_secs_f64(seconds).map_err(|_| {
-        PyValueError::new_err(format!("timeout {seconds}: give a finite number of seconds >= 0, or None"))
-    })?;
-    Ok(Some(Instant::now().checked_add(duration).ok_or_else(|| {
-        PyValueError::new_err(format!("timeout {seconds}: too far in the future; give None to wait for ever"))
-    })?))
+    if !(seconds >= 0.0 && seconds.is_finite()) {
+        return Err(PyValueError::new_err(format!(
+            "timeout {seconds}: give a finite number of seconds >= 0, or None to wait for ever"
+        )));
+    }
+    Ok(Duration::try_from_secs_f64(seconds).ok().and_then(|duration| Instant::now().checked_add(duration)))
 }
 
 /// Runs `attempt` (the interpreter let go) until it gives a value, letting Ctrl-C through and

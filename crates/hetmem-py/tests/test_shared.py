@@ -546,3 +546,37 @@ def test_a_ring_of_more_slots_than_the_consumer_takes_is_refused_before_register
         with pytest.raises(kind, match="max_slots"):
             hetmem.SharedRing.connect(mine, SHAPE, DTYPE, timeout=1, max_slots=bad)
         mine.close(), theirs.close()
+
+
+def test_timeouts_too_long_for_the_clock_wait_for_ever_and_the_native_half_agrees(rng):
+    # 1e300 s and 10**400 s are finite numbers of seconds: they were refused as if they were not
+    # (1e300: "give a finite number", from the native half) or raised an OverflowError with no
+    # word of the timeout (10**400); any wait longer than the clock holds is a wait for ever.
+    producer, consumer = socket_ring()
+    try:
+        data = [rng.standard_normal(SHAPE).astype(DTYPE) for _ in range(4)]
+        for index, timeout in enumerate((1e300, 10**400, 10**19, np.float64(1e12))):
+            later = threading.Timer(0.1, lambda: producer.send(data[index]))
+            later.start()
+            with consumer.next(timeout=timeout) as frame:
+                assert frame.index == index
+                np.testing.assert_array_equal(frame.numpy(), data[index])
+            later.join()
+        for timeout in (-(10**400), -1e-300):
+            with pytest.raises(ValueError, match="finite number of seconds >= 0"):
+                consumer.next(timeout=timeout)
+        with pytest.raises(TimeoutError, match=r"within 0 s"):
+            consumer.next(timeout=-0.0)  # -0.0 is 0: only looks
+        # The native half, given such a float straight, waits too; NaN and inf it refuses.
+        later = threading.Timer(0.1, lambda: producer.send(data[0]))
+        later.start()
+        index, _, hold = consumer._native.next_frame(1e300)
+        assert index == 4
+        hold.release()
+        later.join()
+        for timeout in (float("nan"), float("inf"), -1.0):
+            with pytest.raises(ValueError, match="finite number of seconds >= 0"):
+                consumer._native.next_frame(timeout)
+    finally:
+        producer.close()
+        consumer.close()

@@ -364,3 +364,112 @@ def test_spawned_workers_reuse_their_freed_memory(rng):
         per_item = (minor_faults(pid) - before) / length
     np.testing.assert_array_equal(got, expected(seed, range(length))[0])
     assert per_item < 32, f"{per_item:.0f} page faults per item: freed memory is not being reused"
+
+
+def test_timeouts_too_long_for_the_clock_wait_for_ever(rng):
+    # 1e300 s was accepted here and then refused by the ring at the first batch ("give a finite
+    # number of seconds", a ValueError that left the loader unusable); 10**400 raised an
+    # OverflowError naming no timeout. Both are waits for ever; negative ones are refused.
+    seed, length = int(rng.integers(2**32)), 12
+    for timeout in (1e300, 10**400):
+        with loader_for(Random(seed, length), 4, workers=2, timeout=timeout) as loader:
+            assert loader.timeout is None
+            np.testing.assert_array_equal(np.concatenate([host(images) for images in loader]),
+                                          expected(seed, range(length))[0])
+    for timeout in (-(10**400), -1e-300):
+        with pytest.raises(ValueError, match="finite number of seconds >= 0"):
+            loader_for(Random(1, 10), 4, timeout=timeout)
+
+
+class _FakeCuda:
+    """Just enough of ``torch`` for the loader's GPU path, logging each step (no GPU needed):
+    the ``fail_on``-th ``torch.empty`` raises, as an allocation that runs out of memory."""
+
+    int64 = "int64"
+
+    def __init__(self, fail_on):
+        self.log, self.empties, self.fail_on = [], 0, fail_on
+        fake = self
+
+        class Waits:
+            def __init__(self, name):
+                self.name = name
+
+            def synchronize(self):
+                fake.log.append(f"{self.name} waited")
+
+            def record(self, stream):
+                fake.log.append(f"{self.name} recorded")
+
+            def wait_event(self, event):
+                pass
+
+        class Copied:
+            def __init__(self, shape):
+                self.shape = shape
+
+            def copy_(self, source, non_blocking=False):
+                fake.log.append("copy queued")
+
+            def record_stream(self, stream):
+                pass
+
+        class Cuda:
+            Stream = staticmethod(lambda device=None: Waits("copy stream"))
+            Event = staticmethod(lambda: Waits("copy event"))
+            current_stream = staticmethod(lambda device=None: Waits("consumer stream"))
+
+            @staticmethod
+            def stream(stream):
+                import contextlib
+                return contextlib.nullcontext()
+
+        self.cuda = Cuda
+        self._copied = Copied
+
+    def device(self, *args):
+        return args
+
+    def from_numpy(self, array):
+        return array
+
+    def empty(self, shape, dtype=None, device=None):
+        self.empties += 1
+        if self.empties == self.fail_on:
+            raise RuntimeError("CUDA out of memory (the test's)")
+        return self._copied(shape)
+
+
+def test_the_gpu_path_gives_a_slot_back_only_after_its_copy_even_when_a_step_fails(rng):
+    # The labels' allocation fails after the samples' copy out of the slot was queued and
+    # before its event was recorded: the slot must still go back only once the copy stream is
+    # idle (it was left to the garbage collector, under a copy that may still be reading it).
+    seed, length = int(rng.integers(2**32)), 16
+    with loader_for(Random(seed, length, labels=True), 4, labels=True, workers=2) as loader:
+        fake = _FakeCuda(fail_on=4)  # batch 0: samples, labels; batch 1: samples, then fails
+        loader._torch, loader.on_gpu = fake, True
+        take = loader._take
+
+        def logged_take(worker, batch):
+            frame = take(worker, batch)
+            release = frame.release
+
+            def logged_release():
+                fake.log.append(f"frame {batch} released")
+                release()
+
+            frame.release = logged_release
+            return frame
+
+        loader._take = logged_take
+        batches = iter(loader)
+        next(batches)
+        with pytest.raises(RuntimeError, match="out of memory"):
+            next(batches)
+    log = fake.log
+    # Batch 0's slot goes back after its event, before batch 1 is taken; batch 1's after the
+    # copy stream was waited for.
+    assert log.index("frame 0 released") > log.index("copy event recorded")
+    assert log[log.index("frame 0 released") - 1] == "copy event waited", log
+    tail = log[log.index("frame 0 released") + 1:]
+    assert tail == ["copy queued", "copy stream waited", "frame 1 released"], log

@@ -8,6 +8,7 @@
 //! leases, last used first (which waits for the queue), and only then drops the frame.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use hetmem::error::Error;
 use hetmem::pipeline::shared_ring::{RingConsumer, SharedFrame};
@@ -200,16 +201,33 @@ impl<S: Stage> Lane<S> {
     }
 }
 
-/// Takes frame `sequence` from `ring` and checks that it is that frame, as the producer
-/// wrote it: its index, and its stamp (`stamp` and `arrived` are scratch of the stamp's size).
+/// Takes frame `sequence` from `ring`, waiting at most `timeout` for it, and checks that it is
+/// that frame, as the producer wrote it: its index, and its stamp (`stamp` and `arrived` are
+/// scratch of the stamp's size).
+///
+/// # Errors
+/// The producer gone, done, or alive but sending nothing within `timeout` (stuck: without a
+/// bound the consumer would wait for ever); a frame other than `sequence`.
 pub(super) fn take_frame(
     ring: &mut RingConsumer,
     content: &FrameContent,
     sequence: u64,
+    timeout: Duration,
     stamp: &mut [u8],
     arrived: &mut [u8],
 ) -> Result<SharedFrame> {
-    let Some(frame) = ring.next_frame()? else {
+    let Some(next) = ring.next_frame_within(Some(timeout))? else {
+        return Err(Error::invalid(
+            "producer process",
+            format!(
+                "it (pid {}) is running but sent no frame {sequence} within {timeout:?}: it is stuck or too \
+                 slow; give a longer producer timeout if it is only slow",
+                ring.producer_pid()
+            ),
+        )
+        .into());
+    };
+    let Some(frame) = next else {
         return Err(Error::invalid(
             "shared ring",
             format!("the producer closed the stream before frame {sequence}"),
@@ -234,16 +252,19 @@ pub(super) fn take_frame(
 
 /// Streams `count` frames from `first` on through `lanes`, one frame in flight per lane: frame
 /// k+1's work is queued before frame k's is waited for, and frame k's slot is freed only once
-/// its work completed. `done` sees each frame's index and output, in order.
+/// its work completed. `done` sees each frame's index and output, in order. Each frame is
+/// waited for at most `timeout`.
 ///
 /// # Errors
-/// A frame missing, out of order or not as written; a frame's work failed; `done`'s error.
+/// A frame missing, late, out of order or not as written; a frame's work failed; `done`'s
+/// error.
 pub(super) fn stream<S: Stage>(
     ring: &mut RingConsumer,
     lanes: &mut [Lane<S>],
     stage: &S,
     content: &FrameContent,
     frames: std::ops::Range<u64>,
+    timeout: Duration,
     mut done: impl FnMut(u64, &mut Lane<S>) -> Result<()>,
 ) -> Result<()> {
     let (mut stamp, mut arrived) = (vec![0u8; content.stamp_len()], vec![0u8; content.stamp_len()]);
@@ -254,7 +275,7 @@ pub(super) fn stream<S: Stage>(
             let finished = lanes[oldest].finish()?;
             done(finished, &mut lanes[oldest])?;
         }
-        let frame = take_frame(ring, content, sequence, &mut stamp, &mut arrived)?;
+        let frame = take_frame(ring, content, sequence, timeout, &mut stamp, &mut arrived)?;
         // Frames finish in order, so frame k's lane, k mod lanes, is the one just finished.
         let lane = (sequence % lanes.len() as u64) as usize;
         lanes[lane].submit(sequence, frame, stage)?;

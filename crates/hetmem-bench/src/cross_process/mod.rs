@@ -69,6 +69,10 @@ pub struct CrossProcessSetup {
     pub checked: u64,
     /// The seed of the frames' content.
     pub seed: u64,
+    /// How long the consumer waits on the producer for any one thing (a frame, a publish
+    /// time, its exit) before it calls the producer stuck and fails the run: a producer that
+    /// is alive but silent would otherwise hang the bench for ever.
+    pub producer_timeout: Duration,
 }
 
 /// One ring's figures.
@@ -122,6 +126,7 @@ struct Sample {
     timed: u64,
     one_at_a_time: u64,
     checked: u64,
+    producer_timeout: Duration,
 }
 
 fn figures(frames: u64, wall_s: f64, latency_us: &[f64]) -> RingFigures {
@@ -158,12 +163,31 @@ fn check_output<S: Stage>(
 struct ProducerProcess(Option<Child>);
 
 impl ProducerProcess {
-    /// Waits for the producer; an error unless it succeeded.
-    fn wait(mut self) -> Result<()> {
-        let mut child = self.0.take().expect("waited once");
-        let status = child
-            .wait()
-            .map_err(|source| Error::Io { context: "waiting for the producer".into(), source })?;
+    /// Waits up to `timeout` for the producer to exit; an error unless it succeeded (one that
+    /// is still running then is killed, by the drop).
+    fn wait(mut self, timeout: Duration) -> Result<()> {
+        let child = self.0.as_mut().expect("waited once");
+        let start = Instant::now();
+        let status = loop {
+            let exited = child
+                .try_wait()
+                .map_err(|source| Error::Io { context: "waiting for the producer".into(), source })?;
+            if let Some(status) = exited {
+                break status;
+            }
+            if start.elapsed() > timeout {
+                return Err(Error::invalid(
+                    "producer process",
+                    format!(
+                        "it (pid {}) sent every frame but did not exit within {timeout:?}: killed",
+                        child.id()
+                    ),
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        self.0 = None;
         if !status.success() {
             return Err(Error::invalid("producer process", format!("it failed: {status}")).into());
         }
@@ -220,8 +244,10 @@ fn accept(listener: &UnixListener, producer: &mut ProducerProcess, what: &str) -
 ///
 /// # Errors
 /// A strategy other than cpu, zero-copy or pinned-async, or one the device cannot run; fewer
-/// than 1 slot, timed frame or latency frame; frames under 8 bytes; the producer failing to start, connect or finish; a frame lost, out of
-/// order or not as written; an output that differs from the CPU blur.
+/// than 1 slot, timed frame or latency frame; a producer timeout of 0; frames under 8 bytes; the
+/// producer failing to start, connect or finish, making a ring other than agreed, or sending
+/// nothing within the producer timeout; a frame lost, out of order or not as written; an output
+/// that differs from the CPU blur.
 pub fn measure(
     device: &Device,
     kernel: &Gaussian,
@@ -242,6 +268,13 @@ pub fn measure(
         )
         .into());
     }
+    if setup.producer_timeout.is_zero() {
+        return Err(Error::invalid(
+            "cross-process bench",
+            "a producer timeout of 0: give the producer some time for each frame (60 s is ample)",
+        )
+        .into());
+    }
     if setup.format.frame_bytes() < 8 {
         return Err(
             Error::invalid("frame format", "frames of fewer than 8 bytes cannot carry their index").into()
@@ -255,6 +288,7 @@ pub fn measure(
         timed: setup.frames,
         one_at_a_time: setup.latency_frames,
         checked: setup.checked.min(setup.latency_frames),
+        producer_timeout: setup.producer_timeout,
     };
     let streamed =
         (setup.slots as u64).checked_add(setup.frames).ok_or_else(|| Error::invalid("frames", "too many"))?;
@@ -322,6 +356,26 @@ fn measure_shared(
     })();
     let _ = std::fs::remove_dir_all(&dir);
     let (_ring_socket, mut control, mut ring) = connected?;
+    // The producer's own word on the ring's shape is checked, not trusted: the lanes hold a
+    // frame per slot, and the stage reads a whole frame.
+    if (ring.frame_bytes(), ring.slots()) != (plan.frame_bytes, plan.slots) {
+        return Err(Error::invalid(
+            "producer process",
+            format!(
+                "it (pid {}) made a ring of {} slots of {} bytes where {} slots of {} bytes were agreed",
+                ring.producer_pid(),
+                ring.slots(),
+                ring.frame_bytes(),
+                plan.slots,
+                plan.frame_bytes
+            ),
+        )
+        .into());
+    }
+    let timeout = sample.producer_timeout;
+    for set in [UnixStream::set_read_timeout, UnixStream::set_write_timeout] {
+        set(&control, Some(timeout)).map_err(control_error("bounding its waits"))?;
+    }
 
     let mut lanes: Vec<Lane<GaussianStage>> =
         (0..sample.slots).map(|_| Lane::new(device, strategy, stage)).collect::<Result<_>>()?;
@@ -329,13 +383,13 @@ fn measure_shared(
     let slots = sample.slots as u64;
 
     lanes.iter_mut().for_each(|lane| lane.poison(0xA5));
-    lanes::stream(&mut ring, &mut lanes, stage, content, 0..slots, |index, lane| {
+    lanes::stream(&mut ring, &mut lanes, stage, content, 0..slots, timeout, |index, lane| {
         check_output(stage, content, index, lane.output(), &mut wanted, "the shared ring")
     })?;
 
     let timed = slots..slots + sample.timed;
     let start = Instant::now();
-    lanes::stream(&mut ring, &mut lanes, stage, content, timed.clone(), |_, _| Ok(()))?;
+    lanes::stream(&mut ring, &mut lanes, stage, content, timed.clone(), timeout, |_, _| Ok(()))?;
     let wall_s = start.elapsed().as_secs_f64();
 
     let (mut stamp, mut arrived) = (vec![0u8; content.stamp_len()], vec![0u8; content.stamp_len()]);
@@ -348,7 +402,7 @@ fn measure_shared(
         }
         // A producer gone or done fails the ask; the ring says what became of it better.
         let asked = control.write_all(&[1]);
-        let frame = lanes::take_frame(&mut ring, content, index, &mut stamp, &mut arrived)?;
+        let frame = lanes::take_frame(&mut ring, content, index, timeout, &mut stamp, &mut arrived)?;
         asked.map_err(control_error("asking for the next frame"))?;
         lane.submit(index, frame, stage)?;
         lane.finish()?;
@@ -360,10 +414,20 @@ fn measure_shared(
             check_output(stage, content, index, lane.output(), &mut wanted, "the shared ring")?;
         }
     }
-    if ring.next_frame()?.is_some() {
-        return Err(Error::invalid("shared ring", "the producer sent more frames than planned").into());
+    match ring.next_frame_within(Some(timeout))? {
+        Some(None) => {}
+        Some(Some(_)) => {
+            return Err(Error::invalid("shared ring", "the producer sent more frames than planned").into());
+        }
+        None => {
+            return Err(Error::invalid(
+                "producer process",
+                format!("it sent every frame but did not close the ring within {timeout:?}"),
+            )
+            .into());
+        }
     }
     drop(ring);
-    producer.wait()?;
+    producer.wait(timeout)?;
     Ok(figures(sample.timed, wall_s, &latency_us))
 }

@@ -84,15 +84,27 @@ class SharedFrame(RingView):
         self.release()
 
 
+# Timeouts longer than this (about 31 years) are waited for ever: the native clock cannot hold
+# a deadline much past 2^63 ns, and no wait of such a length can end before the process does.
+LONGEST_TIMEOUT = 1e9
+
+
 def _timeout(timeout: Optional[float]) -> Optional[float]:
+    """``timeout`` as seconds for the native half: None (for ever) for None and for anything
+    longer than ``LONGEST_TIMEOUT``; a TypeError or ValueError saying what to give."""
     if timeout is None:
         return None
     if isinstance(timeout, (bool, np.bool_)) or not isinstance(timeout, numbers.Real):
         raise TypeError(f"timeout {timeout!r}: give a number of seconds, or None to wait for ever")
-    timeout = float(timeout)
-    if not timeout >= 0 or timeout == float("inf"):
-        raise ValueError(f"timeout {timeout}: give a finite number of seconds >= 0, or None to wait for ever")
-    return timeout
+    try:
+        seconds = float(timeout) + 0.0  # + 0.0: -0.0 is 0
+    except OverflowError:  # an integer past float's range: for ever, or below 0
+        if timeout > 0:
+            return None
+        seconds = float("-inf")
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"timeout {timeout!r}: give a finite number of seconds >= 0, or None to wait for ever")
+    return None if seconds > LONGEST_TIMEOUT else seconds
 
 
 def _peer(peer: Peer) -> Any:
@@ -289,7 +301,8 @@ class SharedRingConsumer(SharedRing):
     """The consuming side of a ``SharedRing`` (``SharedRing.connect``)."""
 
     def next(self, timeout: Optional[float] = None) -> SharedFrame:
-        """Waits up to ``timeout`` seconds (None: for ever; 0: only looks) for the next frame
+        """Waits up to ``timeout`` seconds (None, or more than ``LONGEST_TIMEOUT``, about 31
+        years: for ever; 0: only looks) for the next frame
         and gives it, read-only; ``release()`` it (or use it in a ``with`` block) to free its
         slot. Raises ``StopIteration`` after the last frame of a closed stream, ``PeerGone``
         when the producer went without closing it (after the frames it finished), and

@@ -82,7 +82,7 @@ import numpy as np
 
 from . import _native, device as _default_device
 from .ring import _spec
-from .shared import PeerGone, SharedRing
+from .shared import LONGEST_TIMEOUT, PeerGone, SharedRing
 
 __all__ = ["WorkerError", "WorkerLoader", "WorkerTimeout"]
 
@@ -110,15 +110,21 @@ class WorkerTimeout(WorkerError, TimeoutError):
 
 
 def _timeout_seconds(timeout: Any) -> Optional[float]:
-    """``timeout`` as seconds (None: wait for ever), or a ValueError saying what to give."""
+    """``timeout`` as seconds (None: wait for ever, as is anything longer than about 31 years,
+    ``shared.LONGEST_TIMEOUT``), or a ValueError saying what to give."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)):
         raise ValueError(f"timeout {timeout!r}: give a number of seconds >= 0, or None to wait for ever")
-    seconds = float(timeout)
+    try:
+        seconds = float(timeout) + 0.0  # + 0.0: -0.0 is 0
+    except OverflowError:  # an integer past float's range: for ever, or below 0
+        if timeout > 0:
+            return None
+        seconds = -math.inf
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"timeout {timeout!r}: give a finite number of seconds >= 0, or None to wait for ever")
-    return seconds
+    return None if seconds > LONGEST_TIMEOUT else seconds
 
 
 class _Layout:
@@ -281,7 +287,8 @@ class WorkerLoader:
     ``output``: ``"torch"`` (CUDA tensors on a GPU, CPU tensors on the CPU backend) or
     ``"numpy"`` (CPU backend only). ``context``: ``"spawn"`` (default) or ``"forkserver"``.
     ``worker_init(number)`` runs first in each worker (seed its augmentation there).
-    ``timeout``: seconds a batch may take to be ready once asked for (None: for ever); past it
+    ``timeout``: seconds a batch may take to be ready once asked for (None, or more than about
+    31 years: for ever); past it
     ``WorkerTimeout`` names the worker, its pid and the batch, and the loader is closed.
 
     Iterating gives one epoch (the next epoch each time, or the one ``set_epoch`` chose). The
@@ -573,7 +580,7 @@ class WorkerLoader:
         torch, layout = self._torch, self._layout
         target = torch.device("cuda", self.device.ordinal or 0)
         copies = torch.cuda.Stream(device=target)
-        # (frame, its copy's event): the slot the GPU may still read.
+        # (frame, its copy's event, or the copy stream before that): the slot the GPU may read.
         pending: List[Tuple[Any, Any]] = []
         try:
             for number, chosen in enumerate(batches):
@@ -584,6 +591,10 @@ class WorkerLoader:
                 pending = self._give_back(pending)
                 frame = self._take(worker, number)
                 self._outstanding[worker.number] -= 1
+                # Held from here on: should anything below fail (a CUDA allocation, Ctrl-C)
+                # after the copy was queued but before its event, the slot still goes back
+                # only once the copy stream is idle, never under the copy reading it.
+                pending = [(frame, copies)]
                 count = len(chosen)
                 raw = frame.numpy()
                 with warnings.catch_warnings():
@@ -615,7 +626,8 @@ class WorkerLoader:
 
     @staticmethod
     def _give_back(pending: List[Tuple[Any, Any]]) -> List[Tuple[Any, Any]]:
-        """Gives back the slots in ``pending`` once their copies completed; returns none left."""
+        """Gives back the slots in ``pending`` once their copies completed (each waited for by
+        its event, or by the copy stream itself); returns none left."""
         for frame, copied in pending:
             copied.synchronize()
             frame.release()
