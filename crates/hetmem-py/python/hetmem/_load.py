@@ -341,7 +341,8 @@ def _into_device(torch: Any, into: Any) -> str:
 
 
 def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
-         device_map: Union[None, str, Mapping[str, Any]] = None, names: Optional[Iterable[str]] = None, prefix: Union[None, str, Sequence[str]] = None,
+         device_map: Union[None, str, Mapping[str, Any]] = None, names: Optional[Iterable[str]] = None,
+         prefix: Union[None, str, Sequence[str]] = None,
          dtype: Any = None, into: Any = None, shard: Optional[Tuple[int, int, int]] = None,
          method: str = "auto", threads: Optional[int] = None, chunk_bytes: Optional[int] = None,
          progress: Any = None, link_gb_per_s: Optional[float] = None, measure_link: bool = False,
