@@ -113,24 +113,8 @@ pub fn load_checkpoint(
     progress: Option<Py<PyAny>>,
     shard: Option<(Int, Int, Int)>,
 ) -> PyResult<LoadedCheckpoint> {
-    let shard = shard
-        .map(|(rank, world, dim)| -> PyResult<ShardSpec> {
-            ShardSpec::new(
-                rank.size("load shard rank")?,
-                world.size("load shard world")?,
-                dim.size("load shard dim")?,
-            )
-            .map_err(to_py_err)
-        })
-        .transpose()?;
-    let filter = match (names, prefixes) {
-        (Some(_), Some(_)) => {
-            return Err(PyValueError::new_err("load: give names= or prefix=, not both"));
-        }
-        (Some(names), None) => TensorFilter::Names(names.into_iter().collect()),
-        (None, Some(prefixes)) => TensorFilter::Prefixes(prefixes),
-        (None, None) => TensorFilter::All,
-    };
+    let shard = shard_spec(shard)?;
+    let filter = tensor_filter(names, prefixes)?;
     let options = stream_options(method, threads, chunk_bytes)?;
     let device = device.map_or_else(hetmem::Device::cpu, |device| device.inner.clone());
     let (plan, loaded) = py.detach(|| -> PyResult<_> {
@@ -148,6 +132,53 @@ pub fn load_checkpoint(
         })
         .collect();
     Ok(LoadedCheckpoint { memory: Py::new(py, memory)?, tensors, report })
+}
+
+/// The tensors a `load_checkpoint` with these arguments would load, without reading any
+/// tensor's bytes: `(name, nbytes, place)` for each, in the files' order (by `place`, its
+/// offset in the allocation), `nbytes` the slice's where `shard` is given. Errors as
+/// `load_checkpoint`'s for the files, the names, the prefixes and the shard. What
+/// `hetmem.load(device_map=...)` splits among the devices.
+#[pyfunction]
+#[pyo3(signature = (sources, *, names = None, prefixes = None, shard = None))]
+pub fn plan_checkpoint(
+    py: Python<'_>,
+    sources: Vec<PathBuf>,
+    names: Option<Vec<String>>,
+    prefixes: Option<Vec<String>>,
+    shard: Option<(Int, Int, Int)>,
+) -> PyResult<Vec<(String, usize, usize)>> {
+    let shard = shard_spec(shard)?;
+    let filter = tensor_filter(names, prefixes)?;
+    let plan = py.detach(|| checkpoint(&sources)?.plan_with(&filter, shard.as_ref()).map_err(to_py_err))?;
+    let mut tensors: Vec<(String, usize, usize)> =
+        plan.tensors().iter().map(|(name, entry)| (name.clone(), entry.bytes, entry.offset)).collect();
+    tensors.sort_by_key(|(_, _, place)| *place);
+    Ok(tensors)
+}
+
+/// `shard=(rank, world, dim)` as the library's `ShardSpec`, checked.
+fn shard_spec(shard: Option<(Int, Int, Int)>) -> PyResult<Option<ShardSpec>> {
+    shard
+        .map(|(rank, world, dim)| -> PyResult<ShardSpec> {
+            ShardSpec::new(
+                rank.size("load shard rank")?,
+                world.size("load shard world")?,
+                dim.size("load shard dim")?,
+            )
+            .map_err(to_py_err)
+        })
+        .transpose()
+}
+
+/// `names=` and `prefixes=` (at most one of them) as the library's `TensorFilter`.
+fn tensor_filter(names: Option<Vec<String>>, prefixes: Option<Vec<String>>) -> PyResult<TensorFilter> {
+    match (names, prefixes) {
+        (Some(_), Some(_)) => Err(PyValueError::new_err("load: give names= or prefix=, not both")),
+        (Some(names), None) => Ok(TensorFilter::Names(names.into_iter().collect())),
+        (None, Some(prefixes)) => Ok(TensorFilter::Prefixes(prefixes)),
+        (None, None) => Ok(TensorFilter::All),
+    }
 }
 
 /// The stream's options from `hetmem.load`'s keywords; the windows method is not offered

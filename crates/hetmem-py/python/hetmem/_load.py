@@ -51,6 +51,12 @@ class LoadReport:
     given (``link_gb_per_s=``, ``storage_gb_per_s=``: ``hetmem bench`` measures both, and
     ``measure_link=True`` the link as ``hetmem load`` does).
 
+    ``per_device``: for a load with ``device_map=``, each device's own report by its name
+    (``"cpu"``, ``"cuda:0"``); the report itself then counts every device's bytes, its
+    ``seconds`` are the wall time of the whole call (the devices' loads overlap, their setups
+    included), ``method`` and ``read_mode`` are the devices' where they agree, else
+    ``"mixed"``, and ``link_gb_per_s`` is left to the devices' reports. None otherwise.
+
     Example::
 
         report = hetmem.load("model.safetensors", measure_link=True).report
@@ -69,6 +75,7 @@ class LoadReport:
     of_link: Optional[float] = None
     storage_gb_per_s: Optional[float] = None
     of_storage: Optional[float] = None
+    per_device: Optional[Dict[str, "LoadReport"]] = None
 
 
 class LoadedTensors(Mapping):
@@ -87,14 +94,18 @@ class LoadedTensors(Mapping):
     """
 
     def __init__(self, tensors: Dict[str, Any], report: LoadReport, nbytes: int, where: str,
-                 whole: Optional[Buffer]):
+                 whole: Optional[Buffer], parts: Optional[Dict[str, "LoadedTensors"]] = None):
         self._tensors = tensors
+        #: For a load with ``device_map=``: each device's own ``LoadedTensors`` (one allocation
+        #: each, what ``hetmem.nixl`` registers), by device name; None otherwise.
+        self.parts = parts
         # The allocation as one byte buffer: what hetmem.nixl registers (agent.register(loaded)).
         self._whole = whole
         self.report = report
         #: The allocation's size in bytes.
         self.nbytes = nbytes
-        #: ``"cuda"`` or ``"cpu"``: where the allocation is.
+        #: ``"cuda"`` or ``"cpu"``: where the allocation is (``"mixed"``: a ``device_map``
+        #: load over both).
         self.device = where
 
     def __getitem__(self, name: str) -> Any:
@@ -330,7 +341,8 @@ def _into_device(torch: Any, into: Any) -> str:
 
 
 def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
-         names: Optional[Iterable[str]] = None, prefix: Union[None, str, Sequence[str]] = None,
+         device_map: Union[None, str, Mapping[str, Any]] = None, names: Optional[Iterable[str]] = None,
+         prefix: Union[None, str, Sequence[str]] = None,
          dtype: Any = None, into: Any = None, shard: Optional[Tuple[int, int, int]] = None,
          method: str = "auto", threads: Optional[int] = None, chunk_bytes: Optional[int] = None,
          progress: Any = None, link_gb_per_s: Optional[float] = None, measure_link: bool = False,
@@ -377,6 +389,24 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
     ``nbytes`` and ``device`` then describe the given tensors. ``into=`` and ``dtype=`` do not
     go together (the given tensors' dtypes decide).
 
+    ``device_map=``: the tensors spread over several devices, instead of ``device=`` (give one
+    of the two). A dict maps tensor names or name prefixes to devices (``"cuda"``,
+    ``"cuda:0"``, ``0``, a ``torch.device``, ``"cpu"``), as accelerate's and transformers'
+    device maps do: a key covers the tensor of that name, the names under it (``"layers.1"``
+    covers ``"layers.1.w"``, not ``"layers.10.w"``), or, ending with ``.``, every name that
+    starts with it; the longest key covering a tensor wins, and ``""`` covers every tensor (the
+    default). A tensor no key covers raises ``ValueError`` naming it. ``"balanced"``: the
+    tensors in the files' order cut into contiguous runs of about equal bytes, one per CUDA
+    device hetmem uses (device 0: hetmem opens one GPU); without a GPU it raises
+    ``HetmemError`` (load with ``device="cpu"`` instead). ``names=``, ``prefix=`` and
+    ``shard=`` choose the tensors first, then the map places them. One load per device runs
+    on a thread of its own, at the same time (each releases the interpreter while its bytes
+    move), each reading only its tensors' bytes, so every byte of the files is read once; each
+    device's tensors are views of one allocation there (``loaded.parts[device]``), and
+    ``dtype=`` casts on each device. ``report.per_device`` holds each device's report. If any
+    device's load fails, its error is raised and nothing is returned. ``into=`` does not go
+    with ``device_map=`` (the given tensors already fix the devices).
+
     A malformed or truncated file, a missing shard, a tensor in two files, or a name or prefix
     that matches nothing raises (``HetmemError`` or ``ValueError``) naming the file, the tensor
     and a remedy; nothing is returned unless every tensor arrived.
@@ -391,7 +421,23 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
         # Rank 1 of 2: column slices, cast to bfloat16, into the model's own parameters.
         half = hetmem.load("model.safetensors", device="cuda", shard=(1, 2, 1), dtype="bfloat16")
         hetmem.load("model.safetensors", into=dict(model.named_parameters()), prefix="layers.")
+
+        # The embedding and the first layers on the GPU, the rest in host memory.
+        spread = hetmem.load("model.safetensors", device_map={"embed": "cuda:0", "layers.0.": "cuda:0", "": "cpu"})
+        print({device: r.gb_per_s for device, r in spread.report.per_device.items()})
     """
+    if device_map is not None:
+        if device is not None:
+            raise ValueError("hetmem.load: give device= or device_map=, not both (device_map's \"\" key sets the "
+                             "default device)")
+        if into is not None:
+            raise ValueError("hetmem.load: into= and device_map= do not go together: into='s tensors already fix "
+                             "the devices; leave device_map out")
+        from ._device_map import load_mapped
+
+        return load_mapped(source, device_map, names=names, prefix=prefix, shard=shard, progress=progress,
+                           storage_gb_per_s=storage_gb_per_s, dtype=dtype, method=method, threads=threads,
+                           chunk_bytes=chunk_bytes, link_gb_per_s=link_gb_per_s, measure_link=measure_link)
     shard = _shard(shard)
     torch = _torch() if dtype is not None or into is not None else None
     for option, value in (("dtype", dtype), ("into", into)):

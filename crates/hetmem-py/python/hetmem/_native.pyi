@@ -138,6 +138,18 @@ def load_checkpoint(device: Optional[Device], sources: List[str], *, names: Opti
         for name, dtype, shape, offset, nbytes in loaded.tensors: ...
     """
 
+def plan_checkpoint(sources: List[str], *, names: Optional[List[str]] = None,
+                    prefixes: Optional[List[str]] = None,
+                    shard: Optional[Tuple[int, int, int]] = None) -> List[Tuple[str, int, int]]:
+    """The tensors ``load_checkpoint`` with these arguments would load, no tensor bytes read:
+    ``(name, nbytes, place)`` each, in the files' order (``place``: its offset in the
+    allocation; ``nbytes``: the slice's with ``shard``). Errors as ``load_checkpoint``'s.
+
+    Example::
+
+        for name, nbytes, place in plan_checkpoint(["model.safetensors"], prefixes=["layers."]): ...
+    """
+
 def link_h2d_gb_per_s(device: Device) -> Optional[float]:
     """The link's host-to-device rate as ``hetmem load`` measures it (GB/s), None on the CPU backend."""
 

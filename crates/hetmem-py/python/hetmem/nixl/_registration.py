@@ -84,6 +84,9 @@ def _what_to_register(source: Any) -> Tuple[Buffer, View]:
 
     if isinstance(source, LoadedTensors):
         whole = source._whole
+        if whole is None and source.parts is not None:
+            raise TypeError("register: these tensors are spread over devices (device_map=), one allocation each; "
+                            "register each of loaded.parts.values()")
         if whole is None:
             raise TypeError("register: these tensors were cast (dtype=) or copied into given tensors (into=), so "
                             "they are not hetmem's allocation; register a load without dtype=/into=")

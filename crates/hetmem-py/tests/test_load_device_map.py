@@ -1,0 +1,173 @@
+"""hetmem.load(device_map=...): tensors placed by name or prefix (longest key wins, "" the
+default) or "balanced", one load per device at once, merged into one mapping whose bytes are
+a plain load's, with a report per device; and the errors: an unmapped tensor, device= with
+device_map=, into= with device_map=, a bad device. On the CPU backend every device is "cpu";
+the GPU part (skipped without a GPU, required with HETMEM_REQUIRE_GPU=1) maps some prefixes
+to cuda:0 and the rest to cpu and compares the bytes with the file's."""
+
+import numpy as np
+import pytest
+
+import hetmem
+from hetmem import _device_map
+from test_load import check_values, every_dtype, needs_gpu, on_gpu, random_bytes, write
+
+
+def raw_bytes(tensor):
+    """A tensor's bytes (a torch tensor's by its uint8 view: bfloat16 has no NumPy type)."""
+    if hasattr(tensor, "data_ptr"):
+        import torch
+        tensor = tensor.detach().cpu().contiguous().reshape(-1)
+        return tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+    return np.asarray(tensor).tobytes()
+
+
+def model(tmp_path, rng):
+    """A file with an embedding, two layers of every dtype (raw random bits: NaNs among the
+    floats) and a head, and its tensors."""
+    tensors = {"embed.w": ("F32", (16, 8), rng.integers(0, 256, 16 * 8 * 4, dtype=np.uint8).tobytes())}
+    for layer in range(2):
+        tensors.update(every_dtype(rng, prefix=f"layers.{layer}."))
+        tensors[f"layers.{layer}.raw"] = ("F32", (33, 5), rng.integers(0, 256, 33 * 5 * 4, dtype=np.uint8).tobytes())
+    tensors["head.w"] = ("BF16", (9, 8), random_bytes(rng, "BF16", (9, 8)))
+    return write(tmp_path / "model.safetensors", tensors), tensors
+
+
+def test_several_prefixes_to_cpu_load_the_bytes_a_plain_load_does(tmp_path, rng):
+    path, tensors = model(tmp_path, rng)
+    mapped = hetmem.load(path, device_map={"embed": "cpu", "layers.0": "cpu", "layers.": "cpu", "head.w": "cpu"})
+    check_values(mapped, tensors)
+    plain = hetmem.load(path, device="cpu")
+    assert list(mapped) == list(plain), "the same names in the same order as a plain load"
+    assert mapped.device == "cpu" and set(mapped.parts) == {"cpu"}
+    report = mapped.report
+    assert report.bytes == plain.report.bytes == sum(len(raw) for _, _, raw in tensors.values())
+    assert set(report.per_device) == {"cpu"}
+    assert sum(each.bytes for each in report.per_device.values()) == report.bytes
+    assert report.seconds >= max(each.seconds for each in report.per_device.values())
+    assert report.gb_per_s == pytest.approx(report.bytes / report.seconds / 1e9)
+    assert mapped.nbytes == sum(part.nbytes for part in mapped.parts.values())
+
+
+def test_device_spellings_and_the_default_key(tmp_path, rng):
+    path, tensors = model(tmp_path, rng)
+    torch = pytest.importorskip("torch")
+    cpu = torch.device("cpu")
+    check_values(hetmem.load(path, device_map={"": cpu}), tensors)
+    check_values(hetmem.load(path, device_map={"layers.1.raw": "cpu", "": "cpu"}), tensors)
+
+
+def test_filters_and_shards_choose_first_then_the_map_places(tmp_path, rng):
+    path, tensors = model(tmp_path, rng)
+    chosen = {name: each for name, each in tensors.items() if name.startswith("layers.1.")}
+    # Only layers.1 is chosen, so a map that leaves the rest out is enough.
+    check_values(hetmem.load(path, prefix="layers.1.", device_map={"layers.1": "cpu"}), chosen)
+    names = ["head.w", "embed.w"]
+    check_values(hetmem.load(path, names=names, device_map={"head": "cpu", "embed": "cpu"}),
+                 {name: tensors[name] for name in names})
+    sharded = hetmem.load(path, shard=(1, 3, 0), device_map={"": "cpu"})
+    plain = hetmem.load(path, shard=(1, 3, 0), device="cpu")
+    assert list(sharded) == list(plain) and sharded.report.bytes == plain.report.bytes
+    for name in plain:
+        assert raw_bytes(sharded[name]) == raw_bytes(plain[name]), name
+        assert tuple(sharded[name].shape) == tuple(plain[name].shape), name
+
+
+def test_dtype_casts_each_devices_tensors(tmp_path, rng):
+    torch = pytest.importorskip("torch")
+    path, tensors = model(tmp_path, rng)
+    mapped = hetmem.load(path, device_map={"layers.0.": "cpu", "": "cpu"}, dtype="float16")
+    plain = hetmem.load(path, device="cpu", dtype="float16")
+    for name in plain:
+        assert mapped[name].dtype == plain[name].dtype, name
+        assert raw_bytes(mapped[name]) == raw_bytes(plain[name]), name
+
+
+def test_an_unmapped_tensor_is_named_with_the_remedy(tmp_path, rng):
+    path, _ = model(tmp_path, rng)
+    with pytest.raises(ValueError, match=r"'head\.w' is not in device_map.*\"\": \"cpu\""):
+        hetmem.load(path, device_map={"embed": "cpu", "layers.": "cpu"})
+    # "layers.1" covers the names under layers.1, not those under layers.10 (nor "layers.1x").
+    with pytest.raises(ValueError, match=r"'layers\.0\.f64\.t' is not in device_map"):
+        hetmem.load(path, device_map={"embed": "cpu", "layers.1": "cpu", "head": "cpu"})
+
+
+def test_bad_arguments_are_refused_with_a_remedy(tmp_path, rng):
+    path, _ = model(tmp_path, rng)
+    with pytest.raises(ValueError, match="device= or device_map=, not both"):
+        hetmem.load(path, device="cpu", device_map={"": "cpu"})
+    with pytest.raises(ValueError, match="into= and device_map= do not go together"):
+        hetmem.load(path, device_map={"": "cpu"}, into={})
+    with pytest.raises(ValueError, match=r"device_map\['layers\.'\]: load: device='tpu:3'"):
+        hetmem.load(path, device_map={"layers.": "tpu:3", "": "cpu"})
+    with pytest.raises((ValueError, hetmem.HetmemError), match=r"device_map\[''\]"):
+        hetmem.load(path, device_map={"": "cuda:7"})
+    with pytest.raises(ValueError, match=r"device_map\[''\] is None"):
+        hetmem.load(path, device_map={"": None})
+    with pytest.raises(TypeError, match="device_map key 0 is a int"):
+        hetmem.load(path, device_map={0: "cpu"})
+    with pytest.raises(ValueError, match="device_map='sequential'"):
+        hetmem.load(path, device_map="sequential")
+    with pytest.raises(TypeError, match="device_map is a list"):
+        hetmem.load(path, device_map=["cpu"])
+    with pytest.raises(ValueError, match="shard rank 3 of a world of 2"):
+        hetmem.load(path, device_map={"": "cpu"}, shard=(3, 2, 0))
+    with pytest.raises(ValueError, match="not_there"):
+        hetmem.load(path, device_map={"": "cpu"}, names=["not_there"])
+
+
+def test_a_failing_device_load_raises_its_error_and_returns_nothing(tmp_path, rng):
+    path, tensors = model(tmp_path, rng)
+    other = write(tmp_path / "other.safetensors", {"extra.w": ("F32", (64, 64), random_bytes(rng, "F32", (64, 64)))})
+    with open(other, "r+b") as file:  # the header stays whole, the data is cut short
+        file.truncate(other.stat().st_size - 100)
+    with pytest.raises((hetmem.HetmemError, ValueError), match="other.safetensors"):
+        hetmem.load([path, other], device_map={"extra": "cpu", "": "cpu"})
+
+
+@pytest.mark.skipif(on_gpu, reason="on a GPU \"balanced\" places on it (see the GPU test)")
+def test_balanced_needs_a_gpu_and_says_so(tmp_path, rng):
+    path, _ = model(tmp_path, rng)
+    with pytest.raises(hetmem.HetmemError, match="balanced.*CUDA devices.*device=\"cpu\""):
+        hetmem.load(path, device_map="balanced")
+
+
+def test_balanced_cuts_the_file_order_into_contiguous_runs_of_about_equal_bytes(rng):
+    sizes = rng.integers(1, 1000, 200)
+    tensors = [(f"t{k:03d}", int(size)) for k, size in enumerate(sizes)]
+    devices = ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    placed = _device_map.balanced(tensors, devices)
+    order = [devices.index(placed[name]) for name, _ in tensors]
+    assert order == sorted(order) and set(order) == set(range(4)), "one contiguous run per device, in order"
+    total = int(sizes.sum())
+    for index, device in enumerate(devices):
+        share = sum(size for name, size in tensors if placed[name] == device)
+        assert abs(share - total / 4) <= int(sizes.max()), (device, share, total)
+    assert set(_device_map.balanced(tensors, ["cuda:0"]).values()) == {"cuda:0"}
+    assert _device_map.balanced([("a", 0), ("b", 0)], devices) == {"a": "cuda:0", "b": "cuda:0"}
+
+
+def test_keys_cover_names_at_dots_and_the_longest_wins():
+    assert _device_map.matches("", "anything")
+    assert _device_map.matches("layers.1", "layers.1") and _device_map.matches("layers.1", "layers.1.w")
+    assert not _device_map.matches("layers.1", "layers.10.w") and not _device_map.matches("layers.1", "layers.1x")
+    assert _device_map.matches("layers.", "layers.10.w") and not _device_map.matches("layers.2", "layers.1.w")
+
+
+@needs_gpu
+def test_on_the_gpu_some_prefixes_to_cuda_and_the_rest_to_cpu(tmp_path, rng):
+    torch = pytest.importorskip("torch")
+    path, tensors = model(tmp_path, rng)
+    mapped = hetmem.load(path, device_map={"embed": "cuda:0", "layers.1": 0, "layers.1.raw": "cpu", "": "cpu"})
+    check_values(mapped, tensors)
+    for name in tensors:
+        on_cuda = name.startswith("embed") or (name.startswith("layers.1.") and name != "layers.1.raw")
+        assert mapped[name].is_cuda == on_cuda, name
+    assert mapped.device == "mixed" and set(mapped.parts) == {"cpu", "cuda:0"}
+    assert set(mapped.report.per_device) == {"cpu", "cuda:0"}
+    assert sum(each.bytes for each in mapped.report.per_device.values()) == mapped.report.bytes == \
+        sum(len(raw) for _, _, raw in tensors.values())
+    balanced = hetmem.load(path, device_map="balanced")
+    check_values(balanced, tensors)
+    assert all(tensor.is_cuda for tensor in balanced.values()) and set(balanced.parts) == {"cuda:0"}
+    assert torch.cuda.is_available()
