@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use hetmem::data::{
-    Checkpoint, FileStream, LoadMethod, LoadPlan, PLACE_ALIGN, ShardSpec, StreamOptions, TensorFilter,
+    Checkpoint, FileStream, LoadMethod, LoadPlan, PLACE_ALIGN, Placement, ShardSpec, SpreadTensors,
+    StreamOptions, TensorFilter, load_spread,
 };
 use hetmem::{Device, DeviceBuf, Error, Queue};
 
@@ -382,4 +383,82 @@ fn a_slice_of_tiny_strided_pieces_is_refused_before_its_ranges_are_made() {
         assert_eq!((range.offset - data, range.len, *place), ((row * 130 + 65) as u64, 65, row * 65));
     }
     assert_eq!(expected["wide"].len(), rows * 130);
+}
+
+/// Every tensor of `spread` holds the file's bytes and lies on exactly one device; returns
+/// each tensor's device index.
+fn check_spread(spread: &SpreadTensors, expected: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, usize> {
+    let mut placed = BTreeMap::new();
+    for (at, part) in &spread.parts {
+        let bytes = part.buffer.to_vec().unwrap();
+        for (name, entry) in &part.tensors {
+            assert!(bytes[entry.offset..entry.offset + entry.bytes] == expected[name][..], "{name} on {at}");
+            assert!(placed.insert(name.clone(), *at).is_none(), "{name} on two devices");
+        }
+    }
+    let read: usize = placed.keys().map(|name| expected[name].len()).sum();
+    assert_eq!(spread.bytes, read as u64, "each chosen byte read once, by the device that keeps it");
+    placed
+}
+
+#[test]
+fn a_checkpoint_spread_over_two_devices_puts_each_tensor_on_one_of_them_once() {
+    on_every_backend("a_checkpoint_spread_over_two_devices_puts_each_tensor_on_one_of_them_once", |device| {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, expected) = sharded(dir.path());
+        let checkpoint = Checkpoint::open(&index).unwrap();
+        // Two opens of one device: each its own stream, queue and allocation.
+        let devices = [device.clone(), device.clone()];
+        let options =
+            StreamOptions { method: LoadMethod::Staged, threads: 2, chunk_bytes: 4096, ring_depth: 3 };
+        let heard = std::sync::atomic::AtomicU64::new(0);
+        let progress = |bytes: u64| {
+            heard.fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
+        };
+        let spread = load_spread(
+            &checkpoint,
+            &TensorFilter::All,
+            None,
+            &devices,
+            &Placement::Balanced,
+            options,
+            &progress,
+        )
+        .unwrap();
+        let placed = check_spread(&spread, &expected);
+        assert_eq!(placed.len(), expected.len());
+        assert_eq!(spread.parts.iter().map(|(at, _)| *at).collect::<Vec<_>>(), [0, 1], "both devices used");
+        assert_eq!(heard.into_inner(), spread.bytes, "progress summed over the devices");
+        // The first shard's tensors come first in the files' order, so they go to device 0.
+        assert_eq!(placed["embed"], 0);
+        assert_eq!(placed["head"], 1);
+
+        // By name, with a prefix filter and a shard of each tensor.
+        let by_name = Placement::ByName(
+            [("layers.0.w", 1), ("layers.0.empty", 1), ("layers.1.w", 0), ("layers.1.step", 1)]
+                .map(|(name, at)| (name.to_string(), at))
+                .into(),
+        );
+        let filter = TensorFilter::Prefixes(vec!["layers.".into()]);
+        let shard = ShardSpec::new(1, 2, 0).unwrap();
+        let sliced =
+            load_spread(&checkpoint, &filter, Some(&shard), &devices, &by_name, options, &|_| {}).unwrap();
+        let (at, part) = sliced.find("layers.1.w").unwrap();
+        assert_eq!(at, 0);
+        // Rank 1 of 2 along dimension 0 of a 9x7 F32 tensor: rows 5..9.
+        let entry = &part.tensors["layers.1.w"];
+        assert_eq!(entry.shape, [4, 7]);
+        let bytes = part.buffer.to_vec().unwrap();
+        assert!(bytes[entry.offset..entry.offset + entry.bytes] == expected["layers.1.w"][5 * 7 * 4..]);
+        assert_eq!(sliced.find("layers.0.w").unwrap().0, 1);
+        assert!(sliced.find("embed").is_none(), "the filter holds");
+
+        let unplaced = Placement::ByName([("layers.0.w".to_string(), 0)].into());
+        let error =
+            load_spread(&checkpoint, &filter, None, &devices, &unplaced, options, &|_| {}).unwrap_err();
+        assert!(error.to_string().contains("has no device"), "{error}");
+        let error =
+            load_spread(&checkpoint, &filter, None, &[], &Placement::Balanced, options, &|_| {}).unwrap_err();
+        assert!(error.to_string().contains("no devices given"), "{error}");
+    });
 }

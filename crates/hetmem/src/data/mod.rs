@@ -9,6 +9,9 @@
 //! | [`LoadMethod::Windows`] | the page cache's pages, registered in place | none | a cached file read many times per registration |
 //! | [`LoadMethod::Auto`] | chosen by sampling what the page cache holds ([`resident_fraction`]) | | |
 //!
+//! [`load_spread`] spreads one checkpoint over several devices, each reading only its own
+//! tensors.
+//!
 //! Every method reads with several threads into a ring of buffers, and the copies to the GPU
 //! (or a stage's kernels) run while the next pieces are read. `hetmem bench file` measures each
 //! on a machine, against the storage's own rate.
@@ -18,6 +21,7 @@ mod method;
 mod residency;
 mod safetensors;
 mod source;
+mod spread;
 mod stream;
 mod windows;
 
@@ -26,4 +30,5 @@ pub use method::{LoadMethod, LoadReport, StreamOptions};
 pub use residency::resident_fraction;
 pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry, element_bytes};
 pub use source::{FileRange, ReadMode};
+pub use spread::{Placement, SpreadTensors, load_spread};
 pub use stream::{FilePiece, FilePieceData, FileStream};
