@@ -2,10 +2,12 @@
 
 use pyo3::prelude::*;
 
+use crate::size::Int;
 use crate::to_py_err;
 
-/// The device hetmem's memory belongs to: CUDA device 0, or the CPU backend where no GPU can
-/// be used (then `fallback_reason` says why). `HETMEM_BACKEND=cpu|cuda` forces a choice.
+/// The device hetmem's memory belongs to: a CUDA device (device 0 unless another is opened by
+/// `open_cuda`), or the CPU backend where no GPU can be used (then `fallback_reason` says
+/// why). `HETMEM_BACKEND=cpu|cuda` forces the choice `open_best` makes.
 #[pyclass(frozen, module = "hetmem._native")]
 #[derive(Debug)]
 pub struct Device {
@@ -18,6 +20,41 @@ impl Device {
     #[staticmethod]
     fn open_best() -> PyResult<Device> {
         hetmem::Device::open_best().map(|inner| Device { inner }).map_err(|error| to_py_err(error.into()))
+    }
+
+    /// CUDA device `ordinal` (its primary context, which PyTorch and CuPy share).
+    ///
+    /// Errors: a negative or huge ordinal (`ValueError`); CUDA unusable here, or no such
+    /// device (`HetmemError` listing the GPUs present).
+    #[staticmethod]
+    fn open_cuda(ordinal: Int) -> PyResult<Device> {
+        let ordinal = ordinal.size("CUDA device ordinal")?;
+        let present = hetmem::backend::cuda::CudaDevice::names().unwrap_or_default();
+        if ordinal >= present.len() {
+            let listed = if present.is_empty() {
+                "none".to_string()
+            } else {
+                present
+                    .iter()
+                    .enumerate()
+                    .map(|(at, name)| format!("cuda:{at} ({name})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(crate::HetmemError::new_err(format!(
+                "CUDA device {ordinal} does not exist; present: {listed}; give one of those (CUDA_VISIBLE_DEVICES \
+                 renumbers them)"
+            )));
+        }
+        hetmem::Device::open_ordinal(ordinal)
+            .map(|inner| Device { inner })
+            .map_err(|error| to_py_err(error.into()))
+    }
+
+    /// The names of the CUDA devices present, by ordinal; empty where CUDA cannot run.
+    #[staticmethod]
+    fn cuda_names() -> Vec<String> {
+        hetmem::backend::cuda::CudaDevice::names().unwrap_or_default()
     }
 
     /// `"cuda"` or `"cpu"`.

@@ -169,5 +169,53 @@ def test_on_the_gpu_some_prefixes_to_cuda_and_the_rest_to_cpu(tmp_path, rng):
         sum(len(raw) for _, _, raw in tensors.values())
     balanced = hetmem.load(path, device_map="balanced")
     check_values(balanced, tensors)
-    assert all(tensor.is_cuda for tensor in balanced.values()) and set(balanced.parts) == {"cuda:0"}
+    gpus = {f"cuda:{ordinal}" for ordinal in range(len(hetmem.cuda_devices()))}
+    assert all(tensor.is_cuda for tensor in balanced.values()) and set(balanced.parts) <= gpus
+    assert len(balanced.parts) == min(len(gpus), len(tensors)), "every GPU present takes a run"
     assert torch.cuda.is_available()
+    missing = len(hetmem.cuda_devices())
+    with pytest.raises(hetmem.HetmemError, match=f"CUDA device {missing} does not exist; present: cuda:0"):
+        hetmem.load(path, device=f"cuda:{missing}")
+
+
+@needs_gpu
+def test_on_two_gpus_each_tensor_lands_on_the_gpu_its_key_names(tmp_path, rng):
+    torch = pytest.importorskip("torch")
+    if len(hetmem.cuda_devices()) < 2:
+        pytest.skip("one GPU present: this needs two")
+    path, tensors = model(tmp_path, rng)
+    mapped = hetmem.load(path, device_map={"embed": torch.device("cuda:1"), "layers.0": 0, "layers.1": "cuda:1",
+                                           "": "cuda:0"})
+    check_values(mapped, tensors)
+    for name in tensors:
+        wanted = 1 if name.startswith(("embed", "layers.1.")) else 0
+        assert mapped[name].device == torch.device("cuda", wanted), name
+    assert set(mapped.parts) == {"cuda:0", "cuda:1"}
+    assert hetmem.cuda_device(1).ordinal == 1 and hetmem.cuda_device(1) is hetmem.cuda_device(1)
+
+
+def test_device_spellings_that_name_no_device_are_refused(tmp_path, rng):
+    path, _ = model(tmp_path, rng)
+    with pytest.raises(TypeError, match="device=True"):
+        hetmem.load(path, device=True)
+    with pytest.raises(ValueError, match="'cuda:x'.*'cuda:N'"):
+        hetmem.load(path, device="cuda:x")
+    with pytest.raises(ValueError, match="0 or more"):
+        hetmem.load(path, device=-1)
+    with pytest.raises(TypeError, match="give an int"):
+        hetmem.cuda_device("1")
+    with pytest.raises(TypeError, match="bool"):
+        hetmem.cuda_device(False)
+
+
+@pytest.mark.skipif(on_gpu, reason="on a GPU the ordinals name devices")
+def test_without_a_gpu_every_ordinal_is_refused_naming_the_cause(tmp_path, rng):
+    path, _ = model(tmp_path, rng)
+    assert hetmem.cuda_devices() == [] or hetmem.device().backend == "cpu"
+    for device in ("cuda:1", 1, "cuda"):
+        with pytest.raises(hetmem.HetmemError, match="no GPU can be used"):
+            hetmem.load(path, device=device)
+    with pytest.raises(hetmem.HetmemError, match="no GPU can be used"):
+        hetmem.cuda_device(1)
+    with pytest.raises(hetmem.HetmemError, match="no GPU can be used"):
+        hetmem.load(path, device_map={"": "cuda:1"})

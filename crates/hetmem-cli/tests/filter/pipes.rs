@@ -116,6 +116,18 @@ fn ctrl_c_in_a_pipeline(
     let mut stdout = child.stdout.take().unwrap();
     let mut got = vec![0u8; header.len() + whole * (frame_bytes + 6)];
     stdout.read_exact(&mut got).unwrap();
+    // Ctrl-C only once the upstream is the waiting encoder (`sleep`, by `exec` under the same
+    // pid): a SIGINT while `sh` is still between `cat` and `exec` can end it by an exit code
+    // rather than the signal, on a loaded machine.
+    let comm = format!("/proc/{group}/comm");
+    let waited = std::time::Instant::now();
+    while !std::fs::read_to_string(&comm).is_ok_and(|name| name.trim() == "sleep") {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(20),
+            "the upstream never reached its sleep"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     let kill = Command::new("kill").args(["-INT", "--", &format!("-{group}")]).status().unwrap();
     assert!(kill.success());
     stdout.read_to_end(&mut got).unwrap();

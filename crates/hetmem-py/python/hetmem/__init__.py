@@ -36,7 +36,8 @@ from __future__ import annotations
 import math
 import operator
 import os
-from typing import Any, Optional, Sequence, Tuple, Union
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -60,6 +61,8 @@ __all__ = [
     "StageError",
     "Stream",
     "bfloat16",
+    "cuda_device",
+    "cuda_devices",
     "device",
     "doctor",
     "load",
@@ -85,6 +88,9 @@ _DL_KINDS = {code: kind for kind, code in _DL_CODES.items()}
 bfloat16 = np.dtype(np.uint16, metadata={"hetmem": "bfloat16"})
 
 _default_device: Optional[_native.Device] = None
+#: CUDA devices other than the default, opened by ``cuda_device``.
+_cuda_devices: Dict[int, _native.Device] = {}
+_devices_lock = threading.Lock()
 
 
 class LentError(RuntimeError):
@@ -92,13 +98,51 @@ class LentError(RuntimeError):
 
 
 def device() -> _native.Device:
-    """The device hetmem uses: CUDA device 0, or the CPU backend where no GPU can be used
-    (``device().fallback_reason`` says why). Opened once per process; ``HETMEM_BACKEND=cpu``
+    """The device hetmem uses by default: CUDA device 0, or the CPU backend where no GPU can
+    be used (``device().fallback_reason`` says why; ``cuda_device(N)`` opens another GPU). Opened once per process; ``HETMEM_BACKEND=cpu``
     or ``cuda`` forces the choice."""
     global _default_device
-    if _default_device is None:
-        _default_device = _native.Device.open_best()
-    return _default_device
+    with _devices_lock:
+        if _default_device is None:
+            _default_device = _native.Device.open_best()
+        return _default_device
+
+
+def cuda_devices() -> List[str]:
+    """The names of the CUDA devices present, by ordinal (as ``CUDA_VISIBLE_DEVICES`` numbers
+    them); empty where CUDA cannot run.
+
+    Example::
+
+        for ordinal, name in enumerate(hetmem.cuda_devices()):
+            print(f"cuda:{ordinal}", name)
+    """
+    return _native.Device.cuda_names()
+
+
+def cuda_device(ordinal: int) -> _native.Device:
+    """CUDA device ``ordinal`` (its primary context, shared with PyTorch and CuPy), opened once
+    per process. Raises ``HetmemError`` naming the devices present where there is no such
+    device, and where ``HETMEM_BACKEND=cpu`` or no GPU can be used.
+
+    Example::
+
+        second = hetmem.cuda_device(1)
+        print(second.name)
+    """
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        raise TypeError(f"cuda_device: ordinal {ordinal!r} is a {type(ordinal).__name__}; give an int")
+    chosen = device()
+    if chosen.backend != "cuda":
+        raise HetmemError(f"cuda_device({ordinal}): no GPU can be used ({chosen.fallback_reason}); "
+                          "use the CPU backend's memory instead")
+    if ordinal == chosen.ordinal:
+        return chosen
+    with _devices_lock:
+        opened = _cuda_devices.get(ordinal)
+        if opened is None:
+            opened = _cuda_devices[ordinal] = _native.Device.open_cuda(ordinal)
+        return opened
 
 
 def _is_bfloat16(dtype: np.dtype) -> bool:

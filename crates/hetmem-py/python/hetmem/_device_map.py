@@ -22,7 +22,7 @@ def device_key(value: Any, where: str) -> str:
     """A device_map value as the place it names, ``"cpu"`` or ``"cuda:N"``, checked as
     ``hetmem.load(device=...)`` checks its device; ``where`` names the entry in errors."""
     if value is None or isinstance(value, bool):
-        raise ValueError(f"load: device_map{where} is {value!r}; give a device: 'cuda', 'cuda:0', 0 or 'cpu'")
+        raise ValueError(f"load: device_map{where} is {value!r}; give a device: 'cuda', 'cuda:N', N or 'cpu'")
     try:
         chosen = _native_device(value)
     except (ValueError, HetmemError) as error:
@@ -72,12 +72,13 @@ def balanced(tensors: Sequence[Tuple[str, int]], devices: Sequence[str]) -> Dict
 
 
 def _cuda_devices() -> List[str]:
-    """The CUDA devices ``"balanced"`` spreads over: those hetmem can load to (device 0)."""
+    """The CUDA devices ``"balanced"`` spreads over: every one present (as
+    ``CUDA_VISIBLE_DEVICES`` numbers them)."""
     chosen = _default_device()
     if chosen.backend != "cuda":
         raise HetmemError(f"load: device_map=\"balanced\" spreads tensors over CUDA devices, and none can be used "
                           f"({chosen.fallback_reason}); load with device=\"cpu\", or give a dict device_map")
-    return [f"cuda:{chosen.ordinal}"]
+    return [f"cuda:{ordinal}" for ordinal in range(max(1, len(_native.Device.cuda_names())))]
 
 
 def _agreed(values: Sequence[Optional[str]]) -> Optional[str]:

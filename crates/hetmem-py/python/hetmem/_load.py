@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -16,7 +17,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from . import _native
-from . import Buffer, DeviceView, HetmemError, bfloat16, device as _default_device
+from . import Buffer, DeviceView, HetmemError, bfloat16, cuda_device as _cuda_device, device as _default_device
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -135,16 +136,28 @@ def _native_device(device: Any) -> Optional[_native.Device]:
     if device is None:
         chosen = _default_device()
         return chosen if chosen.backend == "cuda" else None
-    text = str(device)
-    if text == "cpu":
-        return None
-    if text in ("cuda", "cuda:0") or (isinstance(device, int) and device == 0):
-        chosen = _default_device()
-        if chosen.backend != "cuda":
-            raise HetmemError(f"load: device={device!r} but no GPU can be used ({chosen.fallback_reason}); "
-                              "load to device='cpu', or leave device out to take what there is")
+    if isinstance(device, bool):
+        raise TypeError(f"load: device={device!r}; give 'cuda', 'cuda:N', an ordinal N or 'cpu'")
+    if isinstance(device, int):
+        ordinal: Optional[int] = device
+    else:
+        text = str(device)
+        if text == "cpu":
+            return None
+        numbered = re.fullmatch(r"cuda(?::([0-9]+))?", text)
+        if numbered is None:
+            raise ValueError(f"load: device={device!r}; give 'cuda' (the GPU hetmem uses), 'cuda:N', an ordinal N, "
+                             "'cpu', or leave it out")
+        ordinal = None if numbered.group(1) is None else int(numbered.group(1))
+    if ordinal is not None and ordinal < 0:
+        raise ValueError(f"load: device={device!r}; a CUDA ordinal is 0 or more")
+    chosen = _default_device()
+    if chosen.backend != "cuda":
+        raise HetmemError(f"load: device={device!r} but no GPU can be used ({chosen.fallback_reason}); "
+                          "load to device='cpu', or leave device out to take what there is")
+    if ordinal is None or ordinal == chosen.ordinal:
         return chosen
-    raise ValueError(f"load: device={device!r}; give 'cuda' (hetmem uses CUDA device 0), 'cpu', or leave it out")
+    return _cuda_device(ordinal)
 
 
 def _sources(source: Union[PathLike, Iterable[PathLike]]) -> List[str]:
@@ -351,7 +364,9 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
 
     ``source``: a ``.safetensors`` file, a list of them (the shards of one model), or a sharded
     checkpoint's ``model.safetensors.index.json`` (its shards found beside it). ``device``:
-    ``"cuda"`` (device memory), ``"cpu"`` (host memory), or None: the GPU where hetmem has one.
+    ``"cuda"`` (device memory of the GPU hetmem uses, ``hetmem.device()``), ``"cuda:N"`` or
+    ``N`` (CUDA device N; a ``torch.device`` names one too), ``"cpu"`` (host memory), or None:
+    the GPU where hetmem has one.
     ``names``: only these tensors (each must exist); ``prefix``: only the tensors whose names
     start with it (a string or several). ``method``: ``"auto"`` (by how much of the files the
     page cache holds), ``"staged"`` (through the page cache) or ``"staged-direct"``
@@ -391,13 +406,13 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
 
     ``device_map=``: the tensors spread over several devices, instead of ``device=`` (give one
     of the two). A dict maps tensor names or name prefixes to devices (``"cuda"``,
-    ``"cuda:0"``, ``0``, a ``torch.device``, ``"cpu"``), as accelerate's and transformers'
+    ``"cuda:1"``, ``1``, a ``torch.device``, ``"cpu"``), as accelerate's and transformers'
     device maps do: a key covers the tensor of that name, the names under it (``"layers.1"``
     covers ``"layers.1.w"``, not ``"layers.10.w"``), or, ending with ``.``, every name that
     starts with it; the longest key covering a tensor wins, and ``""`` covers every tensor (the
     default). A tensor no key covers raises ``ValueError`` naming it. ``"balanced"``: the
     tensors in the files' order cut into contiguous runs of about equal bytes, one per CUDA
-    device hetmem uses (device 0: hetmem opens one GPU); without a GPU it raises
+    device present (``hetmem.cuda_devices()``); without a GPU it raises
     ``HetmemError`` (load with ``device="cpu"`` instead). ``names=``, ``prefix=`` and
     ``shard=`` choose the tensors first, then the map places them. One load per device runs
     on a thread of its own, at the same time (each releases the interpreter while its bytes
@@ -423,7 +438,7 @@ def load(source: Union[PathLike, Iterable[PathLike]], device: Any = None, *,
         hetmem.load("model.safetensors", into=dict(model.named_parameters()), prefix="layers.")
 
         # The embedding and the first layers on the GPU, the rest in host memory.
-        spread = hetmem.load("model.safetensors", device_map={"embed": "cuda:0", "layers.0.": "cuda:0", "": "cpu"})
+        spread = hetmem.load("model.safetensors", device_map={"embed": "cuda:0", "layers.0.": "cuda:1", "": "cpu"})
         print({device: r.gb_per_s for device, r in spread.report.per_device.items()})
     """
     if device_map is not None:

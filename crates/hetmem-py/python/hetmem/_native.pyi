@@ -8,9 +8,14 @@ class HetmemError(RuntimeError):
     """An error of the hetmem library; its message names the cause and a remedy."""
 
 class Device:
-    """CUDA device 0, or the CPU backend where no GPU can be used."""
+    """A CUDA device (device 0 unless opened by ``open_cuda``), or the CPU backend where no
+    GPU can be used."""
     @staticmethod
     def open_best() -> Device: ...
+    @staticmethod
+    def open_cuda(ordinal: int) -> Device: ...
+    @staticmethod
+    def cuda_names() -> List[str]: ...
     @property
     def backend(self) -> str: ...
     @property
