@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use hetmem::data::{
     Checkpoint, FileStream, LoadMethod, LoadPlan, PLACE_ALIGN, Placement, ShardSpec, SpreadTensors,
-    StreamOptions, TensorFilter, load_spread,
+    ReadMode, StreamOptions, TensorFilter, load_spread,
 };
 use hetmem::{Device, DeviceBuf, Error, Queue};
 
@@ -460,5 +460,36 @@ fn a_checkpoint_spread_over_two_devices_puts_each_tensor_on_one_of_them_once() {
         let error =
             load_spread(&checkpoint, &filter, None, &[], &Placement::Balanced, options, &|_| {}).unwrap_err();
         assert!(error.to_string().contains("no devices given"), "{error}");
+    });
+}
+
+/// Small ranges gathered into one staging chunk (a column slice's rows) are read whole through
+/// the page cache, so a staged-direct load of them does not report itself as all O_DIRECT, and
+/// lands the bytes a buffered load does.
+#[test]
+fn gathered_small_ranges_on_the_direct_route_are_not_reported_as_direct() {
+    on_every_backend("gathered_small_ranges_on_the_direct_route_are_not_reported_as_direct", |device| {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = sharded(dir.path());
+        let shard = ShardSpec::new(0, 2, 1).unwrap();
+        let plan = Checkpoint::open(&index).unwrap().plan_with(&TensorFilter::All, Some(&shard)).unwrap();
+        let queue = Queue::new(device).unwrap();
+        let load = |method| {
+            let options = StreamOptions { method, threads: 2, chunk_bytes: 1 << 16, ring_depth: 3 };
+            let mut stream = FileStream::new(device, &queue, options).unwrap();
+            let mut dst = queue.lend(DeviceBuf::<u8>::new(device, plan.total_bytes()).unwrap());
+            let report = stream.load_plan(&plan, &mut dst, &|_| {}).unwrap();
+            (dst.reclaim().unwrap().to_vec().unwrap(), report)
+        };
+        let (buffered, _) = load(LoadMethod::Staged);
+        let (direct, report) = load(LoadMethod::StagedDirect);
+        assert!(direct == buffered, "the direct route lands the bytes the buffered one does");
+        assert!(buffered.iter().any(|&byte| byte != 0));
+        assert_eq!(report.method, LoadMethod::StagedDirect);
+        match report.direct_refused {
+            // A filesystem without O_DIRECT (tmpfs): every byte through the page cache.
+            Some(_) => assert_eq!(report.read_mode, ReadMode::Buffered, "{report:?}"),
+            None => assert_eq!(report.read_mode, ReadMode::Mixed, "{report:?}"),
+        }
     });
 }

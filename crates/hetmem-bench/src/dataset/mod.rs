@@ -62,6 +62,8 @@ pub const DEFAULT_SIZE: (usize, usize) = (7680, 4320);
 const PIXEL_BYTES: usize = 3;
 /// The pixels each of the kernel's blocks blurs: 128 x 32 (`TILE_W`, `TILE_H` in the source).
 const TILE: (u32, u32) = (128, 32);
+/// The most blocks a CUDA grid has along y.
+const GRID_Y_MAX: usize = 65_535;
 /// The kernel's threads per block: one per column of the tile, 4 rows of them (each thread
 /// blurs every 4th row of its column).
 const BLOCK: (u32, u32) = (128, 4);
@@ -162,7 +164,7 @@ impl DatasetOptions {
     ///
     /// # Errors
     /// No frames, an empty frame, a frame whose rows or bytes overflow the kernel's 32-bit
-    /// sizes, a data set whose size overflows, or a file backing whose directory is missing.
+    /// sizes or whose rows need more tiles than a grid has along y, a data set whose size overflows, or a file backing whose directory is missing.
     pub fn validate(&self) -> Result<()> {
         if self.frames == 0 {
             return Err(Error::invalid("data set frames", "0: give at least 1"));
@@ -177,6 +179,20 @@ impl DatasetOptions {
             return Err(Error::invalid(
                 "data set frame",
                 format!("{}x{}: too large", self.width, self.height),
+            ));
+        }
+        // One block per tile, and CUDA's grid has at most 65,535 blocks along y.
+        if self.height.div_ceil(TILE.1 as usize) > GRID_Y_MAX {
+            return Err(Error::invalid(
+                "data set frame",
+                format!(
+                    "{}x{}: at most {} rows (the kernel's grid has {GRID_Y_MAX} tiles of {} rows along y); \
+                     give a shorter frame",
+                    self.width,
+                    self.height,
+                    GRID_Y_MAX * TILE.1 as usize,
+                    TILE.1
+                ),
             ));
         }
         self.width
@@ -358,5 +374,11 @@ mod tests {
         };
         assert!(options.validate().unwrap_err().to_string().contains("/no/such/dir"));
         assert_eq!(DatasetOptions::eight_k().dataset_bytes(), 500 * 7680 * 4320 * 3);
+        // The grid's y limit: 65,535 tiles of 32 rows.
+        let tallest = DatasetOptions { frames: 1, width: 1, height: 65_535 * 32, ..DatasetOptions::eight_k() };
+        assert!(tallest.validate().is_ok());
+        let taller = DatasetOptions { height: 65_535 * 32 + 1, ..tallest };
+        let error = taller.validate().unwrap_err().to_string();
+        assert!(error.contains("at most 2097120 rows") && error.contains("shorter frame"), "{error}");
     }
 }

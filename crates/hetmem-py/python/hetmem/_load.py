@@ -45,7 +45,8 @@ class LoadReport:
     """How a ``hetmem.load`` moved its bytes.
 
     ``method``: ``"staged"`` or ``"staged-direct"`` (what ``"auto"`` chose, and why in
-    ``auto_reason``); ``read_mode``: ``"buffered"`` or ``"O_DIRECT"``; ``bytes`` read in
+    ``auto_reason``); ``read_mode``: ``"buffered"``, ``"O_DIRECT"`` or ``"O_DIRECT and buffered"`` (small
+    ranges gathered into one read go through the page cache); ``bytes`` read in
     ``seconds`` (from the first read to the last copy's completion), ``gb_per_s`` (10^9
     bytes); ``setup_seconds``: pinning the staging ring, not in the rate. ``of_link`` and
     ``of_storage``: the rate's share of the link's and the storage's rates, where they were

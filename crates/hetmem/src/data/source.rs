@@ -52,6 +52,10 @@ pub enum ReadMode {
     Buffered,
     /// Not read: the page cache's pages were mapped and registered in place.
     Mapped,
+    /// `O_DIRECT` for most bytes, the page cache for some: small ranges gathered into one
+    /// staging chunk (read whole, so through the page cache), or a file `O_DIRECT` could not
+    /// open.
+    Mixed,
 }
 
 impl std::fmt::Display for ReadMode {
@@ -60,6 +64,7 @@ impl std::fmt::Display for ReadMode {
             ReadMode::Direct => "O_DIRECT",
             ReadMode::Buffered => "buffered",
             ReadMode::Mapped => "mapped",
+            ReadMode::Mixed => "O_DIRECT and buffered",
         })
     }
 }

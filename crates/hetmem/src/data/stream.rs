@@ -8,7 +8,7 @@
 //! Reads, copies and kernels overlap; a staging buffer is reused only after the work reading
 //! it has finished.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
@@ -124,6 +124,9 @@ struct Run<'r> {
     next: AtomicUsize,
     abort: AtomicBool,
     direct_failed: AtomicBool,
+    /// Bytes read through the page cache on the direct route (gathered pieces, and files
+    /// `O_DIRECT` could not open), so the report does not call them direct.
+    buffered_on_direct: AtomicU64,
     /// The first lease that could not be reclaimed.
     recycled: Mutex<Option<Error>>,
 }
@@ -179,12 +182,19 @@ impl Run<'_> {
             let piece = self.pieces[index];
             let file = &self.files[self.file_of[piece.source]];
             let filled = match (token, self.route) {
-                (Some(mut buf), Route::Staged { .. }) if piece.ranges > 1 => {
+                (Some(mut buf), Route::Staged { direct }) if piece.ranges > 1 => {
+                    if direct {
+                        self.buffered_on_direct.fetch_add(piece.len as u64, Ordering::Relaxed);
+                    }
                     self.read_gathered(&piece, buf.as_mut_slice()).map(|()| (Filled::Staging(buf), 0))
                 }
-                (Some(mut buf), Route::Staged { .. }) => file
-                    .read(&piece, buf.as_mut_slice(), &self.direct_failed, self.refused)
-                    .map(|skip| (Filled::Staging(buf), skip)),
+                (Some(mut buf), Route::Staged { direct }) => {
+                    if direct && !file.is_direct() {
+                        self.buffered_on_direct.fetch_add(piece.len as u64, Ordering::Relaxed);
+                    }
+                    file.read(&piece, buf.as_mut_slice(), &self.direct_failed, self.refused)
+                        .map(|skip| (Filled::Staging(buf), skip))
+                }
                 // SAFETY: `Route::Windows` is chosen only after `allow_windows`, whose
                 // caller promised the files do not change while read.
                 (None, Route::Windows) => unsafe { map_piece(self.device, file, &piece) }
@@ -552,6 +562,7 @@ impl FileStream {
             next: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
             direct_failed: AtomicBool::new(false),
+            buffered_on_direct: AtomicU64::new(0),
             recycled: Mutex::new(None),
         };
         let failure = run.drive(&self.queue, self.options.threads, free_tx, progress, stage);
@@ -571,6 +582,9 @@ impl FileStream {
         let seconds = started.elapsed().as_secs_f64();
         let direct_used = files.iter().any(OpenFile::is_direct) && !run.direct_failed.load(Ordering::Relaxed);
         let (method, read_mode) = match route {
+            Route::Staged { direct: true } if direct_used && run.buffered_on_direct.load(Ordering::Relaxed) > 0 => {
+                (LoadMethod::StagedDirect, ReadMode::Mixed)
+            }
             Route::Staged { direct: true } if direct_used => (LoadMethod::StagedDirect, ReadMode::Direct),
             Route::Staged { direct: true } => (LoadMethod::StagedDirect, ReadMode::Buffered),
             Route::Staged { direct: false } => (LoadMethod::Staged, ReadMode::Buffered),
