@@ -181,6 +181,21 @@ def test_an_epoch_left_early_does_not_leak_into_the_next(rng):
         np.testing.assert_array_equal(got, expected(seed, range(length))[0])
 
 
+def test_a_new_epoch_closes_the_last_ones_iterator_still_alive(rng):
+    """With one slot (prefetch=1) the kept iterator holds the slot its worker needs next (on a
+    GPU, until the next batch is asked for): the new epoch closes it, and it gives no more
+    batches, so it cannot take the new epoch's."""
+    seed, length, batch_size = int(rng.integers(2**32)), 24, 4
+    with loader_for(Random(seed, length), batch_size, workers=1, prefetch=1) as loader:
+        kept = iter(loader)
+        first = host(next(kept))
+        np.testing.assert_array_equal(first, expected(seed, range(batch_size))[0])
+        got = np.concatenate([host(images) for images in loader])
+        np.testing.assert_array_equal(got, expected(seed, range(length))[0])
+        with pytest.raises(StopIteration):
+            next(kept)
+
+
 @pytest.mark.parametrize("how,words", [("shape", ["shape (6, 4, 3)", "sample_shape=(6, 5, 3)"]),
                                        ("dtype", ["dtype float64", "sample_dtype=float32"]),
                                        ("raise", ["KeyError", "no such image", "Traceback", "__getitem__"])])

@@ -76,7 +76,7 @@ import signal
 import socket
 import traceback
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Generator, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -349,6 +349,8 @@ class WorkerLoader:
                                   "use output='numpy' on the CPU backend") from error
             self._torch = torch
         self._epoch = 0
+        #: The last epoch's iterator, closed when the next begins.
+        self._live: Optional[Generator[Any, None, None]] = None
         self._batches_out = 0
         self._samples_out = 0
         self._trainer_bytes = 0
@@ -538,6 +540,15 @@ class WorkerLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self._check_open()
+        # An earlier epoch's iterator still alive (left with a break, or kept) may hold a slot
+        # its worker needs to go on: closed first, which gives the slot back.
+        live, self._live = self._live, None
+        if live is not None:
+            try:
+                live.close()
+            except ValueError as error:  # running on another thread
+                raise WorkerError("a new epoch began while the last one's iterator is being advanced on another "
+                                  "thread; iterate the loader from one thread at a time") from error
         self._drain()
         epoch = self._epoch
         self._epoch = epoch + 1
@@ -552,7 +563,8 @@ class WorkerLoader:
                 worker.tasks.send(mine)
             except OSError as error:
                 raise self._worker_failed(worker, mine[0][0] if mine else None) from error
-        return self._gpu_epoch(batches) if self.on_gpu else self._cpu_epoch(batches)
+        self._live = self._gpu_epoch(batches) if self.on_gpu else self._cpu_epoch(batches)
+        return self._live
 
     def _cpu_epoch(self, batches: List[List[int]]) -> Iterator[Any]:
         layout = self._layout
