@@ -120,7 +120,8 @@ def test_limit_and_close_false_feed_part_of_a_file_then_more(tmp_path, rng):
 
 def fifo_writer(path, data, chunk=1000):
     """Writes ``data`` into the FIFO ``path`` a chunk at a time (a pipe hands frames over in
-    pieces), then closes it."""
+    pieces), then closes it. A Python thread: the reader must let go of the interpreter while
+    it opens and reads, or this thread never writes and the test hangs."""
     def write():
         with open(path, "wb", buffering=0) as fifo:
             for start in range(0, len(data), chunk):
@@ -290,11 +291,17 @@ for index, out in ring.map_file("-"):
 """
 
 
-def test_stdin_as_dash_through_a_subprocess(rng):
+@pytest.mark.parametrize("stdin_is", ["a pipe", "a regular file"])
+def test_stdin_as_dash_through_a_subprocess(tmp_path, rng, stdin_is):
     shape = (H * 3 // 2, W)
     frames = random_frames(rng, 5, shape)
-    done = subprocess.run([sys.executable, "-c", STDIN_CONSUMER, *map(str, shape)], input=y4m_bytes(frames),
-                          capture_output=True, timeout=120)
+    if stdin_is == "a pipe":
+        given = {"input": y4m_bytes(frames)}
+    else:  # `< in.y4m`: read by position from where stdin stands
+        given = {"stdin": open(write_file(tmp_path, "in.y4m", y4m_bytes(frames)), "rb")}
+    with given.get("stdin") or open(os.devnull, "rb"):
+        done = subprocess.run([sys.executable, "-c", STDIN_CONSUMER, *map(str, shape)], **given,
+                              capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
     record = 4 + frames[0].nbytes
     assert len(done.stdout) == record * len(frames)
