@@ -1,6 +1,7 @@
 """Type stubs of hetmem's native module (the Rust half; see hetmem/__init__.py for the API)."""
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 page_size: int
 
@@ -192,6 +193,32 @@ class OutputHold:
     def index(self) -> int: ...
     def memory(self) -> Memory: ...
     def release(self) -> None: ...
+
+class FrameFile:
+    """A Y4M or raw video file, FIFO or stdin (``"-"``) opened for a ring whose frames are
+    ``frame_bytes`` bytes (``FrameRing.feed`` and ``map_file``): its format told by its first
+    bytes (``format=None``) or given (``"y4m"``, ``"raw"``, ``"raw:WxH:pix_fmt"``). Opening
+    waits, the interpreter let go, for a FIFO's writer and the header."""
+    def __init__(self, path: Union[str, "os.PathLike[str]"], format: Optional[str],
+                 frame_bytes: int) -> None: ...
+    def read_into(self, hold: InputHold) -> bool:
+        """The next frame read straight into ``hold``'s slot (the interpreter let go): True, or
+        False at the input's end. Raises ``HetmemError`` (truncated or corrupt frame) or
+        ``OSError`` naming the file and the frame; ``ValueError`` for a slot of another size."""
+    def close(self) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def frame_bytes(self) -> int: ...
+    @property
+    def shapes(self) -> Optional[List[List[int]]]:
+        """The ring shapes a frame fills, the natural one first; None for ``raw`` (the ring's)."""
+    @property
+    def typestr(self) -> Optional[str]: ...
+    @property
+    def frames_read(self) -> int: ...
 
 class FrameRing:
     """hetmem's frame ring with a Python stage (see hetmem.FrameRing)."""

@@ -14,10 +14,17 @@ Example::
     ring = hetmem.FrameRing((1080, 1920, 3), np.uint8, stage=invert, strategy="zero-copy")
     for index, out in ring.map(frames):      # frames: an iterable of (1080, 1920, 3) uint8 arrays
         use(np.asarray(out))                 # valid until the next frame comes out
+
+Frames from a Y4M or raw video file, FIFO or stdin, read straight into the slots::
+
+    ring = hetmem.FrameRing((1620, 1920), np.uint8, stage=denoise)   # 1920x1080 4:2:0 as (H*3/2, W)
+    for index, out in ring.map_file("in.y4m"):   # or ffmpeg ... -f yuv4mpegpipe - | python app.py -
+        use(np.asarray(out))
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
@@ -187,9 +194,11 @@ class FrameRing:
     An exception in the stage comes out of the results at its frame, as ``StageError`` (its
     ``index``, the exception chained); the frames before it are delivered first.
 
-    Frames in: ``with ring.slot() as frame: frame[...] = ...`` (written in place, no copy) or
-    ``ring.submit(array)`` (copied in). Results out: ``ring.next_result()``, ``ring.results()``,
-    or ``ring.map(frames)`` (one thread doing both). The hand-off holds: a submitted frame's
+    Frames in: ``with ring.slot() as frame: frame[...] = ...`` (written in place, no copy),
+    ``ring.submit(array)`` (copied in), or from a video file, FIFO or stdin read straight into
+    the slots: ``ring.feed(path)`` (a producer thread) or ``ring.map_file(path)`` (one thread
+    doing both). Results out: ``ring.next_result()``, ``ring.results()``, or ``ring.map(frames)``
+    (one thread doing both). The hand-off holds: a submitted frame's
     view and a released result's raise ``LentError``.
     """
 
@@ -290,6 +299,168 @@ class FrameRing:
         with slot as frame:
             np.copyto(frame.numpy(), array, casting="same_kind")
         return slot.index
+
+    # -- frames from a file ------------------------------------------------------------------
+    def _open_file(self, path: Any, format: Optional[str]) -> Any:
+        """``path`` opened as video whose frames fit this ring, checked before any is read."""
+        if format is not None and not isinstance(format, str):
+            raise TypeError(f"format={format!r}: give None, 'y4m', 'raw' or 'raw:WxH:pix_fmt'")
+        path = os.fspath(path)
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        shape, dtype = self._frame
+        source = _native.FrameFile(path, format, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        if source.shapes is None:
+            return source  # raw frames of the ring's own size
+        file_dtype = np.dtype(source.typestr)
+        shapes = [tuple(each) for each in source.shapes]
+        if dtype != file_dtype or shape not in shapes:
+            source.close()
+            fits = " or ".join(f"FrameRing({each}, np.{file_dtype.name}, ...)" for each in shapes)
+            raise ValueError(
+                f"{source.name}: its frames are {source.description}; this ring's are {shape} {dtype} "
+                f"({int(np.prod(shape, dtype=np.int64)) * dtype.itemsize} bytes): nothing was fed. Make the "
+                f"ring for the file's frames, {fits} (the planes one after another), or convert the file "
+                "(e.g. ffmpeg -pix_fmt, -s)")
+        return source
+
+    def _feed_one(self, source: Any, block: bool) -> Any:
+        """The next frame of ``source`` read straight into the next slot and submitted: True;
+        False at the file's end; None when the ring is full and ``block`` is False; the
+        exception reading raised (the slot given back unused), for the caller to raise once
+        the frames before it are out."""
+        if self._result is not None and self._result[2] == threading.get_ident():
+            # This thread holds the last result: were the ring full, it would wait for itself.
+            self._release()
+        hold = self._ring.take_input(block)
+        if hold is None:
+            return None
+        try:
+            read = source.read_into(hold)
+        except (OSError, ValueError, _native.HetmemError) as error:
+            hold.cancel()
+            return error
+        except BaseException:
+            hold.cancel()
+            raise
+        if not read:
+            hold.cancel()
+            return False
+        hold.submit()
+        return True
+
+    @staticmethod
+    def _check_limit(limit: Optional[int]) -> Optional[int]:
+        if limit is None:
+            return None
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+            raise ValueError(f"limit={limit!r}: give None (every frame) or a count of frames, 0 or more")
+        return int(limit)
+
+    def feed(self, path: Any, *, format: Optional[str] = None, limit: Optional[int] = None,
+             close: bool = True) -> int:
+        """Reads the frames of a video file (a path, a FIFO, ``"-"`` for stdin) straight into the
+        ring's slots, each submitted to the stage as it is read, from this thread; returns the
+        frames fed. The producer half, as ``submit`` is: take the results on another thread
+        (``results()``), or use ``map_file`` from one thread (a full ring that only this thread
+        drains never frees).
+
+        Each frame is read by native code into a free slot's host memory, with no copy between
+        (a regular file's large frames by several threads at once), the interpreter let go while
+        it reads and while it waits for a free slot. The file is opened once and read front to
+        back, so pipes work as files do.
+
+        ``format``: None tells it by the first bytes (Y4M); ``"y4m"``; ``"raw"``: headerless
+        frames of the ring's size back to back (ffmpeg's ``-f rawvideo``, whatever the ring's
+        shape and dtype); ``"raw:WxH:pix_fmt"`` (``gray``, ``rgb24``, ``yuv420p``, ``nv12``, its
+        chroma de-interleaved into planar 4:2:0 as it is read). The file's frames must be the
+        ring's, checked before any frame is fed (``ValueError`` naming both and the ring to
+        make): Y4M ``Cmono`` as ``(H, W)``, ``C444`` as ``(3, H, W)``, 4:2:0 as ``(H*3/2, W)``
+        (even sides), 4:2:2 as ``(2*H, W)``, raw ``rgb24`` as ``(H, W, 3)``, or any of them flat
+        as ``(samples,)``; ``uint8``, or ``uint16`` for 9- to 16-bit Y4M (``C420p10``, ...).
+
+        ``limit``: at most that many frames. ``close``: the ring is closed once the file ends (or
+        fails), so ``results()`` ends after the last frame; ``close=False`` leaves it open for
+        more. A truncated or corrupt frame, or a failed read, raises (``HetmemError``, or
+        ``OSError`` of the system's error) naming the file and the frame, counting from 0; the
+        frames before it were submitted whole and their results come out as usual.
+
+        Example::
+
+            consumer = threading.Thread(target=lambda: [save(np.asarray(out)) for _, out in ring.results()])
+            consumer.start()
+            fed = ring.feed("in.y4m")   # closes the ring at the end: results() then ends
+            consumer.join()
+        """
+        limit = self._check_limit(limit)
+        try:
+            source = self._open_file(path, format)
+        except BaseException:
+            if close:
+                self.close()
+            raise
+        fed = 0
+        try:
+            while limit is None or fed < limit:
+                read = self._feed_one(source, block=True)
+                if isinstance(read, BaseException):
+                    raise read
+                if not read:
+                    break
+                fed += 1
+        finally:
+            source.close()
+            if close:
+                self.close()
+        return fed
+
+    def map_file(self, path: Any, *, format: Optional[str] = None,
+                 limit: Optional[int] = None) -> Iterator[Tuple[int, RingView]]:
+        """``map`` for a video file: streams the frames of ``path`` (a file, a FIFO, ``"-"`` for
+        stdin) through the ring from this thread, each read straight into a slot as ``feed``
+        reads it (same ``format`` and ``limit``, same checks), keeping every slot busy, and
+        yields each ``(index, out)`` in order (``out`` valid until the next one); then closes
+        the ring. The file is opened, and its frames checked against the ring's, before the
+        first result (at the first ``next``). A truncated or corrupt frame, or a failed read,
+        is raised after the results of every frame before it were yielded.
+
+        Example::
+
+            ring = hetmem.FrameRing((1620, 1920), np.uint8, stage=denoise)   # 1920x1080 4:2:0
+            for index, out in ring.map_file("in.y4m"):
+                write(np.asarray(out))
+        """
+        limit = self._check_limit(limit)
+        try:
+            source = self._open_file(path, format)
+        except BaseException:
+            self.close()
+            raise
+        pending, fed, failed = 0, 0, None
+        try:
+            while limit is None or fed < limit:
+                # The result yielded last is done with once the generator resumes (as in map).
+                self._release()
+                read = self._feed_one(source, block=False)
+                if read is None:
+                    pending -= 1
+                    yield self.next_result()
+                    continue
+                if isinstance(read, BaseException):
+                    failed = read
+                    break
+                if not read:
+                    break
+                pending += 1
+                fed += 1
+        finally:
+            source.close()
+            self.close()
+        for _ in range(pending):
+            yield self.next_result()
+        self._release()
+        if failed is not None:
+            raise failed
 
     def close(self) -> None:
         """Takes no more frames; the frames in flight still come out (``results`` ends after

@@ -117,6 +117,14 @@ impl InputHold {
     }
 }
 
+impl InputHold {
+    /// The slot's input bytes, for a native producer to write the frame into
+    /// (`FrameFile::read_into`).
+    pub(super) fn bytes(&mut self) -> PyResult<&mut [u8]> {
+        Ok(self.slot()?)
+    }
+}
+
 #[pymethods]
 impl InputHold {
     /// The frame's index in the stream.

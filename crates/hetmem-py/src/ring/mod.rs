@@ -1,9 +1,11 @@
 //! `FrameRing`, native half: hetmem's frame ring (`hetmem::FrameRing`) whose stage is a Python
 //! callable (`stage`), its producer's and consumer's holds on slots (`holds`) and the views of
-//! a slot's bytes the stage and the users get (`views`). The ring, its strategies, ordering
+//! a slot's bytes the stage and the users get (`views`), and the video files read straight into
+//! its slots (`feed`). The ring, its strategies, ordering
 //! and hand-off are hetmem's own; this module only carries them to Python, checking every
 //! size it is given, and lets go of the interpreter while it waits for the ring or the GPU.
 
+mod feed;
 mod holds;
 mod stage;
 pub(crate) mod views;
@@ -35,6 +37,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<OutputHold>()?;
     module.add_class::<DeviceFrame>()?;
     module.add_class::<DeviceStream>()?;
+    module.add_class::<feed::FrameFile>()?;
     module.add_function(wrap_pyfunction!(ring_strategies, module)?)?;
     Ok(())
 }

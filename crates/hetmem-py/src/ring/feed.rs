@@ -1,0 +1,378 @@
+//! `FrameFile`: a video file, FIFO or stdin opened for a ring (`FrameRing.feed` and `map_file`
+//! in the Python half), its frames read one at a time straight into the ring's input slots by
+//! hetmem-media's readers, the ones `hetmem filter` uses: no intermediate buffer, a regular
+//! file's large frames by several threads at once, the interpreter let go while a read waits.
+//!
+//! The file is opened once and read front to back (hetmem-media's `Input`), so a FIFO or `-`
+//! works as a file does. Its format is told by its first bytes (Y4M) or given (`raw`: frames of
+//! the ring's size back to back; `raw:WxH:pix_fmt`: ffmpeg's raw video, checked). What the file
+//! says a frame is (`shapes`, `typestr`) is checked against the ring's by the Python half
+//! before any frame is read; `read_into` checks the slot's size again, so a mismatch never
+//! reads past a slot whoever calls it.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context as _, anyhow, bail};
+use hetmem::ops::gaussian::{FrameFormat, PixelLayout, SampleType};
+use hetmem_media::frames::read_start;
+use hetmem_media::{Container, Endpoint, FrameSource, Input, Named, Packing, Start, raw, y4m};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+use super::holds::InputHold;
+use crate::HetmemError;
+use crate::size::Int;
+
+/// What `format=` takes, for messages.
+const FORMATS: &str = "None (told by the first bytes: Y4M), 'y4m', 'raw' (headerless frames of the ring's \
+                       size, back to back) or 'raw:WxH:pix_fmt' (ffmpeg's -f rawvideo; pix_fmt one of gray, \
+                       rgb24, yuv420p, nv12)";
+
+/// The open input and where its reading stands.
+struct Reading {
+    frames: FrameSource,
+    container: Container,
+    packing: Packing,
+    frame_bytes: usize,
+    /// The next frame's index in the file, counting from 0.
+    next: u64,
+    /// What comes before a frame (a Y4M `FRAME` line), reused from frame to frame.
+    line: Vec<u8>,
+    /// nv12's chroma, de-interleaved into the slot as it is read.
+    scratch: Vec<u8>,
+}
+
+/// A video input opened for a ring; see the module's documentation.
+#[pyclass(frozen, module = "hetmem._native")]
+pub struct FrameFile {
+    /// `None` once the input ended, failed or was closed: a file is read once.
+    reading: Mutex<Option<Reading>>,
+    /// Frames read whole so far (kept once the reading ends).
+    frames_read: AtomicU64,
+    name: String,
+    description: String,
+    frame_bytes: usize,
+    /// The ring shapes a frame of the file fills, the natural one first; `None` for `raw`,
+    /// whose frames are the ring's whatever its shape.
+    shapes: Option<Vec<Vec<usize>>>,
+    /// The NumPy type string of the file's samples; `None` for `raw`.
+    typestr: Option<&'static str>,
+}
+
+impl std::fmt::Debug for FrameFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameFile").field("name", &self.name).field("description", &self.description).finish()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// An error of reading `name` as Python raises it: an operating system's error as `OSError`
+/// of its errno (`FileNotFoundError`, ...), anything else as `otherwise` makes it; the message
+/// is the whole chain (which names the file).
+fn py_error(error: &anyhow::Error, otherwise: fn(String) -> PyErr) -> PyErr {
+    let message = format!("{error:#}");
+    match error.chain().find_map(|cause| cause.downcast_ref::<io::Error>()) {
+        Some(io) => match io.raw_os_error() {
+            Some(code) => PyOSError::new_err((code, message)),
+            None => PyOSError::new_err(message),
+        },
+        None => otherwise(message),
+    }
+}
+
+fn value_error(message: String) -> PyErr {
+    PyValueError::new_err(message)
+}
+
+fn hetmem_error(message: String) -> PyErr {
+    HetmemError::new_err(message)
+}
+
+/// The ring shapes one frame of `format` fills exactly, its planes one after another: the
+/// picture's own shape where the planes stack into one (`(H, W)` gray, `(H, W, 3)` RGB,
+/// `(3, H, W)` 4:4:4, `(H * 3 / 2, W)` 4:2:0 and `(2 * H, W)` 4:2:2 of even sides, as OpenCV
+/// and ffmpeg lay out I420), then the flat frame of samples.
+fn ring_shapes(format: &FrameFormat) -> Vec<Vec<usize>> {
+    // A `FrameFormat`'s sides are at most 2^16 (checked when it was made), so these products
+    // cannot overflow.
+    let (width, height) = (format.width(), format.height());
+    let samples = format.frame_bytes() / format.sample().bytes();
+    let even = width % 2 == 0 && height % 2 == 0;
+    let picture = match format.layout() {
+        PixelLayout::Gray => Some(vec![height, width]),
+        PixelLayout::Rgb => Some(vec![height, width, 3]),
+        PixelLayout::Rgba => Some(vec![height, width, 4]),
+        PixelLayout::Yuv444 => Some(vec![3, height, width]),
+        PixelLayout::Yuv420 if even => Some(vec![height / 2 * 3, width]),
+        PixelLayout::Yuv422 if width % 2 == 0 => Some(vec![2 * height, width]),
+        PixelLayout::Yuv420 | PixelLayout::Yuv422 => None,
+    };
+    picture.into_iter().chain([vec![samples]]).collect()
+}
+
+fn typestr_of(sample: SampleType) -> &'static str {
+    match sample {
+        SampleType::U8 => "|u1",
+        // Y4M's and ffmpeg's 9- to 16-bit samples are little-endian words.
+        SampleType::U16 => "<u2",
+    }
+}
+
+/// `format=` as given.
+enum Format {
+    /// Y4M, told by the first bytes or named.
+    Y4m { named: bool },
+    /// Frames of the ring's size back to back.
+    RingSized,
+    /// ffmpeg's raw video of a declared size and pixel format.
+    Raw(raw::RawSpec),
+}
+
+fn parse_format(format: Option<&str>) -> PyResult<Format> {
+    let bad = |why: String| {
+        let given = format.unwrap_or_default();
+        PyValueError::new_err(format!("format='{given}': {why}; give {FORMATS}"))
+    };
+    Ok(match format.map(str::trim) {
+        None | Some("auto") => Format::Y4m { named: false },
+        Some(name) if name.eq_ignore_ascii_case("y4m") => Format::Y4m { named: true },
+        Some(name) if name.eq_ignore_ascii_case("raw") => Format::RingSized,
+        Some(name) => match name.split_once(':') {
+            Some((kind, spec)) if kind.eq_ignore_ascii_case("raw") => {
+                Format::Raw(raw::parse_spec(spec).map_err(bad)?)
+            }
+            _ => return Err(bad("not a format hetmem reads".into())),
+        },
+    })
+}
+
+/// Which frames went into the ring before frame `index`, for messages.
+fn fed_before(index: u64) -> String {
+    match index {
+        0 => "no frame of it went into the ring".into(),
+        1 => "frame 0 went into the ring before, and its result comes out as usual".into(),
+        _ => format!(
+            "frames 0 to {} went into the ring before, and their results come out as usual",
+            index - 1
+        ),
+    }
+}
+
+/// Opens `endpoint` and reads what comes before its frames.
+fn open(
+    endpoint: &Endpoint,
+    name: &str,
+    format: Format,
+    ring_frame_bytes: usize,
+) -> anyhow::Result<FrameFile> {
+    let input = Input::open(endpoint, name, hetmem_media::default_threads())?;
+    if input.head.is_empty() {
+        bail!("{name} is empty: it holds no frame");
+    }
+    let is_y4m = input.head.starts_with(y4m::MAGIC);
+    let (frames, container, description, shapes, typestr, frame_bytes) = match format {
+        Format::Y4m { named } => {
+            if !is_y4m {
+                let shown = input.head.escape_ascii().to_string();
+                let why =
+                    if named { "format='y4m' was given" } else { "its format is told by its first bytes" };
+                bail!(
+                    "{name}: not a Y4M stream ({why}): it starts with \"{shown}\" instead of YUV4MPEG2; for \
+                     headerless raw frames give format='raw' (frames of the ring's size) or \
+                     format='raw:WxH:pix_fmt'"
+                );
+            }
+            let mut frames = input.into_frames();
+            let video = y4m::read_header(&mut frames, name)?;
+            let format = video.format;
+            let description = format!(
+                "{}x{} {} Y4M ({}-bit samples, {} bytes a frame)",
+                format.width(),
+                format.height(),
+                video.pixels,
+                format.sample().bits(),
+                format.frame_bytes()
+            );
+            (
+                frames,
+                video.container,
+                description,
+                Some(ring_shapes(&format)),
+                Some(typestr_of(format.sample())),
+                format.frame_bytes(),
+            )
+        }
+        Format::RingSized | Format::Raw(_) if is_y4m => {
+            bail!("{name} is a Y4M stream, not raw video: leave format= out (the Y4M header gives the size)")
+        }
+        Format::RingSized => (
+            input.into_frames(),
+            Container::Raw { packing: Packing::Planar },
+            format!("raw frames of the ring's size ({ring_frame_bytes} bytes a frame)"),
+            None,
+            None,
+            ring_frame_bytes,
+        ),
+        Format::Raw(spec) => {
+            let video = raw::video(spec)?;
+            let format = video.format;
+            let description = format!("raw {spec} ({} bytes a frame in the ring)", format.frame_bytes());
+            (
+                input.into_frames(),
+                video.container,
+                description,
+                Some(ring_shapes(&format)),
+                Some(typestr_of(format.sample())),
+                format.frame_bytes(),
+            )
+        }
+    };
+    let packing = container.packing();
+    let reading = Reading {
+        frames,
+        container,
+        packing,
+        frame_bytes,
+        next: 0,
+        line: Vec::with_capacity(64),
+        scratch: Vec::new(),
+    };
+    Ok(FrameFile {
+        reading: Mutex::new(Some(reading)),
+        frames_read: AtomicU64::new(0),
+        name: name.to_string(),
+        description,
+        frame_bytes,
+        shapes,
+        typestr,
+    })
+}
+
+impl Reading {
+    /// Reads the next frame into `slot`: true when one was read whole, false at the input's
+    /// clean end.
+    fn read_into(&mut self, slot: &mut [u8], name: &str) -> anyhow::Result<bool> {
+        let index = self.next;
+        let before = fed_before(index);
+        match read_start(&self.container, &mut self.frames, &mut self.line, index, name, &before)? {
+            Start::Frame => {}
+            Start::End => return Ok(false),
+            Start::Cut(error) => return Err(error),
+        }
+        let frame_bytes = self.frame_bytes;
+        let read = self
+            .packing
+            .read(&mut self.frames, slot, &mut self.scratch)
+            .with_context(|| format!("cannot read frame {index} (counting from 0) of {name}; {before}"))?;
+        if read < frame_bytes {
+            let hint = match self.container {
+                Container::Y4m { .. } => "",
+                Container::Raw { .. } => " (raw video is whole frames of the size format= gives: check it)",
+            };
+            return Err(anyhow!(
+                "{name}: frame {index} (counting from 0) is truncated: the stream ends after {read} of its \
+                 {frame_bytes} bytes{hint}; {before}"
+            ));
+        }
+        self.next += 1;
+        Ok(true)
+    }
+}
+
+#[pymethods]
+impl FrameFile {
+    /// Opens `path` (`-`: stdin) as video of `format` (see `FORMATS`) for a ring whose frames
+    /// are `frame_bytes` bytes, waiting (the interpreter let go) for a FIFO's writer and the
+    /// stream's header.
+    #[new]
+    #[pyo3(signature = (path, format, frame_bytes))]
+    fn new(py: Python<'_>, path: PathBuf, format: Option<&str>, frame_bytes: Int) -> PyResult<FrameFile> {
+        let ring_frame_bytes = frame_bytes.size("frame_bytes")?;
+        let format = parse_format(format)?;
+        let endpoint = Endpoint::new(&path);
+        let name = Named { endpoint: &endpoint, std_name: "stdin" }.to_string();
+        let opened = py.detach(|| open(&endpoint, &name, format, ring_frame_bytes));
+        opened.map_err(|error| py_error(&error, value_error))
+    }
+
+    /// Reads the next frame straight into `hold`'s slot, the interpreter let go: True when a
+    /// whole frame was read, False at the input's end (the slot then holds nothing of it).
+    /// A truncated or corrupt frame, or a failed read, raises (naming the file and the frame)
+    /// and ends the reading; the frames read before it are the caller's, whole.
+    fn read_into(&self, py: Python<'_>, hold: &Bound<'_, InputHold>) -> PyResult<bool> {
+        let mut hold = hold.try_borrow_mut()?;
+        let slot = hold.bytes()?;
+        if slot.len() != self.frame_bytes {
+            return Err(PyValueError::new_err(format!(
+                "{}: its frames are {} bytes ({}), the ring's slot {} bytes: make the ring for the file's frames",
+                self.name,
+                self.frame_bytes,
+                self.description,
+                slot.len()
+            )));
+        }
+        let name = &self.name;
+        let read = py.detach(|| {
+            let mut reading = lock(&self.reading);
+            let Some(state) = reading.as_mut() else { return Ok(false) };
+            let read = state.read_into(slot, name);
+            if matches!(read, Ok(true)) {
+                self.frames_read.store(state.next, Ordering::Release);
+            } else {
+                // Ended or failed: the input is let go now (a FIFO's writer sees it closed).
+                *reading = None;
+            }
+            read
+        });
+        read.map_err(|error| py_error(&error, hetmem_error))
+    }
+
+    /// Lets the input go; reading it afterwards finds its end.
+    fn close(&self, py: Python<'_>) {
+        // Dropping a file may wait (a FIFO, a network file system): the interpreter let go.
+        // Taken without the interpreter too: a read on another thread holds the lock meanwhile.
+        py.detach(|| drop(lock(&self.reading).take()));
+    }
+
+    /// The input's name in messages: its path, or `stdin`.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the file says a frame is, for messages.
+    #[getter]
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Bytes a frame takes in the ring.
+    #[getter]
+    fn frame_bytes(&self) -> usize {
+        self.frame_bytes
+    }
+
+    /// The ring shapes one frame fills, the natural one first; None for `raw` (the ring's).
+    #[getter]
+    fn shapes(&self) -> Option<Vec<Vec<usize>>> {
+        self.shapes.clone()
+    }
+
+    /// The NumPy type string of the samples; None for `raw` (the ring's).
+    #[getter]
+    fn typestr(&self) -> Option<&'static str> {
+        self.typestr
+    }
+
+    /// Frames read whole so far.
+    #[getter]
+    fn frames_read(&self) -> u64 {
+        self.frames_read.load(Ordering::Acquire)
+    }
+}
