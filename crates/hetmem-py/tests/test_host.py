@@ -245,6 +245,22 @@ def test_ranges_of_the_first_axis_share_memory_and_the_lend_state(rng):
         buf[3]
 
 
+def test_buffers_made_anew_over_one_memory_share_its_lend_state(rng):
+    array = random_array(rng, (8, 4), np.float32)
+    buf = hetmem.register(array)
+    # Not a view or a slice of buf: a Buffer of its own over the same memory.
+    other = hetmem.Buffer(buf._memory, (32,), np.float32)
+    np.testing.assert_array_equal(other.numpy(), array.reshape(-1))
+    with buf.lend():
+        assert other.lent
+        with pytest.raises(hetmem.LentError):
+            other.numpy()
+        with pytest.raises(hetmem.LentError, match="already lent"):
+            other.lend()
+    assert not other.lent
+    np.testing.assert_array_equal(other.numpy(), array.reshape(-1))
+
+
 def test_the_pinned_pool_reuses_a_returned_buffer(rng):
     pool = hetmem.PinnedPool(64 << 20)
     first = pool.acquire((1000, 3), np.float32)

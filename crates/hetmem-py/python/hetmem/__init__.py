@@ -37,6 +37,7 @@ import math
 import operator
 import os
 import threading
+import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -176,6 +177,20 @@ class _LendState:
         self.lease: Optional["Lease"] = None
 
 
+#: Each memory's hand-off state, shared by every Buffer over it however it was made (a view, a
+#: slice, or another ``Buffer(memory, ...)``): lending one lends them all.
+_lend_states: "weakref.WeakKeyDictionary[_native.Memory, _LendState]" = weakref.WeakKeyDictionary()
+_lend_states_lock = threading.Lock()
+
+
+def _lend_state(memory: _native.Memory) -> _LendState:
+    with _lend_states_lock:
+        state = _lend_states.get(memory)
+        if state is None:
+            state = _lend_states[memory] = _LendState()
+        return state
+
+
 class Buffer(_native.View):
     """Host memory held by hetmem (pinned, registered in place, or a file window), seen as an
     array of ``shape`` and ``dtype``.
@@ -214,8 +229,7 @@ class Buffer(_native.View):
             raise TypeError("a Buffer is made once: make a new one (hetmem.Buffer(memory, shape, dtype)) "
                             "rather than calling __init__ again")
         self._keep = keep
-        # Shared by every Buffer over the same memory (views): lending one lends them all.
-        self._state: _LendState = keep._state if isinstance(keep, Buffer) else _LendState()
+        self._state: _LendState = _lend_state(memory)
 
     # -- what it is ------------------------------------------------------------------------
     @property
