@@ -18,7 +18,11 @@ Loaders (each skipped, with the reason, when its package is missing):
   fastsafetensors   SafeTensorsFileLoader(nogds=True) -> copy_files_to_device
   runai             runai_model_streamer.SafetensorsStreamer -> each tensor .to("cuda")
   kvikio            kvikio.CuFile.pread per shard into one CuPy allocation (threaded reads)
-The link: a pinned 1 GiB torch tensor copied to the device (median of 5), in the same run.
+  hetmem_spread     hetmem.load(index, device_map="balanced"): a run of tensors per GPU present
+  hetmem_every_gpu  the whole checkpoint onto every GPU present, a hetmem.load per GPU at once
+                    (GB/s counts every GPU's bytes)
+The link: a pinned 1 GiB torch tensor copied to the device (median of 5), in the same run; with
+several GPUs, also one such copy to every GPU at once (the host-side limit they share).
 
 Every loader's result is checked: the first, middle and last tensor of each shard compared byte
 for byte with the file. Prints a JSON report (and writes it with --json).
@@ -123,6 +127,34 @@ def loader_hetmem(method):
         return dict(loaded), {"method": loaded.report.method, "read_mode": loaded.report.read_mode,
                               "own_gb_per_s": loaded.report.gb_per_s}
     return run
+
+
+def loader_hetmem_spread(folder, shards, threads):
+    """The checkpoint spread over every GPU present (device_map="balanced"): each GPU reads and
+    keeps its own run of tensors, all at once."""
+    import hetmem
+
+    loaded = hetmem.load(os.path.join(folder, INDEX), device_map="balanced", progress=False)
+    return dict(loaded), {"devices": sorted(loaded.report.per_device),
+                          "per_device_gb_per_s": {key: each.gb_per_s
+                                                  for key, each in loaded.report.per_device.items()}}
+
+
+def loader_hetmem_every_gpu(folder, shards, threads):
+    """The whole checkpoint onto every GPU present, one load per GPU at once (what a user does
+    without a device map): the rate counts every GPU's bytes. Only the first GPU's tensors are
+    checked (the others are loads of the same bytes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import hetmem
+
+    gpus = [f"cuda:{ordinal}" for ordinal in range(len(hetmem.cuda_devices()))]
+    with ThreadPoolExecutor(len(gpus)) as pool:
+        loads = list(pool.map(lambda gpu: hetmem.load(os.path.join(folder, INDEX), device=gpu, progress=False),
+                              gpus))
+    return dict(loads[0]), {"devices": gpus, "bytes_counted": "every GPU's",
+                            "copies": len(gpus), "per_device_gb_per_s": {gpu: each.report.gb_per_s
+                                                                         for gpu, each in zip(gpus, loads)}}
 
 
 def loader_safetensors(folder, shards, threads):
@@ -284,6 +316,32 @@ def link_gb_per_s():
     return statistics.median(rates)
 
 
+def link_all_gpus_gb_per_s():
+    """The host-side limit the GPUs share: a pinned 1 GiB tensor per GPU, all copied to their
+    devices at once, each on its own stream; the median of 5 of the summed rate, GB/s (None
+    with one GPU)."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if count < 2:
+        return None
+    hosts = [torch.empty(GIB, dtype=torch.uint8).pin_memory() for _ in range(count)]
+    devices = [torch.empty(GIB, dtype=torch.uint8, device=f"cuda:{k}") for k in range(count)]
+    streams = [torch.cuda.Stream(device=f"cuda:{k}") for k in range(count)]
+    rates = []
+    for _ in range(6):
+        for k in range(count):
+            torch.cuda.synchronize(k)
+        start = time.perf_counter()
+        for host, device, stream in zip(hosts, devices, streams):
+            with torch.cuda.stream(stream):
+                device.copy_(host, non_blocking=True)
+        for stream in streams:
+            stream.synchronize()
+        rates.append(count * GIB / (time.perf_counter() - start) / 1e9)
+    return statistics.median(rates[1:])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir")
@@ -311,7 +369,8 @@ def main():
         "hetmem": loader_hetmem("auto"), "hetmem_staged": loader_hetmem("staged"),
         "hetmem_direct": loader_hetmem("staged-direct"), "safetensors": loader_safetensors,
         "torch_pread": loader_torch_pread, "fastsafetensors": loader_fastsafetensors, "runai": loader_runai,
-        "kvikio": loader_kvikio,
+        "kvikio": loader_kvikio, "hetmem_spread": loader_hetmem_spread,
+        "hetmem_every_gpu": loader_hetmem_every_gpu,
     }
     shards = headers(args.dir)
     nbytes = sum(os.path.getsize(path) - base for path, base, _ in shards)
@@ -319,6 +378,10 @@ def main():
     if args.cli:
         loaders["hetmem_cli"] = loader_cli(args.cli, link)
     print(f"link (pinned torch H2D, 1 GiB): {link:.1f} GB/s", file=sys.stderr)
+    link_all = link_all_gpus_gb_per_s()
+    if link_all is not None:
+        print(f"all {torch.cuda.device_count()} GPUs at once (pinned torch H2D, 1 GiB each): {link_all:.1f} GB/s",
+              file=sys.stderr)
     rows, skipped = [], {}
     for name in args.loaders.split(","):
         if name not in loaders:
@@ -345,7 +408,7 @@ def main():
                     check(shards, tensors)
                 del tensors
                 torch.cuda.empty_cache()
-                rate = nbytes / seconds / 1e9
+                rate = nbytes * extra.get("copies", 1) / seconds / 1e9
                 rows.append({"loader": name, "cache": cache, "how": how, "run": run, "bytes": nbytes,
                              "seconds": seconds, "gb_per_s": rate, "of_link": rate / link, **extra})
                 print(f"{name:16} {cache} {seconds:8.3f} s {rate:7.2f} GB/s ({rate / link:.0%} of the link)",
@@ -354,7 +417,8 @@ def main():
                 print(f"{name:16} skipped: {skipped[name]}", file=sys.stderr)
                 break
     report = {"dir": args.dir, "bytes": nbytes, "shards": len(shards), "threads": args.threads,
-              "link_gb_per_s": link, "rows": rows, "skipped": skipped}
+              "link_gb_per_s": link, "link_all_gpus_gb_per_s": link_all, "gpus": torch.cuda.device_count(),
+              "rows": rows, "skipped": skipped}
     text = json.dumps(report, indent=2)
     if args.json:
         with open(args.json, "w") as f:
