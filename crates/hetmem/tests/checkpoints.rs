@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use hetmem::data::{
-    Checkpoint, FileStream, LoadMethod, LoadPlan, PLACE_ALIGN, Placement, ShardSpec, SpreadTensors,
-    ReadMode, StreamOptions, TensorFilter, load_spread,
+    Checkpoint, FileStream, LoadMethod, LoadPlan, PLACE_ALIGN, Placement, ReadMode, ShardSpec, SpreadTensors,
+    StreamOptions, TensorFilter, load_spread,
 };
 use hetmem::{Device, DeviceBuf, Error, Queue};
 

@@ -198,7 +198,7 @@ fn stage_with_mapped_views(device: &Device) {
                 Param::Output(0),
                 Param::value(WORDS as u32),
                 Param::Mapped { index: 0, kind: MappedKind::Flag },
-                Param::Mapped { index: 1, kind: MappedKind::Counter },
+                Param::Mapped { index: 1, kind: MappedKind::Counter { kernel_adds: true } },
             ],
             LaunchConfig { grid: (BLOCKS, 1, 1), block: (256, 1, 1), shared_bytes: 0 },
         )
@@ -288,4 +288,72 @@ fn a_stage_refuses_a_mapped_view_of_another_kind_than_its_parameter_declares() {
     assert!(error.contains("with_mapped"), "{error}");
     let right = Arc::new(Mailbox::<[u32; 4]>::new(&device, 2).unwrap());
     run(stage().with_mapped(right)).unwrap();
+}
+
+/// A kernel that adds to a counter is not launched with one the CPU writes (its adds would race
+/// the CPU's); on the CPU backend the stage's CPU path, which adds as the CPU, runs with it.
+fn a_kernel_that_adds_takes_no_cpu_written_counter(device: &Device) {
+    use hetmem::backend::cuda::LaunchConfig;
+    use hetmem::memory::MappedKind;
+    use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
+    use hetmem::{FrameFilter, Strategy};
+    use std::sync::Arc;
+    if device.as_cuda().is_some()
+        && hetmem::testing::nvrtc_or_skip("a_kernel_that_adds_takes_no_cpu_written_counter").is_none()
+    {
+        return;
+    }
+    const WORDS: usize = 256;
+    let gpu = device.capabilities().gpu;
+    let gain = Arc::new(SeqFlag::new(device).unwrap());
+    gain.publish(3);
+    let done = Arc::new(Counter::new(device, Writer::Cpu).unwrap());
+    let words = FrameLayout::samples(WORDS, ScalarType::U32).unwrap();
+    // SAFETY: as in `stage_with_mapped_views`: gain_from_flag reads x[0..n), writes y[0..n)
+    // (both WORDS words), loads the flag and adds to the counter through mapped.cuh.
+    let stage = unsafe {
+        KernelStage::new(
+            KernelCode::CudaC { name: "gain_from_flag".into(), source: GAIN_SOURCE.into() },
+            "gain_from_flag",
+            vec![words.clone()],
+            vec![words],
+            vec![
+                Param::Input(0),
+                Param::Output(0),
+                Param::value(WORDS as u32),
+                Param::Mapped { index: 0, kind: MappedKind::Flag },
+                Param::Mapped { index: 1, kind: MappedKind::Counter { kernel_adds: true } },
+            ],
+            LaunchConfig { grid: (1, 1, 1), block: (256, 1, 1), shared_bytes: 0 },
+        )
+    }
+    .unwrap()
+    .with_mapped(Arc::clone(&gain))
+    .with_mapped(Arc::clone(&done));
+    let cpu_done = Arc::clone(&done);
+    let stage = stage.with_cpu(move |inputs, outputs| {
+        outputs[0].copy_from_slice(inputs[0]);
+        cpu_done.add(1)?;
+        Ok(())
+    });
+    let strategy = if gpu { Strategy::ZeroCopy } else { Strategy::Cpu };
+    let mut filter = FrameFilter::with_stage(device, strategy, stage).unwrap();
+    filter.input_mut().unwrap().fill(7);
+    match filter.run() {
+        Ok(_) => assert!(!gpu, "the GPU launched a kernel that adds with a CPU-written counter"),
+        Err(error) => {
+            assert!(gpu, "the CPU path adds as the CPU and must run: {error}");
+            let text = error.to_string();
+            assert!(text.contains("Writer::Cpu") && text.contains("Writer::Gpu"), "{text}");
+        }
+    }
+    assert_eq!(done.load(), u32::from(!gpu), "counted by the CPU path only");
+}
+
+#[test]
+fn a_kernel_that_adds_to_a_counter_is_not_launched_with_one_the_cpu_writes() {
+    crate::support::on_every_backend(
+        "a_kernel_that_adds_to_a_counter_is_not_launched_with_one_the_cpu_writes",
+        a_kernel_that_adds_takes_no_cpu_written_counter,
+    );
 }

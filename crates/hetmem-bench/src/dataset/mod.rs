@@ -375,7 +375,8 @@ mod tests {
         assert!(options.validate().unwrap_err().to_string().contains("/no/such/dir"));
         assert_eq!(DatasetOptions::eight_k().dataset_bytes(), 500 * 7680 * 4320 * 3);
         // The grid's y limit: 65,535 tiles of 32 rows.
-        let tallest = DatasetOptions { frames: 1, width: 1, height: 65_535 * 32, ..DatasetOptions::eight_k() };
+        let tallest =
+            DatasetOptions { frames: 1, width: 1, height: 65_535 * 32, ..DatasetOptions::eight_k() };
         assert!(tallest.validate().is_ok());
         let taller = DatasetOptions { height: 65_535 * 32 + 1, ..tallest };
         let error = taller.validate().unwrap_err().to_string();

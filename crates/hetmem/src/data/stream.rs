@@ -582,7 +582,9 @@ impl FileStream {
         let seconds = started.elapsed().as_secs_f64();
         let direct_used = files.iter().any(OpenFile::is_direct) && !run.direct_failed.load(Ordering::Relaxed);
         let (method, read_mode) = match route {
-            Route::Staged { direct: true } if direct_used && run.buffered_on_direct.load(Ordering::Relaxed) > 0 => {
+            Route::Staged { direct: true }
+                if direct_used && run.buffered_on_direct.load(Ordering::Relaxed) > 0 =>
+            {
                 (LoadMethod::StagedDirect, ReadMode::Mixed)
             }
             Route::Staged { direct: true } if direct_used => (LoadMethod::StagedDirect, ReadMode::Direct),

@@ -81,13 +81,42 @@ impl std::fmt::Debug for MappedWords {
 pub enum MappedKind {
     /// A `SeqFlag`: one word.
     Flag,
-    /// A `Counter`: one word.
-    Counter,
+    /// A `Counter`: one word. `kernel_adds`, for a kernel's parameter: whether the kernel
+    /// adds to it (`hetmem_counter_add`); for a counter: whether the GPU may (it was made with
+    /// `Writer::Gpu` or `Writer::Both`). A kernel that adds is launched only with a counter the
+    /// GPU may add to, since its adds would race the CPU's (updates lost) where the link has no
+    /// native atomics; a kernel that only reads takes any counter.
+    Counter {
+        /// Whether the kernel adds to it (a parameter), or the GPU may (a counter).
+        kernel_adds: bool,
+    },
     /// A `Mailbox` of messages of `message_bytes` bytes.
     Mailbox {
         /// The size of its message type.
         message_bytes: usize,
     },
+}
+
+impl MappedKind {
+    /// Whether a view of this kind has the layout a parameter of kind `wanted` reads (which
+    /// side writes a counter aside: the CPU path of a stage adds where its kernel would).
+    pub(crate) fn fits(self, wanted: MappedKind) -> bool {
+        match (self, wanted) {
+            (MappedKind::Counter { .. }, MappedKind::Counter { .. }) => true,
+            (view, wanted) => view == wanted,
+        }
+    }
+
+    /// Whether a kernel whose parameter is of kind `wanted` may be launched with a view of
+    /// this kind: it fits, and a kernel that adds gets a counter the GPU may add to.
+    pub(crate) fn serves_launch(self, wanted: MappedKind) -> bool {
+        match (self, wanted) {
+            (MappedKind::Counter { kernel_adds: gpu_may }, MappedKind::Counter { kernel_adds }) => {
+                gpu_may || !kernel_adds
+            }
+            (view, wanted) => view == wanted,
+        }
+    }
 }
 
 mod private {

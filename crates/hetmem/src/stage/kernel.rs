@@ -309,11 +309,23 @@ impl KernelStage {
         self.config
     }
 
-    /// Mapped view `index`, if it is there and of `kind`, as its parameter declares.
-    fn mapped_view(&self, index: usize, kind: MappedKind) -> Result<&(dyn MappedView + Send + Sync)> {
+    /// Mapped view `index`, if it is there and of `kind`, as its parameter declares (for a
+    /// `launch`, a counter the kernel adds to must be one the GPU may add to).
+    fn mapped_view(
+        &self,
+        index: usize,
+        kind: MappedKind,
+        launch: bool,
+    ) -> Result<&(dyn MappedView + Send + Sync)> {
         let bad = |problem: String| Error::invalid("kernel stage", problem);
         match self.mapped.get(index) {
-            Some(view) if view.kind() == kind => Ok(&**view),
+            Some(view) if launch && view.kind().fits(kind) && !view.kind().serves_launch(kind) => {
+                Err(bad(format!(
+                    "mapped view {index} is a counter the CPU writes (Writer::Cpu), and the kernel adds to it \
+                 (kernel_adds: true): its adds would race the CPU's; make the counter with Writer::Gpu"
+                )))
+            }
+            Some(view) if view.kind().fits(kind) => Ok(&**view),
             Some(view) => Err(bad(format!(
                 "mapped view {index} is a {:?}; the kernel's parameter takes a {kind:?}: give views in the \
                  order and of the kinds the parameters declare",
@@ -330,7 +342,7 @@ impl KernelStage {
     fn check_mapped(&self) -> Result<()> {
         for param in &self.params {
             if let Param::Mapped { index, kind } = *param {
-                self.mapped_view(index, kind)?;
+                self.mapped_view(index, kind, false)?;
             }
         }
         Ok(())
@@ -462,7 +474,7 @@ impl Stage for KernelStage {
                     args.write(outputs[index].take().expect("the constructor passes each output once"))
                 }
                 Param::Value { bytes, len } => args.value_bytes(&bytes[..usize::from(len)]),
-                Param::Mapped { index, kind } => args.mapped(self.mapped_view(index, kind)?),
+                Param::Mapped { index, kind } => args.mapped(self.mapped_view(index, kind, true)?),
                 Param::Constant { index, .. } => match &prepared.constants[index] {
                     Constant::Host(buffer) => args.read(buffer),
                     Constant::Device(buffer) => args.read(buffer),

@@ -182,7 +182,7 @@ impl MappedView for Counter {
     }
 
     fn kind(&self) -> MappedKind {
-        MappedKind::Counter
+        MappedKind::Counter { kernel_adds: self.writer != Writer::Cpu }
     }
 }
 
