@@ -493,3 +493,39 @@ fn gathered_small_ranges_on_the_direct_route_are_not_reported_as_direct() {
         }
     });
 }
+
+/// A FIFO (whose open would wait for a writer) or a device (`/dev/zero`, with no end) named as
+/// a shard or an index is refused at once as not a regular file, without hanging or reading
+/// without end.
+#[test]
+fn a_fifo_or_a_device_as_a_shard_or_an_index_is_refused_at_once() {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.safetensors");
+    let name = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo");
+    // Should an open wait for a writer anyway, this one comes after 10 s, so the test fails
+    // rather than hangs (not joined: when all is well it finds the folder gone).
+    {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            drop(std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&fifo));
+        });
+    }
+    let started = std::time::Instant::now();
+    let error = Checkpoint::from_files(&[&fifo]).unwrap_err().to_string();
+    assert!(error.contains("not a regular file"), "{error}");
+    let index = dir.path().join("model.safetensors.index.json");
+    std::os::unix::fs::symlink(&fifo, &index).unwrap();
+    let error = Checkpoint::from_index(&index).unwrap_err().to_string();
+    assert!(error.contains("not a regular file"), "{error}");
+    let zero = dir.path().join("zero.safetensors.index.json");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let error = Checkpoint::from_index(&zero).unwrap_err().to_string();
+    assert!(error.contains("not a regular file"), "{error}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "refused at once, not after a wait");
+}

@@ -214,13 +214,24 @@ impl Checkpoint {
             problem,
         };
         let io = |source| Error::Io { context: format!("reading {}", index_path.display()), source };
-        let size = std::fs::metadata(index_path).map_err(io)?.len();
+        let file = super::source::open_nonblocking(index_path).map_err(io)?;
+        let metadata = file.metadata().map_err(io)?;
+        if !metadata.is_file() {
+            return Err(malformed("not a regular file (a pipe or a device): give the index file".into()));
+        }
+        let size = metadata.len();
         if size > MAX_INDEX_BYTES {
             return Err(malformed(format!(
                 "{size} bytes, more than the {MAX_INDEX_BYTES} an index may have"
             )));
         }
-        let text = std::fs::read(index_path).map_err(io)?;
+        // Bounded as well: a file growing while it is read cannot make this read run on.
+        let mut text = Vec::with_capacity(size as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(&file, MAX_INDEX_BYTES + 1), &mut text)
+            .map_err(io)?;
+        if text.len() as u64 > MAX_INDEX_BYTES {
+            return Err(malformed(format!("more than the {MAX_INDEX_BYTES} bytes an index may have")));
+        }
         let index: serde_json::Value =
             serde_json::from_slice(&text).map_err(|error| malformed(error.to_string()))?;
         let weight_map = weight_map(&index).map_err(malformed)?;

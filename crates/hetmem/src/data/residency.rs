@@ -64,10 +64,12 @@ pub fn resident_fraction(ranges: &[FileRange], samples: usize) -> Result<Option<
         let len = (range.len - within).min(page.len() as u64) as usize;
         let file = match files.entry(range.path.as_path()) {
             Entry::Occupied(open) => open.into_mut(),
-            Entry::Vacant(slot) => slot.insert(File::open(&range.path).map_err(|source| Error::Io {
-                context: format!("opening {}", range.path.display()),
-                source,
-            })?),
+            Entry::Vacant(slot) => {
+                slot.insert(super::source::open_nonblocking(&range.path).map_err(|source| Error::Io {
+                    context: format!("opening {}", range.path.display()),
+                    source,
+                })?)
+            }
         };
         match rustix::io::preadv2(
             &*file,

@@ -111,7 +111,7 @@ impl SafetensorsHeader {
             problem,
         };
         let io = |source| Error::Io { context: format!("reading {}", path.display()), source };
-        let file = std::fs::File::open(path).map_err(io)?;
+        let file = super::source::open_nonblocking(path).map_err(io)?;
         let metadata = file.metadata().map_err(io)?;
         if !metadata.is_file() {
             return Err(malformed("not a regular file".into()));

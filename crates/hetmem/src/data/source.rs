@@ -217,18 +217,33 @@ pub(crate) fn open_files(
     Ok((files, file_of))
 }
 
+/// Opens `path` for reading without waiting: with `O_NONBLOCK`, a FIFO's open returns at once
+/// instead of waiting for a writer that may never come (with the interpreter released, not
+/// even Ctrl-C would end that wait). Callers check the file is a regular one before reading
+/// (a FIFO or a device such as `/dev/zero` has no end to read to). On a regular file the flag
+/// changes nothing.
+pub(crate) fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(path)
+}
+
 impl OpenFile {
     /// Opens `range`'s file, checking the range lies inside it; with `direct`, a second handle
     /// with `O_DIRECT` where the filesystem allows it (the reason it does not is recorded in
     /// `refused`).
     pub(crate) fn open(range: &FileRange, direct: bool, refused: &Mutex<Option<String>>) -> Result<OpenFile> {
         let path = &range.path;
-        let buffered = File::open(path)
+        let buffered = open_nonblocking(path)
             .map_err(|source| Error::Io { context: format!("opening {}", path.display()), source })?;
-        let size = buffered
+        let metadata = buffered
             .metadata()
-            .map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })?
-            .len();
+            .map_err(|source| Error::Io { context: format!("reading {}", path.display()), source })?;
+        if !metadata.is_file() {
+            return Err(Error::invalid(
+                "load",
+                format!("{} is not a regular file (a pipe or a device): give a file", path.display()),
+            ));
+        }
+        let size = metadata.len();
         check_inside(range, size)?;
         // Several threads read neighbouring pieces: a doubled read-ahead window keeps the disk
         // busy between them. Advice only: a filesystem that ignores it reads the same bytes.
