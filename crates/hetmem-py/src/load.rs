@@ -278,11 +278,13 @@ fn load_plan(
     if let Some(error) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
         return Err(error);
     }
-    let mut kept = STREAMS.lock().unwrap_or_else(PoisonError::into_inner);
-    if kept.len() >= KEPT_STREAMS {
-        kept.remove(0);
-    }
-    kept.push((ordinal, options, stream));
+    // The stream put out of the kept ones (its ring unpinned) is dropped after the lock is let go.
+    let _evicted = {
+        let mut kept = STREAMS.lock().unwrap_or_else(PoisonError::into_inner);
+        let evicted = (kept.len() >= KEPT_STREAMS).then(|| kept.remove(0));
+        kept.push((ordinal, options, stream));
+        evicted
+    };
     Ok(loaded)
 }
 
@@ -292,9 +294,15 @@ fn take_stream(
     ordinal: Option<usize>,
     options: StreamOptions,
 ) -> hetmem::Result<FileStream> {
-    let mut kept = STREAMS.lock().unwrap_or_else(PoisonError::into_inner);
-    match kept.iter().position(|(on, with, _)| *on == ordinal && *with == options) {
-        Some(index) => Ok(kept.remove(index).2),
+    let found = {
+        let mut kept = STREAMS.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = kept.iter().position(|(on, with, _)| *on == ordinal && *with == options);
+        at.map(|index| kept.remove(index).2)
+    };
+    // A new stream is made with the lock let go: pinning its ring takes a tenth of a second or
+    // more, and the loads of other devices (a device_map's) must not wait for it.
+    match found {
+        Some(stream) => Ok(stream),
         None => FileStream::new(device, &Queue::new(device)?, options),
     }
 }

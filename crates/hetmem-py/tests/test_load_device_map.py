@@ -5,6 +5,10 @@ device_map=, into= with device_map=, a bad device. On the CPU backend every devi
 the GPU part (skipped without a GPU, required with HETMEM_REQUIRE_GPU=1) maps some prefixes
 to cuda:0 and the rest to cpu and compares the bytes with the file's."""
 
+import gc
+import threading
+import weakref
+
 import numpy as np
 import pytest
 
@@ -125,6 +129,45 @@ def test_a_failing_device_load_raises_its_error_and_returns_nothing(tmp_path, rn
         hetmem.load([path, other], device_map={"extra": "cpu", "": "cpu"})
 
 
+def test_a_generator_of_files_is_read_once_for_every_device(tmp_path, rng):
+    path, tensors = model(tmp_path, rng)
+    check_values(hetmem.load((each for each in [path]), device_map={"layers.": "cpu", "": "cpu"}), tensors)
+
+
+def test_a_failed_spread_load_lets_the_other_devices_tensors_go_and_reports_no_more(tmp_path, rng, monkeypatch):
+    path, _ = model(tmp_path, rng)
+    # Two devices on the CPU backend: "cuda:9" stands for a second one, whose load fails once
+    # the first device's has finished.
+    monkeypatch.setattr(_device_map, "device_key", lambda value, where: str(value))
+    real, kept, first_done = _device_map.load, [], threading.Event()
+
+    def load(source, *, device, **options):
+        if device == "cuda:9":
+            first_done.wait(timeout=30)
+            raise hetmem.HetmemError("the load on cuda:9 failed")
+        loaded = real(source, device="cpu", **options)
+        kept.append(weakref.ref(loaded))
+        first_done.set()
+        return loaded
+
+    monkeypatch.setattr(_device_map, "load", load)
+    calls_after = []
+    raised = threading.Event()
+
+    def progress(done, total):
+        if raised.is_set():
+            calls_after.append(done)
+
+    with pytest.raises(hetmem.HetmemError, match="cuda:9") as caught:
+        hetmem.load(path, device_map={"layers.": "cuda:9", "": "cpu"}, progress=progress)
+    raised.set()
+    gc.collect()
+    assert kept, "the first device loaded"
+    assert all(ref() is None for ref in kept), "its tensors are let go while the error is still held"
+    assert caught.value is not None
+    assert calls_after == [], "no progress after the error"
+
+
 @pytest.mark.skipif(on_gpu, reason="on a GPU \"balanced\" places on it (see the GPU test)")
 def test_balanced_needs_a_gpu_and_says_so(tmp_path, rng):
     path, _ = model(tmp_path, rng)
@@ -217,5 +260,7 @@ def test_without_a_gpu_every_ordinal_is_refused_naming_the_cause(tmp_path, rng):
             hetmem.load(path, device=device)
     with pytest.raises(hetmem.HetmemError, match="no GPU can be used"):
         hetmem.cuda_device(1)
+    with pytest.raises(hetmem.HetmemError, match="no GPU can be used"):
+        hetmem.load(path, device=np.int64(0))
     with pytest.raises(hetmem.HetmemError, match="no GPU can be used"):
         hetmem.load(path, device_map={"": "cuda:1"})

@@ -96,13 +96,21 @@ class _SummedProgress:
         self._reporter, self._total = reporter, total
         self._done: Dict[str, int] = {}
         self._lock = threading.Lock()
+        self._stopped = False
 
     def for_device(self, key: str) -> Callable[[int, int], None]:
         def report(done: int, _total: int) -> None:
             with self._lock:
+                if self._stopped:
+                    return
                 self._done[key] = done
                 self._reporter(sum(self._done.values()), self._total)
         return report
+
+    def stop(self) -> None:
+        """No more reports: the load has failed."""
+        with self._lock:
+            self._stopped = True
 
 
 def load_mapped(source: Any, device_map: Any, *, names: Any, prefix: Any, shard: Any, progress: Any,
@@ -114,8 +122,11 @@ def load_mapped(source: Any, device_map: Any, *, names: Any, prefix: Any, shard:
     if isinstance(names, str):
         raise TypeError("hetmem.load: names= is a list of tensor names, not one string (for one, give [name])")
     shard = _shard(shard)
-    planned = _native.plan_checkpoint(_sources(source), names=None if names is None else list(names),
-                                      prefixes=_prefixes(prefix), shard=shard)
+    # Once: a generator of paths would be used up by the plan, and each device's load reads
+    # the same list.
+    sources = _sources(source)
+    names = None if names is None else list(names)
+    planned = _native.plan_checkpoint(sources, names=names, prefixes=_prefixes(prefix), shard=shard)
     if isinstance(device_map, str):
         if device_map != "balanced":
             raise ValueError(f"load: device_map={device_map!r}; give a dict name or prefix -> device, or "
@@ -131,20 +142,26 @@ def load_mapped(source: Any, device_map: Any, *, names: Any, prefix: Any, shard:
         groups.setdefault(placed[name], []).append(name)
     reporter = _Progress(progress)
     summed = _SummedProgress(reporter, sum(nbytes for _, nbytes, _ in planned))
-    with ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="hetmem.load") as pool:
-        futures = {key: pool.submit(load, source, device=key, names=group, shard=shard,
-                                    progress=summed.for_device(key) if reporter.wanted else False,
-                                    storage_gb_per_s=storage_gb_per_s, **options)
-                   for key, group in groups.items()}
-        try:
-            # The first failure in the order the devices were mapped; the others' results,
-            # once they end, are dropped with this frame.
-            parts = {key: future.result() for key, future in futures.items()}
-        except BaseException:
-            for future in futures.values():
-                future.cancel()
-            reporter.close(None)
-            raise
+    pool = ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="hetmem.load")
+    futures = {key: pool.submit(load, sources, device=key, names=group, shard=shard,
+                                progress=summed.for_device(key) if reporter.wanted else False,
+                                storage_gb_per_s=storage_gb_per_s, **options)
+               for key, group in groups.items()}
+    try:
+        # The first failure in the order the devices were mapped.
+        parts = {key: future.result() for key, future in futures.items()}
+    except BaseException:
+        for future in futures.values():
+            future.cancel()
+        # Every other device's load has ended before the error goes up (no progress call
+        # after it), and their tensors are let go now, not kept by this frame for as long
+        # as the caller keeps the exception's traceback.
+        pool.shutdown(wait=True)
+        futures.clear()
+        summed.stop()
+        reporter.close(None)
+        raise
+    pool.shutdown(wait=True)
     seconds = time.perf_counter() - began
     total = sum(part.report.bytes for part in parts.values())
     reporter.close(total)

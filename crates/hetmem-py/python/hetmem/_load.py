@@ -139,8 +139,8 @@ def _native_device(device: Any) -> Optional[_native.Device]:
         return chosen if chosen.backend == "cuda" else None
     if isinstance(device, bool):
         raise TypeError(f"load: device={device!r}; give 'cuda', 'cuda:N', an ordinal N or 'cpu'")
-    if isinstance(device, int):
-        ordinal: Optional[int] = device
+    if not isinstance(device, str) and hasattr(type(device), "__index__"):  # int, np.int64
+        ordinal: Optional[int] = operator.index(device)
     else:
         text = str(device)
         if text == "cpu":
