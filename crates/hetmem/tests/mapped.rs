@@ -166,10 +166,44 @@ extern "C" __global__ void gain_from_flag(const unsigned int* x, unsigned int* y
 }
 "#;
 
-fn stage_with_mapped_views(device: &Device) {
+/// `gain_from_flag` as a stage over `words` u32 words in `blocks` blocks of 256 threads, with
+/// `gain` and `done` as its mapped views (no CPU path: each test gives its own).
+fn gain_stage(
+    words: usize,
+    blocks: u32,
+    gain: &std::sync::Arc<SeqFlag>,
+    done: &std::sync::Arc<Counter>,
+) -> hetmem::stage::KernelStage {
     use hetmem::backend::cuda::LaunchConfig;
     use hetmem::memory::MappedKind;
     use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
+    use std::sync::Arc;
+    let layout = FrameLayout::samples(words, ScalarType::U32).unwrap();
+    // SAFETY: gain_from_flag(const u32* x, u32* y, u32 n, const u32* gain, u32* blocks_done)
+    // takes these parameters in order; with n = words it reads x[0..n), writes y[0..n) (both
+    // `words` words), loads the flag and adds to the counter through mapped.cuh.
+    unsafe {
+        KernelStage::new(
+            KernelCode::CudaC { name: "gain_from_flag".into(), source: GAIN_SOURCE.into() },
+            "gain_from_flag",
+            vec![layout.clone()],
+            vec![layout],
+            vec![
+                Param::Input(0),
+                Param::Output(0),
+                Param::value(words as u32),
+                Param::Mapped { index: 0, kind: MappedKind::Flag },
+                Param::Mapped { index: 1, kind: MappedKind::Counter { kernel_adds: true } },
+            ],
+            LaunchConfig { grid: (blocks, 1, 1), block: (256, 1, 1), shared_bytes: 0 },
+        )
+    }
+    .unwrap()
+    .with_mapped(Arc::clone(gain))
+    .with_mapped(Arc::clone(done))
+}
+
+fn stage_with_mapped_views(device: &Device) {
     use hetmem::{FrameFilter, Strategy};
     use std::sync::Arc;
     if device.as_cuda().is_some()
@@ -183,29 +217,7 @@ fn stage_with_mapped_views(device: &Device) {
     let gain = Arc::new(SeqFlag::new(device).unwrap());
     // The side that runs the stage writes the counter: the GPU, or the CPU path's thread.
     let done = Arc::new(Counter::new(device, if gpu { Writer::Gpu } else { Writer::Cpu }).unwrap());
-    let words = FrameLayout::samples(WORDS, ScalarType::U32).unwrap();
-    // SAFETY: gain_from_flag(const u32* x, u32* y, u32 n, const u32* gain, u32* blocks_done)
-    // takes these parameters in order; with n = WORDS it reads x[0..n), writes y[0..n) (both
-    // WORDS words), loads the flag and adds to the GPU-written counter through mapped.cuh.
-    let stage = unsafe {
-        KernelStage::new(
-            KernelCode::CudaC { name: "gain_from_flag".into(), source: GAIN_SOURCE.into() },
-            "gain_from_flag",
-            vec![words.clone()],
-            vec![words],
-            vec![
-                Param::Input(0),
-                Param::Output(0),
-                Param::value(WORDS as u32),
-                Param::Mapped { index: 0, kind: MappedKind::Flag },
-                Param::Mapped { index: 1, kind: MappedKind::Counter { kernel_adds: true } },
-            ],
-            LaunchConfig { grid: (BLOCKS, 1, 1), block: (256, 1, 1), shared_bytes: 0 },
-        )
-    }
-    .unwrap()
-    .with_mapped(Arc::clone(&gain))
-    .with_mapped(Arc::clone(&done));
+    let stage = gain_stage(WORDS, BLOCKS, &gain, &done);
     let (cpu_gain, cpu_done) = (Arc::clone(&gain), Arc::clone(&done));
     let stage = stage.with_cpu(move |inputs, outputs| {
         let g = cpu_gain.load();
@@ -293,9 +305,6 @@ fn a_stage_refuses_a_mapped_view_of_another_kind_than_its_parameter_declares() {
 /// A kernel that adds to a counter is not launched with one the CPU writes (its adds would race
 /// the CPU's); on the CPU backend the stage's CPU path, which adds as the CPU, runs with it.
 fn a_kernel_that_adds_takes_no_cpu_written_counter(device: &Device) {
-    use hetmem::backend::cuda::LaunchConfig;
-    use hetmem::memory::MappedKind;
-    use hetmem::stage::{FrameLayout, KernelCode, KernelStage, Param, ScalarType};
     use hetmem::{FrameFilter, Strategy};
     use std::sync::Arc;
     if device.as_cuda().is_some()
@@ -308,28 +317,7 @@ fn a_kernel_that_adds_takes_no_cpu_written_counter(device: &Device) {
     let gain = Arc::new(SeqFlag::new(device).unwrap());
     gain.publish(3);
     let done = Arc::new(Counter::new(device, Writer::Cpu).unwrap());
-    let words = FrameLayout::samples(WORDS, ScalarType::U32).unwrap();
-    // SAFETY: as in `stage_with_mapped_views`: gain_from_flag reads x[0..n), writes y[0..n)
-    // (both WORDS words), loads the flag and adds to the counter through mapped.cuh.
-    let stage = unsafe {
-        KernelStage::new(
-            KernelCode::CudaC { name: "gain_from_flag".into(), source: GAIN_SOURCE.into() },
-            "gain_from_flag",
-            vec![words.clone()],
-            vec![words],
-            vec![
-                Param::Input(0),
-                Param::Output(0),
-                Param::value(WORDS as u32),
-                Param::Mapped { index: 0, kind: MappedKind::Flag },
-                Param::Mapped { index: 1, kind: MappedKind::Counter { kernel_adds: true } },
-            ],
-            LaunchConfig { grid: (1, 1, 1), block: (256, 1, 1), shared_bytes: 0 },
-        )
-    }
-    .unwrap()
-    .with_mapped(Arc::clone(&gain))
-    .with_mapped(Arc::clone(&done));
+    let stage = gain_stage(WORDS, 1, &gain, &done);
     let cpu_done = Arc::clone(&done);
     let stage = stage.with_cpu(move |inputs, outputs| {
         outputs[0].copy_from_slice(inputs[0]);
