@@ -216,6 +216,18 @@ impl Device {
         }
     }
 
+    /// The device memory free now, in bytes: the driver's figure on a GPU; None on the CPU
+    /// backend, whose "device memory" is host memory with no separate budget.
+    ///
+    /// # Errors
+    /// A failing driver call.
+    pub fn free_device_memory(&self) -> Result<Option<u64>> {
+        match self {
+            Device::Cuda(cuda) => Ok(Some(cuda.memory_info()?.0)),
+            Device::Cpu(_) => Ok(None),
+        }
+    }
+
     /// Why the CPU backend runs instead of a GPU, when it was chosen as a fallback.
     pub fn cpu_fallback_reason(&self) -> Option<&Unavailable> {
         match self {

@@ -190,8 +190,7 @@ fn load_one(
 
 /// Refuses a device's share larger than its free memory, before anything is allocated.
 fn check_fits(device: &Device, plan: &LoadPlan) -> Result<()> {
-    let Some(gpu) = device.as_cuda() else { return Ok(()) };
-    let free = gpu.memory_info()?.0;
+    let Some(free) = device.free_device_memory()? else { return Ok(()) };
     if plan.total_bytes() as u64 > free {
         return Err(Error::invalid(
             "spread load",
