@@ -29,7 +29,13 @@ impl Device {
     #[staticmethod]
     fn open_cuda(ordinal: Int) -> PyResult<Device> {
         let ordinal = ordinal.size("CUDA device ordinal")?;
-        let present = hetmem::backend::cuda::CudaDevice::names().unwrap_or_default();
+        // Where CUDA cannot run, why (no driver, ...) is the answer, not an empty list.
+        let present = hetmem::backend::cuda::CudaDevice::names().map_err(|reason| {
+            crate::HetmemError::new_err(format!(
+                "CUDA device {ordinal} cannot be opened: CUDA cannot run here ({reason}); use the CPU backend \
+                 (hetmem.device()) or fix the CUDA setup"
+            ))
+        })?;
         if ordinal >= present.len() {
             let listed = if present.is_empty() {
                 "none".to_string()

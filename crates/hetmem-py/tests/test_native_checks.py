@@ -495,3 +495,13 @@ def test_an_int_past_128_bits_is_a_value_error_naming_the_argument():
         _native.capsule(memory, 0, [1], 2**128, 8)
     with pytest.raises(ValueError, match="pool acquire nbytes: an int past 128 bits"):
         _native.PinnedPool(device, 1 << 20).acquire(2**127)
+
+
+def test_open_cuda_where_cuda_cannot_run_says_why_not_that_no_device_exists():
+    reason = hetmem.device().fallback_reason
+    if hetmem.cuda_devices() or reason is None or "HETMEM_BACKEND" in reason:
+        pytest.skip("CUDA runs here (or is only switched off): this is the no-CUDA path")
+    with pytest.raises(hetmem.HetmemError) as raised:
+        hetmem._native.Device.open_cuda(0)
+    message = str(raised.value)
+    assert "cannot run" in message and "does not exist" not in message, message
