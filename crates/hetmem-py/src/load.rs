@@ -219,8 +219,9 @@ fn checkpoint(sources: &[PathBuf]) -> PyResult<Checkpoint> {
 
 /// Refuses a load larger than the GPU's free memory, before allocating.
 fn check_fits(device: &hetmem::Device, plan: &LoadPlan) -> PyResult<()> {
-    let Some(gpu) = device.as_cuda() else { return Ok(()) };
-    let free = gpu.memory_info().map_err(|error| to_py_err(error.into()))?.0;
+    let Some(free) = device.free_device_memory().map_err(|error| to_py_err(error.into()))? else {
+        return Ok(());
+    };
     if plan.total_bytes() as u64 > free {
         return Err(HetmemError::new_err(format!(
             "load: {} bytes of tensors do not fit in the {free} bytes free on {}; load fewer (names= or prefix=), \
