@@ -41,12 +41,13 @@ pub struct Args {
     /// Load `.safetensors` files as plain bytes.
     #[arg(long)]
     raw: bool,
-    /// Reader threads. Default: the CPUs, at most 8.
+    /// Reader threads. Default: the CPUs, at most 12.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: Option<u32>,
-    /// Bytes per read and per copy (a multiple of 4 KiB), e.g. 8MiB.
-    #[arg(long, value_name = "SIZE", default_value = "8MiB")]
-    chunk: String,
+    /// Bytes per read and per copy (a multiple of 4 KiB), e.g. 8MiB. Default: 4MiB, which
+    /// keeps the staging ring (depth x chunk) inside the CPU's last-level cache.
+    #[arg(long, value_name = "SIZE")]
+    chunk: Option<String>,
     /// Staging buffers (or windows) in flight. Default: twice the threads.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     depth: Option<u32>,
@@ -118,8 +119,11 @@ struct Loaded {
 }
 
 pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
-    let chunk = sizes::parse(&args.chunk).context("--chunk")?;
     let defaults = StreamOptions::default();
+    let chunk = match &args.chunk {
+        Some(chunk) => sizes::parse(chunk).context("--chunk")?,
+        None => defaults.chunk_bytes,
+    };
     let threads = args.threads.map_or(defaults.threads, |threads| threads as usize);
     let options = StreamOptions {
         method: args.method.0,

@@ -21,7 +21,14 @@ W, H = 64, 48  # even sides: 4:2:0 and 4:2:2 frames stack as (H*3/2, W) and (2*H
 
 
 def copy_stage(frame, out, stream):
-    np.copyto(out, frame)
+    """The frame as it is, on whatever the ring's strategy hands the stage: NumPy arrays on the
+    CPU backend, tensors (CUDA ones on a GPU strategy, run on the ring's stream) with PyTorch,
+    copied as bytes (PyTorch's uint16 has few kernels)."""
+    if isinstance(frame, np.ndarray):
+        np.copyto(out, frame)
+    else:
+        import torch
+        out.view(torch.uint8).copy_(frame.view(torch.uint8))
 
 
 def frame_samples(colour_space, width=W, height=H):

@@ -181,12 +181,13 @@ pub(super) enum What {
         #[arg(long)]
         drop_caches: bool,
         /// Reader threads of each load, comma-separated to compare several (e.g. 8,16).
-        /// Default: the CPUs, at most 8.
+        /// Default: the CPUs, at most 12.
         #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=256))]
         threads: Vec<u32>,
         /// Bytes per read and copy (multiples of 4 KiB), comma-separated to compare several
-        /// (e.g. 4MiB,16MiB,64MiB). Every threads and chunk pair is measured.
-        #[arg(long, value_name = "SIZE", value_delimiter = ',', default_value = "8MiB")]
+        /// (e.g. 4MiB,16MiB,64MiB). Every threads and chunk pair is measured. Default: the
+        /// loads' own, 4MiB.
+        #[arg(long, value_name = "SIZE", value_delimiter = ',')]
         chunk: Vec<String>,
         /// Staging buffers (or windows) in flight. Default: twice the threads.
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]

@@ -82,8 +82,11 @@ pub(super) fn file_options(what: &What) -> anyhow::Result<FileOptions> {
     } else {
         threads.iter().map(|&n| n as usize).collect()
     };
-    let chunks =
-        chunk.iter().map(|text| sizes::parse(text).context("--chunk")).collect::<anyhow::Result<Vec<_>>>()?;
+    let chunks = if chunk.is_empty() {
+        vec![default.chunk_bytes]
+    } else {
+        chunk.iter().map(|text| sizes::parse(text).context("--chunk")).collect::<anyhow::Result<Vec<_>>>()?
+    };
     options.tunings = threads
         .iter()
         .flat_map(|&threads| {
