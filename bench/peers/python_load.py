@@ -121,7 +121,7 @@ def loader_hetmem(method):
     def run(folder, shards, threads):
         import hetmem
 
-        # hetmem's own default threads (the CPUs, at most 8), as a user calls it; --threads is
+        # hetmem's own default threads (the CPUs, at most 12), as a user calls it; --threads is
         # the peers' (their best settings were 16 on the H200 machine).
         loaded = hetmem.load(os.path.join(folder, INDEX), device="cuda", method=method, progress=False)
         return dict(loaded), {"method": loaded.report.method, "read_mode": loaded.report.read_mode,
