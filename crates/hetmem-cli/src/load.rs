@@ -243,10 +243,12 @@ pub fn run(device: &Device, args: &Args, ui: Ui) -> anyhow::Result<ExitCode> {
 
 /// Refuses a load larger than `--max-device-memory`, or than the GPU's free memory.
 fn check_fits(device: &Device, total: u64, limit: Option<&str>) -> anyhow::Result<()> {
-    let (limit, what) = match (limit, device.as_cuda()) {
-        (Some(text), _) => (sizes::parse(text).context("--max-device-memory")? as u64, "--max-device-memory"),
-        (None, Some(gpu)) => (gpu.memory_info()?.0, "the GPU's free memory"),
-        (None, None) => return Ok(()),
+    let (limit, what) = match limit {
+        Some(text) => (sizes::parse(text).context("--max-device-memory")? as u64, "--max-device-memory"),
+        None => match device.free_device_memory()? {
+            Some(free) => (free, "the GPU's free memory"),
+            None => return Ok(()),
+        },
     };
     if total > limit {
         bail!(

@@ -6,6 +6,7 @@ a frame that never came out cannot pass. Mismatched geometry is refused before a
 in; a truncated or corrupt frame (from a file or a pipe closed mid-stream) raises naming the
 file and the frame, after every earlier frame came out."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -289,10 +290,12 @@ def test_formats_that_do_not_fit_say_what_to_give(tmp_path, rng):
     assert ring.feed(y4m) == 1
 
 
+# The child's stage is this module's copy_stage, its source sent along.
 STDIN_CONSUMER = """
 import sys, numpy as np, hetmem
+""" + inspect.getsource(copy_stage) + """
 shape = (int(sys.argv[1]), int(sys.argv[2]))
-ring = hetmem.FrameRing(shape, np.uint8, stage=lambda frame, out, stream: np.copyto(out, frame), slots=2)
+ring = hetmem.FrameRing(shape, np.uint8, stage=copy_stage, slots=2)
 for index, out in ring.map_file("-"):
     sys.stdout.buffer.write(index.to_bytes(4, "little") + np.asarray(out).tobytes())
 """

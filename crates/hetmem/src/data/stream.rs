@@ -110,9 +110,10 @@ type Token = Option<HostBuf<u8>>;
 /// The free staging buffers (or window slots), handed out newest first. The buffer whose copy
 /// has just finished is the likeliest to be still in the CPU's last-level cache, so the reader
 /// that writes it again, and the copy engine that reads it next, find it there; handed out
-/// oldest first, every buffer of the ring cycles through the cache, and a ring past the cache's
-/// size costs a third of the rate (the H200 machine's Xeon, 8 threads x 8 MiB: 48 GB/s with a
-/// 128 MiB ring, 33 with 512 MiB).
+/// oldest first, every buffer of the ring cycles through the cache. On the H200 machine, the
+/// same build run both ways, turn by turn: level within the noise with rings of 64-128 MiB
+/// of 4 MiB pieces (12 x 4 MiB x 24: 51.3 GB/s newest first, 50.6 oldest), and 6-11 GB/s
+/// faster with the larger rings of 8 MiB pieces (8 threads x 32: 36.3 against 25.2).
 struct FreeStack {
     tokens: Mutex<Vec<Token>>,
     pushed: Condvar,
@@ -132,10 +133,6 @@ impl FreeStack {
     fn pop(&self) -> Token {
         let mut tokens = self.tokens.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
-            // TEMPORARY (an A/B measurement on the GPU machine, removed after it): the old order.
-            if std::env::var_os("HETMEM_FREE_ORDER_FIFO").is_some() && !tokens.is_empty() {
-                return tokens.remove(0);
-            }
             if let Some(token) = tokens.pop() {
                 return token;
             }
