@@ -98,13 +98,24 @@ fn ctrl_c_in_a_pipeline(
     let dir = TempDir::new(name);
     let file = dir.path("stream.y4m");
     std::fs::write(&file, stream).unwrap();
-    let mut upstream = Command::new("sh")
+    let mut upstream = Command::new("sh");
+    upstream
         .args(["-c", "cat \"$0\"; exec sleep 60", text(&file)])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("start the upstream");
+        .process_group(0);
+    // A test run started in the background of a script (`cmd &`) ignores SIGINT, and so would
+    // the upstream, which a shell cannot undo: it would sleep its minute out instead of dying.
+    // SAFETY: between fork and exec the closure only calls sigaction, which is async-signal-safe,
+    // and allocates nothing.
+    unsafe {
+        upstream.pre_exec(|| {
+            nix::sys::signal::signal(nix::sys::signal::Signal::SIGINT, nix::sys::signal::SigHandler::SigDfl)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut upstream = upstream.spawn().expect("start the upstream");
     let group = upstream.id();
     let mut child = command(&["filter", "-", "-"])
         .stdin(upstream.stdout.take().unwrap())
