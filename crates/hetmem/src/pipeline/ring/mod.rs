@@ -85,8 +85,8 @@ impl Default for RingOptions {
 /// The rules (the slot state machine in `ring/state.rs`, model-tested there):
 /// - frames come out in the order they went in, each exactly once, failed ones included;
 /// - a slot held by the GPU or the consumer is never handed to the producer: a full ring blocks
-///   ([`FrameRing::next_input`]) or refuses with [`Error::WouldBlock`]
-///   ([`FrameRing::try_next_input`]), so memory stays bounded at N slots;
+///   ([`FrameRing::next_input`]; for a while, [`FrameRing::next_input_within`]) or refuses with
+///   [`Error::WouldBlock`] ([`FrameRing::try_next_input`]), so memory stays bounded at N slots;
 /// - while the GPU works on a slot its buffers are lent to it (the hand-off's leases), so no
 ///   safe code can reach them until its fence completes;
 /// - a frame whose work fails comes out as [`Error::FrameFailed`] naming its index; the frames
