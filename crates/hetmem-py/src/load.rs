@@ -1,12 +1,12 @@
 //! `load_checkpoint`: safetensors files (or a sharded checkpoint's index) streamed into one
 //! allocation, device memory on a GPU and host memory on the CPU backend, by the library's
-//! `FileStream` (the machinery of `hetmem load`), with the interpreter released while the
-//! bytes move; and `LoadedCheckpoint`, the allocation's `Memory` and where each tensor lies in
+//! `FileStream` (the machinery of `hetmem load`), on a thread of their own while the calling
+//! thread, the interpreter released between looks, hears Ctrl-C and reports the progress; and `LoadedCheckpoint`, the allocation's `Memory` and where each tensor lies in
 //! it, from which the Python half makes the tensors' views.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use hetmem::data::{
@@ -22,8 +22,9 @@ use crate::memory::Memory;
 use crate::size::Int;
 use crate::{HetmemError, to_py_err};
 
-/// How often the progress callback hears the bytes done.
-const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// How often a load's calling thread looks for a signal (Ctrl-C) and tells the progress
+/// callback the bytes done.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// The most streams kept between loads (each with its pinned staging ring).
 const KEPT_STREAMS: usize = 2;
@@ -90,11 +91,12 @@ impl LoadedCheckpoint {
 /// into one allocation of `device` (the CPU backend's host memory where `device` is None),
 /// the tensors `names` lists or those whose name starts with one of `prefixes` (at most one
 /// of the two; neither: all). `method`: `auto`, `staged` or `staged-direct`; `threads` and
-/// `chunk_bytes` as for `hetmem load`. `progress(bytes_done, bytes_total)` is called about every 100 ms,
-/// attached, from another thread; an exception it raises is raised once the load has ended
-/// (the tensors discarded).
-/// The interpreter is released while the bytes move; nothing is returned unless every
-/// tensor arrived. `shard`: `(rank, world, dim)`, each tensor cut to that rank's slice along
+/// `chunk_bytes` as for `hetmem load`. `progress(bytes_done, bytes_total)` is called about
+/// every 100 ms on the calling thread. The bytes move on threads of their own; the calling
+/// thread, the interpreter released between looks, runs the signal handlers as often: an
+/// exception raised by a handler (Ctrl-C's `KeyboardInterrupt`) or by `progress` stops the
+/// load at its next piece and is raised once its work has ended (the allocation released).
+/// Nothing is returned unless every tensor arrived. `shard`: `(rank, world, dim)`, each tensor cut to that rank's slice along
 /// `dim` (torch.chunk's split; a tensor with fewer dimensions whole), only its bytes read.
 /// The stream's pinned staging ring (2 x threads x chunk_bytes) is kept for
 /// the next load (see `STREAMS`).
@@ -117,13 +119,12 @@ pub fn load_checkpoint(
     let filter = tensor_filter(names, prefixes)?;
     let options = stream_options(method, threads, chunk_bytes)?;
     let device = device.map_or_else(hetmem::Device::cpu, |device| device.inner.clone());
-    let (plan, loaded) = py.detach(|| -> PyResult<_> {
+    let plan = py.detach(|| -> PyResult<_> {
         let plan = checkpoint(&sources)?.plan_with(&filter, shard.as_ref()).map_err(to_py_err)?;
         check_fits(&device, &plan)?;
-        let loaded = load_plan(&device, &plan, options, progress.as_ref())?;
-        Ok((plan, loaded))
+        Ok(plan)
     })?;
-    let (memory, report) = loaded;
+    let (memory, report) = load_plan(py, &device, &plan, options, progress.as_ref())?;
     let tensors = plan
         .tensors()
         .iter()
@@ -233,52 +234,43 @@ fn check_fits(device: &hetmem::Device, plan: &LoadPlan) -> PyResult<()> {
     Ok(())
 }
 
-/// Streams `plan` into a new allocation of `device`, calling `progress` meanwhile.
+/// Streams `plan` into a new allocation of `device` on a thread of its own, while this thread
+/// watches it ([`watch`]); the stream is kept for the next load after a success.
 fn load_plan(
+    py: Python<'_>,
     device: &hetmem::Device,
     plan: &LoadPlan,
     options: StreamOptions,
     progress: Option<&Py<PyAny>>,
 ) -> PyResult<(Memory, LoadReport)> {
     let ordinal = device.as_cuda().map(|cuda| cuda.ordinal());
-    let mut stream = take_stream(device, ordinal, options).map_err(to_py_err)?;
-    // The kept stream's device (the same GPU, or the CPU backend), which its queue copies for.
-    let device = &stream.device().clone();
-    let queue = stream.queue().clone();
-    // An allocation has at least one byte; a plan of empty tensors needs none.
-    let bytes = plan.total_bytes().max(1);
+    // Pinning a new stream's ring takes a tenth of a second or more: the interpreter let go.
+    let mut stream = py.detach(|| take_stream(device, ordinal, options)).map_err(to_py_err)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    stream.set_cancel(Some(Arc::clone(&cancel)));
     let to_read: u64 = plan.parts().iter().map(|(range, _)| range.len).sum();
     let done = AtomicU64::new(0);
     let finished = AtomicBool::new(false);
-    let failed: Mutex<Option<PyErr>> = Mutex::new(None);
-    let record = |done_now: u64| done.store(done_now, Ordering::Relaxed);
-    let loaded = std::thread::scope(|scope| {
-        let ticker = progress
-            .map(|callback| scope.spawn(|| report_progress(callback, to_read, &done, &finished, &failed)));
-        let loaded = if device.as_cuda().is_some() {
-            DeviceBuf::<u8>::new(device, bytes).and_then(|buffer| {
-                let mut dst = queue.lend(buffer);
-                let report = stream.load_plan(plan, &mut dst, &record)?;
-                Ok((Memory::from_device(dst.reclaim()?, device), report))
-            })
-        } else {
-            HostBuf::<u8>::pinned(device, bytes, PinOptions::default()).and_then(|buffer| {
-                let mut dst = queue.lend(buffer);
-                let report = stream.load_plan(plan, &mut dst, &record)?;
-                Ok((Memory::from_host(dst.reclaim()?, device), report))
-            })
-        };
-        finished.store(true, Ordering::Relaxed);
-        // Woken now rather than at its next tick, so the load returns as soon as it is done.
-        if let Some(ticker) = ticker {
-            ticker.thread().unpark();
-        }
-        loaded
+    let caller = std::thread::current();
+    let (loaded, raised) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let loaded = stream_plan(&mut stream, plan, &done);
+            finished.store(true, Ordering::Release);
+            // Woken now rather than at its next look, so the load returns as soon as it is done.
+            caller.unpark();
+            loaded
+        });
+        let raised = watch(py, progress, to_read, &done, &finished, &cancel);
+        let loaded = py.detach(|| worker.join()).unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (loaded, raised)
     });
-    let loaded = loaded.map_err(to_py_err)?;
-    if let Some(error) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
+    // Raised by a signal handler or the callback: the load stopped (or ended just then) and
+    // its allocation, if any, is dropped here; the raised exception is the caller's error.
+    if let Some(error) = raised {
         return Err(error);
     }
+    let loaded = loaded.map_err(to_py_err)?;
+    stream.set_cancel(None);
     // The stream put out of the kept ones (its ring unpinned) is dropped after the lock is let go.
     let _evicted = {
         let mut kept = STREAMS.lock().unwrap_or_else(PoisonError::into_inner);
@@ -287,6 +279,64 @@ fn load_plan(
         evicted
     };
     Ok(loaded)
+}
+
+/// Streams `plan` into a new allocation of the stream's device, recording the bytes done in
+/// `done`. A failed or stopped load drops its allocation here, once the copies into it ended
+/// (the lease's drop waits for them).
+fn stream_plan(
+    stream: &mut FileStream,
+    plan: &LoadPlan,
+    done: &AtomicU64,
+) -> hetmem::Result<(Memory, LoadReport)> {
+    // The kept stream's device (the same GPU, or the CPU backend), which its queue copies for.
+    let device = &stream.device().clone();
+    let queue = stream.queue().clone();
+    // An allocation has at least one byte; a plan of empty tensors needs none.
+    let bytes = plan.total_bytes().max(1);
+    let record = |done_now: u64| done.store(done_now, Ordering::Relaxed);
+    if device.as_cuda().is_some() {
+        let mut dst = queue.lend(DeviceBuf::<u8>::new(device, bytes)?);
+        let report = stream.load_plan(plan, &mut dst, &record)?;
+        Ok((Memory::from_device(dst.reclaim()?, device), report))
+    } else {
+        let mut dst = queue.lend(HostBuf::<u8>::pinned(device, bytes, PinOptions::default())?);
+        let report = stream.load_plan(plan, &mut dst, &record)?;
+        Ok((Memory::from_host(dst.reclaim()?, device), report))
+    }
+}
+
+/// The load's calling thread until the load has `finished`: every [`WATCH_EVERY`] (the
+/// interpreter let go meanwhile) it runs the signal handlers, then calls
+/// `callback(bytes_done, total)`. The first exception either raises sets `cancel`, which stops
+/// the load at its next piece, and is returned; no call is made after it. Signal handlers run
+/// only on the main thread: a load on another thread (a `device_map`'s) hears no Ctrl-C.
+fn watch(
+    py: Python<'_>,
+    callback: Option<&Py<PyAny>>,
+    total: u64,
+    done: &AtomicU64,
+    finished: &AtomicBool,
+    cancel: &AtomicBool,
+) -> Option<PyErr> {
+    loop {
+        py.detach(|| {
+            if !finished.load(Ordering::Acquire) {
+                std::thread::park_timeout(WATCH_EVERY);
+            }
+        });
+        if finished.load(Ordering::Acquire) {
+            return None;
+        }
+        let looked = py.check_signals().and_then(|()| match callback {
+            Some(callback) => callback.call1(py, (done.load(Ordering::Relaxed), total)).map(drop),
+            None => Ok(()),
+        });
+        if let Err(error) = looked {
+            cancel.store(true, Ordering::Relaxed);
+            return Some(error);
+        }
+    }
 }
 
 /// A kept stream of `device` with `options`, or a new one.
@@ -305,28 +355,6 @@ fn take_stream(
     match found {
         Some(stream) => Ok(stream),
         None => FileStream::new(device, &Queue::new(device)?, options),
-    }
-}
-
-/// Calls `callback(bytes_done, total)` every [`PROGRESS_EVERY`] until the load has finished or the
-/// callback raised (kept in `failed`).
-fn report_progress(
-    callback: &Py<PyAny>,
-    total: u64,
-    done: &AtomicU64,
-    finished: &AtomicBool,
-    failed: &Mutex<Option<PyErr>>,
-) {
-    while !finished.load(Ordering::Relaxed) {
-        std::thread::park_timeout(PROGRESS_EVERY);
-        if finished.load(Ordering::Relaxed) {
-            return;
-        }
-        let called = Python::attach(|py| callback.call1(py, (done.load(Ordering::Relaxed), total)).map(drop));
-        if let Err(error) = called {
-            failed.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
-            return;
-        }
     }
 }
 

@@ -81,7 +81,7 @@ pub enum Error {
     },
     /// A run was stopped (by its caller, or by Ctrl-C) before it finished; what it produced
     /// until then is kept.
-    #[error("the {what} was stopped before it finished")]
+    #[error("the {what} was interrupted (stopped by its caller) before it finished")]
     Stopped {
         /// The run.
         what: &'static str,
@@ -653,7 +653,10 @@ mod tests {
         assert_eq!(held.to_string(), "the frame ring's input slot is still held: submit it");
         let foreign = Error::ForeignQueue { what: "this lease", remedy: "reclaim it first" }.to_string();
         assert_eq!(foreign, "this lease belongs to another queue; remedy: reclaim it first");
-        assert_eq!(Error::Stopped { what: "load" }.to_string(), "the load was stopped before it finished");
+        assert_eq!(
+            Error::Stopped { what: "load" }.to_string(),
+            "the load was interrupted (stopped by its caller) before it finished"
+        );
         let lent = Error::LentToGpu { device: 1 }.to_string();
         assert!(lent.contains("lent to GPU work on CUDA device 1") && lent.contains("reclaim"), "{lent}");
     }

@@ -104,6 +104,44 @@ fn a_stream_loads_twice_with_its_ring_kept() {
     }
 }
 
+/// A run whose cancel flag is set stops at its next piece with `Error::Stopped` (set
+/// mid-run, from the progress, it stops well before the end; set before, at once); once
+/// cleared, the same stream loads the whole file again.
+#[test]
+fn a_cancelled_run_stops_at_its_next_piece_and_the_stream_loads_again() {
+    on_every_backend("a_cancelled_run_stops_at_its_next_piece_and_the_stream_loads_again", |device| {
+        let dir = tempfile::tempdir().unwrap();
+        let pieces = 64;
+        let (path, bytes) = random_file(dir.path(), "cancelled.bin", pieces * CHUNK + 7);
+        let ranges = [FileRange::whole(&path).unwrap()];
+        let queue = Queue::new(device).unwrap();
+        let one_reader =
+            StreamOptions { method: LoadMethod::Staged, threads: 1, chunk_bytes: CHUNK, ring_depth: 2 };
+        let mut stream = FileStream::new(device, &queue, one_reader).unwrap();
+        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        stream.set_cancel(Some(std::sync::Arc::clone(&cancel)));
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let stopped = stream.load(&ranges, &|bytes| {
+            done.fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
+            if bytes >= 2 * CHUNK as u64 {
+                cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        assert!(matches!(stopped, Err(Error::Stopped { what: "load" })), "{stopped:?}");
+        let done = done.into_inner();
+        assert!((2 * CHUNK as u64..(8 * CHUNK) as u64).contains(&done), "{done} bytes done after the cancel");
+        // Still set: the next run stops before reading anything.
+        let again = stream.load(&ranges, &|bytes| panic!("{bytes} bytes read by a cancelled run"));
+        assert!(matches!(again, Err(Error::Stopped { .. })), "{again:?}");
+        cancel.store(false, std::sync::atomic::Ordering::Relaxed);
+        let mut dst = DeviceBuf::<u8>::new(device, bytes.len()).unwrap();
+        dst.copy_from_slice(&vec![POISON; bytes.len()]).unwrap();
+        let mut dst = queue.lend(dst);
+        stream.load_into(&ranges, &mut dst, 0, &|_| {}).unwrap();
+        assert!(dst.reclaim().unwrap().to_vec().unwrap() == bytes, "the load after the cancel differs");
+    });
+}
+
 /// The checksum stage reads each piece where it lies (staging or window) and sums to the
 /// CPU's checksum of each file.
 #[test]

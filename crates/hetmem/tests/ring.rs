@@ -223,6 +223,85 @@ fn closing_wakes_a_waiting_producer_and_ends_the_stream_after_the_last_frame() {
     assert!(matches!(ring.next_output(), Err(Error::RingClosed)));
 }
 
+/// Fills the next input slot of `ring` with `frame` and submits it.
+fn submit_frame(ring: &FrameRing<CpuStage>, frame: &[u8]) {
+    let mut slot = ring.try_next_input().unwrap();
+    slot.input_mut(0).unwrap().copy_from_slice(frame);
+    slot.submit();
+}
+
+fn inverted(frame: &[u8]) -> Vec<u8> {
+    frame.iter().map(|&byte| !byte).collect()
+}
+
+#[test]
+fn a_bounded_wait_on_a_full_ring_times_out_taking_nothing_and_a_freed_slot_is_returned() {
+    let ring = inverting_ring(1, None);
+    ring.fill_outputs(0xa5).unwrap();
+    let (first, seed) = random_frame(64);
+    println!("seed {seed}");
+    submit_frame(&ring, &first);
+    let started = Instant::now();
+    assert!(ring.next_input_within(Some(Duration::from_millis(100))).unwrap().is_none());
+    assert!(started.elapsed() >= Duration::from_millis(100), "gave up early: {:?}", started.elapsed());
+    assert!(ring.next_input_within(Some(Duration::ZERO)).unwrap().is_none());
+    // Nothing was taken: the ring still holds frame 0 alone, intact, and refuses input.
+    assert_eq!((ring.submitted(), ring.drained()), (1, 0));
+    assert!(matches!(ring.try_next_input(), Err(Error::WouldBlock(_))));
+    let (second, _) = random_frame(64);
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let started = Instant::now();
+            let mut slot =
+                ring.next_input_within(Some(Duration::from_secs(20))).unwrap().expect("a slot came free");
+            assert_eq!(slot.index(), 1);
+            slot.input_mut(0).unwrap().copy_from_slice(&second);
+            slot.submit();
+            started.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(150));
+        let output = ring.next_output_within(Some(Duration::ZERO)).unwrap().expect("frame 0 is done");
+        assert_eq!(output.index(), 0);
+        assert_eq!(&output[..], &inverted(&first)[..]);
+        drop(output);
+        let waited = waiting.join().unwrap();
+        assert!(waited >= Duration::from_millis(100) && waited < Duration::from_secs(10), "{waited:?}");
+    });
+    assert_eq!(&ring.next_output().unwrap()[..], &inverted(&second)[..]);
+}
+
+#[test]
+fn a_bounded_wait_on_an_empty_ring_times_out_taking_nothing_and_a_submitted_frame_is_returned() {
+    let ring = inverting_ring(2, None);
+    ring.fill_outputs(0xa5).unwrap();
+    let started = Instant::now();
+    assert!(ring.next_output_within(Some(Duration::from_millis(100))).unwrap().is_none());
+    assert!(started.elapsed() >= Duration::from_millis(100), "gave up early: {:?}", started.elapsed());
+    assert_eq!((ring.submitted(), ring.drained()), (0, 0));
+    let (frame, seed) = random_frame(64);
+    println!("seed {seed}");
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| {
+            let output =
+                ring.next_output_within(Some(Duration::from_secs(20))).unwrap().expect("frame 0 came");
+            (output.index(), output.to_vec())
+        });
+        std::thread::sleep(Duration::from_millis(150));
+        submit_frame(&ring, &frame);
+        assert_eq!(waiting.join().unwrap(), (0, inverted(&frame)));
+    });
+    assert_eq!((ring.submitted(), ring.drained()), (1, 1));
+    // A close ends a bounded wait as it ends a blocking one.
+    std::thread::scope(|scope| {
+        let waiting = scope
+            .spawn(|| ring.next_output_within(Some(Duration::from_secs(20))).map(|frame| frame.is_some()));
+        std::thread::sleep(Duration::from_millis(50));
+        ring.close();
+        assert!(matches!(waiting.join().unwrap(), Err(Error::RingClosed)));
+    });
+    assert!(matches!(ring.next_input_within(Some(Duration::from_secs(20))), Err(Error::RingClosed)));
+}
+
 /// Async completions: a task awaits each frame without blocking its runtime's only
 /// thread, whether the frame is still on the GPU (a fence through the poller) or not yet
 /// submitted (woken by the producer).

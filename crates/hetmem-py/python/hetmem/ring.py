@@ -278,7 +278,8 @@ class FrameRing:
         host view (a ``RingView``); leaving the block submits it (an exception in the block
         gives the slot back unused). On the thread that took the last result, that result is
         released first (its slot may be the one the ring needs). Waits while the ring is full
-        (the interpreter let go, so a consumer thread can drain it); ``block=False`` raises
+        (the interpreter let go, so a consumer thread can drain it; Ctrl-C raises
+        ``KeyboardInterrupt`` with nothing taken); ``block=False`` raises
         ``BlockingIOError`` instead. From one thread, take a result whenever ``slots`` frames
         are in flight, or use ``map``: a full ring that only this thread drains never frees."""
         if self._result is not None and self._result[2] == threading.get_ident():
@@ -480,8 +481,8 @@ class FrameRing:
     def next_result(self, block: bool = True) -> Optional[Tuple[int, RingView]]:
         """The oldest frame's ``(index, out)``, ``out`` its read-only host view, valid until the
         next call, or this thread's next ``slot``/``submit`` (the slot then goes back to the
-        ring). Waits (the interpreter let go) for the
-        frame and its GPU work; ``block=False`` raises ``BlockingIOError`` instead. None after
+        ring). Waits (the interpreter let go; Ctrl-C raises ``KeyboardInterrupt`` with nothing
+        taken) for the frame and its GPU work; ``block=False`` raises ``BlockingIOError`` instead. None after
         the last frame of a closed ring. Raises ``StageError`` for a frame whose stage failed;
         the next call returns the frame after it."""
         self._release()

@@ -22,16 +22,16 @@ use crate::memory::Memory;
 /// this never lets them (it is made inside the closure and unwrapped by its caller at once).
 pub(super) struct OnThisThread<T>(pub(super) T);
 
-// SAFETY: only `take_input` and `take_output` make one, as the value of a `py.detach`
-// closure, and unwrap it on the same thread right after: `detach` runs the closure on the
+// SAFETY: only `take_input` and `take_output` (directly or through `take_interruptibly`) make
+// one, as the value of a `py.detach` closure, and unwrap it on the same thread right after: `detach` runs the closure on the
 // thread that called it (it only lets go of the interpreter meanwhile), so the value never
 // reaches another thread.
 unsafe impl<T> Send for OnThisThread<T> {}
 
 /// Which thread holds the ring's input slot and which its output frame, and whether the ring
 /// is closed: the holds are bound to their thread, so a blocking take on that thread that only
-/// the hold's own end could satisfy would wait for ever (the interpreter let go, deaf to
-/// Ctrl-C); `Ring` refuses it instead.
+/// the hold's own end could satisfy would wait for ever (until Ctrl-C); `Ring` refuses it
+/// instead.
 #[derive(Debug, Default)]
 pub(super) struct HeldBy {
     input: Mutex<Option<ThreadId>>,

@@ -12,6 +12,7 @@ pub(crate) mod views;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hetmem::backend::cuda::CudaDevice;
 use hetmem::pipeline::{FrameRing, RingOptions};
@@ -29,6 +30,26 @@ use crate::{HetmemError, to_py_err};
 use holds::{HeldBy, InputHold, OnThisThread, OutputHold};
 use stage::PyStage;
 use views::{DeviceFrame, DeviceStream, FrameSpec};
+
+/// The longest a blocking take waits with the interpreter let go before it looks for a signal
+/// (Ctrl-C), as the shared ring's waits do.
+const SIGNAL_SLICE: Duration = Duration::from_millis(50);
+
+/// Runs `take` (the interpreter let go) with waits of [`SIGNAL_SLICE`] until it gives a hold or
+/// an error, running the signal handlers between the slices: Ctrl-C (or any handler's
+/// exception) is raised here, with nothing taken, and the ring as it was.
+fn take_interruptibly<T>(
+    py: Python<'_>,
+    take: impl Fn() -> hetmem::Result<Option<T>> + Sync,
+) -> PyResult<hetmem::Result<T>> {
+    loop {
+        match py.detach(|| OnThisThread(take())).0 {
+            Ok(Some(hold)) => return Ok(Ok(hold)),
+            Ok(None) => py.check_signals()?,
+            Err(error) => return Ok(Err(error)),
+        }
+    }
+}
 
 /// Adds the ring's classes and functions to the native module.
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -155,8 +176,8 @@ impl Ring {
         Ok(Ring { owner })
     }
 
-    /// The next frame's slot, waiting (the interpreter let go) while the ring is full when
-    /// `block`, else None at once; `HetmemError` once the ring is closed.
+    /// The next frame's slot, waiting (the interpreter let go, Ctrl-C heard every 50 ms) while
+    /// the ring is full when `block`, else None at once; `HetmemError` once the ring is closed.
     fn take_input(&self, py: Python<'_>, block: bool) -> PyResult<Option<InputHold>> {
         let ring = &*self.owner.ring;
         // Full, the ring frees a slot only when the oldest result is released, which only
@@ -170,8 +191,11 @@ impl Ring {
                  release it first",
             ));
         }
-        let taken =
-            py.detach(|| OnThisThread(if block { ring.next_input() } else { ring.try_next_input() })).0;
+        let taken = if block {
+            take_interruptibly(py, || ring.next_input_within(Some(SIGNAL_SLICE)))?
+        } else {
+            py.detach(|| OnThisThread(ring.try_next_input())).0
+        };
         match taken {
             Ok(slot) => Ok(Some(InputHold::new(Arc::clone(&self.owner), slot))),
             Err(Error::WouldBlock(_)) => Ok(None),
@@ -182,8 +206,8 @@ impl Ring {
         }
     }
 
-    /// The oldest frame, waiting (the interpreter let go) for it to be submitted and for its
-    /// work when `block`: an `OutputHold`; `(index, exception)` for a frame whose stage failed
+    /// The oldest frame, waiting (the interpreter let go, Ctrl-C heard every 50 ms while no
+    /// frame is submitted) for it to be submitted and for its work when `block`: an `OutputHold`; `(index, exception)` for a frame whose stage failed
     /// (the exception the stage raised, or the library's); None after the last frame of a
     /// closed ring. Without `block`, `BlockingIOError` when the oldest frame is not done.
     fn take_output(&self, py: Python<'_>, block: bool) -> PyResult<Py<PyAny>> {
@@ -196,8 +220,11 @@ impl Ring {
                  is running); submit it first, or take results on another thread",
             ));
         }
-        let taken =
-            py.detach(|| OnThisThread(if block { ring.next_output() } else { ring.try_next_output() })).0;
+        let taken = if block {
+            take_interruptibly(py, || ring.next_output_within(Some(SIGNAL_SLICE)))?
+        } else {
+            py.detach(|| OnThisThread(ring.try_next_output())).0
+        };
         match taken {
             Ok(frame) => Ok(Py::new(py, OutputHold::new(Arc::clone(&self.owner), frame))?.into_any()),
             Err(Error::FrameFailed { index, source }) => {

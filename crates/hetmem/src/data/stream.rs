@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
 use super::method::{LoadMethod, LoadReport, Route, StreamOptions, auto_route};
@@ -90,6 +90,8 @@ pub struct FileStream {
     options: StreamOptions,
     windows_allowed: bool,
     ring: Vec<HostBuf<u8>>,
+    /// Set by the caller to stop the run in progress ([`FileStream::set_cancel`]).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 /// A piece on its way from a reader to the calling thread.
@@ -148,7 +150,7 @@ impl FreeStack {
 /// One run's pipeline: reader threads fill pieces (a staging buffer read from the file, or a
 /// window mapped over it), the calling thread lends each to the stage, and a recycler reclaims
 /// the leases and hands the buffers back to the readers. A failure anywhere sets `abort`, and
-/// every side stops at its next piece.
+/// every side stops at its next piece; so does the caller's `cancel`, once set.
 struct Run<'r> {
     pieces: &'r [Piece],
     ranges: &'r [FileRange],
@@ -162,6 +164,8 @@ struct Run<'r> {
     /// The next piece a reader takes.
     next: AtomicUsize,
     abort: AtomicBool,
+    /// The caller's flag ([`FileStream::set_cancel`]), looked at with `abort`.
+    cancel: Option<&'r AtomicBool>,
     direct_failed: AtomicBool,
     /// Bytes read through the page cache on the direct route (gathered pieces, and files
     /// `O_DIRECT` could not open), so the report does not call them direct.
@@ -171,6 +175,11 @@ struct Run<'r> {
 }
 
 impl Run<'_> {
+    /// Whether the caller asked the run to stop.
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed))
+    }
+
     /// Runs the readers, the recycler and `stage` to the end or the first failure, which it
     /// returns (a failed reclaim is kept in `recycled`).
     fn drive(
@@ -207,7 +216,7 @@ impl Run<'_> {
         loop {
             let token = self.free.pop();
             let index = self.next.fetch_add(1, Ordering::Relaxed);
-            if self.abort.load(Ordering::Relaxed) || index >= self.pieces.len() {
+            if self.abort.load(Ordering::Relaxed) || self.cancelled() || index >= self.pieces.len() {
                 // Back for the next reader, which it wakes to see the end too.
                 self.free.push(token);
                 return;
@@ -293,8 +302,19 @@ impl Run<'_> {
         lent_tx: &mpsc::Sender<(LentPiece, usize)>,
         mut stage: impl FnMut(FilePiece<'_>) -> Result<()>,
     ) -> Option<Error> {
+        let stopped = || {
+            self.abort.store(true, Ordering::Relaxed);
+            Some(Error::Stopped { what: "load" })
+        };
         for _ in 0..self.pieces.len() {
-            let Ok((piece, filled)) = filled_rx.recv() else { break };
+            if self.cancelled() {
+                return stopped();
+            }
+            // Every reader gone before the last piece: one failed (its error comes first, or is
+            // the recycler's), or the readers saw the cancel, which is the run's error then.
+            let Ok((piece, filled)) = filled_rx.recv() else {
+                return if self.cancelled() { stopped() } else { None };
+            };
             let (filled, skip) = match filled {
                 Ok(filled) => filled,
                 Err(error) => return Some(error),
@@ -371,6 +391,7 @@ impl FileStream {
             options,
             windows_allowed: false,
             ring: Vec::new(),
+            cancel: None,
         })
     }
 
@@ -389,6 +410,16 @@ impl FileStream {
     pub unsafe fn allow_windows(mut self) -> FileStream {
         self.windows_allowed = true;
         self
+    }
+
+    /// Makes the stream's runs stop once `cancel` is set (`None`: runs go to their end): a run
+    /// in progress, or one started while it is set, stops at its next piece, waits for the work
+    /// queued on pieces already read, and fails with [`Error::Stopped`]. The bytes copied until
+    /// then are in the destination; a caller that stops a load discards it. The flag is the
+    /// caller's to clear (or replace) before the next run: how a binding stops a load on
+    /// Ctrl-C, or a program on a deadline of its own.
+    pub fn set_cancel(&mut self, cancel: Option<Arc<AtomicBool>>) {
+        self.cancel = cancel;
     }
 
     /// The stream's options.
@@ -585,6 +616,7 @@ impl FileStream {
             free: FreeStack::new(tokens),
             next: AtomicUsize::new(0),
             abort: AtomicBool::new(false),
+            cancel: self.cancel.as_deref(),
             direct_failed: AtomicBool::new(false),
             buffered_on_direct: AtomicU64::new(0),
             recycled: Mutex::new(None),

@@ -11,6 +11,7 @@ mod state;
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
+use std::time::{Duration, Instant};
 
 use busy::BusyTime;
 use state::{RingState, Stall};
@@ -84,8 +85,8 @@ impl Default for RingOptions {
 /// The rules (the slot state machine in `ring/state.rs`, model-tested there):
 /// - frames come out in the order they went in, each exactly once, failed ones included;
 /// - a slot held by the GPU or the consumer is never handed to the producer: a full ring blocks
-///   ([`FrameRing::next_input`]) or refuses with [`Error::WouldBlock`]
-///   ([`FrameRing::try_next_input`]), so memory stays bounded at N slots;
+///   ([`FrameRing::next_input`]; for a while, [`FrameRing::next_input_within`]) or refuses with
+///   [`Error::WouldBlock`] ([`FrameRing::try_next_input`]), so memory stays bounded at N slots;
 /// - while the GPU works on a slot its buffers are lent to it (the hand-off's leases), so no
 ///   safe code can reach them until its fence completes;
 /// - a frame whose work fails comes out as [`Error::FrameFailed`] naming its index; the frames
@@ -155,6 +156,41 @@ impl<S: Stage> std::fmt::Debug for FrameRing<S> {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// How long a take waits for the other side (the consumer freeing a slot, the producer
+/// submitting a frame).
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    /// Not at all: [`Error::WouldBlock`].
+    Never,
+    /// Until the deadline (`None`: for ever); past it, no hold and `Ok(None)`.
+    Until(Option<Instant>),
+}
+
+impl Wait {
+    fn within(timeout: Option<Duration>) -> Wait {
+        // A timeout past what the clock holds (centuries) is a wait for ever.
+        Wait::Until(timeout.and_then(|timeout| Instant::now().checked_add(timeout)))
+    }
+}
+
+/// Waits on `changed` with `state` until `deadline` (`None`: for ever); `None` back once the
+/// deadline has passed (the lock let go), else the state to look at again.
+fn wait_for_change<'a>(
+    changed: &Condvar,
+    state: MutexGuard<'a, RingState>,
+    deadline: Option<Instant>,
+) -> Option<MutexGuard<'a, RingState>> {
+    let Some(deadline) = deadline else {
+        return Some(changed.wait(state).unwrap_or_else(|poison| poison.into_inner()));
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return None;
+    }
+    // A spurious or early wake-up only makes the caller look again, with less time left.
+    Some(changed.wait_timeout(state, left).unwrap_or_else(|poison| poison.into_inner()).0)
 }
 
 fn check_slots(slots: usize) -> Result<()> {
@@ -404,7 +440,18 @@ impl<S: Stage> FrameRing<S> {
     /// [`Error::RingClosed`]; an input slot is already held; the slot's memory was lost to an
     /// earlier failed frame.
     pub fn next_input(&self) -> Result<InputSlot<'_, S>> {
-        self.input(true)
+        Ok(self.next_input_within(None)?.expect("no deadline: waits until a slot is free"))
+    }
+
+    /// [`FrameRing::next_input`], waiting at most `timeout` (`None` for ever) for the consumer
+    /// to free the next frame's slot: `Ok(None)` when none came free in time, with nothing
+    /// taken (the ring is as it was; call again). For callers that must wake up now and then,
+    /// as a binding checking for Ctrl-C. [`FrameRing::close`] ends the wait at once.
+    ///
+    /// # Errors
+    /// As for [`FrameRing::next_input`].
+    pub fn next_input_within(&self, timeout: Option<Duration>) -> Result<Option<InputSlot<'_, S>>> {
+        self.input(Wait::within(timeout))
     }
 
     /// The next frame's input slot, or [`Error::WouldBlock`] at once when the ring is full.
@@ -412,22 +459,25 @@ impl<S: Stage> FrameRing<S> {
     /// # Errors
     /// As for [`FrameRing::next_input`], and [`Error::WouldBlock`].
     pub fn try_next_input(&self) -> Result<InputSlot<'_, S>> {
-        self.input(false)
+        Ok(self.input(Wait::Never)?.expect("a take that does not wait refuses rather than times out"))
     }
 
-    fn input(&self, block: bool) -> Result<InputSlot<'_, S>> {
+    fn input(&self, wait: Wait) -> Result<Option<InputSlot<'_, S>>> {
         let mut state = lock(&self.state);
         let (slot, index) = loop {
-            match state.begin_input() {
-                Ok(taken) => break taken,
-                Err(Stall::Full) if block => {
-                    state = self.changed.wait(state).unwrap_or_else(|poison| poison.into_inner())
+            match (state.begin_input(), wait) {
+                (Ok(taken), _) => break taken,
+                (Err(Stall::Full), Wait::Until(deadline)) => {
+                    match wait_for_change(&self.changed, state, deadline) {
+                        Some(again) => state = again,
+                        None => return Ok(None),
+                    }
                 }
-                Err(Stall::Full) => {
+                (Err(Stall::Full), Wait::Never) => {
                     return Err(Error::WouldBlock("a frame ring's next input (the ring is full)"));
                 }
-                Err(Stall::Closed) => return Err(Error::RingClosed),
-                Err(_) => {
+                (Err(Stall::Closed), _) => return Err(Error::RingClosed),
+                (Err(_), _) => {
                     return Err(Error::StillHeld {
                         what: "the frame ring's input slot",
                         remedy: "submit it before asking for the next".into(),
@@ -443,7 +493,7 @@ impl<S: Stage> FrameRing<S> {
             self.notify();
             return Err(error);
         }
-        Ok(InputSlot::new(self, guard, slot, index))
+        Ok(Some(InputSlot::new(self, guard, slot, index)))
     }
 
     /// Takes no more frames: [`FrameRing::next_input`] (also one waiting now) returns
@@ -463,7 +513,19 @@ impl<S: Stage> FrameRing<S> {
     /// call returns the next frame); [`Error::RingClosed`] after the last frame of a closed
     /// ring; an output frame is already held.
     pub fn next_output(&self) -> Result<OutputFrame<'_, S>> {
-        self.output(true)
+        Ok(self.next_output_within(None)?.expect("no deadline: waits until a frame is done"))
+    }
+
+    /// [`FrameRing::next_output`], waiting at most `timeout` (`None` for ever) for the
+    /// producer to submit the oldest frame: `Ok(None)` when none was submitted in time, with
+    /// nothing taken (call again). For callers that must wake up now and then, as a binding
+    /// checking for Ctrl-C. A frame already submitted is waited for until its GPU work ends,
+    /// past the timeout: that work ends on its own (on the CPU it is done at the submit).
+    ///
+    /// # Errors
+    /// As for [`FrameRing::next_output`].
+    pub fn next_output_within(&self, timeout: Option<Duration>) -> Result<Option<OutputFrame<'_, S>>> {
+        self.output(Wait::within(timeout))
     }
 
     /// The oldest frame if it is done, or [`Error::WouldBlock`] at once when it has not been
@@ -472,15 +534,16 @@ impl<S: Stage> FrameRing<S> {
     /// # Errors
     /// As for [`FrameRing::next_output`], and [`Error::WouldBlock`].
     pub fn try_next_output(&self) -> Result<OutputFrame<'_, S>> {
-        self.output(false)
+        Ok(self.output(Wait::Never)?.expect("a take that does not wait refuses rather than times out"))
     }
 
-    fn output(&self, block: bool) -> Result<OutputFrame<'_, S>> {
+    fn output(&self, wait: Wait) -> Result<Option<OutputFrame<'_, S>>> {
+        let block = matches!(wait, Wait::Until(_));
         let mut state = lock(&self.state);
         let (slot, index) = loop {
-            match state.begin_output() {
-                Ok(taken) => break taken,
-                Err(Stall::Pending) => {
+            match (state.begin_output(), wait) {
+                (Ok(taken), _) => break taken,
+                (Err(Stall::Pending), _) => {
                     let (slot, index) = state.oldest_in_flight().expect("a pending frame is in flight");
                     drop(state);
                     // Only the consumer touches in-flight slots, so waiting here holds up no one.
@@ -498,14 +561,17 @@ impl<S: Stage> FrameRing<S> {
                         ));
                     }
                 }
-                Err(Stall::Empty) if block => {
-                    state = self.changed.wait(state).unwrap_or_else(|poison| poison.into_inner())
+                (Err(Stall::Empty), Wait::Until(deadline)) => {
+                    match wait_for_change(&self.changed, state, deadline) {
+                        Some(again) => state = again,
+                        None => return Ok(None),
+                    }
                 }
-                Err(Stall::Empty) => {
+                (Err(Stall::Empty), Wait::Never) => {
                     return Err(Error::WouldBlock("a frame ring's next output (no frame was submitted)"));
                 }
-                Err(Stall::Closed) => return Err(Error::RingClosed),
-                Err(_) => {
+                (Err(Stall::Closed), _) => return Err(Error::RingClosed),
+                (Err(_), _) => {
                     return Err(Error::StillHeld {
                         what: "the frame ring's output frame",
                         remedy: "drop it before asking for the next".into(),
@@ -521,7 +587,7 @@ impl<S: Stage> FrameRing<S> {
             self.notify();
             return Err(Error::FrameFailed { index, source: Box::new(source) });
         }
-        Ok(OutputFrame::new(self, guard, slot, index))
+        Ok(Some(OutputFrame::new(self, guard, slot, index)))
     }
 
     /// The oldest frame, as a future: like [`FrameRing::next_output`], but a task waiting for
