@@ -234,6 +234,21 @@ fn check_fits(device: &hetmem::Device, plan: &LoadPlan) -> PyResult<()> {
     Ok(())
 }
 
+/// Says the load has finished when dropped, and wakes its caller now rather than at its next
+/// look, so the load returns as soon as it is done: also when the load panics, so the watch
+/// ends and the join passes the panic on instead of the caller looking for ever.
+struct Finished<'a> {
+    flag: &'a AtomicBool,
+    caller: std::thread::Thread,
+}
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.flag.store(true, Ordering::Release);
+        self.caller.unpark();
+    }
+}
+
 /// Streams `plan` into a new allocation of `device` on a thread of its own, while this thread
 /// watches it ([`watch`]); the stream is kept for the next load after a success.
 fn load_plan(
@@ -254,11 +269,8 @@ fn load_plan(
     let caller = std::thread::current();
     let (loaded, raised) = std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
-            let loaded = stream_plan(&mut stream, plan, &done);
-            finished.store(true, Ordering::Release);
-            // Woken now rather than at its next look, so the load returns as soon as it is done.
-            caller.unpark();
-            loaded
+            let _finished = Finished { flag: &finished, caller };
+            stream_plan(&mut stream, plan, &done)
         });
         let raised = watch(py, progress, to_read, &done, &finished, &cancel);
         let loaded = py.detach(|| worker.join()).unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -310,7 +322,8 @@ fn stream_plan(
 /// interpreter let go meanwhile) it runs the signal handlers, then calls
 /// `callback(bytes_done, total)`. The first exception either raises sets `cancel`, which stops
 /// the load at its next piece, and is returned; no call is made after it. Signal handlers run
-/// only on the main thread: a load on another thread (a `device_map`'s) hears no Ctrl-C.
+/// only on the main thread: a load on another thread (a `device_map`'s) is stopped by its
+/// callback raising (the map's, once the whole load failed or heard Ctrl-C).
 fn watch(
     py: Python<'_>,
     callback: Option<&Py<PyAny>>,

@@ -168,6 +168,38 @@ def test_a_failed_spread_load_lets_the_other_devices_tensors_go_and_reports_no_m
     assert calls_after == [], "no progress after the error"
 
 
+def test_a_failed_spread_load_stops_the_other_devices_loads_instead_of_waiting_them_out(tmp_path, rng, monkeypatch):
+    # A long load on "cpu" (256 MiB in 4 KiB pieces on one thread: seconds) and a second
+    # device, "cuda:9", whose load fails once the first has begun: the first must be stopped at
+    # its next progress call, not read to its end before the error goes up.
+    big = rng.integers(0, 256, 256 << 20, dtype=np.uint8).tobytes()
+    path = write(tmp_path / "slow.safetensors",
+                 {"big": ("U8", (len(big),), big), "layers.0.w": ("F32", (4, 4), random_bytes(rng, "F32", (4, 4)))})
+    monkeypatch.setattr(_device_map, "device_key", lambda value, where: str(value))
+    real, began, ended = _device_map.load, threading.Event(), {}
+
+    def load(source, *, device, progress, **options):
+        if device == "cuda:9":
+            began.wait(timeout=30)
+            raise hetmem.HetmemError("the load on cuda:9 failed")
+
+        def progress_then_begun(done, total):
+            began.set()
+            progress(done, total)
+        try:
+            return real(source, device="cpu", progress=progress_then_begun, **options)
+        except BaseException as error:
+            ended["cpu"] = error
+            raise
+        finally:
+            began.set()
+
+    monkeypatch.setattr(_device_map, "load", load)
+    with pytest.raises(hetmem.HetmemError, match="cuda:9"):
+        hetmem.load(path, device_map={"layers.": "cuda:9", "": "cpu"}, threads=1, chunk_bytes=4096)
+    assert type(ended.get("cpu")).__name__ == "_LoadStopped", f"the cpu load was not stopped: {ended!r}"
+
+
 @pytest.mark.skipif(on_gpu, reason="on a GPU \"balanced\" places on it (see the GPU test)")
 def test_balanced_needs_a_gpu_and_says_so(tmp_path, rng):
     path, _ = model(tmp_path, rng)

@@ -142,6 +142,52 @@ fn a_cancelled_run_stops_at_its_next_piece_and_the_stream_loads_again() {
     });
 }
 
+/// A cancel set and cleared again while the run goes on: each run either stops with
+/// `Error::Stopped` or loads every byte, never an Ok with pieces unread (the readers that saw
+/// the flag left, and the run must not take the cleared flag for a finished load). Repeated,
+/// because where the clear lands against the readers' exit is up to the scheduler.
+#[test]
+fn a_cancel_cleared_mid_run_never_passes_for_a_whole_load() {
+    on_every_backend("a_cancel_cleared_mid_run_never_passes_for_a_whole_load", |device| {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes) = random_file(dir.path(), "cleared.bin", 32 * 4096 + 5);
+        let ranges = [FileRange::whole(&path).unwrap()];
+        let queue = Queue::new(device).unwrap();
+        let one_reader =
+            StreamOptions { method: LoadMethod::Staged, threads: 1, chunk_bytes: 4096, ring_depth: 2 };
+        let mut stream = FileStream::new(device, &queue, one_reader).unwrap();
+        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        stream.set_cancel(Some(std::sync::Arc::clone(&cancel)));
+        let (mut stopped, mut whole) = (0, 0);
+        for run in 0..200 {
+            cancel.store(false, std::sync::atomic::Ordering::Relaxed);
+            let mut dst = DeviceBuf::<u8>::new(device, bytes.len()).unwrap();
+            dst.copy_from_slice(&vec![POISON; bytes.len()]).unwrap();
+            let mut dst = queue.lend(dst);
+            let at = (run % 8 + 2) as u64 * 4096;
+            let loaded = stream.load_into(&ranges, &mut dst, 0, &|done| {
+                if done >= at && done < at + 4096 {
+                    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                    for _ in 0..(run % 5) * 200 {
+                        std::hint::spin_loop();
+                    }
+                    cancel.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+            let got = dst.reclaim().unwrap().to_vec().unwrap();
+            match loaded {
+                Ok(_) => {
+                    assert!(got == bytes, "run {run}: Ok, but the destination differs from the file");
+                    whole += 1;
+                }
+                Err(Error::Stopped { .. }) => stopped += 1,
+                Err(error) => panic!("run {run}: {error}"),
+            }
+        }
+        println!("{stopped} runs stopped, {whole} loaded whole");
+    });
+}
+
 /// The checksum stage reads each piece where it lies (staging or window) and sums to the
 /// CPU's checksum of each file.
 #[test]

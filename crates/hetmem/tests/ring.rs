@@ -251,21 +251,24 @@ fn a_bounded_wait_on_a_full_ring_times_out_taking_nothing_and_a_freed_slot_is_re
     let (second, _) = random_frame(64);
     std::thread::scope(|scope| {
         let waiting = scope.spawn(|| {
-            let started = Instant::now();
             let mut slot =
                 ring.next_input_within(Some(Duration::from_secs(20))).unwrap().expect("a slot came free");
+            let got = Instant::now();
             assert_eq!(slot.index(), 1);
             slot.input_mut(0).unwrap().copy_from_slice(&second);
             slot.submit();
-            started.elapsed()
+            got
         });
         std::thread::sleep(Duration::from_millis(150));
         let output = ring.next_output_within(Some(Duration::ZERO)).unwrap().expect("frame 0 is done");
         assert_eq!(output.index(), 0);
         assert_eq!(&output[..], &inverted(&first)[..]);
+        let freed = Instant::now();
         drop(output);
-        let waited = waiting.join().unwrap();
-        assert!(waited >= Duration::from_millis(100) && waited < Duration::from_secs(10), "{waited:?}");
+        let got = waiting.join().unwrap();
+        // Only the release frees the slot; woken by it, not by the 20 s wait running out.
+        assert!(got >= freed, "a slot came before one was freed");
+        assert!(got - freed < Duration::from_secs(10), "woken {:?} after the release", got - freed);
     });
     assert_eq!(&ring.next_output().unwrap()[..], &inverted(&second)[..]);
 }
@@ -284,20 +287,33 @@ fn a_bounded_wait_on_an_empty_ring_times_out_taking_nothing_and_a_submitted_fram
         let waiting = scope.spawn(|| {
             let output =
                 ring.next_output_within(Some(Duration::from_secs(20))).unwrap().expect("frame 0 came");
-            (output.index(), output.to_vec())
+            (output.index(), output.to_vec(), Instant::now())
         });
         std::thread::sleep(Duration::from_millis(150));
+        let submitting = Instant::now();
         submit_frame(&ring, &frame);
-        assert_eq!(waiting.join().unwrap(), (0, inverted(&frame)));
+        let (index, bytes, got) = waiting.join().unwrap();
+        assert_eq!((index, bytes), (0, inverted(&frame)));
+        // Woken by the submission, not by the 20 s wait running out.
+        assert!(
+            got - submitting < Duration::from_secs(10),
+            "woken {:?} after the submission",
+            got - submitting
+        );
     });
     assert_eq!((ring.submitted(), ring.drained()), (1, 1));
     // A close ends a bounded wait as it ends a blocking one.
     std::thread::scope(|scope| {
-        let waiting = scope
-            .spawn(|| ring.next_output_within(Some(Duration::from_secs(20))).map(|frame| frame.is_some()));
+        let waiting = scope.spawn(|| {
+            let taken = ring.next_output_within(Some(Duration::from_secs(20))).map(|frame| frame.is_some());
+            (taken, Instant::now())
+        });
         std::thread::sleep(Duration::from_millis(50));
+        let closing = Instant::now();
         ring.close();
-        assert!(matches!(waiting.join().unwrap(), Err(Error::RingClosed)));
+        let (taken, ended) = waiting.join().unwrap();
+        assert!(matches!(taken, Err(Error::RingClosed)));
+        assert!(ended - closing < Duration::from_secs(10), "woken {:?} after the close", ended - closing);
     });
     assert!(matches!(ring.next_input_within(Some(Duration::from_secs(20))), Err(Error::RingClosed)));
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import HetmemError, _native
@@ -88,9 +88,16 @@ def _agreed(values: Sequence[Optional[str]]) -> Optional[str]:
     return values[0] if len(set(values)) == 1 else "mixed"
 
 
+class _LoadStopped(Exception):
+    """Raised in a device's progress callback once the whole load has failed (another device's
+    load, or Ctrl-C in the caller's thread, which alone hears signals): the native load then
+    stops at its next piece instead of running to its end."""
+
+
 class _SummedProgress:
     """One ``progress`` for all devices' loads: their bytes done summed, under a lock (the
-    loads' callbacks come from several threads)."""
+    loads' callbacks come from several threads). Each device's load calls it about every
+    100 ms, also without a progress wanted, so that a stop reaches every load."""
 
     def __init__(self, reporter: _Progress, total: int):
         self._reporter, self._total = reporter, total
@@ -102,13 +109,15 @@ class _SummedProgress:
         def report(done: int, _total: int) -> None:
             with self._lock:
                 if self._stopped:
-                    return
+                    raise _LoadStopped()
                 self._done[key] = done
-                self._reporter(sum(self._done.values()), self._total)
+                if self._reporter.wanted:
+                    self._reporter(sum(self._done.values()), self._total)
         return report
 
     def stop(self) -> None:
-        """No more reports: the load has failed."""
+        """No more reports, and every load still running stops at its next call: the load has
+        failed."""
         with self._lock:
             self._stopped = True
 
@@ -144,13 +153,22 @@ def load_mapped(source: Any, device_map: Any, *, names: Any, prefix: Any, shard:
     summed = _SummedProgress(reporter, sum(nbytes for _, nbytes, _ in planned))
     pool = ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="hetmem.load")
     futures = {key: pool.submit(load, sources, device=key, names=group, shard=shard,
-                                progress=summed.for_device(key) if reporter.wanted else False,
+                                progress=summed.for_device(key),
                                 storage_gb_per_s=storage_gb_per_s, **options)
                for key, group in groups.items()}
     try:
-        # The first failure in the order the devices were mapped.
+        # Waiting for the first failure, whichever device's: the others are stopped then (the
+        # handler below), not waited out. Of the failures by then, the first in the order the
+        # devices were mapped is raised.
+        wait(futures.values(), return_when=FIRST_EXCEPTION)
+        for future in futures.values():
+            if future.done() and future.exception() is not None:
+                future.result()
         parts = {key: future.result() for key, future in futures.items()}
     except BaseException:
+        # The other devices' loads stop at their next progress call (within about 100 ms),
+        # rather than reading to their end first.
+        summed.stop()
         for future in futures.values():
             future.cancel()
         # Every other device's load has ended before the error goes up (no progress call
@@ -158,7 +176,6 @@ def load_mapped(source: Any, device_map: Any, *, names: Any, prefix: Any, shard:
         # as the caller keeps the exception's traceback.
         pool.shutdown(wait=True)
         futures.clear()
-        summed.stop()
         reporter.close(None)
         raise
     pool.shutdown(wait=True)

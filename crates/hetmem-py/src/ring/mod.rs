@@ -40,9 +40,13 @@ const SIGNAL_SLICE: Duration = Duration::from_millis(50);
 /// exception) is raised here, with nothing taken, and the ring as it was.
 fn take_interruptibly<T>(
     py: Python<'_>,
+    would_wait_for_ever: impl Fn() -> PyResult<()>,
     take: impl Fn() -> hetmem::Result<Option<T>> + Sync,
 ) -> PyResult<hetmem::Result<T>> {
     loop {
+        // Again before every slice: a signal handler run between slices may have taken what
+        // only this thread can give back.
+        would_wait_for_ever()?;
         match py.detach(|| OnThisThread(take())).0 {
             Ok(Some(hold)) => return Ok(Ok(hold)),
             Ok(None) => py.check_signals()?,
@@ -182,17 +186,19 @@ impl Ring {
         let ring = &*self.owner.ring;
         // Full, the ring frees a slot only when the oldest result is released, which only
         // this thread can do while it holds that result.
-        if block
-            && self.owner.held_by.output_here()
-            && ring.submitted().saturating_sub(ring.drained()) >= ring.slots() as u64
-        {
-            return Err(HetmemError::new_err(
-                "take_input would wait for ever: the ring is full and this thread holds its oldest result; \
-                 release it first",
-            ));
-        }
+        let would_wait_for_ever = || {
+            if self.owner.held_by.output_here()
+                && ring.submitted().saturating_sub(ring.drained()) >= ring.slots() as u64
+            {
+                return Err(HetmemError::new_err(
+                    "take_input would wait for ever: the ring is full and this thread holds its oldest result; \
+                     release it first",
+                ));
+            }
+            Ok(())
+        };
         let taken = if block {
-            take_interruptibly(py, || ring.next_input_within(Some(SIGNAL_SLICE)))?
+            take_interruptibly(py, would_wait_for_ever, || ring.next_input_within(Some(SIGNAL_SLICE)))?
         } else {
             py.detach(|| OnThisThread(ring.try_next_input())).0
         };
@@ -214,14 +220,17 @@ impl Ring {
         let ring = &*self.owner.ring;
         // With every submitted frame out, the next is the one this thread is filling (or
         // staging): only this thread can submit it, so it would never come.
-        if block && self.owner.held_by.input_here() && ring.submitted() == ring.drained() {
-            return Err(HetmemError::new_err(
-                "take_output would wait for ever: the next frame is the one this thread is filling (or its stage \
-                 is running); submit it first, or take results on another thread",
-            ));
-        }
+        let would_wait_for_ever = || {
+            if self.owner.held_by.input_here() && ring.submitted() == ring.drained() {
+                return Err(HetmemError::new_err(
+                    "take_output would wait for ever: the next frame is the one this thread is filling (or its \
+                     stage is running); submit it first, or take results on another thread",
+                ));
+            }
+            Ok(())
+        };
         let taken = if block {
-            take_interruptibly(py, || ring.next_output_within(Some(SIGNAL_SLICE)))?
+            take_interruptibly(py, would_wait_for_ever, || ring.next_output_within(Some(SIGNAL_SLICE)))?
         } else {
             py.detach(|| OnThisThread(ring.try_next_output())).0
         };

@@ -284,8 +284,9 @@ impl Run<'_> {
                     self.free.push(token);
                 }
                 Err(error) => {
-                    self.abort.store(true, Ordering::Relaxed);
+                    // Recorded before the abort: readers that stop for it leave the error to be found.
                     self.recycled.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(error);
+                    self.abort.store(true, Ordering::Relaxed);
                     // Wakes a reader waiting for a buffer, to see the abort and stop.
                     self.free.push(None);
                 }
@@ -310,10 +311,12 @@ impl Run<'_> {
             if self.cancelled() {
                 return stopped();
             }
-            // Every reader gone before the last piece: one failed (its error comes first, or is
-            // the recycler's), or the readers saw the cancel, which is the run's error then.
+            // Every reader gone before the last piece: the recycler failed (its error, recorded
+            // before it set `abort`, is the run's), or they stopped for the cancel. Never an Ok
+            // with pieces unread, whatever the caller's flag says by now.
             let Ok((piece, filled)) = filled_rx.recv() else {
-                return if self.cancelled() { stopped() } else { None };
+                let recycler_failed = self.recycled.lock().unwrap_or_else(PoisonError::into_inner).is_some();
+                return if recycler_failed { None } else { stopped() };
             };
             let (filled, skip) = match filled {
                 Ok(filled) => filled,
