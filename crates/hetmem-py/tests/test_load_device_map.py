@@ -134,7 +134,9 @@ def test_a_generator_of_files_is_read_once_for_every_device(tmp_path, rng):
     check_values(hetmem.load((each for each in [path]), device_map={"layers.": "cpu", "": "cpu"}), tensors)
 
 
-def test_a_failed_spread_load_lets_the_other_devices_tensors_go_and_reports_no_more(tmp_path, rng, monkeypatch):
+@pytest.mark.parametrize("failing", ["layers.", "embed"], ids=["failing-device-mapped-last", "failing-device-mapped-first"])
+def test_a_failed_spread_load_lets_the_other_devices_tensors_go_and_reports_no_more(tmp_path, rng, monkeypatch,
+                                                                                    failing):
     path, _ = model(tmp_path, rng)
     # Two devices on the CPU backend: "cuda:9" stands for a second one, whose load fails once
     # the first device's has finished.
@@ -159,7 +161,7 @@ def test_a_failed_spread_load_lets_the_other_devices_tensors_go_and_reports_no_m
             calls_after.append(done)
 
     with pytest.raises(hetmem.HetmemError, match="cuda:9") as caught:
-        hetmem.load(path, device_map={"layers.": "cuda:9", "": "cpu"}, progress=progress)
+        hetmem.load(path, device_map={failing: "cuda:9", "": "cpu"}, progress=progress)
     raised.set()
     gc.collect()
     assert kept, "the first device loaded"
@@ -196,7 +198,7 @@ def test_a_failed_spread_load_stops_the_other_devices_loads_instead_of_waiting_t
 
     monkeypatch.setattr(_device_map, "load", load)
     with pytest.raises(hetmem.HetmemError, match="cuda:9"):
-        hetmem.load(path, device_map={"layers.": "cuda:9", "": "cpu"}, threads=1, chunk_bytes=4096)
+        hetmem.load(path, device_map={"layers.": "cuda:9", "": "cpu"}, threads=1, chunk_bytes=4096, progress=False)
     assert type(ended.get("cpu")).__name__ == "_LoadStopped", f"the cpu load was not stopped: {ended!r}"
 
 

@@ -142,15 +142,17 @@ fn a_cancelled_run_stops_at_its_next_piece_and_the_stream_loads_again() {
     });
 }
 
-/// A cancel set and cleared again while the run goes on: each run either stops with
-/// `Error::Stopped` or loads every byte, never an Ok with pieces unread (the readers that saw
-/// the flag left, and the run must not take the cleared flag for a finished load). Repeated,
-/// because where the clear lands against the readers' exit is up to the scheduler.
+/// A cancel set and cleared again before the run's lending thread looks at it: the reader saw
+/// it and left with pieces unread, so the run must fail with `Error::Stopped`, not take the
+/// cleared flag for a finished load. Made deterministic: the progress of pieces 0-3 done
+/// waits until the stage of piece 4 runs, then sets the cancel just before the recycler wakes
+/// the one reader (which sees it and leaves); the stage waits for the cancel, gives the reader
+/// time to leave, and clears it before it returns.
 #[test]
-fn a_cancel_cleared_mid_run_never_passes_for_a_whole_load() {
-    on_every_backend("a_cancel_cleared_mid_run_never_passes_for_a_whole_load", |device| {
+fn a_cancel_cleared_before_the_run_looks_still_stops_the_run() {
+    on_every_backend("a_cancel_cleared_before_the_run_looks_still_stops_the_run", |device| {
         let dir = tempfile::tempdir().unwrap();
-        let (path, bytes) = random_file(dir.path(), "cleared.bin", 32 * 4096 + 5);
+        let (path, _) = random_file(dir.path(), "cleared.bin", 32 * 4096 + 5);
         let ranges = [FileRange::whole(&path).unwrap()];
         let queue = Queue::new(device).unwrap();
         let one_reader =
@@ -158,33 +160,38 @@ fn a_cancel_cleared_mid_run_never_passes_for_a_whole_load() {
         let mut stream = FileStream::new(device, &queue, one_reader).unwrap();
         let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         stream.set_cancel(Some(std::sync::Arc::clone(&cancel)));
-        let (mut stopped, mut whole) = (0, 0);
-        for run in 0..200 {
-            cancel.store(false, std::sync::atomic::Ordering::Relaxed);
-            let mut dst = DeviceBuf::<u8>::new(device, bytes.len()).unwrap();
-            dst.copy_from_slice(&vec![POISON; bytes.len()]).unwrap();
-            let mut dst = queue.lend(dst);
-            let at = (run % 8 + 2) as u64 * 4096;
-            let loaded = stream.load_into(&ranges, &mut dst, 0, &|done| {
-                if done >= at && done < at + 4096 {
-                    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
-                    for _ in 0..(run % 5) * 200 {
-                        std::hint::spin_loop();
-                    }
-                    cancel.store(false, std::sync::atomic::Ordering::Relaxed);
-                }
-            });
-            let got = dst.reclaim().unwrap().to_vec().unwrap();
-            match loaded {
-                Ok(_) => {
-                    assert!(got == bytes, "run {run}: Ok, but the destination differs from the file");
-                    whole += 1;
-                }
-                Err(Error::Stopped { .. }) => stopped += 1,
-                Err(error) => panic!("run {run}: {error}"),
+        let staged = std::sync::atomic::AtomicUsize::new(0);
+        let (fourth_staging, fired) =
+            (std::sync::atomic::AtomicBool::new(false), std::sync::atomic::AtomicBool::new(false));
+        let wait_for = |flag: &std::sync::atomic::AtomicBool, what: &str| {
+            let waited = std::time::Instant::now();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                assert!(waited.elapsed() < std::time::Duration::from_secs(20), "{what} never came");
+                std::thread::yield_now();
             }
-        }
-        println!("{stopped} runs stopped, {whole} loaded whole");
+        };
+        let run = stream.for_each_chunk(
+            &ranges,
+            &|done| {
+                if done >= 4 * 4096 && !fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    wait_for(&fourth_staging, "the stage of piece 4");
+                    cancel.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            },
+            |piece| {
+                staged.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if piece.stream_offset == 4 * 4096 {
+                    fourth_staging.store(true, std::sync::atomic::Ordering::SeqCst);
+                    wait_for(&cancel, "the cancel");
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    cancel.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
+                Ok(())
+            },
+        );
+        let staged = staged.into_inner();
+        assert!(matches!(run, Err(Error::Stopped { .. })), "{run:?} after {staged} of 33 pieces staged");
+        assert!(staged < 33, "every piece was staged: the reader did not stop for the cancel");
     });
 }
 

@@ -122,6 +122,20 @@ class _SummedProgress:
             self._stopped = True
 
 
+def _raise_first_failure(futures: Mapping[str, Any]) -> None:
+    """Raises the error of the first failed load among those ended, in the order the devices
+    were mapped."""
+    for future in futures.values():
+        if future.done() and not future.cancelled() and future.exception() is not None:
+            future.result()
+
+
+def _cancel(futures: Mapping[str, Any]) -> None:
+    """Cancels the loads not yet started."""
+    for future in futures.values():
+        future.cancel()
+
+
 def load_mapped(source: Any, device_map: Any, *, names: Any, prefix: Any, shard: Any, progress: Any,
                 storage_gb_per_s: Optional[float], **options: Any) -> LoadedTensors:
     """``hetmem.load`` with ``device_map``: see its docstring."""
@@ -152,31 +166,31 @@ def load_mapped(source: Any, device_map: Any, *, names: Any, prefix: Any, shard:
     reporter = _Progress(progress)
     summed = _SummedProgress(reporter, sum(nbytes for _, nbytes, _ in planned))
     pool = ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="hetmem.load")
-    futures = {key: pool.submit(load, sources, device=key, names=group, shard=shard,
-                                progress=summed.for_device(key),
-                                storage_gb_per_s=storage_gb_per_s, **options)
-               for key, group in groups.items()}
+    futures: Dict[str, Any] = {}
     try:
+        for key, group in groups.items():
+            futures[key] = pool.submit(load, sources, device=key, names=group, shard=shard,
+                                       progress=summed.for_device(key), storage_gb_per_s=storage_gb_per_s,
+                                       **options)
         # Waiting for the first failure, whichever device's: the others are stopped then (the
-        # handler below), not waited out. Of the failures by then, the first in the order the
-        # devices were mapped is raised.
+        # handler below), not waited out.
         wait(futures.values(), return_when=FIRST_EXCEPTION)
-        for future in futures.values():
-            if future.done() and future.exception() is not None:
-                future.result()
+        _raise_first_failure(futures)
         parts = {key: future.result() for key, future in futures.items()}
     except BaseException:
-        # The other devices' loads stop at their next progress call (within about 100 ms),
-        # rather than reading to their end first.
-        summed.stop()
-        for future in futures.values():
-            future.cancel()
-        # Every other device's load has ended before the error goes up (no progress call
-        # after it), and their tensors are let go now, not kept by this frame for as long
-        # as the caller keeps the exception's traceback.
-        pool.shutdown(wait=True)
-        futures.clear()
-        reporter.close(None)
+        try:
+            # The other devices' loads stop at their next progress call (within about 100
+            # ms), rather than reading to their end first, and have ended before the error
+            # goes up (no progress call after it).
+            summed.stop()
+            _cancel(futures)
+            pool.shutdown(wait=True)
+        finally:
+            # Their tensors are let go now, not kept by this frame for as long as the caller
+            # keeps the exception's traceback (no name here holds a future: the loops over
+            # them run in functions of their own).
+            futures.clear()
+            reporter.close(None)
         raise
     pool.shutdown(wait=True)
     seconds = time.perf_counter() - began
