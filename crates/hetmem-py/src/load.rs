@@ -1,8 +1,9 @@
 //! `load_checkpoint`: safetensors files (or a sharded checkpoint's index) streamed into one
 //! allocation, device memory on a GPU and host memory on the CPU backend, by the library's
 //! `FileStream` (the machinery of `hetmem load`), on a thread of their own while the calling
-//! thread, the interpreter released between looks, hears Ctrl-C and reports the progress; and `LoadedCheckpoint`, the allocation's `Memory` and where each tensor lies in
-//! it, from which the Python half makes the tensors' views.
+//! thread, the interpreter released between looks, hears Ctrl-C and reports the progress;
+//! and `LoadedCheckpoint`, the allocation's `Memory` and where each tensor lies in it, from
+//! which the Python half makes the tensors' views.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -96,8 +97,9 @@ impl LoadedCheckpoint {
 /// thread, the interpreter released between looks, runs the signal handlers as often: an
 /// exception raised by a handler (Ctrl-C's `KeyboardInterrupt`) or by `progress` stops the
 /// load at its next piece and is raised once its work has ended (the allocation released).
-/// Nothing is returned unless every tensor arrived. `shard`: `(rank, world, dim)`, each tensor cut to that rank's slice along
-/// `dim` (torch.chunk's split; a tensor with fewer dimensions whole), only its bytes read.
+/// Nothing is returned unless every tensor arrived. `shard`: `(rank, world, dim)`, each
+/// tensor cut to that rank's slice along `dim` (torch.chunk's split; a tensor with fewer
+/// dimensions whole), only its bytes read.
 /// The stream's pinned staging ring (2 x threads x chunk_bytes) is kept for
 /// the next load (see `STREAMS`).
 #[pyfunction]
