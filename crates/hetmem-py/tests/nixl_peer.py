@@ -34,6 +34,25 @@ def serve(name: str, commands, replies) -> None:
         replies.put(("error", f"{type(error).__name__}: {error}", None))
 
 
+def serve_readable(name: str, commands, replies) -> None:
+    """Registers a buffer of ``random_bytes(seed, nbytes)`` and offers it to the parent's reads
+    until the parent says it is done; the parent stops this process (SIGSTOP) meanwhile, so
+    that a read of it stays in flight."""
+    import hetmem
+    import hetmem.nixl as hn
+
+    try:
+        seed, nbytes = commands.get(timeout=120)
+        agent = hn.Agent(name)
+        readable = hetmem.pinned(nbytes)
+        readable.numpy()[:] = random_bytes(seed, nbytes)
+        registration = agent.register(readable)
+        replies.put(("ready", agent.metadata(), registration.remote()))
+        assert commands.get(timeout=300) == "done"
+    except BaseException as error:  # the parent reports it
+        replies.put(("error", f"{type(error).__name__}: {error}", None))
+
+
 def write_checkpoint(path, seed: int, nbytes: int) -> None:
     """A safetensors file of one U8 tensor, ``data``, of ``random_bytes(seed, nbytes)``: what
     ``serve_loaded`` loads (to the GPU, or to host memory) and registers."""

@@ -10,6 +10,7 @@ it), which makes its absence a failure."""
 import gc
 import multiprocessing
 import os
+import signal
 import uuid
 
 import numpy as np
@@ -17,7 +18,7 @@ import pytest
 
 import hetmem
 import hetmem.nixl as hn
-from nixl_peer import random_bytes, serve
+from nixl_peer import random_bytes, serve, serve_readable, ucx_params
 
 MiB = 1 << 20
 POISON = 0xA5
@@ -146,39 +147,68 @@ def test_two_processes_host_to_host_every_byte(rng, nbytes):
 
 
 @needs_nixl
-def test_hand_off_while_a_transfer_is_in_flight(rng):
-    # Without a progress thread the initiator's transfers complete only when polled, so a
-    # transfer not finished inside its post stays in flight while the checks run (a 64 MiB UCX
-    # transfer is a rendezvous of several steps). The target keeps its thread: nobody polls it.
-    sender = hn.Agent(unique("sender"), progress_thread=False)
-    receiver = hn.Agent(unique("receiver"))
+def test_hand_off_while_a_transfer_is_in_flight(rng, monkeypatch):
+    # The read's peer is another process, stopped (SIGSTOP) once a first read has set up the
+    # connection. Over TCP the peer's side must answer a read, so the read stays in flight until
+    # the peer runs again. (UCX's shared-memory transports read the peer's memory without it.)
+    monkeypatch.setenv("UCX_TLS", "tcp")
     nbytes = 64 * MiB
+    seed = int(rng.integers(0, 2**31))
+    sender = hn.Agent(unique("sender"))
+    other, warm_up = poisoned(nbytes), poisoned(nbytes)
+    other_registration, warm_up_registration = sender.register(other), sender.register(warm_up)
+    peer = unique("stopped")
+    context = multiprocessing.get_context("spawn")
+    commands, replies = context.Queue(), context.Queue()
+    child = context.Process(target=serve_readable, args=(peer, commands, replies))
+    child.start()
+    stopped = False
+    try:
+        commands.put((seed, nbytes))
+        status, metadata, readable = replies.get(timeout=180)
+        assert status == "ready", metadata
+        sender.add_peer(metadata)
+        sender.read(warm_up_registration, readable).wait(timeout=60)
+        assert np.array_equal(warm_up.numpy(), random_bytes(seed, nbytes))
+
+        os.kill(child.pid, signal.SIGSTOP)
+        stopped = True
+        reading = sender.read(other_registration, readable)
+        assert not reading.done(), "UCX finished a read over TCP while its peer was stopped"
+        assert other.lent
+        with pytest.raises(hetmem.LentError):
+            other.numpy()
+        with pytest.raises(hetmem.LentError):
+            np.asarray(other)
+        with pytest.raises(hetmem.LentError):  # a second transfer cannot take it either
+            sender.read(other_registration, readable)
+        with pytest.raises(hn.NixlError, match="in flight"):
+            other_registration.close()
+        assert not reading.done()
+        os.kill(child.pid, signal.SIGCONT)
+        stopped = False
+        reading.wait(timeout=60)
+        assert not other.lent
+        assert np.array_equal(other.numpy(), random_bytes(seed, nbytes))
+    finally:
+        if stopped:
+            os.kill(child.pid, signal.SIGCONT)
+        commands.put("done")
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+
+
+@needs_nixl
+def test_a_buffer_offered_to_a_read_is_shared_until_it_is_done(rng):
+    sender = hn.Agent(unique("sender"))
+    receiver = hn.Agent(unique("receiver"))
+    nbytes = 16 * MiB
     source, destination, other = filled(rng, nbytes), poisoned(nbytes), poisoned(nbytes)
     source_registration, destination_registration = sender.register(source), receiver.register(destination)
     other_registration = sender.register(other)
     sender.add_peer(receiver.metadata())
-
-    for _ in range(20):  # UCX may finish it inside the post, now and then: post again
-        reading = sender.read(other_registration, destination_registration.remote())
-        if reading._state == "PROC":
-            break
-    if reading._state != "PROC":
-        # Seen on the H200 machine: UCX finished every one of the 20 reads inside its post, so no
-        # transfer stays in flight to check against. The rule itself is also checked, with a
-        # recording stand-in agent, by the tests at the end of this file.
-        pytest.skip("UCX finished every read inside its post here: no transfer in flight to check")
-    assert other.lent
-    with pytest.raises(hetmem.LentError):
-        other.numpy()
-    with pytest.raises(hetmem.LentError):
-        np.asarray(other)
-    with pytest.raises(hetmem.LentError):  # a second transfer cannot take it either
-        sender.write(other_registration, destination_registration.remote())
-    with pytest.raises(hn.NixlError, match="in flight"):
-        other_registration.close()
-    reading.wait(timeout=60)
-    assert not other.lent
-    assert (other.numpy() == POISON).all()  # it read the peer's poisoned buffer, as asked
 
     # A buffer offered to a peer's read is shared until the peer's notification: readable here,
     # written by no transfer.
@@ -486,7 +516,7 @@ def _loaded_round_trip(rng, tmp_path, device, nbytes):
     process reads all of it into poisoned host memory (device -> host), writes fresh random
     bytes over it (host -> device), and reads them back into other poisoned host memory, each
     checked byte for byte."""
-    from nixl_peer import serve_loaded, ucx_params, write_checkpoint
+    from nixl_peer import serve_loaded, write_checkpoint
 
     seed = int(rng.integers(0, 2**31))
     path = tmp_path / "weights.safetensors"

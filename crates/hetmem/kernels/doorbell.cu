@@ -88,6 +88,15 @@ __device__ __forceinline__ int payload_index(unsigned int lane, unsigned int fro
     return (lane < from || lane % SECTOR_WORDS == 0) ? -1 : (int)(lane - from - lane / SECTOR_WORDS);
 }
 
+// Whether the request line warp 0 just read (lane `lane` holds `word`) is the one for round
+// `expected`: its doorbell carries the round's sequence and every sector's first word matches
+// it (each sector lands whole, in any order).
+__device__ __forceinline__ bool line_landed(unsigned int word, unsigned int expected, unsigned int lane) {
+    const unsigned int bell = __shfl_sync(FULL_WARP, word, 0);
+    const bool fresh = (bell & SEQ_MASK) == (expected & SEQ_MASK) && (lane % SECTOR_WORDS != 0 || word == bell);
+    return __all_sync(FULL_WARP, fresh);
+}
+
 extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
     __shared__ float samples[MAX_SAMPLES];
     __shared__ float taps[MAX_TAPS];
@@ -108,15 +117,20 @@ extern "C" __global__ void doorbell(unsigned int* words, unsigned int depth) {
             // polls, so the request is seen as soon as it lands.
             for (unsigned int polls = 1;; ++polls) {
                 word = ((const volatile unsigned int*)slot)[lane];
-                const unsigned int bell = __shfl_sync(FULL_WARP, word, 0);
-                const bool fresh = (bell & SEQ_MASK) == (expected & SEQ_MASK) && (lane % SECTOR_WORDS != 0 || word == bell);
-                if (__all_sync(FULL_WARP, fresh)) {
+                if (line_landed(word, expected, lane)) {
                     go = 1;
                     break;
                 }
                 if (polls % STOP_POLLS == 0) {
                     const unsigned int stop = lane == 0 ? load_acquire(&control[STOP]) : 0;
                     if (__shfl_sync(FULL_WARP, stop, 0) != 0) {
+                        // Orders every lane's read of the line below after lane 0's acquire.
+                        __syncwarp();
+                        // A request that landed between this poll's read of the line and the
+                        // stop's is served all the same: shutdown serves every request made
+                        // before it.
+                        word = ((const volatile unsigned int*)slot)[lane];
+                        go = line_landed(word, expected, lane) ? 1 : 0;
                         break;
                     }
                 }
