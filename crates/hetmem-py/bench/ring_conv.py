@@ -18,6 +18,10 @@ it: the link, the GPU and the Python overhead are measured, not a host memcpy), 
   conv, ``copy_(non_blocking=True)`` out, an event; a frame is delivered (in order) once its
   event completes, and its stream's buffers are reused only then.
 
+Also timed: ``conv-alone`` (and ``conv-alone-graph``), the same conv on frames already in device
+memory with no transfer, back to back on one stream: the compute bound of every method, since
+each runs this conv once a frame.
+
 Reported: frames/s per method (after ``--warmup`` frames), each ring's ratio to the peer, and
 the largest difference of each method's output from the peer's on ``--check`` random frames
 (0 expected: the same torch ops on the same bytes). JSON with ``--json``. ``--device cpu`` only
@@ -154,6 +158,33 @@ def run_peer(torch, conv, frames, count, cuda, keep=None, copy=True, graph=False
     return time.perf_counter() - start, kept
 
 
+def run_conv_alone(torch, conv, frames, count, graph=False):
+    """The conv alone on frames already in device memory, back to back on one stream (with
+    `graph`, one captured conv replayed): the compute bound no transfer strategy can beat, as
+    each method runs this conv once a frame; seconds for `count` frames."""
+    dev_in = [torch.from_numpy(frame).cuda() for frame in frames[:3]]
+    dev_out = torch.empty_like(dev_in[0])
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        conv(dev_in[0], dev_out)  # warm-up (and cuDNN's choice of algorithm)
+    torch.cuda.synchronize()
+    replay = None
+    if graph:
+        replay = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(replay, stream=stream):
+            conv(dev_in[0], dev_out)
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.cuda.stream(stream):
+        for i in range(count):
+            if replay is not None:
+                replay.replay()
+            else:
+                conv(dev_in[i % len(dev_in)], dev_out)
+    stream.synchronize()
+    return time.perf_counter() - start
+
+
 def run_ring(hetmem, conv, strategy, slots, frames, count, keep=None, copy=True, graph=False):
     """`count` frames through a FrameRing with the conv as its stage (graph=True: the ring
     captures and replays it); (seconds, kept outputs)."""
@@ -251,6 +282,15 @@ def main():
                 key = row(f"ring-{resolved}", graph)
                 best[key] = max(best.get(key, 0.0), a.frames / seconds)
 
+    # The compute bound of the same call: the conv with no transfer at all.
+    bound = {}
+    if cuda:
+        for graph in graphs:
+            name = row("conv-alone", graph)
+            run_conv_alone(torch, conv, frames, a.warmup, graph=graph)
+            bound[name] = max(a.frames / run_conv_alone(torch, conv, frames, a.frames, graph=graph)
+                              for _ in range(a.repeats))
+
     ratios = {mode: {name: fps / best["torch-3-streams"] for name, fps in best.items() if name != "torch-3-streams"}
               for mode, best in results.items()}
     report = {
@@ -273,6 +313,8 @@ def main():
         "ratio_to_graph_peer": {name: fps / results["fps"]["torch-3-streams-graph"]
                                 for name, fps in results["fps"].items()} if True in graphs else None,
         "max_abs_diff_vs_peer": check,
+        "conv_alone_fps": bound,
+        "conv_alone_ratio_to_peer": {name: fps / results["fps"]["torch-3-streams"] for name, fps in bound.items()},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     for mode, best in results.items():
@@ -281,6 +323,9 @@ def main():
             ratio = "" if name == "torch-3-streams" else f"  {ratios[mode][name]:.2f}x the peer"
             diff = "" if name not in check else f"  max |diff| vs peer {check[name]}"
             print(f"  {name:22s} {fps:9.1f} frames/s{ratio}{diff}")
+    for name, fps in bound.items():
+        print(f"bound: {name:15s} {fps:9.1f} frames/s  {fps / results['fps']['torch-3-streams']:.2f}x the peer "
+              "(the conv on device-resident frames, no transfer)")
     if any(diff > 0 for diff in check.values()):
         print("WARNING: a ring's output differs from the peer's", file=sys.stderr)
     if a.json:
