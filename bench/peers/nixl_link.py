@@ -8,6 +8,9 @@ the destination is poisoned before the transfer, and compared with the source af
 
     python3 nixl_link.py explore            # configurations at 256 MiB, one and two processes
     python3 nixl_link.py sweep TLS MODE     # 1 MiB .. 1 GiB, two processes, one configuration
+    python3 nixl_link.py variant TLS MODE   # 256 MiB, one process; UCX_* variables from the environment
+
+NIXL_LINK_UCX_PARAMS='{"num_workers": "4"}' adds UCX backend parameters to every agent.
 
 Needs torch with CUDA and the ``nixl_cu13`` package importable (PYTHONPATH).
 """
@@ -65,6 +68,8 @@ def make_agent(name: str, mode: str, backends=("UCX",)):
     agent = nixl_agent(name, nixl_agent_config(backends=[]))
     for backend in backends:
         params = {"ucx_error_handling_mode": mode} if backend == "UCX" and mode else {}
+        if backend == "UCX":  # more UCX backend parameters (num_workers, ...) for a variant
+            params.update(json.loads(os.environ.get("NIXL_LINK_UCX_PARAMS", "{}")))
         agent.create_backend(backend, params)
     return agent
 

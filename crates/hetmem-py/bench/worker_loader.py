@@ -39,11 +39,14 @@ here), the host
 bytes copied per sample after ``__getitem__`` returned it (WorkerLoader: its own counter, the
 worker's one write into the slot, plus the trainer's copy out of it on the CPU backend;
 DataLoader: collate into the batch's shared memory, plus the pin-memory thread's copy on a GPU,
-worked out rather than measured). ``vs_torch`` on a hetmem row is DataLoader's ms/iter over
-WorkerLoader's at the same N, model and dataset (above 1: WorkerLoader is faster). A
+worked out rather than measured; DALI: not counted). ``vs_torch`` on a hetmem or dali row is
+DataLoader's ms/iter over that loader's at the same N, model and dataset (above 1: faster). A
 ``synthetic`` row (a batch already on the GPU, no loader) gives the compute bound.
 DataLoader runs as users run it: pin_memory on a GPU, its default (fork) start,
-prefetch_factor 2; WorkerLoader with its defaults (spawn, prefetch 2).
+prefetch_factor 2; WorkerLoader with its defaults (spawn, prefetch 2). ``--loaders ...,dali``
+adds NVIDIA DALI (jpeg only, on a GPU) with its CPU decoder, N threads in the trainer's process,
+as its ImageNet examples build the pipeline (a fused decode and random crop: see
+``_dali_batches``).
 
 ``--loader-only``: each batch is moved to the GPU (DataLoader: ``.cuda(non_blocking=True)``
 from its pinned batch; WorkerLoader: its own copy) and nothing else, or on the CPU backend one
@@ -361,6 +364,44 @@ def _torch_batches(torch, dataset, batch: int, workers: int, on_gpu: bool):
     return batches(), loader
 
 
+def _dali_batches(torch, directory: str, batch: int, threads: int):
+    """NVIDIA DALI as its ImageNet examples run it, with its CPU decoder: a file reader, a fused
+    decode and random crop (scale 0.08-1, ratio 3/4-4/3: only the crop's part of the JPEG is
+    decoded, a saving PIL's path does not get), a resize to 224x224, a random horizontal flip,
+    all on the CPU with ``threads`` threads in this process; the batch then copied to the GPU.
+    Returns (iterator of (images NHWC uint8, labels int64) on the GPU, the pipeline)."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+    files = sorted(os.path.join(directory, name) for name in os.listdir(directory) if name.endswith(".jpg"))
+    if not files:
+        raise SystemExit(f"no .jpg files in {directory}: make them with --make {directory} --dataset jpeg")
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=0, prefetch_queue_depth=2,
+                  seed=int.from_bytes(os.urandom(4), "little") >> 1)
+    def crops():
+        jpegs, labels = fn.readers.file(files=files, labels=[i % 1000 for i in range(len(files))],
+                                        random_shuffle=False, name="reader")
+        images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                               random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        images = fn.resize(images, resize_x=CROP, resize_y=CROP, interp_type=types.INTERP_LINEAR)
+        images = fn.flip(images, horizontal=fn.random.coin_flip())
+        return images.gpu(), labels.gpu()
+
+    pipe = crops()
+    pipe.build()
+    loader = DALIGenericIterator(pipe, ["images", "labels"], reader_name="reader",
+                                 last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+
+    def batches():
+        while True:  # the files are cycled, as the other loaders' datasets cycle them
+            for (out,) in loader:
+                yield out["images"], out["labels"].view(-1).long()
+
+    return batches(), pipe
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--make", metavar="DIR", help="write --count items of --dataset into DIR and stop")
@@ -373,7 +414,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5, help="warm-up batches (at least 2 x workers are run)")
     parser.add_argument("--models", default="resnet50,resnet18")
     parser.add_argument("--loader-only", action="store_true", help="no model: each batch to the GPU (or touched)")
-    parser.add_argument("--loaders", default="torch,hetmem", help="which loaders to run")
+    parser.add_argument("--loaders", default="torch,hetmem",
+                        help="which loaders to run: torch, hetmem, dali (jpeg on a GPU: N is its threads)")
     parser.add_argument("--json", metavar="FILE", help="write the rows here as JSON")
     args = parser.parse_args()
     dataset_class, make = DATASETS[args.dataset]
@@ -413,7 +455,7 @@ def main() -> int:
         row.update(dataset=args.dataset, batch=args.batch, iters=args.iters, backend=backend,
                    samples_per_s=1e3 * args.batch / row["ms_per_iter"],
                    cpu_ms_per_sample=row["cpu_cores"] * row["ms_per_iter"] / args.batch)
-        if row["loader"] == "hetmem":
+        if row["loader"] not in ("torch", "synthetic"):
             for other in rows:
                 if (other["loader"], other["model"], other["workers"]) == ("torch", row["model"], row["workers"]):
                     row["vs_torch"] = other["ms_per_iter"] / row["ms_per_iter"]
@@ -423,7 +465,8 @@ def main() -> int:
               f"{row['ms_per_iter']:7.1f} ms/iter (median {row['ms_per_iter_median']:7.1f}), "
               f"{row['samples_per_s']:7.0f} samples/s, {row['cpu_cores']:5.1f} cores "
               f"({row['cpu_ms_per_sample']:.2f} CPU ms, {row['faults_per_sample']:.0f} faults /sample), "
-              f"{row['host_bytes_per_sample']:.0f} host B/sample{ratio}", flush=True)
+              f"{row['host_bytes_per_sample'] if row['host_bytes_per_sample'] is None else round(row['host_bytes_per_sample'])}"
+              f" host B/sample{ratio}", flush=True)
 
     if on_gpu and not args.loader_only:
         for name, step in steps.items():  # the compute bound: a batch already on the GPU
@@ -458,6 +501,14 @@ def main() -> int:
                 report(dict(base, loader="hetmem", ms_per_iter=ms, ms_per_iter_median=median, cpu_cores=cores,
                             faults_per_sample=faults / args.batch,
                             host_bytes_per_sample=stats["host_bytes_per_sample"], host_bytes_measured=True))
+            if "dali" in loaders and args.dataset == "jpeg" and on_gpu:
+                batches, pipe = _dali_batches(torch, args.data, args.batch, workers)
+                ms, median, cores, faults = _time(torch, on_gpu, step, batches, warmup, args.iters)
+                # DALI's own buffers: not counted (None), unlike the two loaders above.
+                report(dict(base, loader="dali", threads=workers, ms_per_iter=ms, ms_per_iter_median=median,
+                            cpu_cores=cores, faults_per_sample=faults / args.batch, host_bytes_per_sample=None,
+                            host_bytes_measured=False))
+                del batches, pipe
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"dataset": args.dataset, "batch": args.batch, "iters": args.iters,

@@ -151,7 +151,10 @@ def test_hand_off_while_a_transfer_is_in_flight(rng, monkeypatch):
     # The read's peer is another process, stopped (SIGSTOP) once a first read has set up the
     # connection. Over TCP the peer's side must answer a read, so the read stays in flight until
     # the peer runs again. (UCX's shared-memory transports read the peer's memory without it.)
-    monkeypatch.setenv("UCX_TLS", "tcp")
+    # With a GPU, NIXL refuses a UCX_TLS without cuda_copy; it copies within one process only,
+    # so the read between the two still goes over TCP.
+    on_gpu = hetmem.device().backend == "cuda"
+    monkeypatch.setenv("UCX_TLS", "tcp,cuda_copy" if on_gpu else "tcp")
     nbytes = 64 * MiB
     seed = int(rng.integers(0, 2**31))
     sender = hn.Agent(unique("sender"))
