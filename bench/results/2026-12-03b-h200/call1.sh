@@ -3,11 +3,7 @@
 # (NIXL apart), then NIXL's (the in-flight hand-off test over TCP + cuda_copy); the ring's conv
 # bench with the conv-alone bound.
 CALL=c1; BUDGET=420; . bench/results/2026-12-03b-h200/common.sh
-rm -rf gpu-bundle /tmp/site /tmp/nixl-site; tar xJf gpu-bundle.tar.xz
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/hetmem/*.whl > $R/pip.txt 2>&1 || cat $R/pip.txt
-python3 -c "import zipfile,glob;zipfile.ZipFile(glob.glob('.whl/nixl/*.whl')[0]).extractall('/tmp/nixl-site')"
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv > $R/gpu.txt 2>&1
-T=$PWD/crates/hetmem-py/tests
 (cd /tmp && HETMEM_REQUIRE_GPU=1 step 230 python3 -m pytest -q -rs --tb=short -o faulthandler_timeout=40 -p no:cacheprovider $T --ignore=$T/test_nixl.py) > $R/pytest.txt 2>&1; tail -30 $R/pytest.txt
 (cd /tmp && HETMEM_REQUIRE_GPU=1 HETMEM_REQUIRE_NIXL=1 step 90 python3 -m pytest -q -rs --tb=short -p no:cacheprovider $T/test_nixl.py) > $R/pytest-nixl.txt 2>&1; tail -12 $R/pytest-nixl.txt
 step 120 python3 crates/hetmem-py/bench/ring_conv.py --frames 2000 --repeats 2 --json $R/ring_conv.json > $R/ring.txt 2>&1; tail -24 $R/ring.txt

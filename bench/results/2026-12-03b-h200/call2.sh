@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Device call 2: NIXL's UCX, which protocol it picks for pinned host <-> device memory
+# Device call 2: the Ctrl-C tests (timed to the KeyboardInterrupt now); NIXL's UCX, which protocol it picks for pinned host <-> device memory
 # (UCX_PROTO_INFO), and tuning variants at 256 MiB; the host's half of a staged load alone.
 CALL=c2; BUDGET=450; . bench/results/2026-12-03b-h200/common.sh
+(cd /tmp && HETMEM_REQUIRE_GPU=1 step 60 python3 -m pytest -q -rs --tb=short -p no:cacheprovider $T/test_interrupts.py) > $R/pytest-interrupts.txt 2>&1; tail -25 $R/pytest-interrupts.txt
 N=bench/peers/nixl_link.py; MiB256=268435456
 export UCX_TLS=cuda_copy,cuda_ipc,sm,self
 for where in one two; do

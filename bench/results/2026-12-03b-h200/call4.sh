@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
-# Device call 4: DALI (its pieces carried one per call, joined and checked here) beside
-# DataLoader and WorkerLoader on the JPEG set, ResNet-50 and ResNet-18 at batch 256.
-CALL=c4; BUDGET=420; . bench/results/2026-12-03b-h200/common.sh
-cat .dali/part-* > /tmp/dali-site.tar.xz && (cd /tmp && sha256sum -c $OLDPWD/.dali/SHA256SUMS) > $R/dali-sum.txt 2>&1; cat $R/dali-sum.txt
-rm -rf /tmp/dali-site && mkdir -p /tmp/dali-site && tar xJf /tmp/dali-site.tar.xz -C /tmp/dali-site
-export PYTHONPATH=/tmp/site:/tmp/dali-site PYTHONUNBUFFERED=1
-python3 -c "import nvidia.dali as d; print('DALI', d.__version__)" 2>&1 | tail -3 | tee $R/dali-version.txt
-step 40 python3 crates/hetmem-py/bench/worker_loader.py --make /tmp/jpegs --count 1500 > $R/make.txt 2>&1
-step 320 python3 crates/hetmem-py/bench/worker_loader.py --data /tmp/jpegs --loaders torch,hetmem,dali --workers 4,8,12 --iters 20 --json $R/worker_loader.json > $R/worker_loader.txt 2>&1; tail -24 $R/worker_loader.txt
+# Device call 4 (a DALI piece travels with it): the ring's conv bench again, a second sample of
+# the conv-alone bound; the Ctrl-C tests again.
+CALL=c4; BUDGET=200; . bench/results/2026-12-03b-h200/common.sh
+step 120 python3 crates/hetmem-py/bench/ring_conv.py --frames 2000 --repeats 2 --json $R/ring_conv.json > $R/ring.txt 2>&1; tail -24 $R/ring.txt
+(cd /tmp && HETMEM_REQUIRE_GPU=1 step 60 python3 -m pytest -q -rs --tb=short -p no:cacheprovider $T/test_interrupts.py) > $R/pytest-interrupts.txt 2>&1; tail -5 $R/pytest-interrupts.txt
 tar czf $OUT/c4.tgz -C $OUT c4 && rm -rf $R

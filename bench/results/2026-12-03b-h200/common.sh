@@ -6,3 +6,10 @@ R=$OUT/$CALL; mkdir -p $R
 T0=$(date +%s); BUDGET=${BUDGET:-560}
 step() { local t=$1; shift; local left=$((BUDGET - ($(date +%s) - T0))); if [ $t -gt $left ]; then echo "== SKIPPED (needs $t s, $left left): $*" | tee -a $R/steps.txt; return 0; fi; echo "== $* (limit $t s)" | tee -a $R/steps.txt; local s=$(date +%s.%N); timeout $t "$@"; local rc=$?; echo "   rc=$rc $(python3 -c "import time;print(round(time.time()-$s,1))") s" | tee -a $R/steps.txt; }
 export PYTHONPATH=/tmp/site:/tmp/nixl-site PYTHONUNBUFFERED=1
+# The bundle, the wheel and NIXL, installed once while the machine stays warm.
+if [ ! -d /tmp/site/hetmem ] || [ ! -x gpu-bundle/run-tests ]; then
+  rm -rf gpu-bundle /tmp/site /tmp/nixl-site; tar xJf gpu-bundle.tar.xz
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/hetmem/*.whl > $R/pip.txt 2>&1 || cat $R/pip.txt
+  python3 -c "import zipfile,glob;zipfile.ZipFile(glob.glob('.whl/nixl/*.whl')[0]).extractall('/tmp/nixl-site')"
+fi
+T=$PWD/crates/hetmem-py/tests
