@@ -503,16 +503,16 @@ def main() -> int:
                             host_bytes_per_sample=stats["host_bytes_per_sample"], host_bytes_measured=True))
     # DALI last: once it has run in this process, DataLoader's forked workers fail to start
     # CUDA (cudaErrorInitializationError, seen on the H200).
-    for workers in counts if "dali" in loaders and args.dataset == "jpeg" and on_gpu else ():
+    dali_counts = counts if "dali" in loaders and args.dataset == "jpeg" and on_gpu else []
+    for workers in dali_counts:
         warmup = max(args.warmup, 2 * workers)
         for name, step in steps.items():
             batches, pipe = _dali_batches(torch, args.data, args.batch, workers)
             ms, median, cores, faults = _time(torch, on_gpu, step, batches, warmup, args.iters)
             # DALI's own buffers: not counted (None), unlike the two loaders above.
-            report({"model": name, "workers": workers, "warmup": warmup, "loader": "dali", "threads": workers,
-                    "ms_per_iter": ms, "ms_per_iter_median": median, "cpu_cores": cores,
-                    "faults_per_sample": faults / args.batch, "host_bytes_per_sample": None,
-                    "host_bytes_measured": False})
+            report(dict(model=name, workers=workers, warmup=warmup, loader="dali", threads=workers, ms_per_iter=ms,
+                        ms_per_iter_median=median, cpu_cores=cores, faults_per_sample=faults / args.batch,
+                        host_bytes_per_sample=None, host_bytes_measured=False))
             del batches, pipe
     if args.json:
         with open(args.json, "w") as file:

@@ -28,10 +28,11 @@ PROMPT = 2.0
 def interrupt_child(body: str, timeout: float = 60) -> tuple:
     """Runs `body` in a fresh interpreter, sends it SIGINT `SETTLE` s after it printed
     `WAITING`, and returns (the time.monotonic() of the SIGINT, exit status, stdout, stderr);
-    a child that does not exit in `timeout` s fails the test. The child prints
-    "KeyboardInterrupt at T", T its own time.monotonic() (one clock for every process), when
-    the exception reaches it: what it does after (its checks, its exit) is not timed."""
-    prelude = "import sys, time, numpy as np, hetmem\ndef invert(f, o, s): np.subtract(255, f, out=o)\n"
+    a child that does not exit in `timeout` s fails the test. The child calls `caught()` when
+    the exception reaches it, which prints "KeyboardInterrupt at T", T its own time.monotonic()
+    (one clock for every process): what it does after (its checks, its exit) is not timed."""
+    prelude = ("import sys, time, numpy as np, hetmem\ndef invert(f, o, s): np.subtract(255, f, out=o)\n"
+               "def caught(): print(f'KeyboardInterrupt at {time.monotonic()}', flush=True)\n")
     child = subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(body)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -81,7 +82,7 @@ def test_submit_to_a_full_ring_with_no_consumer_is_interrupted_and_the_ring_stil
             print("submitted into a full ring")
             sys.exit(1)
         except KeyboardInterrupt:
-            print(f"KeyboardInterrupt at {{time.monotonic()}}", flush=True)
+            caught()
         # Nothing was taken: frame 0 is the ring's one frame, and it takes frame 1 once drained.
         assert (ring.submitted, ring.delivered) == (1, 0), (ring.submitted, ring.delivered)
         index, out = ring.next_result()
@@ -105,7 +106,7 @@ def test_a_slot_of_a_full_ring_is_interrupted_and_the_ring_still_works():
                 print("a slot of a full ring")
             sys.exit(1)
         except KeyboardInterrupt:
-            print(f"KeyboardInterrupt at {{time.monotonic()}}", flush=True)
+            caught()
         index, out = ring.next_result()
         assert index == 0 and np.array_equal(np.asarray(out), 255 - frame)
         with ring.slot() as slot:
@@ -127,7 +128,7 @@ def test_a_result_of_an_empty_ring_is_interrupted_and_the_ring_still_works(wait)
             print("a result of an empty ring")
             sys.exit(1)
         except KeyboardInterrupt:
-            print(f"KeyboardInterrupt at {{time.monotonic()}}", flush=True)
+            caught()
         assert (ring.submitted, ring.delivered) == (0, 0)
         assert ring.submit(frame) == 0
         index, out = {take}
@@ -168,7 +169,7 @@ def test_a_long_load_is_interrupted_and_the_next_load_works(slow_checkpoint, tmp
             print(f"the load ended after {{time.monotonic() - started:.2f}} s, uninterrupted")
             sys.exit(1)
         except KeyboardInterrupt:
-            print(f"KeyboardInterrupt at {{time.monotonic()}}", flush=True)
+            caught()
         if seen:
             done, total = seen[-1]
             print(f"progress {{done}} of {{total}}")
