@@ -461,12 +461,12 @@ def main() -> int:
                     row["vs_torch"] = other["ms_per_iter"] / row["ms_per_iter"]
         rows.append(row)
         ratio = f", {row['vs_torch']:.2f}x DataLoader" if "vs_torch" in row else ""
+        host_bytes = "uncounted" if row["host_bytes_per_sample"] is None else round(row["host_bytes_per_sample"])
         print(f"{row['model']:11} {row['loader']:9} N={row['workers']:<3} warm-up {row['warmup']:>3}: "
               f"{row['ms_per_iter']:7.1f} ms/iter (median {row['ms_per_iter_median']:7.1f}), "
               f"{row['samples_per_s']:7.0f} samples/s, {row['cpu_cores']:5.1f} cores "
               f"({row['cpu_ms_per_sample']:.2f} CPU ms, {row['faults_per_sample']:.0f} faults /sample), "
-              f"{row['host_bytes_per_sample'] if row['host_bytes_per_sample'] is None else round(row['host_bytes_per_sample'])}"
-              f" host B/sample{ratio}", flush=True)
+              f"{host_bytes} host B/sample{ratio}", flush=True)
 
     if on_gpu and not args.loader_only:
         for name, step in steps.items():  # the compute bound: a batch already on the GPU
