@@ -8,7 +8,8 @@ the destination is poisoned before the transfer, and compared with the source af
 
     python3 nixl_link.py explore            # configurations at 256 MiB, one and two processes
     python3 nixl_link.py sweep TLS MODE     # 1 MiB .. 1 GiB, two processes, one configuration
-    python3 nixl_link.py variant TLS MODE   # 256 MiB, one process; UCX_* variables from the environment
+    python3 nixl_link.py variant TLS MODE [one|two] [h2d|d2h|both|d2d|h2d_staged]
+                                            # 256 MiB; UCX_* variables from the environment
 
 NIXL_LINK_UCX_PARAMS='{"num_workers": "4"}' adds UCX backend parameters to every agent.
 
@@ -87,11 +88,17 @@ def region(tensor):
 
 
 def buffers(direction: str, nbytes: int):
-    """(source, destination): pinned host and device memory, in the direction's order."""
+    """(source, destination) in the direction's order: pinned host and device memory (h2d,
+    d2h), device and device (d2d), or for h2d_staged pinned host memory and device memory (the
+    initiator copies the host bytes into a device buffer of its own, then NIXL moves them
+    device to device)."""
     torch = _torch()
+    if direction == "d2d":
+        return (torch.empty(nbytes, dtype=torch.uint8, device="cuda"),
+                torch.empty(nbytes, dtype=torch.uint8, device="cuda"))
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     device = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    return (host, device) if direction == "h2d" else (device, host)
+    return (host, device) if direction in ("h2d", "h2d_staged") else (device, host)
 
 
 def timed_writes(agent, source, remote_name: str, remote_descs, poison, check, seeds) -> list:
@@ -118,6 +125,65 @@ def timed_writes(agent, source, remote_name: str, remote_descs, poison, check, s
     return rates
 
 
+STAGE_PIECES = int(os.environ.get("NIXL_LINK_STAGE_PIECES", "8"))
+
+
+def staged_writes(agent, source, remote_name: str, remote_raw, poison, check, seeds) -> list:
+    """As timed_writes for host memory into a peer's device memory, through a device buffer
+    of this process: each piece is copied up by the copy engine, then written to the peer by
+    NIXL (device to device: cuda_ipc) while the next piece is copied; timed from the first
+    copy to the last write's completion."""
+    torch = _torch()
+    nbytes = source.numel()
+    staging = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    kind, whole = region(staging)
+    registered = agent.register_memory([d + ("",) for d in whole], kind)
+    (remote_base, remote_len, remote_dev), = remote_raw
+    assert remote_len == nbytes, (remote_len, nbytes)
+    piece = -(-nbytes // STAGE_PIECES)
+    pieces = [(at, min(piece, nbytes - at)) for at in range(0, nbytes, piece)]
+    copy_stream = torch.cuda.Stream()
+    rates = []
+    try:
+        for seed in seeds:
+            source.copy_(random_bytes(seed, nbytes))
+            staging.fill_(0x5A)
+            torch.cuda.synchronize()
+            poison()
+            start = time.perf_counter()
+            events, handles = [], []
+            with torch.cuda.stream(copy_stream):
+                for at, length in pieces:
+                    staging[at:at + length].copy_(source[at:at + length], non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record(copy_stream)
+                    events.append(event)
+            for (at, length), event in zip(pieces, events):
+                event.synchronize()
+                local = agent.get_xfer_descs([(staging.data_ptr() + at, length, staging.get_device())], kind)
+                remote = agent.get_xfer_descs([(remote_base + at, length, remote_dev)], "VRAM")
+                handle = agent.initialize_xfer("WRITE", local, remote, remote_name, b"")
+                state = agent.transfer(handle)
+                if state not in ("PROC", "DONE"):
+                    raise RuntimeError(f"transfer state {state}")
+                handles.append(handle)
+            for handle in handles:
+                state = "PROC"
+                while state == "PROC":
+                    state = agent.check_xfer_state(handle)
+                if state != "DONE":
+                    raise RuntimeError(f"transfer state {state}")
+            elapsed = time.perf_counter() - start
+            for handle in handles:
+                handle.release()
+            if not check(seed):
+                raise RuntimeError(f"bytes differ after the staged transfer of seed {seed}")
+            rates.append(nbytes / elapsed / 1e9)
+    finally:
+        agent.deregister_memory(registered)
+    return rates
+
+
 def one_process(direction: str, nbytes: int, mode: str, reps: int) -> dict:
     torch = _torch()
     initiator, target = make_agent(f"initiator-{direction}", mode), make_agent(f"target-{direction}", mode)
@@ -136,7 +202,9 @@ def one_process(direction: str, nbytes: int, mode: str, reps: int) -> dict:
     def check(seed):
         return torch.equal(destination.cuda(), random_bytes(seed, nbytes))
 
-    rates = timed_writes(initiator, source, f"target-{direction}", remote, poison, check, range(100, 101 + reps))
+    writes = staged_writes if direction == "h2d_staged" else timed_writes
+    remote_arg = descs if direction == "h2d_staged" else remote
+    rates = writes(initiator, source, f"target-{direction}", remote_arg, poison, check, range(100, 101 + reps))
     return {"rates": rates[1:]}  # the first one warms the connection
 
 
@@ -179,8 +247,10 @@ def two_processes(direction: str, nbytes: int, mode: str, reps: int) -> dict:
             commands.put((command, seed))
             return replies.get(timeout=60)
 
-        rates = timed_writes(initiator, source, name, remote, lambda: ask("poison"), lambda s: ask("check", s),
-                             range(200, 201 + reps))
+        writes = staged_writes if direction == "h2d_staged" else timed_writes
+        remote_arg = remote_descs if direction == "h2d_staged" else remote
+        rates = writes(initiator, source, name, remote_arg, lambda: ask("poison"), lambda s: ask("check", s),
+                       range(200, 201 + reps))
         return {"rates": rates[1:]}
     finally:
         commands.put(("stop", 0))
@@ -265,7 +335,7 @@ def run_case(args, tls, limit_s=45) -> None:
         lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
         for line in lines:
             print(line[7:], flush=True)
-        else:
+        if not lines:
             tail = " | ".join((done.stderr or "").strip().splitlines()[-4:])
             print(json.dumps({"case": args, "UCX_TLS": tls, "error": f"rc {done.returncode}: {tail}"}), flush=True)
         errors = [line for line in done.stderr.splitlines() if "rror" in line and "INFO" not in line]
@@ -319,9 +389,11 @@ def main() -> None:
                     print(f"SKIPPED {where} {tls} {mode}: over the run's budget of {BUDGET_S} s", flush=True)
                     continue
                 run_case((where, "both", 256 * MiB, mode), tls)
-    elif sys.argv[1] == "variant":  # one configuration, one process, 256 MiB (UCX_* tuning from the environment)
+    elif sys.argv[1] == "variant":  # one configuration, 256 MiB (UCX_* tuning from the environment)
         tls, mode = sys.argv[2], sys.argv[3]
-        run_case(("one", "both", 256 * MiB, mode), None if tls == "unset" else tls)
+        where = sys.argv[4] if len(sys.argv) > 4 else "one"
+        direction = sys.argv[5] if len(sys.argv) > 5 else "both"
+        run_case((where, direction, 256 * MiB, mode), None if tls == "unset" else tls)
     else:
         tls, mode = sys.argv[2], sys.argv[3]
         tls = None if tls == "unset" else tls
@@ -330,7 +402,7 @@ def main() -> None:
             if time.perf_counter() - STARTED > BUDGET_S:
                 print(f"SKIPPED {size} MiB: over the run's budget of {BUDGET_S} s", flush=True)
                 continue
-            run_case(("two", "both", size * MiB, mode), tls, limit_s=60)
+            run_case(("two", os.environ.get("NIXL_LINK_DIRECTION", "both"), size * MiB, mode), tls, limit_s=60)
     print("CEILING_256MiB_END " + json.dumps(link_ceiling(256 * MiB)), flush=True)
 
 

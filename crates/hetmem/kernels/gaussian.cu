@@ -34,12 +34,17 @@
 //   offset_lo, offset_hi (bytes), width, height, channels (samples per pixel), band_px, bands,
 //   ranges, range_rows, tile_start
 
+// CHUNK and LOADS_PER_THREAD may be given on the command line by probes that compare shapes.
+#ifndef CHUNK
 #define CHUNK 16
+#endif
 #define PLANE_WORDS 10
 #define MAX_TAPS 65
 #define MAX_RING (CHUNK + MAX_TAPS - 1)
 #define THREADS 1024
+#ifndef LOADS_PER_THREAD
 #define LOADS_PER_THREAD 2
+#endif
 
 __device__ __forceinline__ int resolve(int index, int len, unsigned int border) {
     if (border == 1) {  // replicate

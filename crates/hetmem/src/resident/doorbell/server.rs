@@ -291,26 +291,28 @@ impl Doorbell {
 
     /// An error if the server has failed or exited.
     pub(super) fn check_server(&self) -> Result<()> {
-        let exited = self.words()[EXITED].load(Ordering::Acquire) != 0;
+        let exited = || self.words()[EXITED].load(Ordering::Acquire) != 0;
         match &self.server {
             Server::Cuda(queue, _) => {
                 // cuStreamQuery: not device-synchronising, so safe while the kernel runs.
-                if let Some(stream) = queue.stream() {
-                    let idle = stream.is_idle()?;
-                    if idle && !exited {
-                        return Err(Error::DoorbellStopped { cause: DoorbellStop::ServerEnded });
-                    }
+                // EXITED is read after the stream is seen idle, so that a kernel that wrote it
+                // and finished between the two looks is not taken for one that ended unasked.
+                if let Some(stream) = queue.stream()
+                    && stream.is_idle()?
+                    && !exited()
+                {
+                    return Err(Error::DoorbellStopped { cause: DoorbellStop::ServerEnded });
                 }
             }
             // The thread writes EXITED as its last act: one that finished without it panicked.
-            // EXITED is read again after the thread is seen finished, so that a thread that
-            // exited normally just after the first read is not taken for a panic.
-            Server::Cpu(_) if self.thread_finished() && self.words()[EXITED].load(Ordering::Acquire) == 0 => {
+            // EXITED is read after the thread is seen finished, so that a thread that exited
+            // normally between the two looks is not taken for a panic.
+            Server::Cpu(_) if self.thread_finished() && !exited() => {
                 return Err(Error::DoorbellStopped { cause: DoorbellStop::Panicked });
             }
             Server::Cpu(_) => {}
         }
-        if exited {
+        if exited() {
             let cause = match self.stopped.load(Ordering::Acquire) {
                 true => DoorbellStop::ShutDown,
                 false => DoorbellStop::ServerEnded,

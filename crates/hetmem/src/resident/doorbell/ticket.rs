@@ -39,7 +39,10 @@ impl<'bell> Ticket<'bell> {
         protocol::read_reply(self.bell.words(), self.bell.slot_base(self.seq), self.seq, self.len)
     }
 
-    /// Waits for the reply: spins first (the reply takes microseconds), then yields.
+    /// Waits for the reply: spins first (the reply takes microseconds), then yields. A server
+    /// found stopped is asked once more for the reply: it may have replied and exited between
+    /// the look at the reply and the look at the server (it writes the reply before EXITED,
+    /// and EXITED is read with Acquire, so a reply written before it is seen after it).
     ///
     /// # Errors
     /// [`Error::DoorbellTimeout`] when no reply comes within the doorbell's timeout;
@@ -56,7 +59,10 @@ impl<'bell> Ticket<'bell> {
             if spins >= SPINS_BEFORE_YIELD && start.elapsed() > self.bell.timeout {
                 return Err(Error::DoorbellTimeout { sequence: self.seq, timeout: self.bell.timeout });
             }
-            spins = self.bell.pause(spins)?;
+            spins = match self.bell.pause(spins) {
+                Ok(spins) => spins,
+                Err(error) => return self.reply().unwrap_or(Err(error)),
+            };
         }
     }
 
@@ -101,8 +107,9 @@ impl Future for TicketFuture<'_> {
             return Poll::Ready(Err(error));
         }
         if let Err(error) = ticket.bell.check_server() {
+            let reply = ticket.reply().unwrap_or(Err(error));
             self.ticket = None;
-            return Poll::Ready(Err(error));
+            return Poll::Ready(reply);
         }
         cx.waker().wake_by_ref();
         Poll::Pending
