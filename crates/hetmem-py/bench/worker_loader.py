@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import gc
 import json
 import math
 import os
@@ -483,6 +484,11 @@ def main() -> int:
         length = (warmup + args.iters) * args.batch  # one epoch: no epoch boundary in the window
         for name, step in steps.items():
             base = {"model": name, "workers": workers, "warmup": warmup}
+            # Both loaders fork their workers: a garbage collection in a child that frees a CUDA
+            # tensor inherited from this process kills it (cudaErrorInitializationError, seen on
+            # the H200 at N=12). Freezing what exists now keeps the children's collections off it.
+            gc.collect()
+            gc.freeze()
             if "torch" in loaders:
                 batches, loader = _torch_batches(torch, dataset_class(args.data, length), args.batch, workers,
                                                  on_gpu)
