@@ -8,7 +8,7 @@ the destination is poisoned before the transfer, and compared with the source af
 
     python3 nixl_link.py explore            # configurations at 256 MiB, one and two processes
     python3 nixl_link.py sweep TLS MODE     # 1 MiB .. 1 GiB, two processes, one configuration
-    python3 nixl_link.py variant TLS MODE [one|two] [h2d|d2h|both|d2d|h2d_staged]
+    python3 nixl_link.py variant TLS MODE [one|two] [h2d|d2h|both|d2d|h2d_staged|h2d_hetmem]
                                             # 256 MiB; UCX_* variables from the environment
 
 NIXL_LINK_UCX_PARAMS='{"num_workers": "4"}' adds UCX backend parameters to every agent.
@@ -98,7 +98,7 @@ def buffers(direction: str, nbytes: int):
                 torch.empty(nbytes, dtype=torch.uint8, device="cuda"))
     host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
     device = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-    return (host, device) if direction in ("h2d", "h2d_staged") else (device, host)
+    return (host, device) if direction in ("h2d", "h2d_staged", "h2d_hetmem") else (device, host)
 
 
 def timed_writes(agent, source, remote_name: str, remote_descs, poison, check, seeds) -> list:
@@ -184,6 +184,34 @@ def staged_writes(agent, source, remote_name: str, remote_raw, poison, check, se
     return rates
 
 
+def hetmem_staged_writes(mode: str, metadata, remote_raw, poison, check, seeds) -> list:
+    """As staged_writes, through hetmem's own API: a hetmem pinned buffer registered with a
+    hetmem.nixl agent, written into the peer's device memory with Agent.write_staged (the
+    peer's region rebuilt from the descriptor it sent, as its Registration.remote() would be)."""
+    import hetmem
+    import hetmem.nixl as hn
+    from hetmem.nixl import RemoteRegion
+
+    (base, nbytes, device), = remote_raw
+    agent = hn.Agent("initiator-hetmem", params={"UCX": {"ucx_error_handling_mode": mode}} if mode else None)
+    name = agent.add_peer(metadata)
+    region = RemoteRegion._make(name, "VRAM", base, nbytes, device)
+    source = hetmem.pinned(nbytes)
+    registration = agent.register(source)
+    pieces = int(os.environ.get("NIXL_LINK_STAGE_PIECES", "8"))
+    rates = []
+    for seed in seeds:
+        source.numpy()[:] = random_bytes(seed, nbytes).cpu().numpy()
+        poison()
+        start = time.perf_counter()
+        agent.write_staged(registration, region, pieces=pieces).wait()
+        elapsed = time.perf_counter() - start
+        if not check(seed):
+            raise RuntimeError(f"bytes differ after hetmem's staged write of seed {seed}")
+        rates.append(nbytes / elapsed / 1e9)
+    return rates
+
+
 def one_process(direction: str, nbytes: int, mode: str, reps: int) -> dict:
     torch = _torch()
     initiator, target = make_agent(f"initiator-{direction}", mode), make_agent(f"target-{direction}", mode)
@@ -234,6 +262,16 @@ def two_processes(direction: str, nbytes: int, mode: str, reps: int) -> dict:
     target = context.Process(target=_target_process, args=(direction, nbytes, mode, commands, replies))
     target.start()
     try:
+        if direction == "h2d_hetmem":  # hetmem's agent, buffer and staged write against the same peer
+            metadata, _, remote_descs = replies.get(timeout=60)
+
+            def ask_hetmem(command, seed=0):
+                commands.put((command, seed))
+                return replies.get(timeout=60)
+
+            rates = hetmem_staged_writes(mode, metadata, remote_descs, lambda: ask_hetmem("poison"),
+                                         lambda s: ask_hetmem("check", s), range(200, 201 + reps))
+            return {"rates": rates[1:]}
         initiator = make_agent(f"initiator-{direction}", mode)
         source, _ = buffers(direction, nbytes)
         del _

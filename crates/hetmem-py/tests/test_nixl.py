@@ -384,6 +384,7 @@ class _RecordingAgent(hn.Agent):
         self._name = unique("recording")
         self._backends = ["RECORDED"]
         self._inbox = {}
+        self._staging = {}
         self.registered = []
         self.deregistered = []
         self.state = "PROC"
@@ -611,3 +612,80 @@ def test_a_device_view_of_memory_a_transfer_writes_is_lent(rng):
     agent.state = "DONE"
     transfer.wait()
     assert buffer._state.lease is None
+
+
+# -- host memory into a peer's device memory, staged through this process's device memory ------
+
+def test_a_staged_write_checks_what_it_is_given(rng, tmp_path):
+    agent = _RecordingAgent()
+    source = agent.register(filled(rng, MiB))
+    vram = hn.RemoteRegion._make("peer", "VRAM", 0x1000, MiB, 0)
+    with pytest.raises(TypeError, match="device memory"):
+        agent.write_staged(source, hn.RemoteRegion._make("peer", "DRAM", 0x1000, MiB, 0))
+    with pytest.raises(ValueError, match="pieces=0"):
+        agent.write_staged(source, vram, pieces=0)
+    with pytest.raises(TypeError, match="integer"):
+        agent.write_staged(source, vram, pieces=2.5)
+    with pytest.raises(ValueError, match="same size"):
+        agent.write_staged(source, vram.part(0, MiB // 2))
+    path = tmp_path / "file.bin"
+    path.write_bytes(b"x" * 4096)
+    with pytest.raises(TypeError, match="host memory"):
+        agent.write_staged(agent.register_file(path), vram)
+    with pytest.raises(TypeError, match="host memory"):
+        agent.write_staged(object(), vram)
+    if _gpu_reason() is not None:  # the CPU backend has no device memory to stage in
+        with pytest.raises(hn.NixlError, match="CPU backend"):
+            agent.write_staged(source, vram)
+    assert not source.buffer.lent and hn._handoff._readers(source.buffer).count == 0
+
+
+@needs_nixl
+@pytest.mark.parametrize("nbytes", [MiB + 3, 64 * MiB])
+def test_two_processes_staged_host_to_device_every_byte(rng, nbytes):
+    reason = _gpu_reason()
+    if reason is not None:
+        if os.environ.get("HETMEM_REQUIRE_GPU") == "1":
+            pytest.fail(f"HETMEM_REQUIRE_GPU=1 but {reason}")
+        pytest.skip(f"a staged write needs a GPU ({reason})")
+    pytest.importorskip("torch")
+    from nixl_peer import serve_device
+
+    agent = hn.Agent(unique("parent"), params=ucx_params())
+    source = filled(rng, nbytes)
+    registration = agent.register(source)
+    peer = unique("device")
+    context = multiprocessing.get_context("spawn")
+    commands, replies = context.Queue(), context.Queue()
+    child = context.Process(target=serve_device, args=(peer, commands, replies))
+    child.start()
+    stagings = []
+    try:
+        commands.put((agent.name, agent.metadata(), nbytes, 2))
+        for round_ in range(2):
+            status, reply = replies.get(timeout=300)
+            assert status == "expecting", reply
+            metadata, region = reply
+            agent.add_peer(metadata)
+            seed = int(rng.integers(0, 2**31))
+            source.numpy()[:] = random_bytes(seed, nbytes)
+            write = agent.write_staged(registration, region, pieces=5, notify=f"staged {round_}".encode())
+            assert write.pieces == 5
+            # Shared until its bytes are copied out: not lent to the GPU meanwhile.
+            assert hn._handoff._readers(source).count == 1
+            with pytest.raises(hetmem.LentError):
+                source.lend()
+            write.wait(timeout=300)
+            assert hn._handoff._readers(source).count == 0 and registration._active == 0
+            stagings.append(agent._staging[0])
+            commands.put(seed)
+            status, reply = replies.get(timeout=300)
+            assert (status, reply) == ("checked", True)
+        status, reply = replies.get(timeout=120)
+        assert status == "done", reply
+    finally:
+        child.join(timeout=120)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+    assert stagings[0] is stagings[1] and stagings[0]._active == 0  # registered once, used again

@@ -1,0 +1,228 @@
+"""Host memory into a peer's device memory in two hops: this process's copy engine lands each
+piece in device memory of its own, and NIXL moves it on device to device.
+
+Why: on one machine UCX has no zero-copy path from host memory into another process's device
+memory (no RDMA NIC to write VRAM): it emulates the put in 8 KiB pieces through shared memory,
+about 0.9 GB/s on the H200 machine. Device to device between processes it uses CUDA IPC,
+hundreds of GB/s. The two hops, pipelined, move the host bytes at 0.92-0.94 of the link there
+(``bench/results/2026-12-04-h200/``).
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
+import numpy as np
+
+from .. import Buffer, HetmemError, _native
+from ._errors import NixlError, _remedy
+from ._handoff import _hold, _let_go, _Share
+from ._registration import FileRegistration, Registration, RemoteRegion
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+
+def _torch(what: str) -> Any:
+    try:
+        import torch
+    except ImportError as error:
+        raise HetmemError(f"{what}: the staged write copies with PyTorch's CUDA streams; install torch with CUDA "
+                          "(or use Agent.write, which needs neither)") from error
+    if not torch.cuda.is_available():
+        raise HetmemError(f"{what}: PyTorch sees no CUDA device; the staged write needs the GPU its device memory "
+                          "is on (Agent.write needs none)")
+    return torch
+
+
+class StagedWrite:
+    """A write of host memory (a ``DRAM`` registration) into a peer's device memory (a ``VRAM``
+    region), through device memory of this process: made by ``Agent.write_staged``. The copies
+    into the staging memory are queued when it is made; ``wait()`` (or ``done()`` until it says
+    True) hands each piece to NIXL as it lands and waits for NIXL to move it. The source is
+    shared until the last piece has been copied out of it; the peer gets ``notify`` once every
+    piece is there. A failed piece raises ``NixlError`` once every piece in flight is settled.
+    A context manager: leaving the block waits."""
+
+    def __init__(self, agent: "Agent", source: Registration, destination: RemoteRegion, staging: Registration,
+                 pieces: int, notify: bytes):
+        nbytes = source.nbytes
+        self._what = f"staged write of {nbytes} bytes"
+        torch = _torch(self._what)
+        self._agent = agent
+        self._destination = destination
+        self._notify = notify
+        self._staging = staging
+        self._source: Optional[Registration] = source
+        self._error: Optional[BaseException] = None
+        self._state = "PROC"
+        piece = -(-nbytes // pieces)
+        self._pieces = [(at, min(piece, nbytes - at)) for at in range(0, nbytes, piece)]
+        # (NIXL handle, backend) of each piece handed over, None once it is complete.
+        self._posted: List[Optional[Tuple[Any, str]]] = []
+        # The source's bytes as one byte array over the registered range (the native view fixed
+        # it when the registration was made), for PyTorch's copy engine to read.
+        memory = source._memory
+        base, _, _ = source._descriptor
+        host_bytes = Buffer(memory, (nbytes,), np.uint8, offset=base - memory.host_ptr)
+        self._share: Optional[_Share] = _Share(source._buffer, self._what)
+        source._active += 1
+        staging._active += 1
+        try:
+            device = staging.device
+            self._stream = torch.cuda.Stream(device=device)
+            host = torch.from_dlpack(host_bytes)
+            landing = torch.from_dlpack(staging._buffer.cuda())[:nbytes]
+            self._landed = []
+            with torch.cuda.stream(self._stream):
+                for at, length in self._pieces:
+                    landing[at:at + length].copy_(host[at:at + length], non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record(self._stream)
+                    self._landed.append(event)
+            # The tensors go; the memory stays (the registrations hold it, and hetmem's memory
+            # is released only after the device's work on it).
+            del host, landing
+        except BaseException:
+            self._give_back_source()
+            staging._active -= 1
+            raise
+        _hold(self)
+
+    @property
+    def pieces(self) -> int:
+        """How many pieces the bytes move in."""
+        return len(self._pieces)
+
+    def done(self) -> bool:
+        """Hands over the pieces that have landed, polls the ones NIXL moves; whether every
+        piece is at the peer (raises ``NixlError``, on this and every later call, if one
+        failed, once none is in flight any more)."""
+        if self._state == "PROC":
+            self._advance()
+        if self._state == "FAILED":
+            assert self._error is not None
+            raise self._error
+        return self._state == "DONE"
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Waits until every piece is at the peer (``TimeoutError`` after ``timeout`` seconds,
+        the write still in flight and its memory still held)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{self._what}: not complete after {timeout} s; it is still in flight (its "
+                                   "memory still held)")
+            time.sleep(0)
+
+    def _advance(self) -> None:
+        agent, what = self._agent, self._what
+        # Pieces in order, each once its copy has landed (and none after a failure).
+        while self._error is None and len(self._posted) < len(self._pieces):
+            index = len(self._posted)
+            if not self._landed[index].query():
+                break
+            at, length = self._pieces[index]
+            base, _, device = self._staging._descriptor
+            remote = self._destination.part(at, length)._descriptor()
+            try:
+                handle = agent._prepare("WRITE", "VRAM", (base + at, length, device), self._destination.agent,
+                                        "VRAM", remote, b"")
+            except BaseException as error:
+                self._error = error
+                break
+            backend = agent._backend_of(handle)
+            self._posted.append((handle, backend))
+            try:
+                state = agent._post(handle, backend, f"{what}, piece {index}", ("VRAM",))
+            except BaseException as error:
+                self._error = error
+                state = "ERR"
+            self._settle_piece(index, state)
+        # The source is read by the copies only: shared until the last has landed.
+        if self._share is not None and all(event.query() for event in self._landed):
+            self._give_back_source()
+        for index, posted in enumerate(self._posted):
+            if posted is not None:
+                handle, backend = posted
+                try:
+                    state = agent._progress(handle, backend, f"{what}, piece {index}", ("VRAM",))
+                except BaseException as error:
+                    self._error = self._error or error
+                    state = "ERR"
+                self._settle_piece(index, state)
+        in_flight = any(posted is not None for posted in self._posted)
+        if in_flight or (self._error is None and len(self._posted) < len(self._pieces)):
+            return
+        if self._error is None and self._notify:
+            # Sent once every piece is complete: pieces may complete out of order, so a
+            # notification riding on the last one could reach the peer before an earlier one.
+            try:
+                agent._agent.send_notif(self._destination.agent, self._notify)
+            except BaseException as error:
+                self._error = NixlError(f"NIXL: {what}: every piece arrived but the notification to "
+                                        f"{self._destination.agent!r} failed ({type(error).__name__}: {error}); "
+                                        "the peer's expect() will not end: tell it by other means")
+        self._finish()
+
+    def _settle_piece(self, index: int, state: str) -> None:
+        if state == "PROC":
+            return
+        posted, self._posted[index] = self._posted[index], None
+        backend = self._agent._label()
+        if posted is not None:
+            handle, backend = posted
+            handle.release()
+        if state != "DONE" and self._error is None:
+            self._error = NixlError(f"NIXL {backend}: piece {index} of the {self._what} failed (state {state}); "
+                                    f"{_remedy('', backend, 'progress', ('VRAM',))}")
+
+    def _give_back_source(self) -> None:
+        share, self._share = self._share, None
+        if share is not None:
+            share.give_back()
+        source, self._source = self._source, None
+        if source is not None:
+            source._active -= 1
+
+    def _finish(self) -> None:
+        # Every copy has landed (a piece is handed over only after its copy landed, and the
+        # source goes back only after all of them did): wait for any not handed over.
+        for event in self._landed:
+            event.synchronize()
+        self._give_back_source()
+        self._staging._active -= 1
+        self._state = "DONE" if self._error is None else "FAILED"
+        _let_go(self)
+
+    def __enter__(self) -> "StagedWrite":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.wait()
+
+    def __repr__(self) -> str:
+        return f"hetmem.nixl.StagedWrite({self._what}, {len(self._pieces)} pieces, state={self._state})"
+
+
+def check_staged(agent: "Agent", source: Any, destination: Any, pieces: Any) -> int:
+    """The piece count of a staged write of ``source`` into ``destination``, checked."""
+    if isinstance(source, FileRegistration) or not isinstance(source, Registration) or source.kind != "DRAM":
+        raise TypeError("write_staged: the source is a Registration of host memory (agent.register(buffer) of a "
+                        "hetmem.pinned or registered buffer); for device memory use write()")
+    if not isinstance(destination, RemoteRegion) or destination.kind != "VRAM":
+        kind = destination.kind if isinstance(destination, RemoteRegion) else type(destination).__name__
+        raise TypeError(f"write_staged: the destination is a peer's device memory (a VRAM RemoteRegion), not "
+                        f"{kind}; for host memory use write(), which is as fast there")
+    agent._check_pair(source, destination, "write_staged")
+    pieces = operator.index(pieces)
+    if pieces < 1:
+        raise ValueError(f"write_staged: pieces={pieces}; give 1 or more (8 moved fastest on the H200 machine)")
+    return min(pieces, source.nbytes)
+
+
+def staging_memory(device: _native.Device, nbytes: int) -> Buffer:
+    """``nbytes`` of device memory on ``device``, as a byte Buffer (device views only)."""
+    return Buffer(_native.device_memory(device, nbytes), (nbytes,), np.uint8)
