@@ -626,6 +626,8 @@ def test_a_staged_write_checks_what_it_is_given(rng, tmp_path):
         agent.write_staged(source, vram, pieces=0)
     with pytest.raises(TypeError, match="integer"):
         agent.write_staged(source, vram, pieces=2.5)
+    with pytest.raises(TypeError, match="bool"):
+        agent.write_staged(source, vram, pieces=True)
     with pytest.raises(ValueError, match="same size"):
         agent.write_staged(source, vram.part(0, MiB // 2))
     path = tmp_path / "file.bin"
@@ -671,10 +673,6 @@ def test_two_processes_staged_host_to_device_every_byte(rng, nbytes):
             source.numpy()[:] = random_bytes(seed, nbytes)
             write = agent.write_staged(registration, region, pieces=5, notify=f"staged {round_}".encode())
             assert write.pieces == 5
-            # Shared until its bytes are copied out: not lent to the GPU meanwhile.
-            assert hn._handoff._readers(source).count == 1
-            with pytest.raises(hetmem.LentError):
-                source.lend()
             write.wait(timeout=300)
             assert hn._handoff._readers(source).count == 0 and registration._active == 0
             stagings.append(agent._staging[0])
@@ -689,3 +687,191 @@ def test_two_processes_staged_host_to_device_every_byte(rng, nbytes):
             child.kill()
     assert child.exitcode == 0
     assert stagings[0] is stagings[1] and stagings[0]._active == 0  # registered once, used again
+
+
+class _FakeEvent:
+    def __init__(self) -> None:
+        self.landed = False
+
+    def record(self, stream) -> None:
+        pass
+
+    def query(self) -> bool:
+        return self.landed
+
+    def synchronize(self) -> None:
+        self.landed = True
+
+
+class _FakeTensor:
+    def __init__(self, torch, name, lo=0, hi=None):
+        self.torch, self.name, self.lo, self.hi = torch, name, lo, hi
+
+    def __getitem__(self, part: slice) -> "_FakeTensor":
+        lo = self.lo + (part.start or 0)
+        hi = self.lo + part.stop if part.stop is not None else self.hi
+        return _FakeTensor(self.torch, self.name, lo, hi)
+
+    def copy_(self, other, non_blocking=False) -> None:
+        self.torch.copies.append((other.name, other.lo, other.hi, self.name, self.lo, self.hi, non_blocking))
+
+
+class _FakeTorch:
+    """What a staged write uses of torch (its CUDA streams, events and DLPack import), with
+    copies recorded and events landed when the test says: the hand-off and the order of the
+    pieces checked exactly, without a GPU."""
+
+    def __init__(self) -> None:
+        self.cuda = self
+        self.events = []
+        self.copies = []
+        self.synchronized = 0
+
+    def is_available(self) -> bool:
+        return True
+
+    def Stream(self, device=None):
+        torch = self
+
+        class Stream:
+            def synchronize(self) -> None:
+                torch.synchronized += 1
+                for event in torch.events:
+                    event.landed = True
+        return Stream()
+
+    def stream(self, stream):
+        import contextlib
+        return contextlib.nullcontext()
+
+    def Event(self) -> _FakeEvent:
+        self.events.append(_FakeEvent())
+        return self.events[-1]
+
+    def from_dlpack(self, view) -> _FakeTensor:
+        return _FakeTensor(self, "staging" if view == "staging view" else "host")
+
+
+class _FakeStaging:
+    def __init__(self, nbytes: int) -> None:
+        self._descriptor = (0x20000, nbytes, 0)
+        self.device = 0
+        self._active = 0
+
+        class Buffer:
+            def cuda(self):
+                return "staging view"
+        self._buffer = Buffer()
+
+
+class _Notifier:
+    def __init__(self) -> None:
+        self.sent = []
+
+    def send_notif(self, peer, message) -> None:
+        self.sent.append((peer, message))
+
+
+def _staged(monkeypatch, rng, nbytes, pieces, notify=b"staged"):
+    import sys
+    from hetmem.nixl._staged import StagedWrite, check_staged
+
+    torch = _FakeTorch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    agent = _RecordingAgent()
+    agent._agent = _Notifier()
+    source = filled(rng, nbytes)
+    registration = agent.register(source)
+    region = hn.RemoteRegion._make("peer", "VRAM", 0x900000, nbytes, 0)
+    staging = _FakeStaging(nbytes)
+    write = StagedWrite(agent, registration, region, staging, check_staged(agent, registration, region, pieces),
+                        notify)
+    return torch, agent, source, registration, staging, write
+
+
+def test_a_staged_write_shares_its_source_until_every_copy_landed(rng, monkeypatch):
+    torch, agent, source, registration, staging, write = _staged(monkeypatch, rng, MiB + 3, 4)
+    assert write.pieces == 4 and len(torch.events) == 4
+    # Every piece copied in order, host range to the same staging range, asynchronously.
+    piece = -(-(MiB + 3) // 4)
+    assert [(c[1], c[2]) for c in torch.copies] == [(at, min(at + piece, MiB + 3)) for at in range(0, MiB + 3, piece)]
+    assert all(c[0] == "host" and c[3] == "staging" and c[1:3] == c[4:6] and c[6] for c in torch.copies)
+    assert hn._handoff._readers(source).count == 1 and registration._active == 1 and staging._active == 1
+    with pytest.raises(hetmem.LentError):
+        source.lend()
+    assert not write.done()
+    torch.events[0].landed = torch.events[1].landed = True
+    assert not write.done()
+    assert sum(posted is not None for posted in write._posted) == 2  # handed over as they land, in order
+    assert hn._handoff._readers(source).count == 1
+    torch.events[3].landed = True  # out of order: piece 3 waits for piece 2
+    assert not write.done() and len(write._posted) == 2
+    torch.events[2].landed = True
+    assert not write.done() and len(write._posted) == 4
+    assert hn._handoff._readers(source).count == 0 and registration._active == 0  # read no more
+    assert staging._active == 1 and agent._agent.sent == []  # NIXL still moves the pieces
+    agent.state = "DONE"
+    assert write.done() and write.done()
+    assert staging._active == 0 and agent._agent.sent == [("peer", b"staged")]  # once, after every piece
+    write.wait()
+
+
+def test_a_failed_staged_piece_raises_every_time_and_gives_everything_back(rng, monkeypatch):
+    torch, agent, source, registration, staging, write = _staged(monkeypatch, rng, MiB, 3)
+    for event in torch.events:
+        event.landed = True
+    agent.state = "ERR"
+    for _ in range(2):
+        with pytest.raises(hn.NixlError, match="piece 0 of the staged write"):
+            write.done()
+    with pytest.raises(hn.NixlError):
+        write.wait()
+    assert hn._handoff._readers(source).count == 0 and registration._active == 0 and staging._active == 0
+    assert agent._agent.sent == []  # no notification for bytes that did not all arrive
+
+
+def test_an_interrupted_poll_of_a_staged_write_keeps_its_pieces_in_flight(rng, monkeypatch):
+    torch, agent, source, registration, staging, write = _staged(monkeypatch, rng, MiB, 2)
+    for event in torch.events:
+        event.landed = True
+    calls = []
+
+    def interrupted(*args):
+        calls.append(args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agent, "_progress", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write.done()
+    assert calls and all(posted is not None for posted in write._posted)  # nothing released
+    assert staging._active == 1
+    monkeypatch.undo()
+    agent.state = "DONE"
+    assert write.done() and staging._active == 0
+
+
+def test_a_staged_write_that_fails_to_queue_waits_for_the_copies_it_queued(rng, monkeypatch):
+    import sys
+    from hetmem.nixl._staged import StagedWrite
+
+    torch = _FakeTorch()
+    made = []
+
+    def failing_event():
+        if len(made) == 2:
+            raise RuntimeError("CUDA error: out of memory (a test)")
+        made.append(_FakeEvent())
+        torch.events.append(made[-1])
+        return made[-1]
+
+    torch.Event = failing_event
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    agent = _RecordingAgent()
+    source = filled(rng, MiB)
+    registration = agent.register(source)
+    region = hn.RemoteRegion._make("peer", "VRAM", 0x900000, MiB, 0)
+    staging = _FakeStaging(MiB)
+    with pytest.raises(RuntimeError, match="a test"):
+        StagedWrite(agent, registration, region, staging, 4, b"")
+    assert torch.synchronized == 1  # the queued copies waited for before anything went back
+    assert hn._handoff._readers(source).count == 0 and registration._active == 0 and staging._active == 0

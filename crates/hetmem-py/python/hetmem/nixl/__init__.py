@@ -35,10 +35,11 @@ Device memory moves over UCX only through its CUDA transports (``UCX_TLS`` with
 measured were ``UCX_TLS=cuda_copy,cuda_ipc,sm,self`` (set before the first agent) with
 ``Agent(name, params={"UCX": {"ucx_error_handling_mode": "none"}})``.
 
-Host memory into another process's device memory is fastest in two hops on one machine:
+Host memory into another process's device memory can go in two hops on one machine:
 ``Agent.write_staged`` lands it in device memory of this process, then NIXL moves it device to
-device (UCX alone emulates that put at under 1 GB/s; the two hops ran at 0.92-0.94 of the link
-on the H200 machine).
+device (UCX alone emulates that put at under 1 GB/s; the two hops on PyTorch's memory ran at
+0.92-0.94 of the link on the H200 machine, through this call's own staging memory so far at
+0.57-0.68 GB/s: docs/cluster.md says what is known).
 
 Errors from NIXL and UCX come as ``NixlError`` (a ``HetmemError``) naming the backend, the call
 and a remedy. An ``Agent`` is used from one thread at a time.

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .. import Buffer, DeviceView, cuda_device
+from .. import Buffer, DeviceView, LentError, cuda_device
 from .. import device as default_device
 from .._load import LoadedTensors
 from ._errors import NixlError, _nixl, _wrap
 from ._handoff import Incoming, Offered
 from ._registration import FileRegistration, Registration, RemoteRegion
-from ._staged import StagedWrite, check_staged, staging_memory
+from ._staged import StagedWrite, _torch, check_staged, staging_memory
 from ._transfer import Transfer
 
 
@@ -133,10 +133,13 @@ class Agent:
         the same size, in two hops: this process's copy engine lands the bytes in device memory
         of its own (on CUDA device ``device``, default hetmem's), ``pieces`` at a time, and
         NIXL moves each piece on device to device as it lands (CUDA IPC between processes of
-        one host). On one machine that is the fast way: UCX has no zero-copy path from host
-        memory into another process's device memory and emulates it at about 0.9 GB/s, where
-        this moved 0.92-0.94 of the link on the H200 machine. The staging memory (as large as
-        the biggest write) is allocated and registered on first use and kept for the next;
+        one host). UCX has no zero-copy path from host memory into another process's device
+        memory on one machine (it emulates the put, about 0.9 GB/s on the H200 machine); the
+        same two hops on PyTorch's memory moved 0.92-0.94 of the link there, while this call,
+        on hetmem's own staging memory, has so far moved only 0.57-0.68 GB/s (being looked
+        into: see docs/cluster.md). Pieces are at least 64 KiB (fewer than asked for a small
+        source), at most 1024. The staging memory (as large as the biggest write) is
+        allocated and registered on first use and kept for the next;
         ``write`` stays the call for every other pair of kinds. Needs PyTorch with CUDA (its
         streams do the copies) and UCX's CUDA transports (``UCX_TLS`` with ``cuda_copy`` and
         ``cuda_ipc``). The source is shared until copied; the peer gets ``notify`` once every
@@ -148,16 +151,21 @@ class Agent:
             agent.write_staged(frame, peer_region, notify=b"frame 7").wait()
         """
         pieces = check_staged(self, source, destination, pieces)
-        staging = self._staging_for(source.nbytes, device)
-        return StagedWrite(self, source, destination, staging, pieces, bytes(notify))
-
-    def _staging_for(self, nbytes: int, device: Optional[int]) -> Registration:
+        # Everything that can refuse the write is asked before staging memory is made for it.
         gpu = default_device() if device is None else cuda_device(device)
-        ordinal = gpu.ordinal
-        if ordinal is None:
+        if gpu.ordinal is None:
             raise NixlError("write_staged: hetmem runs on the CPU backend "
                             f"({gpu.fallback_reason or 'no GPU'}), and the staged write needs device memory of "
                             "this process; use write() on a machine without a GPU")
+        _torch("write_staged")
+        if source._buffer._state.lease is not None:
+            raise LentError("write_staged: the source is lent (to the GPU or to a transfer that writes it); "
+                            "reclaim it before a transfer reads it")
+        staging = self._staging_for(source.nbytes, gpu)
+        return StagedWrite(self, source, destination, staging, pieces, bytes(notify))
+
+    def _staging_for(self, nbytes: int, gpu: Any) -> Registration:
+        ordinal = gpu.ordinal
         cached = self._staging.get(ordinal)
         if cached is not None and not cached.closed and cached._active == 0 and cached.nbytes >= nbytes:
             return cached

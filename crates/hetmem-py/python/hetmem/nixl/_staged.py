@@ -4,8 +4,9 @@ piece in device memory of its own, and NIXL moves it on device to device.
 Why: on one machine UCX has no zero-copy path from host memory into another process's device
 memory (no RDMA NIC to write VRAM): it emulates the put in 8 KiB pieces through shared memory,
 about 0.9 GB/s on the H200 machine. Device to device between processes it uses CUDA IPC,
-hundreds of GB/s. The two hops, pipelined, move the host bytes at 0.92-0.94 of the link there
-(``bench/results/2026-12-04-h200/``).
+hundreds of GB/s. The two hops, pipelined, moved the host bytes at 0.92-0.94 of the link there
+on PyTorch's memory (``bench/results/2026-12-04-h200/``); through this module's own staging
+memory, 0.57-0.68 GB/s in the same call, not yet understood (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
     from ._agent import Agent
 
 
+#: The smallest piece a staged write cuts (a smaller source moves in fewer pieces than asked).
+MIN_PIECE = 64 << 10
+#: The most pieces a staged write cuts: every poll looks at each.
+MAX_PIECES = 1024
+
+
 def _torch(what: str) -> Any:
     try:
         import torch
@@ -41,19 +48,24 @@ class StagedWrite:
     """A write of host memory (a ``DRAM`` registration) into a peer's device memory (a ``VRAM``
     region), through device memory of this process: made by ``Agent.write_staged``. The copies
     into the staging memory are queued when it is made; ``wait()`` (or ``done()`` until it says
-    True) hands each piece to NIXL as it lands and waits for NIXL to move it. The source is
+    True) hands each piece to NIXL as it lands and waits for NIXL to move it: a staged write
+    nobody waits for moves no more than its first pieces, and holds its memory. The source is
     shared until the last piece has been copied out of it; the peer gets ``notify`` once every
     piece is there. A failed piece raises ``NixlError`` once every piece in flight is settled.
     A context manager: leaving the block waits."""
 
     def __init__(self, agent: "Agent", source: Registration, destination: RemoteRegion, staging: Registration,
                  pieces: int, notify: bytes):
-        nbytes = source.nbytes
+        # The registered range, as the registration fixed it when made (its descriptor), and
+        # the memory it lies in: the bytes the copies read are checked against that memory
+        # below, and the share is taken on that same memory's hand-off state.
+        base, nbytes, _ = source._descriptor
         self._what = f"staged write of {nbytes} bytes"
         torch = _torch(self._what)
         self._agent = agent
         self._destination = destination
         self._notify = notify
+        self._notified = False
         self._staging = staging
         self._source: Optional[Registration] = source
         self._error: Optional[BaseException] = None
@@ -62,34 +74,38 @@ class StagedWrite:
         self._pieces = [(at, min(piece, nbytes - at)) for at in range(0, nbytes, piece)]
         # (NIXL handle, backend) of each piece handed over, None once it is complete.
         self._posted: List[Optional[Tuple[Any, str]]] = []
-        # The source's bytes as one byte array over the registered range (the native view fixed
-        # it when the registration was made), for PyTorch's copy engine to read.
+        self._landed: List[Any] = []
         memory = source._memory
-        base, _, _ = source._descriptor
+        if memory is None or memory.host_ptr is None:
+            raise TypeError("write_staged: the source registration holds no host memory")
         host_bytes = Buffer(memory, (nbytes,), np.uint8, offset=base - memory.host_ptr)
-        self._share: Optional[_Share] = _Share(source._buffer, self._what)
+        self._share: Optional[_Share] = _Share(host_bytes, self._what)
         source._active += 1
         staging._active += 1
+        self._stream = None
         try:
-            device = staging.device
-            self._stream = torch.cuda.Stream(device=device)
-            host = torch.from_dlpack(host_bytes)
-            landing = torch.from_dlpack(staging._buffer.cuda())[:nbytes]
-            self._landed = []
+            self._stream = torch.cuda.Stream(device=staging.device)
             with torch.cuda.stream(self._stream):
+                # Made on the copy stream, so that hetmem's memory is told the stream the
+                # copies use (an unknown one: its release then waits for the whole device).
+                host = torch.from_dlpack(host_bytes)
+                landing = torch.from_dlpack(staging._buffer.cuda())[:nbytes]
                 for at, length in self._pieces:
                     landing[at:at + length].copy_(host[at:at + length], non_blocking=True)
                     event = torch.cuda.Event()
                     event.record(self._stream)
                     self._landed.append(event)
-            # The tensors go; the memory stays (the registrations hold it, and hetmem's memory
-            # is released only after the device's work on it).
             del host, landing
         except BaseException:
+            # Copies already queued may still read the source and write the staging: nothing
+            # is given back before they are done.
+            if self._stream is not None:
+                self._stream.synchronize()
             self._give_back_source()
             staging._active -= 1
             raise
         _hold(self)
+        self._advance()
 
     @property
     def pieces(self) -> int:
@@ -130,14 +146,15 @@ class StagedWrite:
             try:
                 handle = agent._prepare("WRITE", "VRAM", (base + at, length, device), self._destination.agent,
                                         "VRAM", remote, b"")
-            except BaseException as error:
+            except Exception as error:
                 self._error = error
                 break
             backend = agent._backend_of(handle)
             self._posted.append((handle, backend))
             try:
                 state = agent._post(handle, backend, f"{what}, piece {index}", ("VRAM",))
-            except BaseException as error:
+            except Exception as error:
+                # Not posted: NIXL holds none of it, so the request goes.
                 self._error = error
                 state = "ERR"
             self._settle_piece(index, state)
@@ -147,21 +164,24 @@ class StagedWrite:
         for index, posted in enumerate(self._posted):
             if posted is not None:
                 handle, backend = posted
-                try:
-                    state = agent._progress(handle, backend, f"{what}, piece {index}", ("VRAM",))
-                except BaseException as error:
-                    self._error = self._error or error
-                    state = "ERR"
+                # An exception here (NIXL's, or Ctrl-C) leaves the piece posted and in flight:
+                # it propagates, and a later done() or wait() polls the piece again.
+                state = agent._progress(handle, backend, f"{what}, piece {index}", ("VRAM",))
                 self._settle_piece(index, state)
         in_flight = any(posted is not None for posted in self._posted)
         if in_flight or (self._error is None and len(self._posted) < len(self._pieces)):
             return
-        if self._error is None and self._notify:
+        # Every copy has landed before the source and staging go back (after a failure, some
+        # may not have been handed over yet).
+        for event in self._landed:
+            event.synchronize()
+        if self._error is None and self._notify and not self._notified:
             # Sent once every piece is complete: pieces may complete out of order, so a
             # notification riding on the last one could reach the peer before an earlier one.
+            self._notified = True
             try:
                 agent._agent.send_notif(self._destination.agent, self._notify)
-            except BaseException as error:
+            except Exception as error:
                 self._error = NixlError(f"NIXL: {what}: every piece arrived but the notification to "
                                         f"{self._destination.agent!r} failed ({type(error).__name__}: {error}); "
                                         "the peer's expect() will not end: tell it by other means")
@@ -170,11 +190,12 @@ class StagedWrite:
     def _settle_piece(self, index: int, state: str) -> None:
         if state == "PROC":
             return
-        posted, self._posted[index] = self._posted[index], None
+        posted = self._posted[index]
         backend = self._agent._label()
         if posted is not None:
             handle, backend = posted
-            handle.release()
+            handle.release()  # complete or failed: NIXL is done with it
+            self._posted[index] = None
         if state != "DONE" and self._error is None:
             self._error = NixlError(f"NIXL {backend}: piece {index} of the {self._what} failed (state {state}); "
                                     f"{_remedy('', backend, 'progress', ('VRAM',))}")
@@ -188,10 +209,6 @@ class StagedWrite:
             source._active -= 1
 
     def _finish(self) -> None:
-        # Every copy has landed (a piece is handed over only after its copy landed, and the
-        # source goes back only after all of them did): wait for any not handed over.
-        for event in self._landed:
-            event.synchronize()
         self._give_back_source()
         self._staging._active -= 1
         self._state = "DONE" if self._error is None else "FAILED"
@@ -217,10 +234,18 @@ def check_staged(agent: "Agent", source: Any, destination: Any, pieces: Any) -> 
         raise TypeError(f"write_staged: the destination is a peer's device memory (a VRAM RemoteRegion), not "
                         f"{kind}; for host memory use write(), which is as fast there")
     agent._check_pair(source, destination, "write_staged")
-    pieces = operator.index(pieces)
+    if isinstance(pieces, bool):
+        raise TypeError("write_staged: pieces is a count of pieces (an int >= 1), not a bool")
+    try:
+        pieces = operator.index(pieces)
+    except TypeError:
+        raise TypeError(f"write_staged: pieces={pieces!r}; give an integer count >= 1 (8 moved fastest on the "
+                        "H200 machine)") from None
     if pieces < 1:
         raise ValueError(f"write_staged: pieces={pieces}; give 1 or more (8 moved fastest on the H200 machine)")
-    return min(pieces, source.nbytes)
+    # Pieces of at least MIN_PIECE bytes (fewer than asked for a small source): each costs an
+    # event and a NIXL request.
+    return max(1, min(pieces, MAX_PIECES, source.nbytes // MIN_PIECE))
 
 
 def staging_memory(device: _native.Device, nbytes: int) -> Buffer:
