@@ -69,7 +69,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(load::link_h2d_gb_per_s, module)?)?;
     module.add_function(wrap_pyfunction!(doctor::doctor_json, module)?)?;
     module.add_function(wrap_pyfunction!(memory::pinned, module)?)?;
-    module.add_function(wrap_pyfunction!(memory::device_memory, module)?)?;
     module.add_function(wrap_pyfunction!(register::register, module)?)?;
     module.add_function(wrap_pyfunction!(dlpack::capsule, module)?)?;
     module.add_function(wrap_pyfunction!(import::tensor_info, module)?)?;

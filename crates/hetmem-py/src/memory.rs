@@ -297,23 +297,6 @@ impl Memory {
     }
 }
 
-/// `nbytes` zeroed bytes of device memory on `device`, a GPU's: no host view, device views
-/// only (what `hetmem.nixl`'s staged writes land host bytes in before moving them on). The
-/// CPU backend has no device memory: an error says so rather than giving host memory that
-/// would not be what the caller asked for.
-#[pyfunction]
-pub fn device_memory(py: Python<'_>, device: &Device, nbytes: Int) -> PyResult<Memory> {
-    let nbytes = nbytes.size("device_memory nbytes")?;
-    if device.inner.as_cuda().is_none() {
-        return Err(HetmemError::new_err(
-            "device_memory: this device is the CPU backend, which has no device memory; run on a machine with a \
-             CUDA GPU (hetmem.device().fallback_reason says why none was opened)",
-        ));
-    }
-    let buffer = py.detach(|| hetmem::DeviceBuf::<u8>::new(&device.inner, nbytes)).map_err(to_py_err)?;
-    Ok(Memory::from_device(buffer, &device.inner))
-}
-
 /// `nbytes` zeroed bytes of pinned host memory (plain memory on the CPU backend).
 #[pyfunction]
 #[pyo3(signature = (device, nbytes, mapped = true, portable = false, write_combined = false))]

@@ -103,28 +103,27 @@ def serve_loaded(name: str, commands, replies) -> None:
 
 
 def serve_device(name: str, commands, replies) -> None:
-    """Device memory of this process (hetmem's), registered (VRAM_SEG) and lent to the
-    parent's staged writes, one round each: poisoned, expected, then read back to the host and
-    compared with the seed the parent sends after its write."""
+    """Device memory of this process (a ``hetmem.load`` allocation), registered (VRAM_SEG) and
+    lent to the parent's staged writes, one round each: poisoned, expected, then read back to
+    the host and compared with the seed the parent sends after its write."""
     import hetmem
     import hetmem.nixl as hn
-    import torch
-    from hetmem.nixl._staged import staging_memory
 
     try:
-        parent_name, parent_metadata, nbytes, rounds = commands.get(timeout=120)
+        parent_name, parent_metadata, path, nbytes, rounds = commands.get(timeout=120)
         agent = hn.Agent(name, params=ucx_params())
-        memory = staging_memory(hetmem.device(), nbytes)
-        registration = agent.register(memory)
+        loaded = hetmem.load(path, "cuda", progress=False)
+        tensor = loaded["data"]
+        registration = agent.register(loaded)
         agent.add_peer(parent_metadata)
         for round_ in range(rounds):
-            torch.from_dlpack(memory.cuda()).fill_(0xA5)
-            torch.cuda.synchronize()
+            tensor.fill_(0xA5)
+            tensor.cpu()  # the poison is in place before the write is expected
             incoming = agent.expect(registration, parent_name, f"staged {round_}".encode())
             replies.put(("expecting", (agent.metadata(), registration.remote())))
             incoming.wait(timeout=300)
             seed = commands.get(timeout=120)
-            landed = torch.from_dlpack(memory.cuda()).cpu().numpy()
+            landed = tensor.cpu().numpy()
             replies.put(("checked", bool(np.array_equal(landed, random_bytes(seed, nbytes)))))
         replies.put(("done", None))
     except BaseException as error:  # the parent reports it

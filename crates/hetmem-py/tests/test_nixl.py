@@ -644,14 +644,17 @@ def test_a_staged_write_checks_what_it_is_given(rng, tmp_path):
 
 @needs_nixl
 @pytest.mark.parametrize("nbytes", [MiB + 3, 64 * MiB])
-def test_two_processes_staged_host_to_device_every_byte(rng, nbytes):
+def test_two_processes_staged_host_to_device_every_byte(rng, tmp_path, nbytes):
     reason = _gpu_reason()
     if reason is not None:
         if os.environ.get("HETMEM_REQUIRE_GPU") == "1":
             pytest.fail(f"HETMEM_REQUIRE_GPU=1 but {reason}")
         pytest.skip(f"a staged write needs a GPU ({reason})")
     pytest.importorskip("torch")
-    from nixl_peer import serve_device
+    from nixl_peer import serve_device, write_checkpoint
+
+    path = tmp_path / "destination.safetensors"
+    write_checkpoint(path, int(rng.integers(0, 2**31)), nbytes)
 
     agent = hn.Agent(unique("parent"), params=ucx_params())
     source = filled(rng, nbytes)
@@ -663,7 +666,7 @@ def test_two_processes_staged_host_to_device_every_byte(rng, nbytes):
     child.start()
     stagings = []
     try:
-        commands.put((agent.name, agent.metadata(), nbytes, 2))
+        commands.put((agent.name, agent.metadata(), str(path), nbytes, 2))
         for round_ in range(2):
             status, reply = replies.get(timeout=300)
             assert status == "expecting", reply
@@ -749,19 +752,15 @@ class _FakeTorch:
         return self.events[-1]
 
     def from_dlpack(self, view) -> _FakeTensor:
-        return _FakeTensor(self, "staging" if view == "staging view" else "host")
+        return _FakeTensor(self, "host")
 
 
 class _FakeStaging:
-    def __init__(self, nbytes: int) -> None:
+    def __init__(self, torch, nbytes: int) -> None:
         self._descriptor = (0x20000, nbytes, 0)
         self.device = 0
         self._active = 0
-
-        class Buffer:
-            def cuda(self):
-                return "staging view"
-        self._buffer = Buffer()
+        self.tensor = _FakeTensor(torch, "staging", 0, nbytes)
 
 
 class _Notifier:
@@ -783,7 +782,7 @@ def _staged(monkeypatch, rng, nbytes, pieces, notify=b"staged"):
     source = filled(rng, nbytes)
     registration = agent.register(source)
     region = hn.RemoteRegion._make("peer", "VRAM", 0x900000, nbytes, 0)
-    staging = _FakeStaging(nbytes)
+    staging = _FakeStaging(torch, nbytes)
     write = StagedWrite(agent, registration, region, staging, check_staged(agent, registration, region, pieces),
                         notify)
     return torch, agent, source, registration, staging, write
@@ -870,7 +869,7 @@ def test_a_staged_write_that_fails_to_queue_waits_for_the_copies_it_queued(rng, 
     source = filled(rng, MiB)
     registration = agent.register(source)
     region = hn.RemoteRegion._make("peer", "VRAM", 0x900000, MiB, 0)
-    staging = _FakeStaging(MiB)
+    staging = _FakeStaging(torch, MiB)
     with pytest.raises(RuntimeError, match="a test"):
         StagedWrite(agent, registration, region, staging, 4, b"")
     assert torch.synchronized == 1  # the queued copies waited for before anything went back

@@ -37,9 +37,8 @@ measured were ``UCX_TLS=cuda_copy,cuda_ipc,sm,self`` (set before the first agent
 
 Host memory into another process's device memory can go in two hops on one machine:
 ``Agent.write_staged`` lands it in device memory of this process, then NIXL moves it device to
-device (UCX alone emulates that put at under 1 GB/s; the two hops on PyTorch's memory ran at
-0.92-0.94 of the link on the H200 machine, through this call's own staging memory so far at
-0.57-0.68 GB/s: docs/cluster.md says what is known).
+device (UCX alone emulates that put at under 1 GB/s; the two hops, staged in PyTorch's memory
+as this call stages, ran at 0.92-0.94 of the link on the H200 machine: docs/cluster.md).
 
 Errors from NIXL and UCX come as ``NixlError`` (a ``HetmemError``) naming the backend, the call
 and a remedy. An ``Agent`` is used from one thread at a time.

@@ -11,7 +11,7 @@ from .._load import LoadedTensors
 from ._errors import NixlError, _nixl, _wrap
 from ._handoff import Incoming, Offered
 from ._registration import FileRegistration, Registration, RemoteRegion
-from ._staged import StagedWrite, _torch, check_staged, staging_memory
+from ._staged import StagedWrite, Staging, _torch, check_staged
 from ._transfer import Transfer
 
 
@@ -44,7 +44,7 @@ class Agent:
         self._name = name
         self._inbox: Dict[str, List[bytes]] = {}
         # write_staged's device memory, by CUDA device, registered once and used again.
-        self._staging: Dict[int, Registration] = {}
+        self._staging: Dict[int, Staging] = {}
         try:
             config = nixl.nixl_agent_config(enable_prog_thread=progress_thread, backends=[])
             self._agent = nixl.nixl_agent(name, config)
@@ -135,11 +135,11 @@ class Agent:
         NIXL moves each piece on device to device as it lands (CUDA IPC between processes of
         one host). UCX has no zero-copy path from host memory into another process's device
         memory on one machine (it emulates the put, about 0.9 GB/s on the H200 machine); the
-        same two hops on PyTorch's memory moved 0.92-0.94 of the link there, while this call,
-        on hetmem's own staging memory, has so far moved only 0.57-0.68 GB/s (being looked
-        into: see docs/cluster.md). Pieces are at least 64 KiB (fewer than asked for a small
-        source), at most 1024. The staging memory (as large as the biggest write) is
-        allocated and registered on first use and kept for the next;
+        two hops on PyTorch's memory moved 0.92-0.94 of the link there. The staging memory is
+        PyTorch's (through hetmem's own device memory the same hops moved 0.57-0.68 GB/s; see
+        docs/cluster.md), as large as the biggest write, allocated and registered on first use
+        and kept for the next. Pieces are at least 64 KiB (fewer than asked for a small
+        source), at most 1024;
         ``write`` stays the call for every other pair of kinds. Needs PyTorch with CUDA (its
         streams do the copies) and UCX's CUDA transports (``UCX_TLS`` with ``cuda_copy`` and
         ``cuda_ipc``). The source is shared until copied; the peer gets ``notify`` once every
@@ -157,19 +157,18 @@ class Agent:
             raise NixlError("write_staged: hetmem runs on the CPU backend "
                             f"({gpu.fallback_reason or 'no GPU'}), and the staged write needs device memory of "
                             "this process; use write() on a machine without a GPU")
-        _torch("write_staged")
+        torch = _torch("write_staged")
         if source._buffer._state.lease is not None:
             raise LentError("write_staged: the source is lent (to the GPU or to a transfer that writes it); "
                             "reclaim it before a transfer reads it")
-        staging = self._staging_for(source.nbytes, gpu)
+        staging = self._staging_for(torch, source.nbytes, gpu.ordinal)
         return StagedWrite(self, source, destination, staging, pieces, bytes(notify))
 
-    def _staging_for(self, nbytes: int, gpu: Any) -> Registration:
-        ordinal = gpu.ordinal
+    def _staging_for(self, torch: Any, nbytes: int, ordinal: int) -> Staging:
         cached = self._staging.get(ordinal)
         if cached is not None and not cached.closed and cached._active == 0 and cached.nbytes >= nbytes:
             return cached
-        fresh = Registration(self, staging_memory(gpu, nbytes))
+        fresh = Staging(self, torch, nbytes, ordinal)
         if cached is None or cached.closed or cached._active == 0:
             if cached is not None and not cached.closed:
                 cached.close()

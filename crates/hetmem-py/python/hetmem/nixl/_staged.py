@@ -5,8 +5,8 @@ Why: on one machine UCX has no zero-copy path from host memory into another proc
 memory (no RDMA NIC to write VRAM): it emulates the put in 8 KiB pieces through shared memory,
 about 0.9 GB/s on the H200 machine. Device to device between processes it uses CUDA IPC,
 hundreds of GB/s. The two hops, pipelined, moved the host bytes at 0.92-0.94 of the link there
-on PyTorch's memory (``bench/results/2026-12-04-h200/``); through this module's own staging
-memory, 0.57-0.68 GB/s in the same call, not yet understood (docs/cluster.md).
+on PyTorch's memory (``bench/results/2026-12-04-h200/``); through hetmem's own device memory
+as the staging, 0.57-0.68 GB/s in one call, so the staging is PyTorch's (``Staging``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 import numpy as np
 
-from .. import Buffer, HetmemError, _native
+from .. import Buffer, HetmemError
 from ._errors import NixlError, _remedy
 from ._handoff import _hold, _let_go, _Share
 from ._registration import FileRegistration, Registration, RemoteRegion
@@ -54,7 +54,7 @@ class StagedWrite:
     piece is there. A failed piece raises ``NixlError`` once every piece in flight is settled.
     A context manager: leaving the block waits."""
 
-    def __init__(self, agent: "Agent", source: Registration, destination: RemoteRegion, staging: Registration,
+    def __init__(self, agent: "Agent", source: Registration, destination: RemoteRegion, staging: "Staging",
                  pieces: int, notify: bytes):
         # The registered range, as the registration fixed it when made (its descriptor), and
         # the memory it lies in: the bytes the copies read are checked against that memory
@@ -89,7 +89,7 @@ class StagedWrite:
                 # Made on the copy stream, so that hetmem's memory is told the stream the
                 # copies use (an unknown one: its release then waits for the whole device).
                 host = torch.from_dlpack(host_bytes)
-                landing = torch.from_dlpack(staging._buffer.cuda())[:nbytes]
+                landing = staging.tensor[:nbytes]
                 for at, length in self._pieces:
                     landing[at:at + length].copy_(host[at:at + length], non_blocking=True)
                     event = torch.cuda.Event()
@@ -248,6 +248,39 @@ def check_staged(agent: "Agent", source: Any, destination: Any, pieces: Any) -> 
     return max(1, min(pieces, MAX_PIECES, source.nbytes // MIN_PIECE))
 
 
-def staging_memory(device: _native.Device, nbytes: int) -> Buffer:
-    """``nbytes`` of device memory on ``device``, as a byte Buffer (device views only)."""
-    return Buffer(_native.device_memory(device, nbytes), (nbytes,), np.uint8)
+class Staging:
+    """Device memory a staged write lands host bytes in: a PyTorch allocation of this
+    module's own (no caller ever sees it, so no hand-off is kept on it beyond the writes'
+    count), registered with the agent as ``VRAM`` for as long as this object lives. PyTorch's
+    and not hetmem's: the same two hops through hetmem's ``cuMemAlloc`` memory moved 0.57-0.68
+    GB/s on the H200 machine where PyTorch's moved 39.7-44.0, in one call (UCX appears not to
+    take the former for CUDA memory it can map by IPC; docs/cluster.md)."""
+
+    def __init__(self, agent: "Agent", torch: Any, nbytes: int, ordinal: int):
+        self.tensor = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{ordinal}")
+        self.device = ordinal
+        self.nbytes = nbytes
+        self._active = 0
+        self._agent = agent
+        self._descriptor = (self.tensor.data_ptr(), nbytes, ordinal)
+        self._dlist: Any = None
+        self._dlist = agent._register([self._descriptor + ("",)], "VRAM")
+
+    @property
+    def closed(self) -> bool:
+        return self._dlist is None
+
+    def close(self) -> None:
+        """Deregisters now; refused while a write uses it."""
+        if self._active:
+            raise NixlError("the staging memory is in use by a staged write in flight; wait() for it first")
+        dlist, self._dlist = self._dlist, None
+        if dlist is not None:
+            self._agent._deregister(dlist)
+
+    def __del__(self) -> None:
+        try:
+            if not self._active:
+                self.close()
+        except Exception:  # at interpreter exit, with NIXL half gone: nothing to do
+            pass
