@@ -10,6 +10,7 @@ use std::fmt;
 use std::fs::{File, Metadata};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context as _, anyhow, bail};
 
@@ -55,14 +56,31 @@ const HEAD_BYTES: u64 = 16;
 /// Reads from the input go through a buffer this large.
 const BUFFER_BYTES: usize = 1 << 16;
 
+/// Bytes an earlier reader of stdin took from a pipe and did not use (see `FrameSource`'s
+/// Drop): the next reader of stdin takes them first.
+static STDIN_LEFT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+/// Keeps `bytes`, taken from stdin (a pipe) and not used, for its next reader.
+pub(crate) fn keep_stdin_bytes(bytes: Vec<u8>) {
+    // Two readers of one stdin at once interleave whatever is done here; one after another,
+    // the last reader's leftover is the stream's next bytes.
+    *STDIN_LEFT.lock().unwrap_or_else(|poison| poison.into_inner()) = bytes;
+}
+
+pub(crate) fn take_stdin_bytes() -> Vec<u8> {
+    std::mem::take(&mut *STDIN_LEFT.lock().unwrap_or_else(|poison| poison.into_inner()))
+}
+
 /// An input, opened once, with its first bytes already read to tell its format.
 pub struct Input {
-    /// The first 16 bytes (enough to tell every format read here), fewer only when the input
-    /// is shorter.
+    /// At least the first 16 bytes (enough to tell every format read here), fewer only when
+    /// the input is shorter (more for stdin where an earlier reader left some unused).
     pub head: Vec<u8>,
     rest: BufReader<Source>,
     /// What was opened, as `fstat` sees it; `None` where that cannot be asked.
     metadata: Option<Metadata>,
+    /// Whether it is stdin (`-`).
+    stdin: bool,
 }
 
 impl fmt::Debug for Input {
@@ -98,10 +116,13 @@ impl Input {
             }
         };
         let mut rest = BufReader::with_capacity(BUFFER_BYTES, reader);
-        let mut head = Vec::with_capacity(HEAD_BYTES as usize);
+        let stdin = matches!(endpoint, Endpoint::Std);
+        // What an earlier reader of stdin left unused comes first.
+        let mut head = if stdin { take_stdin_bytes() } else { Vec::new() };
+        let wanted = HEAD_BYTES.saturating_sub(head.len() as u64);
         // `take` + `read_to_end` waits out short reads: a pipe may hand over a byte at a time.
-        (&mut rest).take(HEAD_BYTES).read_to_end(&mut head).with_context(|| format!("cannot read {name}"))?;
-        Ok(Input { head, rest, metadata })
+        (&mut rest).take(wanted).read_to_end(&mut head).with_context(|| format!("cannot read {name}"))?;
+        Ok(Input { head, rest, metadata, stdin })
     }
 
     /// The input's length, when it is a regular file (a pipe's is unknown until its end).
@@ -111,7 +132,7 @@ impl Input {
 
     /// The whole input as one stream of frames: the first bytes, then the rest.
     pub fn into_frames(self) -> FrameSource {
-        FrameSource::new(self.head, self.rest)
+        FrameSource::new(self.head, self.rest, self.stdin)
     }
 
     /// Reads the whole input into memory, where images are decoded from: at most what an

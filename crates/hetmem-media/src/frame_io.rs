@@ -162,6 +162,15 @@ impl PositionedFile {
     }
 }
 
+impl PositionedFile {
+    /// Sets the descriptor's own offset (shared with every descriptor duplicated from it) to
+    /// `at`: reads here never move it.
+    fn move_descriptor_to(&self, at: u64) -> io::Result<()> {
+        use std::io::Seek as _;
+        (&self.file).seek(io::SeekFrom::Start(at)).map(|_| ())
+    }
+}
+
 impl Read for PositionedFile {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let read = read_at(&self.file, buf, self.position)?;
@@ -254,6 +263,8 @@ impl Read for Source {
 /// frame, by several threads at once.
 pub struct FrameSource {
     stream: io::Chain<io::Cursor<Vec<u8>>, io::BufReader<Source>>,
+    /// Whether this reads stdin, whose unused bytes are handed back when it goes (see Drop).
+    stdin: bool,
 }
 
 impl std::fmt::Debug for FrameSource {
@@ -263,9 +274,35 @@ impl std::fmt::Debug for FrameSource {
 }
 
 impl FrameSource {
-    /// `head`, then what `rest` holds.
-    pub(crate) fn new(head: Vec<u8>, rest: io::BufReader<Source>) -> FrameSource {
-        FrameSource { stream: io::Cursor::new(head).chain(rest) }
+    /// `head`, then what `rest` holds; `stdin` when it reads stdin.
+    pub(crate) fn new(head: Vec<u8>, rest: io::BufReader<Source>, stdin: bool) -> FrameSource {
+        FrameSource { stream: io::Cursor::new(head).chain(rest), stdin }
+    }
+}
+
+/// A reader of stdin that stops before its end (a frame limit, an error, a closed ring)
+/// leaves stdin where its frames stopped, so that the next reader of `-` in this process goes
+/// on from there: a regular file's offset is set to the first byte not used (it was read by
+/// position, which moves no offset), and the bytes a pipe gave that were not used (the first
+/// bytes and the buffer's) are kept for the next reader to take first, since a pipe cannot be
+/// un-read. Best effort: a failing seek leaves the offset where it was.
+impl Drop for FrameSource {
+    fn drop(&mut self) {
+        if !self.stdin {
+            return;
+        }
+        let (head, rest) = self.stream.get_ref();
+        let from = usize::try_from(head.position()).unwrap_or(usize::MAX).min(head.get_ref().len());
+        let unread_head = &head.get_ref()[from..];
+        let buffered = rest.buffer();
+        match rest.get_ref() {
+            Source::Stream(_) => crate::endpoint::keep_stdin_bytes([unread_head, buffered].concat()),
+            Source::File(file) => {
+                // Both came through the buffer from the file, so its position is past them.
+                let unread = (unread_head.len() + buffered.len()) as u64;
+                let _ = file.move_descriptor_to(file.position.saturating_sub(unread));
+            }
+        }
     }
 }
 
@@ -399,6 +436,7 @@ mod tests {
                 64,
                 Source::File(PositionedFile::new(File::open(&input).unwrap(), 4, 3)),
             ),
+            false,
         );
         let output = dir.path().join("out");
         let mut sink = FrameSink::file(File::create(&output).unwrap(), 3);
@@ -421,10 +459,73 @@ mod tests {
         let mut source = FrameSource::new(
             Vec::new(),
             io::BufReader::new(Source::File(PositionedFile::new(File::open(&input).unwrap(), 7, 2))),
+            false,
         );
         assert_eq!(source.read_frame(&mut frame).unwrap(), frame_bytes);
         assert_eq!(source.read_frame(&mut frame).unwrap(), cut - 7 - frame_bytes);
         assert!(frame[..cut - 7 - frame_bytes] == content[7 + frame_bytes..cut]);
+    }
+
+    /// A reader of stdin that stops early leaves stdin at its first unused byte: a regular
+    /// file's shared offset is set there, a pipe's unused bytes are kept for the next reader.
+    #[test]
+    fn a_stdin_reader_that_stops_early_leaves_stdin_where_its_frames_stopped() {
+        use std::io::Seek as _;
+        let dir = tempfile::tempdir().unwrap();
+        let content = random_bytes(10_000);
+        let path = dir.path().join("stdin");
+        std::fs::write(&path, &content).unwrap();
+        // `< file`: the reader holds a duplicate of the descriptor, whose offset it shares.
+        let mut stdin = File::open(&path).unwrap();
+        let mut source = FrameSource::new(
+            content[..16].to_vec(),
+            io::BufReader::with_capacity(
+                1000,
+                Source::File(PositionedFile::new(stdin.try_clone().unwrap(), 16, 2)),
+            ),
+            true,
+        );
+        let mut frame = vec![0; 300];
+        assert_eq!(source.read_frame(&mut frame).unwrap(), 300);
+        let mut byte = [0; 1];
+        source.read_exact(&mut byte).unwrap(); // fills the buffer: far more read than used
+        drop(source);
+        assert_eq!(stdin.stream_position().unwrap(), 301, "the offset is the first unused byte");
+
+        // A pipe: what was read and not used is the next reader's first bytes.
+        let mut source = FrameSource::new(
+            content[..16].to_vec(),
+            io::BufReader::with_capacity(
+                1000,
+                Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec()))),
+            ),
+            true,
+        );
+        assert_eq!(source.read_frame(&mut frame[..10]).unwrap(), 10);
+        let mut seven = [0; 7];
+        source.read_exact(&mut seven).unwrap(); // the head's last 6, then the buffer filled
+        drop(source);
+        let kept = crate::endpoint::take_stdin_bytes();
+        assert_eq!(kept, content[17..1016], "the unused buffer, in order");
+        let mut source = FrameSource::new(
+            content[..16].to_vec(),
+            io::BufReader::new(Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec())))),
+            true,
+        );
+        source.read_exact(&mut seven).unwrap();
+        drop(source);
+        assert_eq!(crate::endpoint::take_stdin_bytes(), content[7..16], "the unused head");
+
+        // Not stdin: nothing kept, no offset moved.
+        let mut other = File::open(&path).unwrap();
+        let source = FrameSource::new(
+            Vec::new(),
+            io::BufReader::new(Source::File(PositionedFile::new(other.try_clone().unwrap(), 500, 1))),
+            false,
+        );
+        drop(source);
+        assert_eq!(other.stream_position().unwrap(), 0);
+        assert!(crate::endpoint::take_stdin_bytes().is_empty());
     }
 
     #[test]

@@ -375,8 +375,10 @@ def test_errors_name_the_backend_the_call_and_a_remedy(rng, pair, monkeypatch):
 # refuses meanwhile is checked exactly.
 
 class _Handle:
+    released = 0
+
     def release(self) -> None:
-        pass
+        self.released += 1
 
 
 class _RecordingAgent(hn.Agent):
@@ -715,6 +717,9 @@ class _FakeTensor:
         hi = self.lo + part.stop if part.stop is not None else self.hi
         return _FakeTensor(self.torch, self.name, lo, hi)
 
+    def data_ptr(self) -> int:
+        return 0x7000000 + self.lo
+
     def copy_(self, other, non_blocking=False) -> None:
         self.torch.copies.append((other.name, other.lo, other.hi, self.name, self.lo, self.hi, non_blocking))
 
@@ -729,6 +734,8 @@ class _FakeTorch:
         self.events = []
         self.copies = []
         self.synchronized = 0
+        self.waited_for = []
+        self.readers = lambda: None
 
     def is_available(self) -> bool:
         return True
@@ -739,9 +746,22 @@ class _FakeTorch:
         class Stream:
             def synchronize(self) -> None:
                 torch.synchronized += 1
+                torch.readers_at_synchronize = torch.readers()
                 for event in torch.events:
                     event.landed = True
+
+            def wait_stream(self, other) -> None:
+                torch.waited_for.append(other)
         return Stream()
+
+    def current_stream(self, device=None):
+        return ("current stream", device)
+
+    uint8 = "uint8"
+
+    def empty(self, nbytes, dtype=None, device=None) -> _FakeTensor:
+        assert dtype == "uint8" and device.startswith("cuda:")
+        return _FakeTensor(self, f"empty on {device}", 0, nbytes)
 
     def stream(self, stream):
         import contextlib
@@ -760,6 +780,7 @@ class _FakeStaging:
         self._descriptor = (0x20000, nbytes, 0)
         self.device = 0
         self._active = 0
+        self.user = None
         self.tensor = _FakeTensor(torch, "staging", 0, nbytes)
 
 
@@ -791,6 +812,8 @@ def _staged(monkeypatch, rng, nbytes, pieces, notify=b"staged"):
 def test_a_staged_write_shares_its_source_until_every_copy_landed(rng, monkeypatch):
     torch, agent, source, registration, staging, write = _staged(monkeypatch, rng, MiB + 3, 4)
     assert write.pieces == 4 and len(torch.events) == 4
+    assert torch.waited_for == [("current stream", 0)]  # after what the staging's block last held
+    assert staging.user is write
     # Every piece copied in order, host range to the same staging range, asynchronously.
     piece = -(-(MiB + 3) // 4)
     assert [(c[1], c[2]) for c in torch.copies] == [(at, min(at + piece, MiB + 3)) for at in range(0, MiB + 3, piece)]
@@ -809,9 +832,11 @@ def test_a_staged_write_shares_its_source_until_every_copy_landed(rng, monkeypat
     assert not write.done() and len(write._posted) == 4
     assert hn._handoff._readers(source).count == 0 and registration._active == 0  # read no more
     assert staging._active == 1 and agent._agent.sent == []  # NIXL still moves the pieces
+    handles = [posted[0] for posted in write._posted]
     agent.state = "DONE"
     assert write.done() and write.done()
     assert staging._active == 0 and agent._agent.sent == [("peer", b"staged")]  # once, after every piece
+    assert [handle.released for handle in handles] == [1, 1, 1, 1] and staging.user is None
     write.wait()
 
 
@@ -827,6 +852,25 @@ def test_a_failed_staged_piece_raises_every_time_and_gives_everything_back(rng, 
         write.wait()
     assert hn._handoff._readers(source).count == 0 and registration._active == 0 and staging._active == 0
     assert agent._agent.sent == []  # no notification for bytes that did not all arrive
+
+
+def test_a_staged_piece_whose_poll_raises_fails_the_write_and_gives_everything_back(rng, monkeypatch):
+    # NIXL reports a failed transfer by raising from check_xfer_state.
+    torch, agent, source, registration, staging, write = _staged(monkeypatch, rng, MiB, 2)
+    for event in torch.events:
+        event.landed = True
+
+    def failing(handle, backend, what, memory=()):
+        raise hn.NixlError(f"NIXL {backend}: {what} failed (nixlRemoteDisconnectError)")
+
+    monkeypatch.setattr(agent, "_progress", failing)
+    with pytest.raises(hn.NixlError, match="piece 0"):
+        write.done()
+    with pytest.raises(hn.NixlError, match="piece 0"):
+        write.wait()
+    assert write._posted == [None, None]  # both released, none left in flight
+    assert hn._handoff._readers(source).count == 0 and registration._active == 0 and staging._active == 0
+    assert agent._agent.sent == []
 
 
 def test_an_interrupted_poll_of_a_staged_write_keeps_its_pieces_in_flight(rng, monkeypatch):
@@ -868,9 +912,38 @@ def test_a_staged_write_that_fails_to_queue_waits_for_the_copies_it_queued(rng, 
     agent = _RecordingAgent()
     source = filled(rng, MiB)
     registration = agent.register(source)
+    torch.readers = lambda: hn._handoff._readers(source).count
     region = hn.RemoteRegion._make("peer", "VRAM", 0x900000, MiB, 0)
     staging = _FakeStaging(torch, MiB)
     with pytest.raises(RuntimeError, match="a test"):
         StagedWrite(agent, registration, region, staging, 4, b"")
-    assert torch.synchronized == 1  # the queued copies waited for before anything went back
+    assert torch.synchronized == 1 and torch.readers_at_synchronize == 1  # waited for, then given back
     assert hn._handoff._readers(source).count == 0 and registration._active == 0 and staging._active == 0
+
+
+def test_the_staging_is_kept_per_device_used_again_and_replaced_only_when_idle():
+    torch = _FakeTorch()
+    agent = _RecordingAgent()
+    first = agent._staging_for(torch, MiB, 0)
+    assert agent.registered[-1][0] == "VRAM" and agent.registered[-1][1][0][1:3] == (MiB, 0)
+    assert agent._staging_for(torch, MiB // 2, 0) is first  # big enough and idle: used again
+
+    class Poller:
+        polled = 0
+
+        def done(self):
+            self.polled += 1
+            return False
+
+    first._active, first.user = 1, Poller()
+    one_off = agent._staging_for(torch, MiB, 0)
+    assert one_off is not first and agent._staging[0] is first  # busy: a one-off, the cache kept
+    assert first.user.polled == 1  # the write holding it was polled first
+    with pytest.raises(hn.NixlError, match="in use"):
+        first.close()
+    first._active, first.user = 0, None
+    bigger = agent._staging_for(torch, 2 * MiB, 0)
+    assert first.closed and agent._staging[0] is bigger and bigger.nbytes == 2 * MiB
+    assert len(agent.deregistered) == 1  # the small one, deregistered before the larger was made
+    other = agent._staging_for(torch, MiB, 1)
+    assert other is not bigger and agent._staging[1] is other and other.device == 1

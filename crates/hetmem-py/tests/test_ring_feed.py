@@ -321,6 +321,44 @@ def test_stdin_as_dash_through_a_subprocess(tmp_path, rng, stdin_is):
         assert chunk[4:] == frames[index].tobytes(), f"frame {index} differs"
 
 
+# Two feeds of stdin one after the other: the first stops at its limit, the second goes on
+# from the next frame (no frame lost to the first reader's buffer, none read twice).
+STDIN_TWICE = """
+import sys, numpy as np, hetmem
+""" + inspect.getsource(copy_stage) + """
+shape = (int(sys.argv[1]), int(sys.argv[2]))
+ring = hetmem.FrameRing(shape, np.uint8, stage=copy_stage, slots=64)  # every frame in flight at once
+results = ring.results()
+fed = ring.feed("-", format="raw", limit=2, close=False)
+fed += ring.feed("-", format="raw")
+for index, out in results:
+    sys.stdout.buffer.write(index.to_bytes(4, "little") + np.asarray(out).tobytes())
+sys.stderr.write(f"fed {fed}")
+"""
+
+
+@pytest.mark.parametrize("stdin_is", ["a pipe", "a regular file"])
+def test_a_second_feed_of_stdin_goes_on_where_the_first_stopped(tmp_path, rng, stdin_is):
+    shape = (H, W)
+    frames = random_frames(rng, 40, shape)  # far more than the first reader's buffer holds
+    data = frames.tobytes()
+    if stdin_is == "a pipe":
+        given = {"input": data}
+    else:
+        given = {"stdin": open(write_file(tmp_path, "in.raw", data), "rb")}
+    with given.get("stdin") or open(os.devnull, "rb"):
+        done = subprocess.run([sys.executable, "-c", STDIN_TWICE, *map(str, shape)], **given,
+                              capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr.decode().endswith(f"fed {len(frames)}"), done.stderr.decode()
+    record = 4 + frames[0].nbytes
+    assert len(done.stdout) == record * len(frames)
+    for index in range(len(frames)):
+        chunk = done.stdout[index * record:(index + 1) * record]
+        assert int.from_bytes(chunk[:4], "little") == index
+        assert chunk[4:] == frames[index].tobytes(), f"frame {index} differs"
+
+
 def test_stdin_cut_mid_frame_names_stdin(rng):
     shape = (H * 3 // 2, W)
     frames = random_frames(rng, 2, shape)

@@ -166,14 +166,22 @@ class Agent:
 
     def _staging_for(self, torch: Any, nbytes: int, ordinal: int) -> Staging:
         cached = self._staging.get(ordinal)
-        if cached is not None and not cached.closed and cached._active == 0 and cached.nbytes >= nbytes:
+        if cached is not None and cached.user is not None:
+            # A write nobody waits for (or one interrupted) moves on only when polled.
+            try:
+                cached.user.done()
+            except Exception:  # its own caller hears of it; this write needs only the memory
+                pass
+        if cached is not None and (cached.closed or (cached._active == 0 and cached.nbytes < nbytes)):
+            cached.close()  # closed, or too small: gone before a larger one is made
+            del self._staging[ordinal]
+            cached = None
+        if cached is not None and cached._active == 0:
             return cached
         fresh = Staging(self, torch, nbytes, ordinal)
-        if cached is None or cached.closed or cached._active == 0:
-            if cached is not None and not cached.closed:
-                cached.close()
+        if cached is None:
             self._staging[ordinal] = fresh
-        return fresh  # else a one-off: the cached one is in use by a write still in flight
+        return fresh  # else a one-off, freed with its write: the cached one is in use
 
     def read(self, destination: Registration, source: RemoteRegion, *, notify: bytes = b"") -> Transfer:
         """Reads a peer's ``source`` region into all of ``destination`` (lent meanwhile)."""

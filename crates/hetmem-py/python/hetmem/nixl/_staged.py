@@ -49,9 +49,10 @@ class StagedWrite:
     region), through device memory of this process: made by ``Agent.write_staged``. The copies
     into the staging memory are queued when it is made; ``wait()`` (or ``done()`` until it says
     True) hands each piece to NIXL as it lands and waits for NIXL to move it: a staged write
-    nobody waits for moves no more than its first pieces, and holds its memory. The source is
-    shared until the last piece has been copied out of it; the peer gets ``notify`` once every
-    piece is there. A failed piece raises ``NixlError`` once every piece in flight is settled.
+    nobody waits for moves nothing to the peer, and holds its memory until a later
+    ``write_staged`` on the agent polls it. The source is shared until the last piece has been
+    copied out of it; the peer gets ``notify`` once every piece is there. A failed piece
+    raises ``NixlError`` (on this and every later call) once no piece is in flight any more.
     A context manager: leaving the block waits."""
 
     def __init__(self, agent: "Agent", source: Registration, destination: RemoteRegion, staging: "Staging",
@@ -66,13 +67,13 @@ class StagedWrite:
         self._destination = destination
         self._notify = notify
         self._notified = False
-        self._staging = staging
+        self._staging: Optional[Staging] = staging
         self._source: Optional[Registration] = source
         self._error: Optional[BaseException] = None
         self._state = "PROC"
         piece = -(-nbytes // pieces)
         self._pieces = [(at, min(piece, nbytes - at)) for at in range(0, nbytes, piece)]
-        # (NIXL handle, backend) of each piece handed over, None once it is complete.
+        # (NIXL handle, backend) of each piece handed over, None once NIXL is done with it.
         self._posted: List[Optional[Tuple[Any, str]]] = []
         self._landed: List[Any] = []
         memory = source._memory
@@ -82,14 +83,16 @@ class StagedWrite:
         self._share: Optional[_Share] = _Share(host_bytes, self._what)
         source._active += 1
         staging._active += 1
+        staging.user = self
         self._stream = None
         try:
             self._stream = torch.cuda.Stream(device=staging.device)
+            # The staging's block may have been in use on the device's current stream (PyTorch's
+            # allocator hands blocks back per stream): the copies wait for that stream's work.
+            self._stream.wait_stream(torch.cuda.current_stream(staging.device))
+            host = torch.from_dlpack(host_bytes)
+            landing = staging.tensor[:nbytes]
             with torch.cuda.stream(self._stream):
-                # Made on the copy stream, so that hetmem's memory is told the stream the
-                # copies use (an unknown one: its release then waits for the whole device).
-                host = torch.from_dlpack(host_bytes)
-                landing = staging.tensor[:nbytes]
                 for at, length in self._pieces:
                     landing[at:at + length].copy_(host[at:at + length], non_blocking=True)
                     event = torch.cuda.Event()
@@ -98,14 +101,15 @@ class StagedWrite:
             del host, landing
         except BaseException:
             # Copies already queued may still read the source and write the staging: nothing
-            # is given back before they are done.
-            if self._stream is not None:
-                self._stream.synchronize()
-            self._give_back_source()
-            staging._active -= 1
+            # is given back before they are done (even if waiting for them fails).
+            try:
+                if self._stream is not None:
+                    self._stream.synchronize()
+            finally:
+                self._give_back_source()
+                self._let_go_of_staging()
             raise
         _hold(self)
-        self._advance()
 
     @property
     def pieces(self) -> int:
@@ -115,12 +119,12 @@ class StagedWrite:
     def done(self) -> bool:
         """Hands over the pieces that have landed, polls the ones NIXL moves; whether every
         piece is at the peer (raises ``NixlError``, on this and every later call, if one
-        failed, once none is in flight any more)."""
+        failed, once no piece is in flight any more)."""
         if self._state == "PROC":
             self._advance()
         if self._state == "FAILED":
             assert self._error is not None
-            raise self._error
+            raise self._error.with_traceback(None)
         return self._state == "DONE"
 
     def wait(self, timeout: Optional[float] = None) -> None:
@@ -135,13 +139,14 @@ class StagedWrite:
 
     def _advance(self) -> None:
         agent, what = self._agent, self._what
+        assert self._staging is not None
+        base, _, device = self._staging._descriptor
         # Pieces in order, each once its copy has landed (and none after a failure).
         while self._error is None and len(self._posted) < len(self._pieces):
             index = len(self._posted)
             if not self._landed[index].query():
                 break
             at, length = self._pieces[index]
-            base, _, device = self._staging._descriptor
             remote = self._destination.part(at, length)._descriptor()
             try:
                 handle = agent._prepare("WRITE", "VRAM", (base + at, length, device), self._destination.agent,
@@ -153,38 +158,46 @@ class StagedWrite:
             self._posted.append((handle, backend))
             try:
                 state = agent._post(handle, backend, f"{what}, piece {index}", ("VRAM",))
-            except Exception as error:
-                # Not posted: NIXL holds none of it, so the request goes.
+            except Exception as error:  # not posted: NIXL holds none of it
                 self._error = error
                 state = "ERR"
             self._settle_piece(index, state)
         # The source is read by the copies only: shared until the last has landed.
-        if self._share is not None and all(event.query() for event in self._landed):
+        landed = all(event.query() for event in self._landed)
+        if self._share is not None and landed:
             self._give_back_source()
         for index, posted in enumerate(self._posted):
-            if posted is not None:
-                handle, backend = posted
-                # An exception here (NIXL's, or Ctrl-C) leaves the piece posted and in flight:
-                # it propagates, and a later done() or wait() polls the piece again.
+            if posted is None:
+                continue
+            handle, backend = posted
+            # Ctrl-C here propagates and leaves the piece in flight: a later done() polls it.
+            try:
                 state = agent._progress(handle, backend, f"{what}, piece {index}", ("VRAM",))
-                self._settle_piece(index, state)
-        in_flight = any(posted is not None for posted in self._posted)
-        if in_flight or (self._error is None and len(self._posted) < len(self._pieces)):
+            except Exception as error:  # NIXL reports a failed transfer by raising
+                self._error = self._error or error
+                state = "ERR"
+            self._settle_piece(index, state)
+        if any(posted is not None for posted in self._posted):
             return
-        # Every copy has landed before the source and staging go back (after a failure, some
-        # may not have been handed over yet).
-        for event in self._landed:
-            event.synchronize()
+        if self._error is None and len(self._posted) < len(self._pieces):
+            return  # pieces still to land and hand over
+        if not landed:
+            return  # after a failure: copies not handed over still run into the staging
         if self._error is None and self._notify and not self._notified:
             # Sent once every piece is complete: pieces may complete out of order, so a
             # notification riding on the last one could reach the peer before an earlier one.
             self._notified = True
             try:
                 agent._agent.send_notif(self._destination.agent, self._notify)
-            except Exception as error:
+            except BaseException as error:
                 self._error = NixlError(f"NIXL: {what}: every piece arrived but the notification to "
-                                        f"{self._destination.agent!r} failed ({type(error).__name__}: {error}); "
-                                        "the peer's expect() will not end: tell it by other means")
+                                        f"{self._destination.agent!r} may not have gone "
+                                        f"({type(error).__name__}: {error}); the peer's expect() may not end: "
+                                        "tell it by other means")
+                self._finish()
+                if not isinstance(error, Exception):
+                    raise
+                return
         self._finish()
 
     def _settle_piece(self, index: int, state: str) -> None:
@@ -194,7 +207,7 @@ class StagedWrite:
         backend = self._agent._label()
         if posted is not None:
             handle, backend = posted
-            handle.release()  # complete or failed: NIXL is done with it
+            handle.release()  # complete or failed: NIXL is done with it (kept if this raises)
             self._posted[index] = None
         if state != "DONE" and self._error is None:
             self._error = NixlError(f"NIXL {backend}: piece {index} of the {self._what} failed (state {state}); "
@@ -208,9 +221,17 @@ class StagedWrite:
         if source is not None:
             source._active -= 1
 
+    def _let_go_of_staging(self) -> None:
+        # Let go of here, so that a one-off staging is freed once its write is over.
+        staging, self._staging = self._staging, None
+        if staging is not None:
+            staging._active -= 1
+            if staging.user is self:
+                staging.user = None
+
     def _finish(self) -> None:
         self._give_back_source()
-        self._staging._active -= 1
+        self._let_go_of_staging()
         self._state = "DONE" if self._error is None else "FAILED"
         _let_go(self)
 
@@ -261,6 +282,8 @@ class Staging:
         self.device = ordinal
         self.nbytes = nbytes
         self._active = 0
+        #: The staged write using it now, polled by a later write_staged that finds it busy.
+        self.user: Optional[StagedWrite] = None
         self._agent = agent
         self._descriptor = (self.tensor.data_ptr(), nbytes, ordinal)
         self._dlist: Any = None
