@@ -947,3 +947,26 @@ def test_the_staging_is_kept_per_device_used_again_and_replaced_only_when_idle()
     assert len(agent.deregistered) == 1  # the small one, deregistered before the larger was made
     other = agent._staging_for(torch, MiB, 1)
     assert other is not bigger and agent._staging[1] is other and other.device == 1
+
+
+def test_a_transfer_whose_poll_raises_fails_gives_its_buffer_back_and_raises_again(rng, monkeypatch):
+    # NIXL 1.5 reports a failed transfer by raising from check_xfer_state: the transfer is over
+    # (its buffer no longer lent), and every later done() or wait() says so instead of spinning.
+    agent = _RecordingAgent()
+    buffer = poisoned(MiB)
+    registration = agent.register(buffer)
+    transfer = agent.read(registration, hn.RemoteRegion._make("peer", "DRAM", 0x1000, MiB, 0))
+    assert buffer.lent
+
+    def failing(handle, backend, what, memory=()):
+        raise hn.NixlError(f"NIXL {backend}: {what} failed (nixlRemoteDisconnectError: the peer went away)")
+
+    monkeypatch.setattr(agent, "_progress", failing)
+    with pytest.raises(hn.NixlError, match="the peer went away"):
+        transfer.done()
+    assert not buffer.lent and registration._active == 0
+    with pytest.raises(hn.NixlError, match="the peer went away"):
+        transfer.done()
+    with pytest.raises(hn.NixlError, match="the peer went away"):
+        transfer.wait(timeout=5)
+    registration.close()  # nothing holds it any more

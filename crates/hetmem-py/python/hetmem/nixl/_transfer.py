@@ -28,6 +28,7 @@ class Transfer:
         self._what = what
         self._memory_kinds = (local._kind, remote_kind)
         self._state = "PROC"
+        self._error: Optional[BaseException] = None
         # What the transfer uses, each counted active (so close() refuses) and held here (so
         # dropping it deregisters nothing) until NIXL is done: the memory's registration, and
         # the file's, whose descriptor NIXL reads and writes through (closed, its number could
@@ -72,10 +73,24 @@ class Transfer:
 
     def done(self) -> bool:
         """Whether the transfer is complete (its buffers given back); raises ``NixlError`` if
-        it failed."""
+        it failed, on this and every later call."""
         if self._state == "PROC":
-            self._settle(self._agent._progress(self._handle, self._backend, self._what, self._memory_kinds))
+            try:
+                state = self._agent._progress(self._handle, self._backend, self._what, self._memory_kinds)
+            except Exception as error:
+                # NIXL reports a failed transfer by raising: it is over, its buffers go back.
+                # (Ctrl-C is not caught: the transfer stays in flight, polled again later.)
+                self._error = error
+                self._settle("ERR")
+            else:
+                self._settle(state)
+        elif self._state != "DONE":
+            raise self._failure().with_traceback(None)
         return self._state == "DONE"
+
+    def _failure(self) -> BaseException:
+        return self._error or NixlError(f"NIXL {self._backend}: the {self._what} failed (state {self._state}); "
+                                        f"{_remedy('', self._backend, 'progress', self._memory_kinds)}")
 
     def wait(self, timeout: Optional[float] = None) -> None:
         """Waits until complete (``TimeoutError`` after ``timeout`` seconds, the transfer still
@@ -99,8 +114,7 @@ class Transfer:
             self._give_back()
             _let_go(self)
         if state != "DONE":
-            raise NixlError(f"NIXL {self._backend}: the {self._what} failed (state {state}); "
-                            f"{_remedy('', self._backend, 'progress', self._memory_kinds)}")
+            raise self._failure().with_traceback(None)
 
     def _give_back(self) -> None:
         hand_off, self._hand_off = self._hand_off, None
