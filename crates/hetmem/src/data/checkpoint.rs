@@ -610,8 +610,18 @@ impl FileStream {
         if plan.total == 0 {
             return Err(Error::invalid("load", "nothing to load: the files hold no tensor bytes"));
         }
-        let mut dst = self.queue().lend(DeviceBuf::<u8>::new(self.device(), plan.total)?);
-        let report = self.load_plan(&plan, &mut dst, progress)?;
-        Ok(LoadedTensors { buffer: dst.reclaim()?, tensors: plan.tensors, report })
+        self.load_plan_to_device(&plan, progress)
+    }
+
+    /// `plan`'s tensors into one new allocation on the stream's device (of at least a byte: a
+    /// plan of empty tensors needs none).
+    pub(crate) fn load_plan_to_device(
+        &mut self,
+        plan: &LoadPlan,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<LoadedTensors> {
+        let mut dst = self.queue().lend(DeviceBuf::<u8>::new(self.device(), plan.total.max(1))?);
+        let report = self.load_plan(plan, &mut dst, progress)?;
+        Ok(LoadedTensors { buffer: dst.reclaim()?, tensors: plan.tensors.clone(), report })
     }
 }

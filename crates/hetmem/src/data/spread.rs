@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::{Checkpoint, FileStream, LoadPlan, LoadedTensors, ShardSpec, StreamOptions, TensorFilter};
-use crate::{Device, DeviceBuf, Error, Queue, Result};
+use crate::{Device, Error, Queue, Result};
 
 /// Which device each tensor of a spread load goes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,11 +181,7 @@ fn load_one(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<LoadedTensors> {
     let queue = Queue::new(device)?;
-    let mut stream = FileStream::new(device, &queue, options)?;
-    // An allocation has at least one byte; a plan of empty tensors needs none.
-    let mut dst = queue.lend(DeviceBuf::<u8>::new(device, plan.total_bytes().max(1))?);
-    let report = stream.load_plan(plan, &mut dst, progress)?;
-    Ok(LoadedTensors { buffer: dst.reclaim()?, tensors: plan.tensors().clone(), report })
+    FileStream::new(device, &queue, options)?.load_plan_to_device(plan, progress)
 }
 
 /// Refuses a device's share larger than its free memory, before anything is allocated.
