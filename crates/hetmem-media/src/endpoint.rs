@@ -11,6 +11,7 @@ use std::fs::{File, Metadata};
 use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, anyhow, bail};
 
@@ -60,6 +61,34 @@ const BUFFER_BYTES: usize = 1 << 16;
 /// Drop): the next reader of stdin takes them first.
 static STDIN_LEFT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
+/// Whether a reader of stdin is open in this process (an [`Input`] or the `FrameSource` made
+/// from it): two at once would take each other's bytes.
+static STDIN_BUSY: AtomicBool = AtomicBool::new(false);
+
+/// This process's one open reader of stdin; let go when dropped.
+#[derive(Debug)]
+pub(crate) struct StdinClaim(());
+
+impl StdinClaim {
+    /// The claim, or an error when another reader of stdin is still open.
+    pub(crate) fn take() -> io::Result<StdinClaim> {
+        if STDIN_BUSY.swap(true, Ordering::AcqRel) {
+            return Err(io::Error::new(
+                io::ErrorKind::ResourceBusy,
+                "stdin is being read already (an earlier feed or map_file of \"-\" still open): finish or close \
+                 that one first",
+            ));
+        }
+        Ok(StdinClaim(()))
+    }
+}
+
+impl Drop for StdinClaim {
+    fn drop(&mut self) {
+        STDIN_BUSY.store(false, Ordering::Release);
+    }
+}
+
 /// Keeps `bytes`, taken from stdin (a pipe) and not used, for its next reader.
 pub(crate) fn keep_stdin_bytes(bytes: Vec<u8>) {
     // Two readers of one stdin at once interleave whatever is done here; one after another,
@@ -79,13 +108,14 @@ pub struct Input {
     rest: BufReader<Source>,
     /// What was opened, as `fstat` sees it; `None` where that cannot be asked.
     metadata: Option<Metadata>,
-    /// Whether it is stdin (`-`).
-    stdin: bool,
+    /// Held while it reads stdin (`-`).
+    stdin: Option<StdinClaim>,
 }
 
 impl fmt::Debug for Input {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Input").field("head", &self.head).field("metadata", &self.metadata).finish()
+        let shown = &self.head[..self.head.len().min(HEAD_BYTES as usize)];
+        f.debug_struct("Input").field("head", &shown).field("metadata", &self.metadata).finish()
     }
 }
 
@@ -97,6 +127,10 @@ impl Input {
     /// # Errors
     /// It cannot be opened or read, or it is a directory.
     pub fn open(endpoint: &Endpoint, name: &str, io_threads: usize) -> anyhow::Result<Input> {
+        let claim = match endpoint {
+            Endpoint::Std => Some(StdinClaim::take().context("cannot read stdin")?),
+            Endpoint::File(_) => None,
+        };
         let (reader, metadata) = match endpoint {
             Endpoint::Std => stdin(io_threads).context("cannot read stdin")?,
             Endpoint::File(path) => {
@@ -116,13 +150,12 @@ impl Input {
             }
         };
         let mut rest = BufReader::with_capacity(BUFFER_BYTES, reader);
-        let stdin = matches!(endpoint, Endpoint::Std);
         // What an earlier reader of stdin left unused comes first.
-        let mut head = if stdin { take_stdin_bytes() } else { Vec::new() };
+        let mut head = if claim.is_some() { take_stdin_bytes() } else { Vec::new() };
         let wanted = HEAD_BYTES.saturating_sub(head.len() as u64);
         // `take` + `read_to_end` waits out short reads: a pipe may hand over a byte at a time.
         (&mut rest).take(wanted).read_to_end(&mut head).with_context(|| format!("cannot read {name}"))?;
-        Ok(Input { head, rest, metadata, stdin })
+        Ok(Input { head, rest, metadata, stdin: claim })
     }
 
     /// The input's length, when it is a regular file (a pipe's is unknown until its end).

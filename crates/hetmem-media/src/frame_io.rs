@@ -263,8 +263,8 @@ impl Read for Source {
 /// frame, by several threads at once.
 pub struct FrameSource {
     stream: io::Chain<io::Cursor<Vec<u8>>, io::BufReader<Source>>,
-    /// Whether this reads stdin, whose unused bytes are handed back when it goes (see Drop).
-    stdin: bool,
+    /// Held when this reads stdin, whose unused bytes are handed back when it goes (see Drop).
+    stdin: Option<crate::endpoint::StdinClaim>,
 }
 
 impl std::fmt::Debug for FrameSource {
@@ -274,9 +274,25 @@ impl std::fmt::Debug for FrameSource {
 }
 
 impl FrameSource {
-    /// `head`, then what `rest` holds; `stdin` when it reads stdin.
-    pub(crate) fn new(head: Vec<u8>, rest: io::BufReader<Source>, stdin: bool) -> FrameSource {
+    /// `head`, then what `rest` holds; `stdin` held when it reads stdin.
+    pub(crate) fn new(
+        head: Vec<u8>,
+        rest: io::BufReader<Source>,
+        stdin: Option<crate::endpoint::StdinClaim>,
+    ) -> FrameSource {
         FrameSource { stream: io::Cursor::new(head).chain(rest), stdin }
+    }
+
+    /// Puts `bytes` back in front of what is still to be read: a reader that read a stream's
+    /// header and then stopped before its first frame hands the header back with the rest
+    /// (for stdin, whose next reader then starts at the header again).
+    pub fn unread(&mut self, bytes: &[u8]) {
+        let (head, _) = self.stream.get_mut();
+        let from = usize::try_from(head.position()).unwrap_or(usize::MAX).min(head.get_ref().len());
+        let mut front = Vec::with_capacity(bytes.len() + head.get_ref().len() - from);
+        front.extend_from_slice(bytes);
+        front.extend_from_slice(&head.get_ref()[from..]);
+        *head = io::Cursor::new(front);
     }
 }
 
@@ -288,7 +304,7 @@ impl FrameSource {
 /// un-read. Best effort: a failing seek leaves the offset where it was.
 impl Drop for FrameSource {
     fn drop(&mut self) {
-        if !self.stdin {
+        if self.stdin.is_none() {
             return;
         }
         let (head, rest) = self.stream.get_ref();
@@ -436,7 +452,7 @@ mod tests {
                 64,
                 Source::File(PositionedFile::new(File::open(&input).unwrap(), 4, 3)),
             ),
-            false,
+            None,
         );
         let output = dir.path().join("out");
         let mut sink = FrameSink::file(File::create(&output).unwrap(), 3);
@@ -459,7 +475,7 @@ mod tests {
         let mut source = FrameSource::new(
             Vec::new(),
             io::BufReader::new(Source::File(PositionedFile::new(File::open(&input).unwrap(), 7, 2))),
-            false,
+            None,
         );
         assert_eq!(source.read_frame(&mut frame).unwrap(), frame_bytes);
         assert_eq!(source.read_frame(&mut frame).unwrap(), cut - 7 - frame_bytes);
@@ -483,7 +499,7 @@ mod tests {
                 1000,
                 Source::File(PositionedFile::new(stdin.try_clone().unwrap(), 16, 2)),
             ),
-            true,
+            Some(crate::endpoint::StdinClaim::take().unwrap()),
         );
         let mut frame = vec![0; 300];
         assert_eq!(source.read_frame(&mut frame).unwrap(), 300);
@@ -499,7 +515,7 @@ mod tests {
                 1000,
                 Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec()))),
             ),
-            true,
+            Some(crate::endpoint::StdinClaim::take().unwrap()),
         );
         assert_eq!(source.read_frame(&mut frame[..10]).unwrap(), 10);
         let mut seven = [0; 7];
@@ -510,18 +526,39 @@ mod tests {
         let mut source = FrameSource::new(
             content[..16].to_vec(),
             io::BufReader::new(Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec())))),
-            true,
+            Some(crate::endpoint::StdinClaim::take().unwrap()),
         );
         source.read_exact(&mut seven).unwrap();
         drop(source);
         assert_eq!(crate::endpoint::take_stdin_bytes(), content[7..16], "the unused head");
+
+        // A partly read head and a filled buffer, a header put back: in that order.
+        let mut source = FrameSource::new(
+            content[..16].to_vec(),
+            io::BufReader::with_capacity(
+                100,
+                Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec()))),
+            ),
+            Some(crate::endpoint::StdinClaim::take().unwrap()),
+        );
+        assert!(crate::endpoint::StdinClaim::take().is_err(), "one reader of stdin at a time");
+        source.read_exact(&mut seven).unwrap();
+        source.fill_buf().unwrap(); // the head's rest first: the buffer is not filled by this
+        let mut two = [0; 2];
+        source.read_exact(&mut two).unwrap();
+        source.unread(b"HEADER");
+        drop(source);
+        let mut expected = b"HEADER".to_vec();
+        expected.extend_from_slice(&content[9..16]);
+        assert_eq!(crate::endpoint::take_stdin_bytes(), expected, "the header, then the head's rest");
+        assert!(crate::endpoint::StdinClaim::take().is_ok(), "let go with the reader");
 
         // Not stdin: nothing kept, no offset moved.
         let mut other = File::open(&path).unwrap();
         let source = FrameSource::new(
             Vec::new(),
             io::BufReader::new(Source::File(PositionedFile::new(other.try_clone().unwrap(), 500, 1))),
-            false,
+            None,
         );
         drop(source);
         assert_eq!(other.stream_position().unwrap(), 0);

@@ -970,3 +970,26 @@ def test_a_transfer_whose_poll_raises_fails_gives_its_buffer_back_and_raises_aga
     with pytest.raises(hn.NixlError, match="the peer went away"):
         transfer.wait(timeout=5)
     registration.close()  # nothing holds it any more
+
+
+def test_a_transfer_whose_request_cannot_be_released_keeps_its_buffer_until_it_is(rng, monkeypatch):
+    agent = _RecordingAgent()
+    buffer = poisoned(MiB)
+    registration = agent.register(buffer)
+    transfer = agent.read(registration, hn.RemoteRegion._make("peer", "DRAM", 0x1000, MiB, 0))
+    handle = transfer._handle
+    refusals = []
+
+    def release():
+        if not refusals:
+            refusals.append(1)
+            raise RuntimeError("nixlRepostActiveError: the request is still active (a test)")
+        _Handle.release(handle)
+
+    monkeypatch.setattr(handle, "release", release)
+    agent.state = "DONE"
+    with pytest.raises(hn.NixlError, match="could not be released"):
+        transfer.done()
+    assert buffer.lent and registration._active == 1  # UCX may still use it: nothing given back
+    assert transfer.done()  # released now
+    assert not buffer.lent and registration._active == 0 and handle.released == 1

@@ -359,6 +359,47 @@ def test_a_second_feed_of_stdin_goes_on_where_the_first_stopped(tmp_path, rng, s
         assert chunk[4:] == frames[index].tobytes(), f"frame {index} differs"
 
 
+# A ring of the wrong shape refuses stdin's Y4M before any frame, and a ring of the right one
+# then reads it from its header; a second feed of a Y4M stdin says why it cannot.
+STDIN_Y4M_RETRY = """
+import sys, numpy as np, hetmem
+""" + inspect.getsource(copy_stage) + """
+shape = (int(sys.argv[1]), int(sys.argv[2]))
+wrong = hetmem.FrameRing((shape[0] + 2, shape[1]), np.uint8, stage=copy_stage, slots=2)
+try:
+    wrong.feed("-")
+except ValueError as error:
+    sys.stderr.write(f"refused: {error}\\n")
+ring = hetmem.FrameRing(shape, np.uint8, stage=copy_stage, slots=64)
+results = ring.results()
+fed = ring.feed("-", limit=3, close=False)
+try:
+    ring.feed("-", close=False)
+except Exception as error:
+    sys.stderr.write(f"second: {type(error).__name__}: {error}\\n")
+ring.close()
+for index, out in results:
+    sys.stdout.buffer.write(index.to_bytes(4, "little") + np.asarray(out).tobytes())
+"""
+
+
+def test_stdin_y4m_refused_by_geometry_is_read_whole_by_the_next_ring(rng):
+    shape = (H * 3 // 2, W)
+    frames = random_frames(rng, 5, shape)
+    done = subprocess.run([sys.executable, "-c", STDIN_Y4M_RETRY, *map(str, shape)], input=y4m_bytes(frames),
+                          capture_output=True, timeout=120)
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    assert "refused:" in err
+    assert "an earlier feed of it read the header" in err and len(err) < 2000, err
+    record = 4 + frames[0].nbytes
+    assert len(done.stdout) == record * 3
+    for index in range(3):
+        chunk = done.stdout[index * record:(index + 1) * record]
+        assert int.from_bytes(chunk[:4], "little") == index
+        assert chunk[4:] == frames[index].tobytes(), f"frame {index} differs"
+
+
 def test_stdin_cut_mid_frame_names_stdin(rng):
     shape = (H * 3 // 2, W)
     frames = random_frames(rng, 2, shape)

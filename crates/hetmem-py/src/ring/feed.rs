@@ -43,6 +43,21 @@ struct Reading {
     line: Vec<u8>,
     /// nv12's chroma, de-interleaved into the slot as it is read.
     scratch: Vec<u8>,
+    /// Whether a frame's reading has begun (its FRAME line or bytes taken).
+    started: bool,
+}
+
+/// A reading that ends before its first frame (the ring's geometry refused, a ring closed)
+/// puts its Y4M header back with the rest, so that stdin's next reader starts at the header.
+impl Drop for Reading {
+    fn drop(&mut self) {
+        if !self.started
+            && let Container::Y4m { header } = &self.container
+        {
+            let header = header.clone();
+            self.frames.unread(&header);
+        }
+    }
 }
 
 /// A video input opened for a ring; see the module's documentation.
@@ -179,7 +194,17 @@ fn open(
     let (frames, container, description, shapes, typestr, frame_bytes) = match format {
         Format::Y4m { named } => {
             if !is_y4m {
-                let shown = input.head.escape_ascii().to_string();
+                let shown = input.head[..input.head.len().min(16)].escape_ascii().to_string();
+                let mid_stream = input.head.starts_with(y4m::FRAME);
+                // What was read goes back with the rest, for stdin's next reader.
+                drop(input.into_frames());
+                if mid_stream {
+                    bail!(
+                        "{name}: starts with a Y4M frame line, not a header: an earlier feed of it read the \
+                         header, which a second feed cannot find; feed a Y4M stream on stdin once, whole \
+                         (without limit=)"
+                    );
+                }
                 let why =
                     if named { "format='y4m' was given" } else { "its format is told by its first bytes" };
                 bail!(
@@ -209,6 +234,7 @@ fn open(
             )
         }
         Format::RingSized | Format::Raw(_) if is_y4m => {
+            drop(input.into_frames()); // what was read goes back, for stdin's next reader
             bail!("{name} is a Y4M stream, not raw video: leave format= out (the Y4M header gives the size)")
         }
         Format::RingSized => (
@@ -242,6 +268,7 @@ fn open(
         next: 0,
         line: Vec::with_capacity(64),
         scratch: Vec::new(),
+        started: false,
     };
     Ok(FrameFile {
         reading: Mutex::new(Some(reading)),
@@ -258,6 +285,7 @@ impl Reading {
     /// Reads the next frame into `slot`: true when one was read whole, false at the input's
     /// clean end.
     fn read_into(&mut self, slot: &mut [u8], name: &str) -> anyhow::Result<bool> {
+        self.started = true;
         let index = self.next;
         let before = fed_before(index);
         match read_start(&self.container, &mut self.frames, &mut self.line, index, name, &before)? {

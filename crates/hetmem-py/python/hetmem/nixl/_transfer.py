@@ -28,6 +28,7 @@ class Transfer:
         self._what = what
         self._memory_kinds = (local._kind, remote_kind)
         self._state = "PROC"
+        self._final = "PROC"  # the state a transfer whose release failed ended in
         self._error: Optional[BaseException] = None
         # What the transfer uses, each counted active (so close() refuses) and held here (so
         # dropping it deregisters nothing) until NIXL is done: the memory's registration, and
@@ -84,6 +85,8 @@ class Transfer:
                 self._settle("ERR")
             else:
                 self._settle(state)
+        elif self._state == "RELEASING":
+            self._settle(self._final)
         elif self._state != "DONE":
             raise self._failure().with_traceback(None)
         return self._state == "DONE"
@@ -105,14 +108,21 @@ class Transfer:
     def _settle(self, state: str) -> None:
         if state == "PROC":
             return
+        if self._handle is not None:
+            try:
+                self._handle.release()
+            except Exception as error:
+                # NIXL could not let go of the request (a cancel that failed): UCX may still use
+                # the memory, so nothing is given back; the next done() tries again.
+                self._state, self._final = "RELEASING", state
+                self._error = self._error or error
+                raise NixlError(f"NIXL {self._backend}: the {self._what} ended ({state}) but its request could not "
+                                f"be released ({type(error).__name__}: {error}); its buffers stay held until a "
+                                "later done() or wait() releases it") from None
+            self._handle = None
         self._state = state
-        try:
-            handle, self._handle = self._handle, None
-            if handle is not None:
-                handle.release()
-        finally:
-            self._give_back()
-            _let_go(self)
+        self._give_back()
+        _let_go(self)
         if state != "DONE":
             raise self._failure().with_traceback(None)
 
