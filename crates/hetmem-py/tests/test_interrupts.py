@@ -137,6 +137,38 @@ def test_a_result_of_an_empty_ring_is_interrupted_and_the_ring_still_works(wait)
     """), "ring ok")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("call", ["feed", "map_file"])
+def test_a_fifo_waiting_for_its_writer_is_interrupted_and_read_after(tmp_path, call):
+    fifo = tmp_path / "frames.fifo"
+    os.mkfifo(fifo)
+    take = (f"ring.feed({str(fifo)!r}, format='raw', close=False)" if call == "feed"
+            else f"next(iter(ring.map_file({str(fifo)!r}, format='raw')))")
+    check_interrupted(interrupt_child(f"""
+        import threading
+        rng = np.random.default_rng()
+        frames = rng.integers(0, 256, (3, 5, 7), dtype=np.uint8)
+        ring = hetmem.FrameRing((5, 7), stage=invert, strategy="cpu", slots=4, views="raw")
+        print("{WAITING}", flush=True)
+        try:
+            {take}  # no writer: the open waits
+            print("the FIFO opened without a writer")
+            sys.exit(1)
+        except KeyboardInterrupt:
+            caught()
+        # Nothing stays behind: the FIFO opens and reads whole once a writer comes.
+        def write():
+            with open({str(fifo)!r}, "wb") as out:
+                out.write(frames.tobytes())
+        threading.Thread(target=write, daemon=True).start()
+        ring = hetmem.FrameRing((5, 7), stage=invert, strategy="cpu", slots=4, views="raw")  # map_file closed its own
+        assert ring.feed({str(fifo)!r}, format="raw") == 3
+        got = [np.array(out) for _, out in ring.results()]
+        assert len(got) == 3 and all(np.array_equal(g, 255 - f) for g, f in zip(got, frames))
+        print("fifo ok")
+    """), "fifo ok")
+
+
 def safetensors_file(path, name, data: bytes) -> str:
     """A safetensors file of one U8 tensor `name` holding `data`."""
     header = json.dumps({name: {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]}}).encode()

@@ -14,6 +14,8 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout, SampleType};
@@ -165,6 +167,79 @@ fn parse_format(format: Option<&str>) -> PyResult<Format> {
             _ => return Err(bad("not a format hetmem reads".into())),
         },
     })
+}
+
+/// Whether `path` names a FIFO, whose open waits for a writer.
+fn is_fifo(path: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        std::fs::metadata(path).is_ok_and(|metadata| metadata.file_type().is_fifo())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
+/// How often a FIFO's open, waiting for its writer, looks for Ctrl-C.
+const FIFO_SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// Opens a FIFO on a thread of its own while the calling thread hears Ctrl-C: opening a
+/// FIFO's read end waits in open(2) for a writer, which a signal does not end. When a signal
+/// handler raises, the waiting open is released (this process opens the write end, without
+/// waiting, and closes it at once: the opener then reads an empty stream, and its result is
+/// dropped) and the handler's exception is raised.
+fn open_fifo(
+    py: Python<'_>,
+    path: &std::path::Path,
+    endpoint: Endpoint,
+    name: String,
+    format: Format,
+    ring_frame_bytes: usize,
+) -> PyResult<anyhow::Result<FrameFile>> {
+    let (send, receive) = mpsc::channel();
+    // Behind a lock only to be waited on with the interpreter let go (a receiver is not Sync).
+    let receive = Mutex::new(receive);
+    let opener = std::thread::Builder::new()
+        .name("hetmem-fifo-open".into())
+        .spawn(move || {
+            let _ = send.send(open(&endpoint, &name, format, ring_frame_bytes));
+        })
+        .map_err(|error| PyOSError::new_err(format!("cannot start a thread to open the FIFO: {error}")))?;
+    loop {
+        match py.detach(|| lock(&receive).recv_timeout(FIFO_SIGNAL_CHECK)) {
+            Ok(opened) => {
+                let _ = opener.join();
+                return Ok(opened);
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Ok(Err(anyhow!("{}: its open failed (the opening thread ended)", path.display())));
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if let Err(raised) = py.check_signals() {
+            release_fifo_open(path);
+            // The opener ends once released; a writer that came meanwhile may hold it up (it
+            // then ends with that writer's first bytes), so it is not waited for past a moment.
+            let _ = py.detach(|| lock(&receive).recv_timeout(Duration::from_secs(1)));
+            return Err(raised);
+        }
+    }
+}
+
+/// Lets an open of `path`'s read end that waits for a writer go on: a writer that opens and
+/// closes at once (without waiting: there is a reader). Nothing to do if none waits.
+fn release_fifo_open(path: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let nonblocking = rustix::fs::OFlags::NONBLOCK.bits() as i32;
+        let _ = std::fs::OpenOptions::new().write(true).custom_flags(nonblocking).open(path);
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 /// Which frames went into the ring before frame `index`, for messages.
@@ -325,7 +400,11 @@ impl FrameFile {
         let format = parse_format(format)?;
         let endpoint = Endpoint::new(&path);
         let name = Named { endpoint: &endpoint, std_name: "stdin" }.to_string();
-        let opened = py.detach(|| open(&endpoint, &name, format, ring_frame_bytes));
+        let opened = if is_fifo(&path) {
+            open_fifo(py, &path, endpoint, name, format, ring_frame_bytes)?
+        } else {
+            py.detach(|| open(&endpoint, &name, format, ring_frame_bytes))
+        };
         opened.map_err(|error| py_error(&error, value_error))
     }
 
