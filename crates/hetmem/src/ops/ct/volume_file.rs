@@ -89,6 +89,7 @@ mod nifti_file {
         } else {
             size.saturating_sub(header.vox_offset as u64)
         };
+        check_extensions(path, &header, gzip)?;
         match claimed {
             Some(claimed) if claimed <= holds => Ok(()),
             _ => Err(malformed(
@@ -101,6 +102,67 @@ mod nifti_file {
                 ),
             )),
         }
+    }
+
+    /// The bytes where the NIfTI-1 header and its extender end (348 + 4).
+    const EXTENSIONS_START: u64 = 352;
+
+    /// Refuses extensions that the `nifti` crate would reserve memory for before reading them:
+    /// it takes each extension's size from the file and reserves it, so a few bytes claiming
+    /// 2 GiB cost 2 GiB. Walked here first, on the (decompressed) stream: each size at least
+    /// 8, inside the header's `vox_offset`, and its bytes really there.
+    fn check_extensions(path: &Path, header: &NiftiHeader, gzip: bool) -> Result<()> {
+        use std::io::Read;
+        let io_error = |source| Error::Io { context: format!("reading {}", path.display()), source };
+        let file = std::io::BufReader::new(std::fs::File::open(path).map_err(io_error)?);
+        let mut stream: Box<dyn Read> =
+            if gzip { Box::new(flate2::bufread::GzDecoder::new(file)) } else { Box::new(file) };
+        let mut start = [0u8; EXTENSIONS_START as usize];
+        if stream.read_exact(&mut start).is_err() || start[348] == 0 {
+            return Ok(()); // too short for extensions (the reader says so), or none
+        }
+        // A float's cast saturates: a negative or NaN offset counts as 0.
+        let end = (header.vox_offset as u64).saturating_sub(EXTENSIONS_START);
+        let mut at = 0u64;
+        while at < end {
+            let mut sizes = [0u8; 8];
+            if stream.read_exact(&mut sizes).is_err() {
+                return Err(malformed(
+                    path,
+                    format!("the file ends inside extension {at} bytes past its header"),
+                ));
+            }
+            let word = [sizes[0], sizes[1], sizes[2], sizes[3]];
+            let esize = if header.endianness == nifti::Endianness::Big {
+                i32::from_be_bytes(word)
+            } else {
+                i32::from_le_bytes(word)
+            };
+            let fits = u64::try_from(esize).is_ok_and(|esize| esize >= 8 && esize <= end - at);
+            if !fits {
+                return Err(malformed(
+                    path,
+                    format!(
+                        "an extension {at} bytes past its header claims {esize} bytes, outside the {end} bytes \
+                         before its voxels (vox_offset {})",
+                        header.vox_offset
+                    ),
+                ));
+            }
+            let data = esize as u64 - 8;
+            let skipped =
+                std::io::copy(&mut (&mut stream).take(data), &mut std::io::sink()).map_err(io_error)?;
+            if skipped != data {
+                return Err(malformed(
+                    path,
+                    format!(
+                        "an extension {at} bytes past its header claims {esize} bytes; the file ends first"
+                    ),
+                ));
+            }
+            at += esize as u64;
+        }
+        Ok(())
     }
 
     fn read_scaled(path: &Path) -> Result<(VolumeShape, Vec<f64>)> {
@@ -250,6 +312,48 @@ mod tests {
         header[344..348].copy_from_slice(b"n+1\0");
         header.extend_from_slice(data);
         header
+    }
+
+    /// The same file with one extension of `esize` bytes claimed (and `data.len()` of them
+    /// there) between the header and the voxels, `vox_offset` moved past it.
+    #[cfg(feature = "nifti")]
+    fn with_extension(file: &[u8], esize: i32, data: &[u8], voxels_at: usize) -> Vec<u8> {
+        let mut out = file[..352].to_vec();
+        out[108..112].copy_from_slice(&(voxels_at as f32).to_le_bytes());
+        out[348] = 1; // the extender: extensions follow
+        out.extend_from_slice(&esize.to_le_bytes());
+        out.extend_from_slice(&40i32.to_le_bytes()); // ecode: a comment
+        out.extend_from_slice(data);
+        out.resize(voxels_at, 0);
+        out.extend_from_slice(&file[352..]);
+        out
+    }
+
+    /// An extension whose size lies (the `nifti` crate reserved what it claimed: 2 GiB for a
+    /// 60-byte file, found by fuzzing) is refused before the crate reads it; a true one reads.
+    #[cfg(feature = "nifti")]
+    #[test]
+    fn a_nifti_extension_is_read_and_one_claiming_more_than_there_is_refused() {
+        let voxels: Vec<u8> = (0..2 * 3 * 4).map(|v| (v * 7 % 251) as u8).collect();
+        let plain = nifti_file(&[2, 3, 4], 2, 8, (0.0, 0.0), &voxels);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("volume.nii");
+        let comment = [b'h'; 24];
+        std::fs::write(&path, with_extension(&plain, 32, &comment, 384)).unwrap();
+        let (shape, labels) = read_nifti_labels(&path).unwrap();
+        assert_eq!((shape.voxels(), labels), (24, voxels.clone()));
+        for (esize, why) in
+            [(0x7fff_fff0, "claims 2147483632 bytes"), (4, "claims 4 bytes"), (-8, "claims -8")]
+        {
+            std::fs::write(&path, with_extension(&plain, esize, &comment, 384)).unwrap();
+            let error = read_nifti_labels(&path).unwrap_err().to_string();
+            assert!(error.contains(why) && error.contains("header claims"), "{esize}: {error}");
+        }
+        // Inside vox_offset, but the file ends before its bytes do.
+        let cut = with_extension(&plain, 1 << 20, &comment, (1 << 20) + 352);
+        std::fs::write(&path, &cut[..400]).unwrap();
+        let error = read_nifti_labels(&path).unwrap_err().to_string();
+        assert!(error.contains("NIfTI file"), "{error}");
     }
 
     #[cfg(feature = "nifti")]
