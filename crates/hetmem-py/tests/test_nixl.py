@@ -517,6 +517,14 @@ def _gpu_reason():
     return None if chosen.backend == "cuda" else f"no GPU: {chosen.fallback_reason}"
 
 
+def _end(child) -> None:
+    """Waits for a peer process to end (killed after two minutes: a hang fails its exit code)."""
+    child.join(timeout=120)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
 def _loaded_round_trip(rng, tmp_path, device, nbytes):
     """The child loads a file of seeded bytes to ``device`` and registers the allocation; this
     process reads all of it into poisoned host memory (device -> host), writes fresh random
@@ -560,9 +568,7 @@ def _loaded_round_trip(rng, tmp_path, device, nbytes):
         status, reply = replies.get(timeout=120)
         assert status == "done", reply
     finally:
-        child.join(timeout=120)
-        if child.is_alive():
-            child.kill()
+        _end(child)
     assert child.exitcode == 0
 
 
@@ -687,9 +693,7 @@ def test_two_processes_staged_host_to_device_every_byte(rng, tmp_path, nbytes):
         status, reply = replies.get(timeout=120)
         assert status == "done", reply
     finally:
-        child.join(timeout=120)
-        if child.is_alive():
-            child.kill()
+        _end(child)
     assert child.exitcode == 0
     assert stagings[0] is stagings[1] and stagings[0]._active == 0  # registered once, used again
 
