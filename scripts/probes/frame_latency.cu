@@ -48,14 +48,16 @@ struct Plan { std::vector<unsigned> table; unsigned tiles, blocks; size_t shared
 
 // GaussianPlan::tiled for one RGB 8-bit plane, radius 2; `range_rows` 0 = hetmem's plain tiling
 // (about `share` tiles per SM), else fixed ranges as the overlap kernel takes them.
+static int BAND = 128;  // the band width in pixels; `BAND=256` in the environment for another
+
 static Plan plan(double share, int range_rows) {
-    const int band = 128, r = 2, ch = 3;
+    const int band = BAND, r = 2, ch = 3;
     Plan p;
     p.table = {4096, 16384, 24576, 16384, 4096};  // Q16 1-4-6-4-1
     int bands = (W + band - 1) / band;
     int ranges;
     if (range_rows == 0) {
-        int want = std::max(1, (int)(SMS * share));
+        int want = std::max(1, (int)(SMS * share + 0.5));
         ranges = std::min(std::max(want / bands, 1), std::max((H + 63) / 64, 1));
         range_rows = (H + ranges - 1) / ranges;
     }
@@ -202,8 +204,8 @@ static void mapped_launch(double share, bool flag) {
     CHECK(cudaFreeHost((void*)hflag));
 }
 
-static void mapped_resident(int tiles_per_sm_x10) {
-    Plan p = plan(tiles_per_sm_x10 / 10.0, 0);
+static void mapped_resident(double share) {
+    Plan p = plan(share, 0);
     unsigned* d_table;
     CHECK(cudaMalloc(&d_table, p.table.size() * 4));
     CHECK(cudaMemcpy(d_table, p.table.data(), p.table.size() * 4, cudaMemcpyHostToDevice));
@@ -431,8 +433,15 @@ static bool graphs_capture_mem_ops() {
 }
 
 // `frame_latency [GROUP]` runs only the rows of GROUP (mapped, resident, overlap, lanes).
+// `BAND=256 TILES=48,64` in the environment: bands of 256 pixels, and the mapped and resident
+// rows at about those tile counts (instead of 0.5, 1 and 2 tiles per SM); build with
+// `-DCHUNK=8` for another chunk.
 int main(int argc, char** argv) {
     const char* only = argc > 1 ? argv[1] : nullptr;
+    if (const char* band = getenv("BAND")) BAND = atoi(band);
+    std::vector<int> tiles;
+    if (const char* list = getenv("TILES"))
+        for (const char* at = list; *at; ) { tiles.push_back(atoi(at)); while (*at && *at != ',') ++at; if (*at) ++at; }
     auto runs = [&](const char* group) { return only == nullptr || strcmp(only, group) == 0; };
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -447,7 +456,7 @@ int main(int argc, char** argv) {
         H = size[1];
         FRAME = (size_t)W * H * 3;
         FRAMES = W > 1920 ? 150 : 300;
-        printf("== %dx%d RGB (%zu bytes), %s, %d SMs, %d frames\n", W, H, FRAME, prop.name, SMS, FRAMES);
+        printf("== %dx%d RGB (%zu bytes), %s, %d SMs, %d frames, band %d, CHUNK %d\n", W, H, FRAME, prop.name, SMS, FRAMES, BAND, CHUNK);
         CHECK(cudaHostAlloc((void**)&h_in, FRAME, cudaHostAllocMapped));
         CHECK(cudaHostAlloc((void**)&h_out, FRAME, cudaHostAllocMapped));
         CHECK(cudaHostAlloc((void**)&p_in, FRAME, 0));
@@ -467,13 +476,17 @@ int main(int argc, char** argv) {
             reference(p, t);
             CHECK(cudaFree(t));
         }
-        for (double share : {0.5, 1.0, 2.0}) {
+        std::vector<double> shares = {0.5, 1.0, 2.0};
+        if (!tiles.empty()) { shares.clear(); for (int t : tiles) shares.push_back((double)t / SMS); }
+        for (double share : shares) {
             if (!runs("mapped")) break;
             mapped_launch(share, false);
             mapped_launch(share, true);
         }
-        for (int x10 : {10, 20}) {
-            if (runs("resident")) mapped_resident(x10);
+        std::vector<double> resident_shares = {1.0, 2.0};
+        if (!tiles.empty()) resident_shares = shares;
+        for (double share : resident_shares) {
+            if (runs("resident")) mapped_resident(share);
         }
         const int segments[] = {1, 3, 6, 12, 16, 24};
         if (runs("overlap")) {
