@@ -3,7 +3,9 @@
 //! producer writes each frame into the filter's input just before (always), and the consumer
 //! either leaves the output alone or reads it (`--read-output`: its cache lines are then in the
 //! CPU's cache when the next frame's result arrives). Pinned-async runs at several segment
-//! counts. Printed as one JSON object per row (median and p99 microseconds).
+//! counts; then the resident blur (`ResidentGaussian`: one kernel launched once, a frame per
+//! mapped bell) by zero-copy and hybrid at three tile counts. Printed as one JSON object per
+//! row (median and p99 microseconds).
 //!
 //! `scripts/probes/frame_latency.cu` times the same kernels without hetmem's leases and
 //! fences: the two together say what hetmem adds per frame.
@@ -13,7 +15,8 @@
 use std::time::Duration;
 
 use hetmem::ops::gaussian::{
-    Border, FrameFormat, Gaussian, GaussianStage, PixelLayout, Segments, gaussian_cpu,
+    Border, FrameFormat, Gaussian, GaussianStage, PixelLayout, ResidentGaussian, ResidentOptions, Segments,
+    gaussian_cpu,
 };
 use hetmem::{Device, FrameFilter, Strategy};
 use hetmem_bench::Summary;
@@ -83,6 +86,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "{{\"width\": {width}, \"height\": {height}, \"strategy\": \"{strategy}\", \"segments\": \"{segments:?}\", \"read_output\": {read_output}, \"median_us\": {:.1}, \"p99_us\": {:.1}, \"frames\": {frames}, \"checksum\": {checksum}}}",
                 summary.median, summary.p99
             );
+        }
+        let sms = device.capabilities().multiprocessors;
+        for strategy in [Strategy::ZeroCopy, Strategy::Hybrid] {
+            for tiles in [None, Some(sms / 4), Some(sms / 2)] {
+                let options = ResidentOptions { strategy, tiles, ..ResidentOptions::default() };
+                let mut filter = ResidentGaussian::start_with(&device, format, &kernel, options)?;
+                let (tiles, blocks) = (filter.plan().tiles(), filter.plan().blocks());
+                let mut latencies = Vec::with_capacity(frames);
+                let mut checksum = 0u64;
+                let warmup = 20;
+                for frame in 0..warmup + frames {
+                    filter.input_mut()?.copy_from_slice(&sources[frame % 2]);
+                    let latency: Duration = filter.run()?;
+                    if frame >= warmup {
+                        latencies.push(latency.as_secs_f64() * 1e6);
+                    }
+                    if read_output {
+                        checksum = filter
+                            .output()?
+                            .iter()
+                            .step_by(64)
+                            .fold(checksum, |sum, &byte| sum + u64::from(byte));
+                    }
+                    if frame % 50 == 0 && filter.output()? != expected[frame % 2].as_slice() {
+                        return Err(format!(
+                            "resident {strategy} at {width}x{height}, frame {frame}: differs from the CPU"
+                        )
+                        .into());
+                    }
+                }
+                filter.shutdown()?;
+                let summary = Summary::of(&latencies).expect("frames");
+                println!(
+                    "{{\"width\": {width}, \"height\": {height}, \"strategy\": \"resident {strategy}\", \"tiles\": {tiles}, \"blocks\": {blocks}, \"read_output\": {read_output}, \"median_us\": {:.1}, \"p99_us\": {:.1}, \"frames\": {frames}, \"checksum\": {checksum}}}",
+                    summary.median, summary.p99
+                );
+            }
         }
     }
     Ok(())

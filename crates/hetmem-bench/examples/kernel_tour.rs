@@ -6,7 +6,8 @@
 //! - `checksum_words` on mapped memory, from an offset, with a partial last word;
 //! - `gaussian_u8` and `gaussian_u16` by every GPU strategy, and `gaussian_u8_overlap` and
 //!   `gaussian_u16_overlap` (pinned-async), on RGB frames and 4:2:0 frames whose sides are not
-//!   multiples of anything, of 8-bit and of 16-bit samples;
+//!   multiples of anything, of 8-bit and of 16-bit samples, and `gaussian_u8_resident` and
+//!   `gaussian_u16_resident` (the resident blur, zero-copy and hybrid, two frames each);
 //! - the link benchmark's `bench_read_u4`, `bench_read_strided`, `bench_write_u4` and
 //!   `bench_copy_u4` (each checked by the benchmark itself), the gate's `wait_for_go` and the
 //!   `doorbell`, through a tiny `hetmem_bench::link::measure`;
@@ -20,7 +21,9 @@
 //! insist on the GPU).
 
 use hetmem::ops::ct::VolumeShape;
-use hetmem::ops::gaussian::{Border, FrameFormat, Gaussian, PixelLayout, SampleType, gaussian_cpu};
+use hetmem::ops::gaussian::{
+    Border, FrameFormat, Gaussian, PixelLayout, ResidentGaussian, ResidentOptions, SampleType, gaussian_cpu,
+};
 use hetmem::placement::LinkProfile;
 use hetmem::{Device, DeviceBuf, FrameFilter, HostBuf, PinOptions, Queue, Strategy, ops};
 use hetmem_bench::ct::{self, CtOptions};
@@ -93,6 +96,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 return Err(format!("{strategy} on {} differs from the CPU", format.describe()).into());
             }
             println!("gaussian {strategy} {}: equal to the CPU", format.describe());
+        }
+        // The resident kernel: two frames each, so the second reads the same addresses anew.
+        for strategy in [Strategy::ZeroCopy, Strategy::Hybrid] {
+            // Three blocks that wait on each other; a watchdog long enough for compute-sanitizer.
+            let timeout = std::time::Duration::from_secs(20);
+            let options = ResidentOptions { strategy, tiles: Some(3), timeout };
+            let mut filter = ResidentGaussian::start_with(&device, format, &kernel, options)?;
+            for round in 0..2u8 {
+                let frame: Vec<u8> = frame.iter().map(|byte| byte ^ round.wrapping_mul(0x5B)).collect();
+                let mut want = vec![0u8; frame.len()];
+                gaussian_cpu(&format, &kernel, &frame, &mut want)?;
+                filter.fill_output(0xA5)?;
+                filter.input_mut()?.copy_from_slice(&frame);
+                filter.run()?;
+                if filter.output()? != want {
+                    return Err(
+                        format!("resident {strategy} on {} differs from the CPU", format.describe()).into()
+                    );
+                }
+            }
+            filter.shutdown()?;
+            println!("gaussian resident {strategy} {}: equal to the CPU", format.describe());
         }
     }
 

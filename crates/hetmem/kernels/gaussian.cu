@@ -1,9 +1,9 @@
 // Separable Gaussian blur of 8-bit and 16-bit planes, built for reading and writing across PCIe.
 //
 // Each block owns a tile: a band of columns, full rows of it from a range of the plane's
-// rows. It walks down its range in chunks of CHUNK rows, keeping the horizontal results of
-// the last 2r rows in a shared-memory ring, so every input row of the range crosses the link
-// once; only the 2r halo columns of a band and the 2r halo rows of a range are read twice.
+// rows. It walks down its range in chunks of CHUNK rows (RESIDENT_CHUNK in the resident
+// kernel, at the end), keeping the horizontal results of the last 2r rows in a shared-memory
+// ring, so every input row of the range crosses the link once; only the 2r halo columns of a band and the 2r halo rows of a range are read twice.
 // Global reads and writes are 16-byte vectors wherever the row allows, bytes at the ends.
 //
 // Latency: the next chunk's loads are issued before the current chunk's passes and land in
@@ -40,7 +40,6 @@
 #endif
 #define PLANE_WORDS 10
 #define MAX_TAPS 65
-#define MAX_RING (CHUNK + MAX_TAPS - 1)
 #define THREADS 1024
 #ifndef LOADS_PER_THREAD
 #define LOADS_PER_THREAD 2
@@ -104,14 +103,15 @@ struct Overlap {
     unsigned int download;  // 0: dst is mapped host memory, nothing to count
 };
 
-template <bool OVERLAP>
+// UNCACHED: loads bypass L1 (ld.global.cg), for input that changes while the kernel runs.
+template <bool UNCACHED>
 __device__ __forceinline__ uint4 load16(const unsigned char* g) {
-    return OVERLAP ? __ldcg((const uint4*)g) : *(const uint4*)g;
+    return UNCACHED ? __ldcg((const uint4*)g) : *(const uint4*)g;
 }
 
-template <bool OVERLAP>
+template <bool UNCACHED>
 __device__ __forceinline__ unsigned char load1(const unsigned char* g) {
-    return OVERLAP ? __ldcg(g) : *g;
+    return UNCACHED ? __ldcg(g) : *g;
 }
 
 // Overlap only: thread 0 waits until the segment holding the last byte of the located rows
@@ -185,7 +185,7 @@ __device__ __forceinline__ unsigned char byte_of(const uint4& v, int j) {
 // Issues this thread's 16-byte loads of the located rows into registers: every aligned vector
 // holding a byte of a row, partial ones at the row's ends included, so no thread waits on a
 // string of single-byte reads later (each would cost a full trip across the link).
-template <bool OVERLAP>
+template <bool UNCACHED>
 __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long long* row_offset,
                                             uint4 (&vectors)[LOADS_PER_THREAD]) {
     const int max_units = t.load_bytes / 16 + 2;
@@ -198,7 +198,7 @@ __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long
             const unsigned char* g = t.src + row_offset[row];
             const long long start = align_down(g) + 16ll * unit;
             if (start < t.load_bytes && in_frame(t, g + start)) {
-                vectors[k] = load16<OVERLAP>(g + start);
+                vectors[k] = load16<UNCACHED>(g + start);
             }
         }
     }
@@ -207,7 +207,7 @@ __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long
 // Stores the loaded vectors into the input rows (the needed bytes of partial ones), reads what
 // no vector covered (bytes at the frame's ends, rows beyond the threads' vectors) byte by
 // byte, then the border columns.
-template <bool OVERLAP>
+template <bool UNCACHED>
 __device__ void store_loads(const Tile& t, int count, const long long* row_offset, const int* row_base,
                             const uint4 (&vectors)[LOADS_PER_THREAD], unsigned char* in_rows,
                             unsigned int border) {
@@ -242,7 +242,7 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
             }
         } else {
             for (int i = lo; i < hi; ++i) {
-                s[i] = load1<OVERLAP>(g + i);
+                s[i] = load1<UNCACHED>(g + i);
             }
         }
     }
@@ -257,13 +257,15 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
             const int xr = resolve(x, t.width, border);
             const long long row_start = row_offset[row] - (long long)t.a_px * t.pixel_bytes;
             in_rows[row * t.in_stride + row_base[row] + (x - t.seg_lo) * t.pixel_bytes + byte] =
-                load1<OVERLAP>(t.src + row_start + (long long)xr * t.pixel_bytes + byte);
+                load1<UNCACHED>(t.src + row_start + (long long)xr * t.pixel_bytes + byte);
         }
     }
 }
 
-// SAMPLE_BYTES: 1 for 8-bit planes, 2 for 16-bit little-endian ones.
-template <bool OVERLAP, int SAMPLE_BYTES>
+// SAMPLE_BYTES: 1 for 8-bit planes, 2 for 16-bit little-endian ones. CH: rows per chunk.
+// UNCACHED: input loads bypass L1 (the overlap kernel's input arrives while it runs; the
+// resident kernel reads a new frame at the same addresses each time).
+template <bool OVERLAP, int SAMPLE_BYTES, int CH = CHUNK, bool UNCACHED = OVERLAP>
 __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ src,
                                               unsigned char* __restrict__ dst,
                                               const unsigned int* __restrict__ table,
@@ -275,8 +277,8 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
     // Per row of the chunk being loaded: its image part's byte offset in the plane, and where
     // its first loaded pixel sits in shared memory (keeps 16-byte alignment with global).
     // Two sets: the plain kernel locates the next chunk's rows while this chunk's are in use.
-    __shared__ long long row_offset[2][MAX_RING];
-    __shared__ int row_base[2][MAX_RING];
+    __shared__ long long row_offset[2][CH + MAX_TAPS - 1];
+    __shared__ int row_base[2][CH + MAX_TAPS - 1];
 
     const int r = (int)radius;
     const int taps = 2 * r + 1;
@@ -339,7 +341,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
         t.halo_bytes = ((seg_hi - t.seg_lo) - (t.b_px - t.a_px)) * t.pixel_bytes;
         t.in_stride = ((15 + seg_bytes + 16) + 15) & ~15;
         t.out_stride = ((15 + t.out_bytes + 16) + 15) & ~15;
-        t.ring = CHUNK + 2 * r;
+        t.ring = CH + 2 * r;
         // The ring's words per row: 8-bit, a u16 per byte, whole quads; 16-bit, a u32 per
         // sample, whole pairs.
         const int out_samples = t.out_bytes / SAMPLE_BYTES;
@@ -356,7 +358,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
 
         // Prologue: load the first chunk with its halo rows above.
         int load_first = t.y0 - r;  // the virtual row of the first row in in_rows
-        int n_load = min(CHUNK, t.y1 - t.y0) + 2 * r;
+        int n_load = min(CH, t.y1 - t.y0) + 2 * r;
         int cur = 0;
         uint4 vectors[LOADS_PER_THREAD];
         locate_rows(t, load_first, n_load, border, row_offset[cur], row_base[cur]);
@@ -365,13 +367,13 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
             wait_for_rows<OVERLAP>(t, o, offset, n_load, row_offset[cur]);
             __syncthreads();
         }
-        issue_loads<OVERLAP>(t, n_load, row_offset[cur], vectors);
-        store_loads<OVERLAP>(t, n_load, row_offset[cur], row_base[cur], vectors, in_rows, border);
+        issue_loads<UNCACHED>(t, n_load, row_offset[cur], vectors);
+        store_loads<UNCACHED>(t, n_load, row_offset[cur], row_base[cur], vectors, in_rows, border);
         __syncthreads();
 
-        for (int yo = t.y0; yo < t.y1; yo += CHUNK) {
-            const int n_out = min(CHUNK, t.y1 - yo);
-            const int next_out = min(CHUNK, t.y1 - (yo + CHUNK));
+        for (int yo = t.y0; yo < t.y1; yo += CH) {
+            const int n_out = min(CH, t.y1 - yo);
+            const int next_out = min(CH, t.y1 - (yo + CH));
             const int next_first = load_first + n_load;
             const int nxt = cur ^ 1;
 
@@ -380,7 +382,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
             if (!OVERLAP && next_out > 0) {
                 locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
                 __syncthreads();
-                issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
+                issue_loads<UNCACHED>(t, next_out, row_offset[nxt], vectors);
             }
 
             // 1. Horizontal pass of the loaded rows into the ring, four bytes (8-bit) or two
@@ -436,7 +438,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
                 __syncthreads();
                 wait_for_rows<OVERLAP>(t, o, offset, next_out, row_offset[nxt]);
                 __syncthreads();
-                issue_loads<OVERLAP>(t, next_out, row_offset[nxt], vectors);
+                issue_loads<UNCACHED>(t, next_out, row_offset[nxt], vectors);
             }
 
             // 3. Vertical pass into the staged output rows, four bytes (8-bit) or two samples
@@ -516,7 +518,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
 
             // 5. Put the next chunk's rows in place.
             if (next_out > 0) {
-                store_loads<OVERLAP>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
+                store_loads<UNCACHED>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
             }
             if (OVERLAP && o.download) {
                 __threadfence();  // this chunk's output, before it is counted
@@ -567,4 +569,121 @@ gaussian_u16_overlap(const unsigned char* __restrict__ src, unsigned char* __res
                      unsigned long long frame_bytes, unsigned int seq, unsigned int download) {
     const Overlap o = {sync, sync + segments, sync + 2 * segments, segment_bytes, frame_bytes, seq, download};
     gaussian_body<true, 2>(src, dst, table, plane_count, radius, border, o);
+}
+
+// The resident blur (ops/gaussian/resident.rs mirrors these words): one launch blurs frame
+// after frame from mapped input into mapped output, each started by the CPU writing a word,
+// with no launch and no stream completion per frame. Every block must run at once (at most one
+// per SM, which the caller checks): they wait on each other.
+//
+//   host words (mapped, a 64-byte line each):
+//     [RB_BELL]   the CPU writes frame k's sequence number (1, 2, ..., wrapping past
+//                 0xFFFFFFFE to 1) once its input is written, or RB_STOP
+//     [RB_READY]  the kernel writes 1 once every block runs
+//     [RB_DONE]   the kernel writes k once frame k's output is written and visible
+//   device words (device memory, a 128-byte line each): [RB_GO] block 0 passes the bell on to
+//   the other blocks, which poll it there rather than across the link; [RB_ARRIVED] blocks
+//   running; [RB_FINISHED] blocks done with the current frame.
+//
+// Block 0's thread 0 polls the bell across the link with acquire loads; every other block's
+// thread 0 polls RB_GO in device memory. The frame's input is read around L1 (ld.global.cg:
+// the same addresses hold a new frame each time, and a line cached by the last frame would
+// be stale). Each thread fences its output at system scope, the block synchronises, and the
+// last block to count itself finished resets the count and releases RB_DONE. Chunks of
+// RESIDENT_CHUNK rows: on the H200 the mapped blur's best shape (48 tiles, 8-row chunks,
+// scripts/probes/blur_mapped_shape.cu).
+#define RB_BELL 0
+#define RB_READY 16
+#define RB_DONE 32
+#define RB_HOST_WORDS 48
+#define RB_GO 0
+#define RB_ARRIVED 32
+#define RB_FINISHED 64
+#define RB_DEVICE_WORDS 96
+#define RB_STOP 0xFFFFFFFFu
+#define RESIDENT_CHUNK 8
+
+__device__ __forceinline__ unsigned int rb_load_acquire_sys(const unsigned int* address) {
+    unsigned int value;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+    return value;
+}
+
+__device__ __forceinline__ unsigned int rb_load_acquire_gpu(const unsigned int* address) {
+    unsigned int value;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+    return value;
+}
+
+__device__ __forceinline__ void rb_store_release_sys(unsigned int* address, unsigned int value) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ void rb_store_release_gpu(unsigned int* address, unsigned int value) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
+}
+
+// The sequence number after `seq`: 1 to 0xFFFFFFFE, never 0 (nothing rung) or RB_STOP.
+__device__ __forceinline__ unsigned int rb_next(unsigned int seq) {
+    return seq % 0xFFFFFFFEu + 1;
+}
+
+template <int SAMPLE_BYTES>
+__device__ void resident_body(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+                              const unsigned int* __restrict__ table, unsigned int plane_count,
+                              unsigned int radius, unsigned int border, unsigned int* host,
+                              unsigned int* device) {
+    __shared__ unsigned int command;
+    const Overlap none = {nullptr, nullptr, nullptr, 1, 0, 0, 0};
+    if (threadIdx.x == 0 && atomicAdd(device + RB_ARRIVED, 1) == gridDim.x - 1) {
+        rb_store_release_sys(host + RB_READY, 1);
+    }
+    for (unsigned int seq = 1;; seq = rb_next(seq)) {
+        if (threadIdx.x == 0) {
+            unsigned int word;
+            if (blockIdx.x == 0) {
+                do {
+                    word = rb_load_acquire_sys(host + RB_BELL);
+                } while (word != seq && word != RB_STOP);
+                rb_store_release_gpu(device + RB_GO, word);
+            } else {
+                do {
+                    word = rb_load_acquire_gpu(device + RB_GO);
+                } while (word != seq && word != RB_STOP);
+            }
+            command = word;
+        }
+        // Every thread is ordered after thread 0's acquire, and reads its command.
+        __syncthreads();
+        if (command == RB_STOP) {
+            return;
+        }
+        gaussian_body<false, SAMPLE_BYTES, RESIDENT_CHUNK, true>(src, dst, table, plane_count, radius, border,
+                                                                 none);
+        __threadfence_system();  // this thread's output, before the block counts itself done
+        __syncthreads();
+        if (threadIdx.x == 0 && atomicAdd(device + RB_FINISHED, 1) == gridDim.x - 1) {
+            // Every block has counted itself: none touches the count again before the CPU,
+            // having seen RB_DONE, rings the next frame.
+            device[RB_FINISHED] = 0;
+            __threadfence_system();
+            rb_store_release_sys(host + RB_DONE, seq);
+        }
+    }
+}
+
+// `host`: RB_HOST_WORDS mapped words, zero; `device`: RB_DEVICE_WORDS device words, zero.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gaussian_u8_resident(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+                     const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
+                     unsigned int border, unsigned int* host, unsigned int* device) {
+    resident_body<1>(src, dst, table, plane_count, radius, border, host, device);
+}
+
+// As gaussian_u8_resident, for 16-bit planes.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+gaussian_u16_resident(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+                      const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
+                      unsigned int border, unsigned int* host, unsigned int* device) {
+    resident_body<2>(src, dst, table, plane_count, radius, border, host, device);
 }

@@ -193,6 +193,51 @@ pub enum Error {
         /// The frame whose failure lost it, where it is known.
         frame: Option<u64>,
     },
+    /// A frame of a resident blur ([`crate::ops::gaussian::ResidentGaussian`]) did not finish
+    /// in time: its kernel is hung, or other work kept its blocks from running. The kernel may
+    /// still touch the filter's memory, so the filter gives it up.
+    #[error(
+        "frame {frame} (counting from 0) of the resident blur did not finish within {timeout:?}: \
+         its kernel is hung, or other work on the GPU held its SMs; the filter's memory is given \
+         up to the kernel; remedy: start a new resident blur (raise its timeout if the GPU is \
+         shared), and check the GPU with `nvidia-smi`"
+    )]
+    ResidentFrameTimeout {
+        /// The frame's index.
+        frame: u64,
+        /// The watchdog's timeout.
+        timeout: std::time::Duration,
+    },
+    /// A resident blur's blocks did not all run within the timeout: they wait on each other, so
+    /// it cannot serve frames until they do.
+    #[error(
+        "the resident blur's {blocks} blocks did not all start within {timeout:?}: other work \
+         holds the GPU's SMs; remedy: start it on a GPU with {blocks} SMs free, or ask for \
+         fewer tiles (ResidentOptions::tiles)"
+    )]
+    ResidentStartTimeout {
+        /// Blocks the kernel was launched with.
+        blocks: u32,
+        /// The watchdog's timeout.
+        timeout: std::time::Duration,
+    },
+    /// A resident blur's kernel ended although it was not stopped, without an error the driver
+    /// reports.
+    #[error(
+        "the resident blur's kernel ended although it was not shut down (a bug in hetmem, or a \
+         reset of the GPU); remedy: start a new resident blur, and report the bug"
+    )]
+    ResidentKernelEnded,
+    /// A resident blur's kernel did not stop when asked: its memory is leaked, since freeing it
+    /// would wait for the kernel for ever.
+    #[error(
+        "the resident blur's kernel did not stop within {timeout:?}; its memory is leaked; \
+         remedy: restart the process (the driver reclaims the GPU when it exits)"
+    )]
+    ResidentStuck {
+        /// How long the shutdown waited.
+        timeout: std::time::Duration,
+    },
     /// A flag fence's stream finished, yet the value it writes into mapped host memory never
     /// became visible to the CPU: the platform does not deliver the stream's memory writes.
     #[error(
@@ -254,9 +299,9 @@ pub enum Error {
     /// A call would wait for a resident kernel (a doorbell or gate) that runs until it is
     /// told to stop, so it is refused instead of hanging.
     #[error(
-        "{call} would wait for the {running} resident kernel(s) (doorbell or gate) running on this \
-         GPU, that is until they are shut down; remedy: run kernels once (so they are loaded) and \
-         synchronise before starting a doorbell, or shut it down first"
+        "{call} would wait for the {running} resident kernel(s) (doorbell, gate or resident blur) \
+         running on this GPU, that is until they are shut down; remedy: run kernels once (so they \
+         are loaded) and synchronise before starting a resident kernel, or shut it down first"
     )]
     ResidentKernelRunning {
         /// The driver call that would wait.
@@ -535,6 +580,8 @@ pub enum FrameMemoryHolder {
     RingSlot,
     /// A [`crate::FrameFilter`].
     Filter,
+    /// A [`crate::ops::gaussian::ResidentGaussian`].
+    ResidentBlur,
 }
 
 impl FrameMemoryHolder {
@@ -543,6 +590,7 @@ impl FrameMemoryHolder {
         match self {
             FrameMemoryHolder::RingSlot => "a frame ring slot's memory was",
             FrameMemoryHolder::Filter => "the frame filter's buffers were",
+            FrameMemoryHolder::ResidentBlur => "the resident blur's frames were",
         }
     }
 
@@ -551,6 +599,7 @@ impl FrameMemoryHolder {
         match self {
             FrameMemoryHolder::RingSlot => "ring (FrameRing::new)",
             FrameMemoryHolder::Filter => "filter (FrameFilter::new)",
+            FrameMemoryHolder::ResidentBlur => "resident blur (ResidentGaussian::start)",
         }
     }
 }

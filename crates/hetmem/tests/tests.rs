@@ -20,6 +20,7 @@ mod mapped;
 mod memory_kinds;
 mod multi_device;
 mod opencv;
+mod resident_blur;
 mod ring;
 mod sizes;
 mod source_rules;

@@ -57,9 +57,9 @@ pub enum BackendError {
     },
     /// A call would wait for a resident kernel that runs until it is told to stop.
     #[error(
-        "{call} would wait for the {running} resident kernel(s) (doorbell or gate) running on this \
-         GPU, that is until they are shut down; remedy: run kernels once (so they are loaded) and \
-         synchronise before starting a doorbell, or shut it down first"
+        "{call} would wait for the {running} resident kernel(s) (doorbell, gate or resident blur) \
+         running on this GPU, that is until they are shut down; remedy: run kernels once (so they \
+         are loaded) and synchronise before starting a resident kernel, or shut it down first"
     )]
     ResidentKernelRunning {
         /// The driver call that would wait.

@@ -94,7 +94,14 @@ pub static GAUSSIAN: KernelSource = KernelSource {
     name: "gaussian",
     source: include_str!("../../kernels/gaussian.cu"),
     ptx: Some(include_str!("../../kernels/ptx/gaussian.ptx")),
-    entry_points: &["gaussian_u8", "gaussian_u8_overlap", "gaussian_u16", "gaussian_u16_overlap"],
+    entry_points: &[
+        "gaussian_u8",
+        "gaussian_u8_overlap",
+        "gaussian_u16",
+        "gaussian_u16_overlap",
+        "gaussian_u8_resident",
+        "gaussian_u16_resident",
+    ],
     options: &[],
 };
 

@@ -13,6 +13,8 @@ use crate::placement::Where;
 
 /// Rows per chunk in the kernel (`CHUNK` in gaussian.cu).
 const CHUNK: usize = 16;
+/// Rows per chunk in the resident kernel (`RESIDENT_CHUNK` in gaussian.cu).
+const RESIDENT_CHUNK: usize = 8;
 /// Words per plane descriptor in the table (`PLANE_WORDS` in gaussian.cu).
 const PLANE_WORDS: usize = 10;
 /// Threads per block (`THREADS` in gaussian.cu).
@@ -24,11 +26,11 @@ const STATIC_SHARED: usize = 4 << 10;
 /// Rows per range in the overlap kernel's tiling: two chunks.
 const OVERLAP_RANGE_ROWS: usize = 2 * CHUNK;
 
-/// Dynamic shared memory of one block (the sections of gaussian.cu): the input rows of a
-/// chunk with their halo, the ring of horizontal results (a u16 per 8-bit sample in whole
-/// quads, a u32 per 16-bit sample in whole pairs), the staged output rows.
-fn shared_for(band_px: usize, channels: usize, radius: usize, sample: SampleType) -> usize {
-    let ring = CHUNK + 2 * radius;
+/// Dynamic shared memory of one block (the sections of gaussian.cu) with chunks of `chunk`
+/// rows: the input rows of a chunk with their halo, the ring of horizontal results (a u16 per
+/// 8-bit sample in whole quads, a u32 per 16-bit sample in whole pairs), the staged output rows.
+fn shared_for(band_px: usize, channels: usize, radius: usize, sample: SampleType, chunk: usize) -> usize {
+    let ring = chunk + 2 * radius;
     let pixel = channels * sample.bytes();
     let in_stride = (15 + (band_px + 2 * radius) * pixel + 16).div_ceil(16) * 16;
     let (mid_stride, mid_word) = match sample {
@@ -36,7 +38,7 @@ fn shared_for(band_px: usize, channels: usize, radius: usize, sample: SampleType
         SampleType::U16 => ((band_px * channels).div_ceil(2) * 2, 4),
     };
     let out_stride = (15 + band_px * pixel + 16).div_ceil(16) * 16;
-    ring * in_stride + (ring * mid_stride * mid_word).div_ceil(16) * 16 + CHUNK * out_stride
+    ring * in_stride + (ring * mid_stride * mid_word).div_ceil(16) * 16 + chunk * out_stride
 }
 
 /// Pixels per band: 256 bytes of a row for one-channel planes, 384 or 512 for RGB and RGBA
@@ -58,9 +60,9 @@ const MAPPED_SHARED: usize = 64 << 10;
 /// and a wider band re-reads fewer: on the H200 machine a 4K RGB 8-bit frame blurred from and
 /// into mapped memory took 722 us with 256-pixel bands against 779 with 128
 /// (`scripts/probes/blur_mapped_shape.cu`; the other formats were not measured).
-fn mapped_band_px(channels: usize, radius: usize, sample: SampleType) -> usize {
+fn mapped_band_px(channels: usize, radius: usize, sample: SampleType, chunk: usize) -> usize {
     let wide = 2 * band_px(channels, sample);
-    if shared_for(wide, channels, radius, sample) + STATIC_SHARED <= MAPPED_SHARED {
+    if shared_for(wide, channels, radius, sample, chunk) + STATIC_SHARED <= MAPPED_SHARED {
         wide
     } else {
         band_px(channels, sample)
@@ -80,6 +82,31 @@ enum Tiling {
     Mapped,
     /// Ranges of [`OVERLAP_RANGE_ROWS`] rows taken in order by one block per SM.
     Overlap,
+    /// For the resident kernel (mapped input and output, every block running at once): bands
+    /// of [`mapped_band_px`], chunks of [`RESIDENT_CHUNK`] rows, and about this many tiles,
+    /// one block per tile up to one per SM. On the H200 machine a 1080p RGB frame took 196.6
+    /// us this way with 48 tiles, against 207.6 by the mapped tiling (64 tiles, 16-row
+    /// chunks) in the same run (`scripts/probes/blur_mapped_shape.cu`).
+    Resident(u32),
+}
+
+impl Tiling {
+    /// Rows per chunk of the kernel this tiling is for.
+    fn chunk(self) -> usize {
+        match self {
+            Tiling::Resident(_) => RESIDENT_CHUNK,
+            Tiling::Plain | Tiling::Mapped | Tiling::Overlap => CHUNK,
+        }
+    }
+}
+
+/// The entry points of gaussian.cu: one launch per frame, the overlap kernel's, or the
+/// resident kernel's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Entry {
+    Plain,
+    Overlap,
+    Resident,
 }
 
 /// `value` as the u32 word of the plan's table that `what` is, or an error: a frame whose
@@ -106,6 +133,8 @@ pub struct GaussianPlan {
     table: Arc<[u32]>,
     tiles: u32,
     blocks: u32,
+    /// Rows per chunk of the kernel the plan is for.
+    chunk: usize,
     shared_bytes: usize,
     bytes_read: u64,
     table_bytes_read: u64,
@@ -148,6 +177,24 @@ impl GaussianPlan {
         GaussianPlan::tiled(format, kernel, multiprocessors, Tiling::Overlap)
     }
 
+    /// Tiles `format` for the resident kernel ([`super::ResidentGaussian`]): as
+    /// [`GaussianPlan::for_mapped`]'s bands, with chunks of 8 rows and about `tiles` tiles
+    /// (`None`: three per eight SMs, 48 on a 132-SM H200 at 1080p), one block per tile but at
+    /// most one per SM, since every block runs at once. The result is the same as
+    /// [`GaussianPlan::new`]'s.
+    ///
+    /// # Errors
+    /// As [`GaussianPlan::new`].
+    pub(super) fn for_resident(
+        format: &FrameFormat,
+        kernel: &Gaussian,
+        multiprocessors: u32,
+        tiles: Option<u32>,
+    ) -> Result<GaussianPlan> {
+        let tiles = tiles.unwrap_or(multiprocessors.saturating_mul(3) / 8).max(1);
+        GaussianPlan::tiled(format, kernel, multiprocessors, Tiling::Resident(tiles))
+    }
+
     fn tiled(
         format: &FrameFormat,
         kernel: &Gaussian,
@@ -164,7 +211,9 @@ impl GaussianPlan {
         let planes = format.planes();
         for plane in &planes {
             let band_px = match tiling {
-                Tiling::Mapped => mapped_band_px(plane.channels, r, plane.sample),
+                Tiling::Mapped | Tiling::Resident(_) => {
+                    mapped_band_px(plane.channels, r, plane.sample, tiling.chunk())
+                }
                 Tiling::Plain | Tiling::Overlap => band_px(plane.channels, plane.sample),
             };
             let bands = plane.width.div_ceil(band_px);
@@ -173,6 +222,7 @@ impl GaussianPlan {
             // least 64 rows so the re-read halo rows stay few.
             let tile_sms = match tiling {
                 Tiling::Mapped => (multiprocessors as usize / 2).max(1),
+                Tiling::Resident(tiles) => tiles as usize,
                 Tiling::Plain | Tiling::Overlap => multiprocessors as usize,
             };
             // Saturating: a share past every plane's rows is clamped to them below anyway.
@@ -180,7 +230,7 @@ impl GaussianPlan {
             let ranges = (share / bands).clamp(1, plane.height.div_ceil(64).max(1));
             let range_rows = match tiling {
                 Tiling::Overlap => OVERLAP_RANGE_ROWS,
-                Tiling::Plain | Tiling::Mapped => plane.height.div_ceil(ranges),
+                Tiling::Plain | Tiling::Mapped | Tiling::Resident(_) => plane.height.div_ceil(ranges),
             }
             .min(plane.height);
             let ranges = plane.height.div_ceil(range_rows);
@@ -206,7 +256,8 @@ impl GaussianPlan {
             tiles = tiles
                 .checked_add(plane_tiles)
                 .ok_or_else(|| table_range("tiles", format!("{tiles} + {plane_tiles}")))?;
-            shared_bytes = shared_bytes.max(shared_for(band_px, plane.channels, r, plane.sample));
+            shared_bytes =
+                shared_bytes.max(shared_for(band_px, plane.channels, r, plane.sample, tiling.chunk()));
             // Every tile reads its rows plus 2r halo rows, each its columns plus 2r halo columns.
             for band in 0..bands {
                 let band_width = band_px.min(plane.width - band * band_px);
@@ -228,9 +279,10 @@ impl GaussianPlan {
             table: table.into(),
             tiles,
             blocks: match tiling {
-                Tiling::Overlap => tiles.min(multiprocessors),
+                Tiling::Overlap | Tiling::Resident(_) => tiles.min(multiprocessors),
                 Tiling::Plain | Tiling::Mapped => tiles,
             },
+            chunk: tiling.chunk(),
             shared_bytes,
             bytes_read,
             table_bytes_read,
@@ -263,14 +315,27 @@ impl GaussianPlan {
         self.table_bytes_read
     }
 
-    /// The entry point of gaussian.cu for the plan's samples, plain or `overlap`ped, loaded, with
-    /// the plan's shared memory allowed.
-    pub(super) fn entry_point(&self, device: &CudaDevice, overlap: bool) -> Result<Kernel> {
-        let entry = match (self.format.sample(), overlap) {
-            (SampleType::U8, false) => "gaussian_u8",
-            (SampleType::U8, true) => "gaussian_u8_overlap",
-            (SampleType::U16, false) => "gaussian_u16",
-            (SampleType::U16, true) => "gaussian_u16_overlap",
+    /// Tiles the frame is cut into.
+    pub fn tiles(&self) -> u32 {
+        self.tiles
+    }
+
+    /// Blocks the kernel is launched with (one per tile, or fewer for the overlap and resident
+    /// kernels, at most one per SM).
+    pub fn blocks(&self) -> u32 {
+        self.blocks
+    }
+
+    /// The `entry` point of gaussian.cu for the plan's samples, loaded, with the plan's shared
+    /// memory allowed.
+    pub(super) fn entry_point(&self, device: &CudaDevice, entry: Entry) -> Result<Kernel> {
+        let entry = match (self.format.sample(), entry) {
+            (SampleType::U8, Entry::Plain) => "gaussian_u8",
+            (SampleType::U8, Entry::Overlap) => "gaussian_u8_overlap",
+            (SampleType::U8, Entry::Resident) => "gaussian_u8_resident",
+            (SampleType::U16, Entry::Plain) => "gaussian_u16",
+            (SampleType::U16, Entry::Overlap) => "gaussian_u16_overlap",
+            (SampleType::U16, Entry::Resident) => "gaussian_u16_resident",
         };
         let kernel = kernels::kernel(device, &GAUSSIAN, entry)?;
         if self.shared_bytes + STATIC_SHARED > DEFAULT_SHARED {
@@ -398,7 +463,7 @@ where
             .cpu_read(|src| output.cpu_write(|dst| gaussian_cpu(&plan.format, &plan.kernel, src, dst)))??;
     };
     check_sample_alignment(queue, plan, input, output)?;
-    let kernel = plan.entry_point(device, false)?;
+    let kernel = plan.entry_point(device, Entry::Plain)?;
     let config = plan.launch_config();
     let args = KernelArgs::new().read(input).write(output);
     let args = match &table.memory {
@@ -485,7 +550,7 @@ mod tests {
         let sample_bytes = plan.format.sample().bytes() as i64;
         let planes = &plan.table[taps..];
         let plane_count = planes.len() / PLANE_WORDS;
-        let chunk = CHUNK as i64;
+        let chunk = plan.chunk as i64;
         let align_down = |g: i64| (g & !15) - g;
         for block in 0..plan.tiles {
             let mut plane = 0;
@@ -715,10 +780,13 @@ mod tests {
         let plain = GaussianPlan::new(&format, &kernel, sms).unwrap();
         let mapped = GaussianPlan::for_mapped(&format, &kernel, sms).unwrap();
         let overlap = GaussianPlan::for_overlap(&format, &kernel, sms).unwrap();
+        let resident = GaussianPlan::for_resident(&format, &kernel, sms, None).unwrap();
         assert!(overlap.blocks <= sms && plain.blocks == plain.tiles && mapped.blocks == mapped.tiles);
+        assert!(resident.blocks <= sms.min(resident.tiles) && resident.chunk == RESIDENT_CHUNK);
         for (plan, segment_bytes) in [
             (&plain, frame),
             (&mapped, frame),
+            (&resident, frame),
             (&overlap, frame.div_ceil(6).next_multiple_of(16)),
             (&overlap, 16),
             (&overlap, frame.next_multiple_of(16)),
@@ -748,11 +816,29 @@ mod tests {
         // The largest kernel must still fit the H100/H200's 227 KiB of shared memory per block.
         for sample in [SampleType::U8, SampleType::U16] {
             for channels in 1..=4 {
-                let bytes = shared_for(band_px(channels, sample), channels, 32, sample);
+                let bytes = shared_for(band_px(channels, sample), channels, 32, sample, CHUNK);
                 assert!(bytes <= 227 << 10, "{sample:?} x {channels}: {bytes}");
             }
         }
         assert!(plan.shared_bytes > 0);
+    }
+
+    /// The resident tiling: the probe's best 1080p shape on a 132-SM H200 (48 tiles of 256
+    /// pixels, 8-row chunks), at most one block per SM whatever is asked, and the shared memory
+    /// of the shorter chunks.
+    #[test]
+    fn the_resident_plan_takes_the_best_mapped_shape_and_a_block_per_sm_at_most() {
+        let default = Gaussian::new(None, None, Border::default()).unwrap();
+        let format = FrameFormat::new(1920, 1080, PixelLayout::Rgb).unwrap();
+        let plan = GaussianPlan::for_resident(&format, &default, 132, None).unwrap();
+        assert_eq!((plan.tiles, plan.blocks, plan.chunk), (48, 48, RESIDENT_CHUNK));
+        assert_eq!(plan.table()[default.weights().len() + 5], 256, "band width");
+        assert_eq!(plan.shared_bytes, shared_for(256, 3, 2, SampleType::U8, RESIDENT_CHUNK));
+        assert!(plan.shared_bytes < shared_for(256, 3, 2, SampleType::U8, CHUNK));
+        let many = GaussianPlan::for_resident(&format, &default, 132, Some(500)).unwrap();
+        assert!(many.tiles > 132 && many.blocks == 132, "{} tiles, {} blocks", many.tiles, many.blocks);
+        let one = GaussianPlan::for_resident(&format, &default, 132, Some(0)).unwrap();
+        assert_eq!((one.tiles, one.blocks), (8, 8), "one range of the eight bands");
     }
 
     #[test]
@@ -877,7 +963,7 @@ mod tests {
             let sample = if wide { SampleType::U16 } else { SampleType::U8 };
             let format = FrameFormat::new(width, height, layout).unwrap().with_sample(sample);
             let kernel = Gaussian::new(Some(radius), None, Border::Reflect101).unwrap();
-            for tiling in [Tiling::Plain, Tiling::Mapped, Tiling::Overlap] {
+            for tiling in [Tiling::Plain, Tiling::Mapped, Tiling::Overlap, Tiling::Resident(sms / 3 + 1)] {
                 let plan = GaussianPlan::tiled(&format, &kernel, sms, tiling).unwrap();
                 check_the_table_describes_the_frame(&plan, &format)?;
             }

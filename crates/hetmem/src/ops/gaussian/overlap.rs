@@ -19,7 +19,7 @@ use std::mem::ManuallyDrop;
 
 use super::GaussianPlan;
 use super::cpu::check;
-use super::gpu::check_aligned;
+use super::gpu::{Entry, check_aligned};
 use crate::backend::Device;
 use crate::backend::cuda::{Event, Stream};
 use crate::error::{Error, Result};
@@ -247,7 +247,7 @@ impl GaussianOverlap {
         })?;
         check_aligned(plan, "device input", frame_at.dev_in)?;
         check_aligned(plan, "output the kernel writes", frame_at.dst)?;
-        let kernel = plan.entry_point(device, true)?;
+        let kernel = plan.entry_point(device, Entry::Overlap)?;
         let config = plan.launch_config();
         let table_at = device_address(queue, &*self.table, "table")?;
         let sync = device_address(queue, &*self.sync, "signal words")?;
