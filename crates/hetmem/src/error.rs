@@ -238,6 +238,16 @@ pub enum Error {
         /// How long the shutdown waited.
         timeout: std::time::Duration,
     },
+    /// A call of NVIDIA NIXL failed, or its library is missing (the `hetmem-nixl` crate).
+    #[error("NIXL: {call} failed: {problem}; remedy: {remedy}")]
+    Nixl {
+        /// The NIXL call, or what hetmem was doing.
+        call: &'static str,
+        /// NIXL's words, or hetmem's.
+        problem: String,
+        /// What to do.
+        remedy: &'static str,
+    },
     /// A flag fence's stream finished, yet the value it writes into mapped host memory never
     /// became visible to the CPU: the platform does not deliver the stream's memory writes.
     #[error(

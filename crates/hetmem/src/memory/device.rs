@@ -71,6 +71,12 @@ impl<T: Element> DeviceBuf<T> {
         self.storage.device_ptr()
     }
 
+    /// The GPU the buffer is on: its ordinal among the process's CUDA devices; `None` on the
+    /// CPU backend.
+    pub fn gpu_ordinal(&self) -> Option<usize> {
+        self.storage.gpu_ordinal()
+    }
+
     /// The number of elements.
     pub fn len(&self) -> usize {
         self.len

@@ -1,0 +1,227 @@
+//! [`Transfer`]: one NIXL write or read, holding its local buffer until NIXL is done with it.
+
+use std::mem::ManuallyDrop;
+use std::time::{Duration, Instant};
+
+use crate::agent::{Agent, NixlMemory, Refused, Registered};
+use crate::failed;
+use crate::region::RemoteRegion;
+use hetmem::{Error, Result};
+
+/// How long a transfer dropped in flight waits for NIXL before it leaks its buffer.
+const DROP_WAIT: Duration = Duration::from_secs(10);
+
+/// Where a transfer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    InFlight,
+    Done,
+    /// NIXL reported a failure: the transfer is over, its bytes not all moved.
+    Failed,
+}
+
+/// A write of a registered buffer into a peer's region, or a read of one into a registered
+/// buffer. It owns the buffer until NIXL reports it complete: see the [crate
+/// documentation](crate).
+pub struct Transfer<'a, M: NixlMemory> {
+    agent: &'a Agent,
+    /// Released (by nixl-sys's drop) only once NIXL is done with it; leaked otherwise.
+    request: ManuallyDrop<nixl_sys::XferRequest>,
+    /// The local buffer; given back by `finish`, leaked with the request if NIXL never ends.
+    memory: ManuallyDrop<Registered<M>>,
+    op: nixl_sys::XferOp,
+    state: State,
+    failure: Option<String>,
+    /// `finish` took the buffer out.
+    taken: bool,
+}
+
+impl<M: NixlMemory> std::fmt::Debug for Transfer<'_, M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transfer")
+            .field("op", &self.op)
+            .field("state", &self.state)
+            .field("memory", &*self.memory)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, M: NixlMemory> Transfer<'a, M> {
+    /// Starts `op` between `local` and `remote`: a write moves all of `local` into the start of
+    /// `remote`, a read fills all of `local` from the start of `remote`.
+    #[allow(
+        clippy::result_large_err,
+        reason = "a refused transfer hands the caller's buffer back, on a cold path"
+    )]
+    pub(crate) fn start(
+        agent: &'a Agent,
+        op: nixl_sys::XferOp,
+        local: Registered<M>,
+        remote: &RemoteRegion,
+    ) -> std::result::Result<Transfer<'a, M>, Refused<M>> {
+        let refuse = |error: Error, memory: Registered<M>| Err(Refused { error, memory });
+        let (kind, address, len, device) = local.region();
+        if remote.len() < len {
+            let error = Error::invalid(
+                "NIXL transfer",
+                format!(
+                    "the peer's region holds {} bytes, the local buffer {len}: give a region at least as \
+                     long (RemoteRegion::range cuts a longer one)",
+                    remote.len()
+                ),
+            );
+            return refuse(error, local);
+        }
+        let described = || -> std::result::Result<_, nixl_sys::NixlError> {
+            let mut mine = nixl_sys::XferDescList::new(kind.mem_type())?;
+            mine.add_desc(address as usize, len as usize, device);
+            let mut theirs = nixl_sys::XferDescList::new(remote.kind().mem_type())?;
+            theirs.add_desc(remote.address() as usize, len as usize, remote.device());
+            let mut args = nixl_sys::OptArgs::new()?;
+            args.add_backend(agent.backend())?;
+            agent.raw().create_xfer_req(op, &mine, &theirs, remote.agent(), Some(&args))
+        };
+        let request = match described() {
+            Ok(request) => request,
+            Err(error) => {
+                let remedy = "add the peer first (Agent::add_peer), and give a region it registered \
+                     (Registered::remote), of memory UCX can reach (UCX_TLS)";
+                return refuse(failed("createXferReq", error, remedy), local);
+            }
+        };
+        let mut transfer = Transfer {
+            agent,
+            request: ManuallyDrop::new(request),
+            memory: ManuallyDrop::new(local),
+            op,
+            state: State::InFlight,
+            failure: None,
+            taken: false,
+        };
+        match agent.raw().post_xfer_req(&transfer.request, None) {
+            Ok(true) => {}
+            Ok(false) => transfer.state = State::Done,
+            Err(error) => {
+                // Never posted: NIXL holds nothing, so the buffer goes back at once.
+                transfer.state = State::Failed;
+                let error = failed(
+                    "postXferReq",
+                    error,
+                    "check that the peer still runs and UCX_TLS suits both sides",
+                );
+                let memory = transfer.finish().expect("a failed transfer gives its buffer back");
+                return refuse(error, memory);
+            }
+        }
+        Ok(transfer)
+    }
+
+    /// Whether NIXL is done with the transfer.
+    ///
+    /// # Errors
+    /// NIXL reported the transfer failed (now or before): it is over, with its bytes not all
+    /// moved, and [`Transfer::finish`] gives the buffer back.
+    pub fn poll(&mut self) -> Result<bool> {
+        if self.state == State::InFlight {
+            match self.agent.raw().get_xfer_status(&self.request) {
+                Ok(nixl_sys::XferStatus::Success) => self.state = State::Done,
+                Ok(nixl_sys::XferStatus::InProgress) => {}
+                Err(error) => {
+                    self.state = State::Failed;
+                    self.failure = Some(error.to_string());
+                }
+            }
+        }
+        match self.state {
+            State::InFlight => Ok(false),
+            State::Done => Ok(true),
+            State::Failed => Err(Error::Nixl {
+                call: "getXferStatus",
+                problem: self.failure.clone().unwrap_or_else(|| "the transfer failed".into()),
+                remedy: "check that the peer still runs (a peer that exits fails its transfers)",
+            }),
+        }
+    }
+
+    /// Waits until NIXL is done with the transfer, at most `timeout`: spins for the first
+    /// milliseconds, then sleeps between looks.
+    ///
+    /// # Errors
+    /// As for [`Transfer::poll`]; the timeout passing with the transfer still in flight
+    /// ([`Error::Nixl`] naming the wait; the transfer goes on and may be waited for again).
+    pub fn wait(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if self.poll()? {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(Error::Nixl {
+                    call: "waiting for a transfer",
+                    problem: format!("still in flight after {timeout:?}"),
+                    remedy: "wait longer, or check that the peer still runs and progresses",
+                });
+            }
+            if waited > Duration::from_millis(2) {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// A write's source, which NIXL only reads: readable while the transfer runs. `None` for a
+    /// read, whose destination NIXL writes.
+    pub fn source(&self) -> Option<&M> {
+        match self.op {
+            nixl_sys::XferOp::Write => Some(self.memory.memory()),
+            nixl_sys::XferOp::Read => None,
+        }
+    }
+
+    /// The buffer back, once NIXL is done with the transfer (complete or failed: a failed
+    /// read's destination holds some of the bytes); the transfer itself back while it is in
+    /// flight.
+    ///
+    /// # Errors
+    /// The transfer, still in flight.
+    #[allow(clippy::result_large_err, reason = "the error hands the transfer back unchanged")]
+    pub fn finish(mut self) -> std::result::Result<Registered<M>, Transfer<'a, M>> {
+        if self.state == State::InFlight {
+            return Err(self);
+        }
+        self.taken = true;
+        // SAFETY: NIXL is done with the request (complete, failed, or never posted), so
+        // releasing it frees nothing it still uses; dropped once, here (`taken` keeps Drop off).
+        unsafe { ManuallyDrop::drop(&mut self.request) };
+        // SAFETY: taken once, here; Drop does not touch it again (`taken`).
+        Ok(unsafe { ManuallyDrop::take(&mut self.memory) })
+    }
+}
+
+impl<M: NixlMemory> Drop for Transfer<'_, M> {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        let start = Instant::now();
+        while self.state == State::InFlight && start.elapsed() < DROP_WAIT {
+            let _ = self.poll();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if self.state == State::InFlight {
+            // NIXL may still move the buffer's bytes: leak it and the request rather than free
+            // or deregister it under the transfer.
+            tracing::error!(
+                "a NIXL transfer dropped in flight did not end within {DROP_WAIT:?}: leaking its buffer"
+            );
+            return;
+        }
+        // SAFETY: NIXL is done with the request and the buffer; each dropped once, here.
+        unsafe {
+            ManuallyDrop::drop(&mut self.request);
+            ManuallyDrop::drop(&mut self.memory);
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! hetmem-nixl: host memory written into another agent's
+//! and read back, in one process and between two, every byte checked; a transfer refused before
+//! it starts hands its buffer back unchanged; bad metadata and memory NIXL cannot take are
+//! refused with the call named. Skips where NIXL's library is not on the loader path, and
+//! fails there with `HETMEM_REQUIRE_NIXL=1` (CI sets it).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hetmem::{BackendChoice, BackendKind, Device, DeviceBuf, Error, HostBuf, PinOptions};
+use hetmem_nixl::{self as nixl, Agent, RemoteRegion};
+
+fn cpu_device() -> Device {
+    Device::open(BackendChoice::Only(BackendKind::Cpu)).unwrap()
+}
+
+/// The first index where `got` and `want` differ, with both bytes.
+fn first_mismatch(got: &[u8], want: &[u8]) -> Option<(usize, u8, u8)> {
+    assert_eq!(got.len(), want.len(), "lengths");
+    got.iter().zip(want).position(|(g, w)| g != w).map(|i| (i, got[i], want[i]))
+}
+
+/// The environment variable that tells a re-run of this test binary which role to play.
+const CHILD_ENV: &str = "HETMEM_NIXL_TEST_CHILD";
+
+fn child_role() -> Option<String> {
+    std::env::var(CHILD_ENV).ok()
+}
+
+/// Re-runs this test binary for the single test `test` as `role`.
+fn run_child(test: &str, role: &str) -> std::process::Output {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, role)
+        .output()
+        .unwrap()
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Whether NIXL is there; skips visibly, or fails where it is required.
+fn nixl_or_skip(test: &str) -> bool {
+    if nixl::available() {
+        return true;
+    }
+    assert!(
+        std::env::var("HETMEM_REQUIRE_NIXL").as_deref() != Ok("1"),
+        "{test}: HETMEM_REQUIRE_NIXL=1 but NIXL's library is not on the loader path"
+    );
+    eprintln!("{test}: skipped: NIXL's libnixl_capi.so not found (LD_LIBRARY_PATH)");
+    false
+}
+
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.u8(..)).collect()
+}
+
+fn host(bytes: &[u8]) -> HostBuf<u8> {
+    let mut buf = HostBuf::pinned(&cpu_device(), bytes.len(), PinOptions::default()).unwrap();
+    buf.as_mut_slice().copy_from_slice(bytes);
+    buf
+}
+
+#[test]
+fn host_memory_is_written_to_another_agent_and_read_back() {
+    if !nixl_or_skip("host_memory_is_written_to_another_agent_and_read_back") {
+        return;
+    }
+    let seed = fastrand::u64(..);
+    let len = (1 << 20) + 13;
+    let data = random_bytes(seed, len);
+    let ours = Agent::new("hetmem-test-initiator").unwrap();
+    let theirs = Agent::new("hetmem-test-target").unwrap();
+    let target = theirs.register(host(&vec![0xA5; len])).unwrap();
+    let peer = ours.add_peer(&theirs.metadata().unwrap()).unwrap();
+    assert_eq!(peer, "hetmem-test-target");
+    let region = RemoteRegion::from_bytes(&target.remote().to_bytes()).unwrap();
+
+    let source = ours.register(host(&data)).unwrap();
+    let mut write = ours.write(source, &region).unwrap();
+    // A write's source stays readable while NIXL reads it.
+    assert_eq!(write.source().map(|buf| buf.as_slice().len()), Some(len));
+    write.wait(WAIT).unwrap();
+    let source = write.finish().unwrap();
+    assert_eq!(first_mismatch(target.memory().as_slice(), &data), None, "seed {seed:#x}: written");
+
+    // Read it back into poisoned memory, from an offset of the peer's region.
+    let back = ours.register(host(&vec![0x5A; len - 100])).unwrap();
+    let mut read = ours.read(&region.range(100, (len - 100) as u64).unwrap(), back).unwrap();
+    assert!(read.source().is_none(), "a read's destination is NIXL's while it runs");
+    read.wait(WAIT).unwrap();
+    let back = read.finish().unwrap();
+    assert_eq!(first_mismatch(back.memory().as_slice(), &data[100..]), None, "seed {seed:#x}: read back");
+    drop((source, back, target));
+}
+
+#[test]
+fn a_transfer_refused_before_it_starts_hands_its_buffer_back() {
+    if !nixl_or_skip("a_transfer_refused_before_it_starts_hands_its_buffer_back") {
+        return;
+    }
+    let ours = Agent::new("hetmem-test-refusing").unwrap();
+    let theirs = Agent::new("hetmem-test-short").unwrap();
+    let target = theirs.register(host(&[0; 4096])).unwrap();
+    ours.add_peer(&theirs.metadata().unwrap()).unwrap();
+    let data = random_bytes(7, 8192);
+    let source = ours.register(host(&data)).unwrap();
+    // The peer's region is shorter than the source.
+    let refused = ours.write(source, &target.remote()).unwrap_err();
+    assert!(matches!(refused.error, Error::InvalidArgument { .. }), "{:?}", refused.error);
+    assert_eq!(refused.memory.memory().as_slice(), data.as_slice());
+    // A region of an agent never added: NIXL refuses the request, naming the call.
+    let stranger = RemoteRegion::from_bytes(
+        &Agent::new("hetmem-test-stranger").unwrap().register(host(&[0; 8192])).unwrap().remote().to_bytes(),
+    )
+    .unwrap();
+    let refused = ours.write(refused.memory, &stranger).unwrap_err();
+    match &refused.error {
+        Error::Nixl { call, .. } => assert_eq!(*call, "createXferReq"),
+        other => panic!("expected NIXL's createXferReq refused, got {other:?}"),
+    }
+    assert_eq!(refused.memory.memory().as_slice(), data.as_slice());
+}
+
+#[test]
+fn bad_metadata_and_memory_nixl_cannot_take_are_refused() {
+    if !nixl_or_skip("bad_metadata_and_memory_nixl_cannot_take_are_refused") {
+        return;
+    }
+    let agent = Agent::new("hetmem-test-bad-input").unwrap();
+    match agent.add_peer(b"not metadata") {
+        Err(Error::Nixl { call, remedy, .. }) => {
+            assert_eq!(call, "loadRemoteMD");
+            assert!(remedy.contains("unchanged"), "{remedy}");
+        }
+        other => panic!("expected the metadata refused, got {other:?}"),
+    }
+    let device = DeviceBuf::<u8>::new(&cpu_device(), 64).unwrap();
+    assert!(matches!(agent.register(device), Err(Error::InvalidArgument { .. })));
+    for name in ["", "a\0b"] {
+        assert!(matches!(Agent::new(name), Err(Error::InvalidArgument { .. })), "{name:?}");
+    }
+}
+
+/// The two processes' hand-shake: files in one folder, each written whole then renamed.
+fn put(dir: &Path, name: &str, bytes: &[u8]) {
+    let part = dir.join(format!("{name}.part"));
+    std::fs::write(&part, bytes).unwrap();
+    std::fs::rename(part, dir.join(name)).unwrap();
+}
+
+fn take(dir: &Path, name: &str) -> Vec<u8> {
+    let start = Instant::now();
+    loop {
+        if let Ok(bytes) = std::fs::read(dir.join(name)) {
+            return bytes;
+        }
+        assert!(start.elapsed() < WAIT, "no {name} from the other process within {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const SIZES: [usize; 2] = [1 << 20, (16 << 20) + 7];
+
+/// The target process: registers a poisoned buffer per size, publishes its agent and regions,
+/// and checks each buffer holds the seed's bytes once the initiator says it wrote them.
+fn target_process(dir: &Path) {
+    let agent = Agent::new("hetmem-test-process-target").unwrap();
+    let targets: Vec<_> = SIZES.iter().map(|&len| agent.register(host(&vec![0xA5; len])).unwrap()).collect();
+    for (index, target) in targets.iter().enumerate() {
+        put(dir, &format!("region-{index}"), &target.remote().to_bytes());
+    }
+    put(dir, "metadata", &agent.metadata().unwrap());
+    let seed = u64::from_le_bytes(take(dir, "written").try_into().unwrap());
+    for (index, target) in targets.iter().enumerate() {
+        let want = random_bytes(seed + index as u64, SIZES[index]);
+        assert_eq!(first_mismatch(target.memory().as_slice(), &want), None, "size {}", SIZES[index]);
+    }
+}
+
+#[test]
+fn host_memory_is_written_into_another_process() {
+    if let Some(dir) = child_role().and_then(|role| role.strip_prefix("nixl-target:").map(PathBuf::from)) {
+        return target_process(&dir);
+    }
+    if !nixl_or_skip("host_memory_is_written_into_another_process") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("hetmem-nixl-{}-{}", std::process::id(), fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let role = format!("nixl-target:{}", dir.display());
+    let child = std::thread::spawn(move || run_child("host_memory_is_written_into_another_process", &role));
+    let agent = Agent::new("hetmem-test-process-initiator").unwrap();
+    let peer = agent.add_peer(&take(&dir, "metadata")).unwrap();
+    let seed = fastrand::u64(..u64::MAX / 2);
+    for (index, &len) in SIZES.iter().enumerate() {
+        let region = RemoteRegion::from_bytes(&take(&dir, &format!("region-{index}"))).unwrap();
+        assert_eq!((region.agent(), region.len()), (peer.as_str(), len as u64));
+        let source = agent.register(host(&random_bytes(seed + index as u64, len))).unwrap();
+        let mut write = agent.write(source, &region).unwrap();
+        write.wait(WAIT).unwrap();
+        drop(write.finish().unwrap());
+    }
+    put(&dir, "written", &seed.to_le_bytes());
+    let output = child.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        output.status.success(),
+        "the target process failed ({}), seed {seed:#x}:\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
