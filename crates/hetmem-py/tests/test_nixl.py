@@ -976,6 +976,30 @@ def test_a_transfer_whose_poll_raises_fails_gives_its_buffer_back_and_raises_aga
     registration.close()  # nothing holds it any more
 
 
+def test_a_transfer_complete_at_once_whose_request_cannot_be_released_is_still_handed_over(rng, monkeypatch):
+    """A transfer that NIXL completes as it is posted, whose request then refuses release: the
+    caller still gets the transfer (the buffer stays lent), and its done() releases it later."""
+    agent = _RecordingAgent()
+    buffer = poisoned(MiB)
+    registration = agent.register(buffer)
+    refusals = []
+
+    class Refusing(_Handle):
+        def release(self) -> None:
+            if not refusals:
+                refusals.append(1)
+                raise RuntimeError("nixlRepostActiveError: the request is still active (a test)")
+            super().release()
+
+    handles = []
+    monkeypatch.setattr(agent, "_prepare", lambda *args: handles.append(Refusing()) or handles[-1])
+    monkeypatch.setattr(agent, "_post", lambda handle, backend, what, memory=(): "DONE")
+    transfer = agent.read(registration, hn.RemoteRegion._make("peer", "DRAM", 0x1000, MiB, 0))
+    assert refusals and buffer.lent and registration._active == 1  # UCX may still use it
+    assert transfer.done()  # released now
+    assert not buffer.lent and registration._active == 0 and handles[0].released == 1
+
+
 def test_a_transfer_whose_request_cannot_be_released_keeps_its_buffer_until_it_is(rng, monkeypatch):
     agent = _RecordingAgent()
     buffer = poisoned(MiB)

@@ -65,7 +65,14 @@ class Transfer:
         if isinstance(self._hand_off, _TransferLease):
             self._hand_off.until = self
         _hold(self)
-        self._settle(state)
+        try:
+            self._settle(state)
+        except NixlError:
+            # Complete at once, but its request could not be released: the caller gets the
+            # transfer, whose next done() or wait() tries again (raising from here would leave
+            # the buffers held by an object nobody has).
+            if self._state != "RELEASING":
+                raise
 
     @property
     def backend(self) -> str:
