@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context as _, anyhow, bail};
 
 use crate::budget::{self, Budget};
-use crate::frame_io::{FrameSource, PositionedFile, Source};
+use crate::frame_io::{FrameSource, PositionedFile, Source, Stream};
 
 /// An input or output: a file, or `-` (stdin for the input, stdout for the output).
 #[derive(Debug, Clone)]
@@ -144,7 +144,7 @@ impl Input {
                 let source = if metadata.is_file() {
                     Source::File(PositionedFile::new(file, 0, io_threads))
                 } else {
-                    Source::Stream(Box::new(file))
+                    Source::Stream(Stream::of_file(file))
                 };
                 (source, Some(metadata))
             }
@@ -269,7 +269,7 @@ fn stdin(io_threads: usize) -> io::Result<(Source, Option<Metadata>)> {
         let position = file.stream_position()?;
         Source::File(PositionedFile::new(file, position, io_threads))
     } else {
-        Source::Stream(Box::new(file))
+        Source::Stream(Stream::of_file(file))
     };
     Ok((source, Some(metadata)))
 }
@@ -297,7 +297,7 @@ fn same_file(_: &Metadata, _: &Metadata) -> bool {
 
 #[cfg(not(unix))]
 fn stdin(_io_threads: usize) -> io::Result<(Source, Option<Metadata>)> {
-    Ok((Source::Stream(Box::new(io::stdin())), None))
+    Ok((Source::Stream(Stream::plain(Box::new(io::stdin()))), None))
 }
 
 #[cfg(not(unix))]

@@ -16,6 +16,7 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufWriter, Read, Write};
+use std::sync::Arc;
 
 /// Each thread moves at least this many bytes of a frame: smaller frames take fewer threads
 /// (a 1080p frame one or two), for which a thread would cost more than it saves.
@@ -245,7 +246,7 @@ pub(crate) enum Source {
     /// A regular file, read by position: frames by several threads.
     File(PositionedFile),
     /// A pipe, a terminal, anything read front to back.
-    Stream(Box<dyn Read + Send>),
+    Stream(Stream),
 }
 
 impl Read for Source {
@@ -254,6 +255,73 @@ impl Read for Source {
             Source::File(file) => file.read(buf),
             Source::Stream(stream) => stream.read(buf),
         }
+    }
+}
+
+/// Asked about every 50 ms while a read of a pipe waits for bytes ([`FrameSource::set_interrupt`]):
+/// an error ends the read with it. (A caller's way to hear Ctrl-C while a writer stalls.)
+pub type Interrupt = Arc<dyn Fn() -> io::Result<()> + Send + Sync>;
+
+/// How long a read of a pipe waits between asking its [`Interrupt`].
+const INTERRUPT_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A stream read front to back, and, where it has one, a duplicate of its descriptor to wait
+/// on, so that a read can ask its [`Interrupt`] while no bytes come.
+pub(crate) struct Stream {
+    reader: Box<dyn Read + Send>,
+    #[cfg(unix)]
+    waits_on: Option<std::os::fd::OwnedFd>,
+    interrupt: Option<Interrupt>,
+}
+
+impl Stream {
+    /// A stream with no descriptor to wait on: its reads block until bytes come.
+    #[cfg(any(test, not(unix)))]
+    pub(crate) fn plain(reader: Box<dyn Read + Send>) -> Stream {
+        Stream {
+            reader,
+            #[cfg(unix)]
+            waits_on: None,
+            interrupt: None,
+        }
+    }
+
+    /// `file` (a pipe, a FIFO, a terminal), whose reads can be interrupted while they wait.
+    pub(crate) fn of_file(file: File) -> Stream {
+        #[cfg(unix)]
+        {
+            use std::os::fd::AsFd as _;
+            // Without a duplicate the reads still work, only not interruptibly.
+            let waits_on = file.as_fd().try_clone_to_owned().ok();
+            Stream { reader: Box::new(file), waits_on, interrupt: None }
+        }
+        #[cfg(not(unix))]
+        Stream::plain(Box::new(file))
+    }
+
+    /// Waits until the descriptor has bytes (or its end, or an error, which the read then
+    /// reports), asking the interrupt between waits.
+    #[cfg(unix)]
+    fn wait_for_bytes(&self) -> io::Result<()> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let (Some(fd), Some(interrupt)) = (&self.waits_on, &self.interrupt) else { return Ok(()) };
+        let every = Timespec { tv_sec: 0, tv_nsec: INTERRUPT_EVERY.as_nanos() as _ };
+        loop {
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            match poll(&mut fds, Some(&every)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => interrupt()?,
+                Ok(_) => return Ok(()),
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        #[cfg(unix)]
+        self.wait_for_bytes()?;
+        self.reader.read(buf)
     }
 }
 
@@ -281,6 +349,15 @@ impl FrameSource {
         stdin: Option<crate::endpoint::StdinClaim>,
     ) -> FrameSource {
         FrameSource { stream: io::Cursor::new(head).chain(rest), stdin }
+    }
+
+    /// Makes reads of a stream (a pipe, a FIFO, a terminal: not a regular file, which never
+    /// waits) ask `interrupt` about every 50 ms while no bytes come; its error ends the read.
+    pub fn set_interrupt(&mut self, interrupt: Interrupt) {
+        let (_, rest) = self.stream.get_mut();
+        if let Source::Stream(stream) = rest.get_mut() {
+            stream.interrupt = Some(interrupt);
+        }
     }
 
     /// Puts `bytes` back in front of what is still to be read: a reader that read a stream's
@@ -513,7 +590,7 @@ mod tests {
             content[..16].to_vec(),
             io::BufReader::with_capacity(
                 1000,
-                Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec()))),
+                Source::Stream(Stream::plain(Box::new(io::Cursor::new(content[16..].to_vec())))),
             ),
             Some(crate::endpoint::StdinClaim::take().unwrap()),
         );
@@ -525,7 +602,9 @@ mod tests {
         assert_eq!(kept, content[17..1016], "the unused buffer, in order");
         let mut source = FrameSource::new(
             content[..16].to_vec(),
-            io::BufReader::new(Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec())))),
+            io::BufReader::new(Source::Stream(Stream::plain(Box::new(io::Cursor::new(
+                content[16..].to_vec(),
+            ))))),
             Some(crate::endpoint::StdinClaim::take().unwrap()),
         );
         source.read_exact(&mut seven).unwrap();
@@ -537,7 +616,7 @@ mod tests {
             content[..16].to_vec(),
             io::BufReader::with_capacity(
                 100,
-                Source::Stream(Box::new(io::Cursor::new(content[16..].to_vec()))),
+                Source::Stream(Stream::plain(Box::new(io::Cursor::new(content[16..].to_vec())))),
             ),
             Some(crate::endpoint::StdinClaim::take().unwrap()),
         );

@@ -62,4 +62,4 @@ pub mod y4m;
 pub use self::budget::{Budget, DEFAULT_MAX_PIXELS};
 pub use self::container::{Container, Packing, Start, Video};
 pub use self::endpoint::{Endpoint, Input, Named, stdout};
-pub use self::frame_io::{FrameRead, FrameSink, FrameSource, FrameWrite, default_threads};
+pub use self::frame_io::{FrameRead, FrameSink, FrameSource, FrameWrite, Interrupt, default_threads};

@@ -169,6 +169,45 @@ def test_a_fifo_waiting_for_its_writer_is_interrupted_and_read_after(tmp_path, c
     """), "fifo ok")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("format", ["raw", "y4m"])
+def test_a_read_waiting_on_a_stalled_writer_is_interrupted_and_the_ring_still_works(tmp_path, format):
+    """A writer that sends a frame and a half, then stalls with the FIFO open: the read of the
+    second frame waits in read(2), which Ctrl-C used to leave waiting."""
+    fifo = tmp_path / "stalled.fifo"
+    os.mkfifo(fifo)
+    check_interrupted(interrupt_child(f"""
+        import threading
+        rng = np.random.default_rng()
+        frames = rng.integers(0, 256, (2, 6, 8), dtype=np.uint8)
+        head = b"YUV4MPEG2 W8 H6 F25:1 Ip A1:1 Cmono\\n" if {format!r} == "y4m" else b""
+        line = b"FRAME\\n" if {format!r} == "y4m" else b""
+        stalled = threading.Event()
+        def write():
+            with open({str(fifo)!r}, "wb", buffering=0) as out:
+                out.write(head + line + frames[0].tobytes() + line + frames[1].tobytes()[:20])
+                stalled.wait()  # the FIFO stays open: the reader waits for the rest
+        threading.Thread(target=write, daemon=True).start()
+        ring = hetmem.FrameRing((6, 8), stage=invert, strategy="cpu", slots=4, views="raw")
+        print("{WAITING}", flush=True)
+        try:
+            ring.feed({str(fifo)!r}, format={"raw" if format == "raw" else None!r}, close=False)
+            print("the feed ended without the second frame")
+            sys.exit(1)
+        except KeyboardInterrupt:
+            caught()
+        stalled.set()
+        # The first frame went in whole, and the ring still works.
+        ring.close()
+        got = [np.array(out) for _, out in ring.results()]
+        assert len(got) == 1 and np.array_equal(got[0], 255 - frames[0]), len(got)
+        ring = hetmem.FrameRing((6, 8), stage=invert, strategy="cpu", slots=4, views="raw")
+        ring.submit(frames[1]); ring.close()
+        assert np.array_equal(np.array(next(ring.results())[1]), 255 - frames[1])
+        print("ring ok")
+    """), "ring ok")
+
+
 def safetensors_file(path, name, data: bytes) -> str:
     """A safetensors file of one U8 tensor `name` holding `data`."""
     header = json.dumps({name: {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]}}).encode()

@@ -12,15 +12,15 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, anyhow, bail};
 use hetmem::ops::gaussian::{FrameFormat, PixelLayout, SampleType};
 use hetmem_media::frames::read_start;
-use hetmem_media::{Container, Endpoint, FrameSource, Input, Named, Packing, Start, raw, y4m};
+use hetmem_media::{Container, Endpoint, FrameSource, Input, Interrupt, Named, Packing, Start, raw, y4m};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
@@ -77,6 +77,23 @@ pub struct FrameFile {
     shapes: Option<Vec<Vec<usize>>>,
     /// The NumPy type string of the file's samples; `None` for `raw`.
     typestr: Option<&'static str>,
+    /// The exception a signal handler raised while a read of a pipe waited (Ctrl-C), which
+    /// ended the read: raised in its place.
+    raised: Arc<Mutex<Option<PyErr>>>,
+}
+
+/// Asked while a read of a pipe waits for bytes: runs the interpreter's signal handlers, and
+/// ends the read when one raises (its exception kept in `raised`). Only the main thread runs
+/// them, so a read on another thread still waits for its bytes.
+fn signal_check(raised: &Arc<Mutex<Option<PyErr>>>) -> Interrupt {
+    let raised = Arc::clone(raised);
+    Arc::new(move || match Python::attach(|py| py.check_signals()) {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            *lock(&raised) = Some(error);
+            Err(io::Error::other("a signal handler raised while the read waited for bytes"))
+        }
+    })
 }
 
 impl std::fmt::Debug for FrameFile {
@@ -205,7 +222,7 @@ fn open_fifo(
     let opener = std::thread::Builder::new()
         .name("hetmem-fifo-open".into())
         .spawn(move || {
-            let _ = send.send(open(&endpoint, &name, format, ring_frame_bytes));
+            let _ = send.send(open(&endpoint, &name, format, ring_frame_bytes, None));
         })
         .map_err(|error| PyOSError::new_err(format!("cannot start a thread to open the FIFO: {error}")))?;
     loop {
@@ -254,14 +271,27 @@ fn fed_before(index: u64) -> String {
     }
 }
 
-/// Opens `endpoint` and reads what comes before its frames.
+/// Opens `endpoint` and reads what comes before its frames; its reads of a pipe ask
+/// `interrupt` while they wait (the header's too, where it is given now).
 fn open(
     endpoint: &Endpoint,
     name: &str,
     format: Format,
     ring_frame_bytes: usize,
+    interrupt: Option<(Interrupt, Arc<Mutex<Option<PyErr>>>)>,
 ) -> anyhow::Result<FrameFile> {
+    let (interrupt, raised) = match interrupt {
+        Some((interrupt, raised)) => (Some(interrupt), raised),
+        None => (None, Arc::new(Mutex::new(None))),
+    };
     let input = Input::open(endpoint, name, hetmem_media::default_threads())?;
+    let into_frames = |input: Input| {
+        let mut frames = input.into_frames();
+        if let Some(interrupt) = &interrupt {
+            frames.set_interrupt(Arc::clone(interrupt));
+        }
+        frames
+    };
     if input.head.is_empty() {
         bail!("{name} is empty: it holds no frame");
     }
@@ -288,7 +318,7 @@ fn open(
                      format='raw:WxH:pix_fmt'"
                 );
             }
-            let mut frames = input.into_frames();
+            let mut frames = into_frames(input);
             let video = y4m::read_header(&mut frames, name)?;
             let format = video.format;
             let description = format!(
@@ -313,7 +343,7 @@ fn open(
             bail!("{name} is a Y4M stream, not raw video: leave format= out (the Y4M header gives the size)")
         }
         Format::RingSized => (
-            input.into_frames(),
+            into_frames(input),
             Container::Raw { packing: Packing::Planar },
             format!("raw frames of the ring's size ({ring_frame_bytes} bytes a frame)"),
             None,
@@ -325,7 +355,7 @@ fn open(
             let format = video.format;
             let description = format!("raw {spec} ({} bytes a frame in the ring)", format.frame_bytes());
             (
-                input.into_frames(),
+                into_frames(input),
                 video.container,
                 description,
                 Some(ring_shapes(&format)),
@@ -353,6 +383,7 @@ fn open(
         frame_bytes,
         shapes,
         typestr,
+        raised,
     })
 }
 
@@ -392,7 +423,8 @@ impl Reading {
 impl FrameFile {
     /// Opens `path` (`-`: stdin) as video of `format` (see `FORMATS`) for a ring whose frames
     /// are `frame_bytes` bytes, waiting (the interpreter let go) for a FIFO's writer and the
-    /// stream's header.
+    /// stream's header; Ctrl-C ends either wait. Later reads of a pipe that wait for bytes hear
+    /// Ctrl-C too (on the main thread).
     #[new]
     #[pyo3(signature = (path, format, frame_bytes))]
     fn new(py: Python<'_>, path: PathBuf, format: Option<&str>, frame_bytes: Int) -> PyResult<FrameFile> {
@@ -400,18 +432,33 @@ impl FrameFile {
         let format = parse_format(format)?;
         let endpoint = Endpoint::new(&path);
         let name = Named { endpoint: &endpoint, std_name: "stdin" }.to_string();
+        let raised = Arc::new(Mutex::new(None));
         let opened = if is_fifo(&path) {
-            open_fifo(py, &path, endpoint, name, format, ring_frame_bytes)?
+            // Its own thread waits for the writer, where signal handlers do not run: the FIFO's
+            // reads hear Ctrl-C from when it is open.
+            open_fifo(py, &path, endpoint, name, format, ring_frame_bytes)?.map(|mut file| {
+                if let Some(reading) = lock(&file.reading).as_mut() {
+                    reading.frames.set_interrupt(signal_check(&raised));
+                }
+                file.raised = Arc::clone(&raised);
+                file
+            })
         } else {
-            py.detach(|| open(&endpoint, &name, format, ring_frame_bytes))
+            let interrupt = (signal_check(&raised), Arc::clone(&raised));
+            py.detach(|| open(&endpoint, &name, format, ring_frame_bytes, Some(interrupt)))
         };
-        opened.map_err(|error| py_error(&error, value_error))
+        let handled = lock(&raised).take();
+        match (opened, handled) {
+            (_, Some(raised)) => Err(raised),
+            (opened, None) => opened.map_err(|error| py_error(&error, value_error)),
+        }
     }
 
     /// Reads the next frame straight into `hold`'s slot, the interpreter let go: True when a
     /// whole frame was read, False at the input's end (the slot then holds nothing of it).
     /// A truncated or corrupt frame, or a failed read, raises (naming the file and the frame)
-    /// and ends the reading; the frames read before it are the caller's, whole.
+    /// and ends the reading; the frames read before it are the caller's, whole. So does Ctrl-C
+    /// while a pipe's read waits for bytes (on the main thread), raising KeyboardInterrupt.
     fn read_into(&self, py: Python<'_>, hold: &Bound<'_, InputHold>) -> PyResult<bool> {
         let mut hold = hold.try_borrow_mut()?;
         let slot = hold.bytes()?;
@@ -437,6 +484,10 @@ impl FrameFile {
             }
             read
         });
+        // Ctrl-C while the read waited for a pipe's bytes: its exception, the reading ended.
+        if let Some(raised) = lock(&self.raised).take() {
+            return Err(raised);
+        }
         read.map_err(|error| py_error(&error, hetmem_error))
     }
 
