@@ -103,15 +103,35 @@ struct Overlap {
     unsigned int download;  // 0: dst is mapped host memory, nothing to count
 };
 
-// UNCACHED: loads bypass L1 (ld.global.cg), for input that changes while the kernel runs.
-template <bool UNCACHED>
+// How input is loaded: LOADS_CACHED plain; LOADS_L2 around L1 (ld.global.cg: the overlap
+// kernel's input arrives while it runs); LOADS_FRESH around L1 by volatile asm, which the
+// compiler never merges or moves across the resident kernel's frames (the same addresses hold
+// a new frame each time; a plain __ldcg is a pure function of its address to the optimizer).
+#define LOADS_CACHED 0
+#define LOADS_L2 1
+#define LOADS_FRESH 2
+
+template <int LOADS>
 __device__ __forceinline__ uint4 load16(const unsigned char* g) {
-    return UNCACHED ? __ldcg((const uint4*)g) : *(const uint4*)g;
+    if (LOADS == LOADS_FRESH) {
+        uint4 v;
+        asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(g)
+                     : "memory");
+        return v;
+    }
+    return LOADS == LOADS_L2 ? __ldcg((const uint4*)g) : *(const uint4*)g;
 }
 
-template <bool UNCACHED>
+template <int LOADS>
 __device__ __forceinline__ unsigned char load1(const unsigned char* g) {
-    return UNCACHED ? __ldcg(g) : *g;
+    if (LOADS == LOADS_FRESH) {
+        unsigned short v;
+        asm volatile("ld.global.cg.u8 %0, [%1];" : "=h"(v) : "l"(g) : "memory");
+        return (unsigned char)v;
+    }
+    return LOADS == LOADS_L2 ? __ldcg(g) : *g;
 }
 
 // Overlap only: thread 0 waits until the segment holding the last byte of the located rows
@@ -185,7 +205,7 @@ __device__ __forceinline__ unsigned char byte_of(const uint4& v, int j) {
 // Issues this thread's 16-byte loads of the located rows into registers: every aligned vector
 // holding a byte of a row, partial ones at the row's ends included, so no thread waits on a
 // string of single-byte reads later (each would cost a full trip across the link).
-template <bool UNCACHED>
+template <int LOADS>
 __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long long* row_offset,
                                             uint4 (&vectors)[LOADS_PER_THREAD]) {
     const int max_units = t.load_bytes / 16 + 2;
@@ -198,7 +218,7 @@ __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long
             const unsigned char* g = t.src + row_offset[row];
             const long long start = align_down(g) + 16ll * unit;
             if (start < t.load_bytes && in_frame(t, g + start)) {
-                vectors[k] = load16<UNCACHED>(g + start);
+                vectors[k] = load16<LOADS>(g + start);
             }
         }
     }
@@ -207,7 +227,7 @@ __device__ __forceinline__ void issue_loads(const Tile& t, int count, const long
 // Stores the loaded vectors into the input rows (the needed bytes of partial ones), reads what
 // no vector covered (bytes at the frame's ends, rows beyond the threads' vectors) byte by
 // byte, then the border columns.
-template <bool UNCACHED>
+template <int LOADS>
 __device__ void store_loads(const Tile& t, int count, const long long* row_offset, const int* row_base,
                             const uint4 (&vectors)[LOADS_PER_THREAD], unsigned char* in_rows,
                             unsigned int border) {
@@ -242,7 +262,7 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
             }
         } else {
             for (int i = lo; i < hi; ++i) {
-                s[i] = load1<UNCACHED>(g + i);
+                s[i] = load1<LOADS>(g + i);
             }
         }
     }
@@ -257,15 +277,14 @@ __device__ void store_loads(const Tile& t, int count, const long long* row_offse
             const int xr = resolve(x, t.width, border);
             const long long row_start = row_offset[row] - (long long)t.a_px * t.pixel_bytes;
             in_rows[row * t.in_stride + row_base[row] + (x - t.seg_lo) * t.pixel_bytes + byte] =
-                load1<UNCACHED>(t.src + row_start + (long long)xr * t.pixel_bytes + byte);
+                load1<LOADS>(t.src + row_start + (long long)xr * t.pixel_bytes + byte);
         }
     }
 }
 
 // SAMPLE_BYTES: 1 for 8-bit planes, 2 for 16-bit little-endian ones. CH: rows per chunk.
-// UNCACHED: input loads bypass L1 (the overlap kernel's input arrives while it runs; the
-// resident kernel reads a new frame at the same addresses each time).
-template <bool OVERLAP, int SAMPLE_BYTES, int CH = CHUNK, bool UNCACHED = OVERLAP>
+// LOADS: how input is loaded (LOADS_L2 in the overlap kernel, LOADS_FRESH in the resident one).
+template <bool OVERLAP, int SAMPLE_BYTES, int CH = CHUNK, int LOADS = OVERLAP ? LOADS_L2 : LOADS_CACHED>
 __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ src,
                                               unsigned char* __restrict__ dst,
                                               const unsigned int* __restrict__ table,
@@ -367,8 +386,8 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
             wait_for_rows<OVERLAP>(t, o, offset, n_load, row_offset[cur]);
             __syncthreads();
         }
-        issue_loads<UNCACHED>(t, n_load, row_offset[cur], vectors);
-        store_loads<UNCACHED>(t, n_load, row_offset[cur], row_base[cur], vectors, in_rows, border);
+        issue_loads<LOADS>(t, n_load, row_offset[cur], vectors);
+        store_loads<LOADS>(t, n_load, row_offset[cur], row_base[cur], vectors, in_rows, border);
         __syncthreads();
 
         for (int yo = t.y0; yo < t.y1; yo += CH) {
@@ -382,7 +401,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
             if (!OVERLAP && next_out > 0) {
                 locate_rows(t, next_first, next_out, border, row_offset[nxt], row_base[nxt]);
                 __syncthreads();
-                issue_loads<UNCACHED>(t, next_out, row_offset[nxt], vectors);
+                issue_loads<LOADS>(t, next_out, row_offset[nxt], vectors);
             }
 
             // 1. Horizontal pass of the loaded rows into the ring, four bytes (8-bit) or two
@@ -438,7 +457,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
                 __syncthreads();
                 wait_for_rows<OVERLAP>(t, o, offset, next_out, row_offset[nxt]);
                 __syncthreads();
-                issue_loads<UNCACHED>(t, next_out, row_offset[nxt], vectors);
+                issue_loads<LOADS>(t, next_out, row_offset[nxt], vectors);
             }
 
             // 3. Vertical pass into the staged output rows, four bytes (8-bit) or two samples
@@ -518,7 +537,7 @@ __device__ __forceinline__ void gaussian_body(const unsigned char* __restrict__ 
 
             // 5. Put the next chunk's rows in place.
             if (next_out > 0) {
-                store_loads<UNCACHED>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
+                store_loads<LOADS>(t, next_out, row_offset[nxt], row_base[nxt], vectors, in_rows, border);
             }
             if (OVERLAP && o.download) {
                 __threadfence();  // this chunk's output, before it is counted
@@ -586,9 +605,9 @@ gaussian_u16_overlap(const unsigned char* __restrict__ src, unsigned char* __res
 //   running; [RB_FINISHED] blocks done with the current frame.
 //
 // Block 0's thread 0 polls the bell across the link with acquire loads; every other block's
-// thread 0 polls RB_GO in device memory. The frame's input is read around L1 (ld.global.cg:
-// the same addresses hold a new frame each time, and a line cached by the last frame would
-// be stale). Each thread fences its output at system scope, the block synchronises, and the
+// thread 0 polls RB_GO in device memory (and the bell now and then, for a stop). The frame's
+// input is read around L1 by volatile loads (LOADS_FRESH: the same addresses hold a new frame
+// each time, and a line cached by the last frame would be stale). Each thread fences its output at system scope, the block synchronises, and the
 // last block to count itself finished resets the count and releases RB_DONE. Chunks of
 // RESIDENT_CHUNK rows: on the H200 the mapped blur's best shape (48 tiles, 8-row chunks,
 // scripts/probes/blur_mapped_shape.cu).
@@ -601,6 +620,7 @@ gaussian_u16_overlap(const unsigned char* __restrict__ src, unsigned char* __res
 #define RB_FINISHED 64
 #define RB_DEVICE_WORDS 96
 #define RB_STOP 0xFFFFFFFFu
+#define RB_STOP_LOOK 4096
 #define RESIDENT_CHUNK 8
 
 __device__ __forceinline__ unsigned int rb_load_acquire_sys(const unsigned int* address) {
@@ -629,7 +649,7 @@ __device__ __forceinline__ unsigned int rb_next(unsigned int seq) {
 }
 
 template <int SAMPLE_BYTES>
-__device__ void resident_body(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+__device__ void resident_body(const unsigned char* src, unsigned char* __restrict__ dst,
                               const unsigned int* __restrict__ table, unsigned int plane_count,
                               unsigned int radius, unsigned int border, unsigned int* host,
                               unsigned int* device) {
@@ -647,9 +667,18 @@ __device__ void resident_body(const unsigned char* __restrict__ src, unsigned ch
                 } while (word != seq && word != RB_STOP);
                 rb_store_release_gpu(device + RB_GO, word);
             } else {
-                do {
+                // Mostly RB_GO in device memory; every RB_STOP_LOOK polls the bell too, so a stop
+                // reaches every block even if block 0 never ran (other work held its SM).
+                for (unsigned int looks = 1;; ++looks) {
                     word = rb_load_acquire_gpu(device + RB_GO);
-                } while (word != seq && word != RB_STOP);
+                    if (word == seq || word == RB_STOP) {
+                        break;
+                    }
+                    if (looks % RB_STOP_LOOK == 0 && rb_load_acquire_sys(host + RB_BELL) == RB_STOP) {
+                        word = RB_STOP;
+                        break;
+                    }
+                }
             }
             command = word;
         }
@@ -658,10 +687,15 @@ __device__ void resident_body(const unsigned char* __restrict__ src, unsigned ch
         if (command == RB_STOP) {
             return;
         }
-        gaussian_body<false, SAMPLE_BYTES, RESIDENT_CHUNK, true>(src, dst, table, plane_count, radius, border,
-                                                                 none);
+        gaussian_body<false, SAMPLE_BYTES, RESIDENT_CHUNK, LOADS_FRESH>(src, dst, table, plane_count, radius,
+                                                                        border, none);
         __threadfence_system();  // this thread's output, before the block counts itself done
         __syncthreads();
+        // Thread 0's own fence after the barrier makes the count a release of every thread's
+        // output under the PTX model (as cooperative groups' grid sync does).
+        if (threadIdx.x == 0) {
+            __threadfence();
+        }
         if (threadIdx.x == 0 && atomicAdd(device + RB_FINISHED, 1) == gridDim.x - 1) {
             // Every block has counted itself: none touches the count again before the CPU,
             // having seen RB_DONE, rings the next frame.
@@ -674,7 +708,7 @@ __device__ void resident_body(const unsigned char* __restrict__ src, unsigned ch
 
 // `host`: RB_HOST_WORDS mapped words, zero; `device`: RB_DEVICE_WORDS device words, zero.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gaussian_u8_resident(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+gaussian_u8_resident(const unsigned char* src, unsigned char* __restrict__ dst,
                      const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
                      unsigned int border, unsigned int* host, unsigned int* device) {
     resident_body<1>(src, dst, table, plane_count, radius, border, host, device);
@@ -682,7 +716,7 @@ gaussian_u8_resident(const unsigned char* __restrict__ src, unsigned char* __res
 
 // As gaussian_u8_resident, for 16-bit planes.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-gaussian_u16_resident(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+gaussian_u16_resident(const unsigned char* src, unsigned char* __restrict__ dst,
                       const unsigned int* __restrict__ table, unsigned int plane_count, unsigned int radius,
                       unsigned int border, unsigned int* host, unsigned int* device) {
     resident_body<2>(src, dst, table, plane_count, radius, border, host, device);

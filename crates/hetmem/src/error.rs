@@ -199,8 +199,9 @@ pub enum Error {
     #[error(
         "frame {frame} (counting from 0) of the resident blur did not finish within {timeout:?}: \
          its kernel is hung, or other work on the GPU held its SMs; the filter's memory is given \
-         up to the kernel; remedy: start a new resident blur (raise its timeout if the GPU is \
-         shared), and check the GPU with `nvidia-smi`"
+         up to the kernel; remedy: shut this one down (its kernel holds its SMs until then), \
+         start a new one (with a longer timeout if the GPU is shared or the frames large), and \
+         check the GPU with `nvidia-smi`"
     )]
     ResidentFrameTimeout {
         /// The frame's index.

@@ -90,6 +90,16 @@ enum Tiling {
     Resident(u32),
 }
 
+impl Entry {
+    /// Rows per chunk of the entry point (shared memory is sized by it).
+    fn chunk(self) -> usize {
+        match self {
+            Entry::Resident => RESIDENT_CHUNK,
+            Entry::Plain | Entry::Overlap => CHUNK,
+        }
+    }
+}
+
 impl Tiling {
     /// Rows per chunk of the kernel this tiling is for.
     fn chunk(self) -> usize {
@@ -179,9 +189,10 @@ impl GaussianPlan {
 
     /// Tiles `format` for the resident kernel ([`super::ResidentGaussian`]): as
     /// [`GaussianPlan::for_mapped`]'s bands, with chunks of 8 rows and about `tiles` tiles
-    /// (`None`: three per eight SMs, 48 on a 132-SM H200 at 1080p), one block per tile but at
-    /// most one per SM, since every block runs at once. The result is the same as
-    /// [`GaussianPlan::new`]'s.
+    /// (`None`: three per eight SMs, 48 on a 132-SM H200 at 1080p; at least a range of rows
+    /// across every band), one block per tile but at most one per two SMs, since every block
+    /// stays resident. The blurred frame is the same as [`GaussianPlan::new`]'s; the plan is
+    /// for the resident kernel only (the others refuse it: their chunks are longer).
     ///
     /// # Errors
     /// As [`GaussianPlan::new`].
@@ -279,7 +290,10 @@ impl GaussianPlan {
             table: table.into(),
             tiles,
             blocks: match tiling {
-                Tiling::Overlap | Tiling::Resident(_) => tiles.min(multiprocessors),
+                Tiling::Overlap => tiles.min(multiprocessors),
+                // Every block stays on its SM for as long as the kernel runs: half the SMs at
+                // most, so that other kernels (another queue's, a doorbell) still find room.
+                Tiling::Resident(_) => tiles.min((multiprocessors / 2).max(1)),
                 Tiling::Plain | Tiling::Mapped => tiles,
             },
             chunk: tiling.chunk(),
@@ -329,6 +343,7 @@ impl GaussianPlan {
     /// The `entry` point of gaussian.cu for the plan's samples, loaded, with the plan's shared
     /// memory allowed.
     pub(super) fn entry_point(&self, device: &CudaDevice, entry: Entry) -> Result<Kernel> {
+        self.check_entry(entry)?;
         let entry = match (self.format.sample(), entry) {
             (SampleType::U8, Entry::Plain) => "gaussian_u8",
             (SampleType::U8, Entry::Overlap) => "gaussian_u8_overlap",
@@ -342,6 +357,23 @@ impl GaussianPlan {
             kernel.allow_dynamic_shared(self.shared_bytes as u32)?;
         }
         Ok(kernel)
+    }
+
+    /// Refuses a plan made for a kernel of other chunks than `entry`'s: its shared memory is
+    /// sized for those chunks (a resident plan's, for 8 rows, is too small for the others' 16).
+    pub(super) fn check_entry(&self, entry: Entry) -> Result<()> {
+        if self.chunk == entry.chunk() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "gaussian plan",
+            format!(
+                "it was made for a kernel of {}-row chunks (the resident blur's plan), not this one's {}: \
+                 make the plan with GaussianPlan::new or GaussianPlan::for_mapped",
+                self.chunk,
+                entry.chunk()
+            ),
+        ))
     }
 
     /// One block per tile, or per SM for the overlap kernel's tiling.
@@ -451,6 +483,7 @@ where
     O: WritableBuffer<Elem = u8>,
 {
     check(&plan.format, &plan.kernel, input.len(), output.len())?;
+    plan.check_entry(Entry::Plain)?;
     if table.words[..] != plan.table[..] {
         return Err(Error::invalid(
             "gaussian table",
@@ -836,7 +869,24 @@ mod tests {
         assert_eq!(plan.shared_bytes, shared_for(256, 3, 2, SampleType::U8, RESIDENT_CHUNK));
         assert!(plan.shared_bytes < shared_for(256, 3, 2, SampleType::U8, CHUNK));
         let many = GaussianPlan::for_resident(&format, &default, 132, Some(500)).unwrap();
-        assert!(many.tiles > 132 && many.blocks == 132, "{} tiles, {} blocks", many.tiles, many.blocks);
+        assert!(many.tiles > 132 && many.blocks == 66, "{} tiles, {} blocks", many.tiles, many.blocks);
+        // Its shared memory is for 8-row chunks: the one-launch kernel refuses it.
+        match plan.check_entry(Entry::Plain) {
+            Err(Error::InvalidArgument { problem, .. }) => assert!(problem.contains("resident"), "{problem}"),
+            other => panic!("expected the resident plan refused by the plain kernel, got {other:?}"),
+        }
+        assert!(plan.check_entry(Entry::Resident).is_ok());
+        let queue = crate::Queue::new(&crate::Device::cpu()).unwrap();
+        let table = plan.upload_table(&queue, Where::Mapped).unwrap();
+        let bytes = format.frame_bytes();
+        let input =
+            queue.share(HostBuf::<u8>::pinned(&crate::Device::cpu(), bytes, PinOptions::default()).unwrap());
+        let mut output =
+            queue.lend(HostBuf::<u8>::pinned(&crate::Device::cpu(), bytes, PinOptions::default()).unwrap());
+        assert!(matches!(
+            gaussian(&queue, &plan, &table, &input, &mut output),
+            Err(Error::InvalidArgument { .. })
+        ));
         let one = GaussianPlan::for_resident(&format, &default, 132, Some(0)).unwrap();
         assert_eq!((one.tiles, one.blocks), (8, 8), "one range of the eight bands");
     }

@@ -31,7 +31,10 @@ pub use cpu::gaussian_cpu;
 pub use format::{FrameFormat, MAX_SIDE, PixelLayout, Plane, SampleType};
 pub use gpu::{GaussianPlan, GaussianTable, gaussian};
 pub use overlap::{GaussianOverlap, MAX_SEGMENTS, Segments};
-pub use resident::{DEFAULT_TIMEOUT as RESIDENT_TIMEOUT, ResidentGaussian, ResidentOptions};
+pub use resident::{
+    DEFAULT_TIMEOUT as RESIDENT_TIMEOUT, MIN_TIMEOUT as RESIDENT_MIN_TIMEOUT, ResidentGaussian,
+    ResidentOptions,
+};
 pub use stage::{GaussianPrepared, GaussianStage};
 
 use crate::error::{Error, Result};

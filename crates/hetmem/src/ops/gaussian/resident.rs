@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::cpu::gaussian_cpu;
-use super::gpu::{Entry, GaussianPlan};
+use super::gpu::{Entry, GaussianPlan, check_aligned};
 use super::{FrameFormat, Gaussian};
 use crate::backend::Device;
 use crate::backend::cuda::{CudaDevice, LaunchConfig, ResidentKernel};
@@ -54,8 +54,13 @@ const HOST_WORDS: usize = 48;
 const DEVICE_WORDS: usize = 96;
 /// The bell's value that stops the kernel (`RB_STOP`).
 const STOP: u32 = u32::MAX;
-/// How long the CPU spins on the done word before it yields its core between looks.
+/// How long the CPU spins on the done word before it yields its core between looks (and
+/// asks the driver whether the kernel still runs: no driver call during a frame's first
+/// milliseconds).
 const SPIN_FOR: Duration = Duration::from_millis(2);
+/// The shortest watchdog: below it a kernel that has just been launched, or a frame of a
+/// large format, would look hung.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// The sequence number after `seq`: 1 to 0xFFFF_FFFE, never 0 (nothing rung) or [`STOP`]
 /// (`rb_next` in gaussian.cu).
@@ -70,10 +75,13 @@ pub struct ResidentOptions {
     /// too) or [`Strategy::Hybrid`] (the table in device memory). Frames stay in mapped host
     /// memory either way.
     pub strategy: Strategy,
-    /// About how many tiles to cut a frame into (`None`: three per eight SMs). At most one
-    /// block per SM runs them, since every block must run at once.
+    /// About how many tiles to cut a frame into, at least 1 (`None`: three per eight SMs; at
+    /// least one range of rows across every band). At most one block per two SMs runs them,
+    /// since every block stays resident.
     pub tiles: Option<u32>,
-    /// The watchdog: how long a frame, the kernel's start or its stop may take.
+    /// The watchdog, at least [`MIN_TIMEOUT`]: how long a frame or the kernel's start may
+    /// take. A stop waits twice as long, and at least two seconds (a frame still running
+    /// finishes first).
     pub timeout: Duration,
 }
 
@@ -178,8 +186,26 @@ impl ResidentGaussian {
                 ),
             ));
         }
-        let queue = Queue::new(device)?;
+        if options.timeout < MIN_TIMEOUT {
+            return Err(Error::invalid(
+                "resident blur timeout",
+                format!(
+                    "{:?}: give at least {MIN_TIMEOUT:?} (a frame of a large format takes milliseconds)",
+                    options.timeout
+                ),
+            ));
+        }
+        if options.tiles == Some(0) {
+            return Err(Error::invalid("resident blur tiles", "0: give at least 1, or None for the default"));
+        }
         let offers = device.capabilities();
+        if offers.gpu && !offers.maps_host_memory {
+            return Err(Error::invalid(
+                "resident blur",
+                format!("{} cannot map host memory, where the resident blur keeps its frames", device.name()),
+            ));
+        }
+        let queue = Queue::new(device)?;
         let plan = GaussianPlan::for_resident(&format, kernel, offers.multiprocessors, options.tiles)?;
         let frame_bytes = format.frame_bytes();
         let pin = PinOptions { mapped: true, method: PinMethod::HostAlloc, ..PinOptions::default() };
@@ -190,12 +216,6 @@ impl ResidentGaussian {
             let memory = Memory { input, output, _table: Table::Cpu, _device_words: None, host_words };
             return Ok(ResidentGaussian::new(memory, Server::Cpu, plan, options));
         };
-        if !offers.maps_host_memory {
-            return Err(Error::invalid(
-                "resident blur",
-                format!("{} cannot map host memory, where the resident blur keeps its frames", cuda.name()),
-            ));
-        }
         let table = match options.strategy {
             Strategy::Hybrid => {
                 let mut table = DeviceBuf::<u32>::new(device, plan.table().len())?;
@@ -240,6 +260,9 @@ impl ResidentGaussian {
         host_words: Arc<MappedWords>,
     ) -> Result<ResidentGaussian> {
         let mapped = "mapped pinned memory on a GPU has a device address";
+        // A 16-bit frame's samples are read and written as aligned two-byte words.
+        check_aligned(&plan, "input", input.device_ptr().expect(mapped))?;
+        check_aligned(&plan, "output", output.device_ptr().expect(mapped))?;
         let addresses = [
             input.device_ptr().expect(mapped),
             output.device_ptr().expect(mapped),
@@ -279,11 +302,12 @@ impl ResidentGaussian {
         // match the arguments in order and type, and the entry point is the one for the plan's
         // samples. The table holds the plan's own words (written above from the plan, and never
         // again), so every tile lies inside one frame of the plan's format, and input and output
-        // are one frame each (allocated so, page-aligned, so 16-bit samples are aligned): the
+        // are one frame each (allocated so; a 16-bit frame's at even addresses, checked): the
         // kernel stays inside them. `host` is HOST_WORDS mapped words and `device`
         // DEVICE_WORDS device words, both zeroed, the most the kernel touches (RB_*). The plan
-        // launches at most one block per SM, so every block can run at once, as the blocks'
-        // waits on each other need. All of it outlives the kernel: the filter frees it only
+        // launches at most one block per two SMs, so every block can run at once, as the
+        // blocks' waits on each other need (other work holding SMs can delay that: the start's
+        // watchdog then fails it, and the stop reaches blocks that never ran through the bell). All of it outlives the kernel: the filter frees it only
         // once the kernel's stream is idle, and leaks it otherwise. The CPU touches the frames
         // only between frames (`run` returns once the kernel has finished the frame, or the
         // filter refuses access for good), and the words only as atomics.
@@ -425,27 +449,24 @@ impl ResidentGaussian {
         Ok(start.elapsed())
     }
 
-    /// Spins until the kernel writes `seq` into the done word, then yields between looks;
-    /// checks the kernel runs, and gives up at the timeout.
+    /// Spins until the kernel writes `seq` into the done word; past [`SPIN_FOR`], yields
+    /// between looks and checks the kernel still runs; gives up at the timeout.
     fn wait_done(&self, seq: u32, start: Instant) -> Result<()> {
-        let mut looks = 0u32;
         loop {
             // Acquire: the kernel's output, fenced at system scope before the done word.
             if self.words()[DONE].load(Ordering::Acquire) == seq {
                 return Ok(());
             }
-            looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(1024) {
-                self.check_server()?;
-                let waited = start.elapsed();
-                if waited > self.timeout {
-                    return Err(Error::ResidentFrameTimeout { frame: self.frames, timeout: self.timeout });
-                }
-                if waited > SPIN_FOR {
-                    std::thread::yield_now();
-                }
+            let waited = start.elapsed();
+            if waited <= SPIN_FOR {
+                std::hint::spin_loop();
+                continue;
             }
-            std::hint::spin_loop();
+            self.check_server()?;
+            if waited > self.timeout {
+                return Err(Error::ResidentFrameTimeout { frame: self.frames, timeout: self.timeout });
+            }
+            std::thread::yield_now();
         }
     }
 
@@ -490,6 +511,9 @@ impl ResidentGaussian {
         }
         self.words()[BELL].store(STOP, Ordering::Release);
         let start = Instant::now();
+        // A frame still running (one that timed out, say) finishes before the kernel sees the
+        // stop: the stop waits longer than a frame may take.
+        let patience = self.timeout.max(DEFAULT_TIMEOUT).saturating_mul(2);
         match &mut self.server {
             Server::Cpu => {}
             Server::Cuda(queue, _) => {
@@ -497,8 +521,8 @@ impl ResidentGaussian {
                 while let Some(stream) = queue.stream()
                     && !stream.is_idle()?
                 {
-                    if start.elapsed() > self.timeout {
-                        return Err(Error::ResidentStuck { timeout: self.timeout });
+                    if start.elapsed() > patience {
+                        return Err(Error::ResidentStuck { timeout: patience });
                     }
                     std::thread::yield_now();
                 }
@@ -508,9 +532,9 @@ impl ResidentGaussian {
             Server::Thread(thread) => {
                 if let Some(thread) = thread.take() {
                     while !thread.is_finished() {
-                        if start.elapsed() > self.timeout {
+                        if start.elapsed() > patience {
                             // Dropping the handle detaches the thread, which holds its words.
-                            return Err(Error::ResidentStuck { timeout: self.timeout });
+                            return Err(Error::ResidentStuck { timeout: patience });
                         }
                         std::thread::yield_now();
                     }
@@ -629,13 +653,31 @@ mod tests {
         }
     }
 
-    /// Ignores the stop for a while.
+    /// Ignores the stop for longer than a stop waits (twice the default timeout).
     fn slow_to_stop(words: &[AtomicU32]) {
         words[READY].store(1, Ordering::Release);
         while words[BELL].load(Ordering::Acquire) != STOP {
             std::thread::yield_now();
         }
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+
+    /// Finishes a frame only after `FRAME_TAKES` (a frame longer than a tight watchdog), and
+    /// ends at the stop only once that frame is done.
+    const FRAME_TAKES: Duration = Duration::from_millis(300);
+    fn slow_frames(words: &[AtomicU32]) {
+        words[READY].store(1, Ordering::Release);
+        loop {
+            let bell = words[BELL].load(Ordering::Acquire);
+            if bell == STOP {
+                return;
+            }
+            if bell != 0 && words[DONE].load(Ordering::Acquire) != bell {
+                std::thread::sleep(FRAME_TAKES);
+                words[DONE].store(bell, Ordering::Release);
+            }
+            std::thread::yield_now();
+        }
     }
 
     #[test]
@@ -708,7 +750,32 @@ mod tests {
     #[test]
     fn a_kernel_slow_to_stop_is_reported_stuck() {
         let filter = with_thread(slow_to_stop, Duration::from_millis(50)).unwrap();
-        assert!(matches!(filter.shutdown(), Err(Error::ResidentStuck { .. })));
+        match filter.shutdown() {
+            Err(Error::ResidentStuck { timeout }) => assert_eq!(timeout, DEFAULT_TIMEOUT * 2),
+            other => panic!("expected the stop stuck after twice the default timeout, got {other:?}"),
+        }
+    }
+
+    /// A frame that outlasts a tight watchdog times out, but the stop waits for it to finish:
+    /// the kernel stops cleanly and nothing is leaked.
+    #[test]
+    fn a_stop_after_a_timed_out_frame_waits_for_that_frame() {
+        let mut filter = with_thread(slow_frames, Duration::from_millis(20)).unwrap();
+        assert!(matches!(filter.run(), Err(Error::ResidentFrameTimeout { frame: 0, .. })));
+        filter.stop().unwrap();
+        assert!(filter.quiet, "stopped cleanly, so its memory is freed");
+    }
+
+    #[test]
+    fn a_watchdog_too_short_and_no_tiles_are_refused() {
+        let short = ResidentOptions { timeout: Duration::from_millis(1), ..ResidentOptions::default() };
+        let none = ResidentOptions { tiles: Some(0), ..ResidentOptions::default() };
+        for (options, what) in [(short, "resident blur timeout"), (none, "resident blur tiles")] {
+            match ResidentGaussian::start_with(&Device::cpu(), format(), &blur(), options) {
+                Err(Error::InvalidArgument { what: got, .. }) => assert_eq!(got, what),
+                other => panic!("expected {what} refused, got {other:?}"),
+            }
+        }
     }
 
     /// On the CPU backend the frame is blurred on the calling thread: the CPU path's bytes,
