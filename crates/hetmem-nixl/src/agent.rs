@@ -1,6 +1,10 @@
 //! [`Agent`] and [`Registered`]: a NIXL agent with its UCX backend, and hetmem buffers
 //! registered with it.
 
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
 use crate::region::{RegionKind, RemoteRegion};
 use crate::transfer::Transfer;
 use crate::{LIBRARY_REMEDY, available, failed};
@@ -13,6 +17,9 @@ pub struct Agent {
     agent: nixl_sys::Agent,
     backend: nixl_sys::Backend,
     name: String,
+    /// Each live registration's "a peer may reach it" flag, set for all of them when the
+    /// agent's metadata (which describes every registration) is handed out.
+    registrations: Mutex<Vec<Weak<AtomicBool>>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -52,7 +59,7 @@ impl Agent {
         let backend = agent
             .create_backend("UCX", &params)
             .map_err(|error| failed("createBackend(UCX)", error, remedy))?;
-        Ok(Agent { agent, backend, name: name.to_string() })
+        Ok(Agent { agent, backend, name: name.to_string(), registrations: Mutex::new(Vec::new()) })
     }
 
     /// The agent's name.
@@ -60,12 +67,22 @@ impl Agent {
         &self.name
     }
 
-    /// What a peer needs to reach this agent ([`Agent::add_peer`] on its side); send it again
-    /// after registering more memory.
+    /// What a peer needs to reach this agent ([`Agent::add_peer`] on its side). It describes
+    /// every buffer registered now, so from here on a peer may move data into or out of each
+    /// of them at any time (see [`Registered`]). Send it again after registering more memory.
     ///
     /// # Errors
     /// NIXL's.
     pub fn metadata(&self) -> Result<Vec<u8>> {
+        // Marked under the lock: a registration made meanwhile is not in these bytes.
+        let mut registrations = self.registrations.lock().unwrap_or_else(|poison| poison.into_inner());
+        registrations.retain(|flag| match flag.upgrade() {
+            Some(flag) => {
+                flag.store(true, Ordering::Release);
+                true
+            }
+            None => false,
+        });
         self.agent
             .get_local_md()
             .map_err(|error| failed("getLocalMD", error, "a bug in NIXL or hetmem; report it"))
@@ -96,6 +113,7 @@ impl Agent {
     pub fn register<M: NixlMemory>(&self, memory: M) -> Result<Registered<M>> {
         let (kind, address, len, device) = memory.region()?;
         let descriptor = Descriptor { address, len, kind, device };
+        let mut registrations = self.registrations.lock().unwrap_or_else(|poison| poison.into_inner());
         let handle = self.agent.register_memory(&descriptor, None).map_err(|error| {
             failed(
                 "registerMem",
@@ -104,7 +122,19 @@ impl Agent {
                  between processes)",
             )
         })?;
-        Ok(Registered { handle, memory, agent: self.name.clone(), kind, address, len: len as u64, device })
+        let exposed = Arc::new(AtomicBool::new(false));
+        registrations.push(Arc::downgrade(&exposed));
+        Ok(Registered {
+            handle: ManuallyDrop::new(handle),
+            memory: ManuallyDrop::new(memory),
+            agent: self.name.clone(),
+            kind,
+            address,
+            len: len as u64,
+            device,
+            exposed,
+            taken: false,
+        })
     }
 
     /// Writes all of `source` into `destination`, a peer's region at least as long; the
@@ -202,18 +232,28 @@ impl<T: Element> NixlMemory for DeviceBuf<T> {
     }
 }
 
-/// A buffer registered with an agent; deregistered when dropped (or by
-/// [`Registered::into_inner`]). Only a [`Transfer`] moves it while NIXL uses it, so it is never
-/// deregistered or freed under a transfer.
+/// A buffer registered with an agent. A [`Transfer`] of this agent owns it while it runs, so no
+/// such transfer outlives it; but NIXL is one-sided: once a peer can reach the buffer (its
+/// agent's [`Agent::metadata`] or its [`Registered::remote`] handed out), the peer may move
+/// data into or out of it at any time, without this process taking part. So the contents are
+/// reached only through `unsafe` accessors, whose caller vouches that no agent moves data
+/// meanwhile (the application's own protocol says when: a message, a notification, the end of
+/// a step), and a buffer a peer could reach is leaked when dropped rather than freed (NIXL does
+/// not tell peers of a deregistration, and a peer's stale region would write freed memory):
+/// [`Registered::into_inner`] (`unsafe`) hands it back to a caller who knows no peer will
+/// touch it again.
 pub struct Registered<M: NixlMemory> {
-    // Dropped first: deregistered before the memory is freed.
-    handle: nixl_sys::RegistrationHandle,
-    memory: M,
+    handle: ManuallyDrop<nixl_sys::RegistrationHandle>,
+    memory: ManuallyDrop<M>,
     agent: String,
     kind: RegionKind,
     address: u64,
     len: u64,
     device: u64,
+    /// A peer may reach the buffer: its region or its agent's metadata was handed out.
+    exposed: Arc<AtomicBool>,
+    /// `into_inner` took the memory.
+    taken: bool,
 }
 
 impl<M: NixlMemory> std::fmt::Debug for Registered<M> {
@@ -223,18 +263,30 @@ impl<M: NixlMemory> std::fmt::Debug for Registered<M> {
             .field("kind", &self.kind)
             .field("len", &self.len)
             .field("device", &self.device)
+            .field("exposed", &self.is_exposed())
             .finish_non_exhaustive()
     }
 }
 
 impl<M: NixlMemory> Registered<M> {
-    /// The memory.
-    pub fn memory(&self) -> &M {
+    /// The memory, to read.
+    ///
+    /// # Safety
+    /// No agent writes the buffer while the reference lives: no peer holding this agent's
+    /// metadata or the buffer's region moves data into it, and no transfer of another agent
+    /// of this process targets it. (This agent's own transfers of it cannot run meanwhile:
+    /// they own it.)
+    pub unsafe fn memory(&self) -> &M {
         &self.memory
     }
 
-    /// The memory, to write (no transfer holds it: a transfer owns the buffer while it runs).
-    pub fn memory_mut(&mut self) -> &mut M {
+    /// The memory, to write (a [`DeviceBuf`] is written by its copies, which take it mutably).
+    ///
+    /// # Safety
+    /// As for [`Registered::memory`], and no agent reads the buffer meanwhile either. The
+    /// memory is written in place, never replaced: `std::mem::swap` or `replace` would leave
+    /// the registration on memory the caller then owns, and may free.
+    pub unsafe fn memory_mut(&mut self) -> &mut M {
         &mut self.memory
     }
 
@@ -248,20 +300,57 @@ impl<M: NixlMemory> Registered<M> {
         self.len == 0
     }
 
-    /// The buffer as a peer reaches it: send [`RemoteRegion::to_bytes`] to the peer.
+    /// Whether a peer may reach the buffer: its region, or its agent's metadata, was handed out
+    /// since it was registered. Such a buffer is leaked when dropped.
+    pub fn is_exposed(&self) -> bool {
+        self.exposed.load(Ordering::Acquire)
+    }
+
+    /// The buffer as a peer reaches it: send [`RemoteRegion::to_bytes`] to the peer. From here
+    /// on the buffer counts as reachable by peers ([`Registered::is_exposed`]).
     pub fn remote(&self) -> RemoteRegion {
+        self.exposed.store(true, Ordering::Release);
         RemoteRegion::new(self.agent.clone(), self.kind, self.address, self.len, self.device)
     }
 
     /// Deregisters the buffer and gives it back.
-    pub fn into_inner(self) -> M {
-        let Registered { handle, memory, .. } = self;
-        drop(handle);
+    ///
+    /// # Safety
+    /// No agent moves data into or out of the buffer from here on: no peer holds its region or
+    /// this agent's metadata from before any more (or each has been told to stop using them).
+    pub unsafe fn into_inner(mut self) -> M {
+        // SAFETY: taken once, here; `taken` keeps Drop from touching it again. Drop, run as
+        // `self` goes below, deregisters it before the caller gets it.
+        let memory = unsafe { ManuallyDrop::take(&mut self.memory) };
+        self.taken = true;
+        drop(self);
         memory
     }
 
     pub(crate) fn region(&self) -> (RegionKind, u64, u64, u64) {
         (self.kind, self.address, self.len, self.device)
+    }
+}
+
+impl<M: NixlMemory> Drop for Registered<M> {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here: deregistered before the memory is freed or handed back.
+        unsafe { ManuallyDrop::drop(&mut self.handle) };
+        if self.taken {
+            return;
+        }
+        if self.is_exposed() {
+            // A peer may still write it through a region it keeps: never freed.
+            tracing::warn!(
+                "a NIXL-registered buffer of {} bytes that peers could reach was dropped: leaked (use the \
+                 unsafe Registered::into_inner once no peer uses it)",
+                self.len
+            );
+            return;
+        }
+        // SAFETY: dropped once, here; no peer can reach it (never exposed), and no transfer of
+        // this agent runs (they own the Registered).
+        unsafe { ManuallyDrop::drop(&mut self.memory) };
     }
 }
 

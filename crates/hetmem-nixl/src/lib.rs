@@ -5,24 +5,35 @@
 //! - [`Agent`]: a NIXL agent with its UCX backend; [`Agent::metadata`] and [`Agent::add_peer`]
 //!   exchange what two agents need to reach each other (the bytes travel by the caller's own
 //!   channel: a socket, a file, a key-value store).
-//! - [`Registered`]: a [`HostBuf`](crate::HostBuf) (NIXL's `DRAM_SEG`) or a GPU's
-//!   [`DeviceBuf`](crate::DeviceBuf) (`VRAM_SEG`, with its CUDA device) registered with an
-//!   agent; deregistered when dropped. [`Registered::remote`] describes it to a peer as a
-//!   [`RemoteRegion`], which travels as bytes ([`RemoteRegion::to_bytes`]).
+//! - [`Registered`]: a [`HostBuf`](hetmem::HostBuf) (NIXL's `DRAM_SEG`) or a GPU's
+//!   [`DeviceBuf`](hetmem::DeviceBuf) (`VRAM_SEG`, with its CUDA device) registered with an
+//!   agent. [`Registered::remote`] describes it to a peer as a [`RemoteRegion`], which travels
+//!   as bytes ([`RemoteRegion::to_bytes`]).
 //! - [`Transfer`]: a write of a registered buffer into a peer's region, or a read of a peer's
-//!   region into one. The transfer owns the buffer while NIXL moves it, so no code can touch
-//!   memory that NIXL writes: a write's source may be read meanwhile
-//!   ([`Transfer::source`]), a read's destination not at all; [`Transfer::finish`] gives the
-//!   buffer back once NIXL has reported the transfer complete (or failed). A transfer dropped
+//!   region into one. The transfer owns the buffer while NIXL moves it; [`Transfer::finish`]
+//!   gives it back once NIXL has reported the transfer complete (or failed). A transfer dropped
 //!   in flight waits a bounded time for it, then leaks the buffer rather than free it under
-//!   NIXL; deregistration therefore never happens while a transfer uses the memory.
+//!   NIXL, as does one whose end NIXL lost track of.
 //!
+//! # What the types cannot promise
+//! NIXL is one-sided: a peer that holds an agent's metadata (or a buffer's region) may write or
+//! read any buffer registered with that agent at any time, without this process taking part.
+//! No borrow can rule that out, so a registered buffer's contents are reached only through
+//! `unsafe` accessors ([`Registered::memory`], [`Registered::memory_mut`]), whose caller
+//! vouches, by the application's own protocol (a message, a notification, the end of a step),
+//! that no agent moves its data meanwhile. And since NIXL does not tell peers of a
+//! deregistration, a buffer a peer could reach ([`Registered::is_exposed`]) is leaked when
+//! dropped rather than freed; [`Registered::into_inner`] (`unsafe`) hands it back to a caller
+//! who knows no peer will use it again. Peers are trusted: a peer's region bytes are checked
+//! for form ([`RemoteRegion::from_bytes`]), and NIXL checks they lie inside what that peer
+//! registered.
+
 //! NIXL's C API comes from the `nixl-cu13` wheel's `libnixl_capi.so`, loaded when the first
 //! agent is made: put the wheel's `.nixl_cu13.mesonpy.libs` folder on `LD_LIBRARY_PATH`
 //! (docs/cluster.md). Where it is missing, [`Agent::new`] says so ([`available`] asks first).
 //! A crate of its own, outside hetmem's workspace: building hetmem needs neither NIXL nor the
-//! libclang that `nixl-sys` generates its bindings with. The Python package's `hetmem.nixl` is the same model over
-//! the `nixl` Python package.
+//! libclang that `nixl-sys` generates its bindings with. The Python package's `hetmem.nixl` is
+//! the same model over the `nixl` Python package.
 
 mod agent;
 mod region;

@@ -18,6 +18,10 @@ enum State {
     Done,
     /// NIXL reported a failure: the transfer is over, its bytes not all moved.
     Failed,
+    /// NIXL lost track of the request (its peer's metadata invalidated) or failed to post it
+    /// part-way: UCX may still move the buffer's bytes, so it is never handed back (leaked
+    /// when the transfer is dropped).
+    Uncertain,
 }
 
 /// A write of a registered buffer into a peer's region, or a read of one into a registered
@@ -61,6 +65,17 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
     ) -> std::result::Result<Transfer<'a, M>, Refused<M>> {
         let refuse = |error: Error, memory: Registered<M>| Err(Refused { error, memory });
         let (kind, address, len, device) = local.region();
+        if remote.agent() == agent.name() {
+            let error = Error::invalid(
+                "NIXL transfer",
+                format!(
+                    "the region is of this agent itself ({}): NIXL would copy within this agent's own \
+                     registrations; give a peer's region",
+                    agent.name()
+                ),
+            );
+            return refuse(error, local);
+        }
         if remote.len() < len {
             let error = Error::invalid(
                 "NIXL transfer",
@@ -101,8 +116,15 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
         match agent.raw().post_xfer_req(&transfer.request, None) {
             Ok(true) => {}
             Ok(false) => transfer.state = State::Done,
+            Err(nixl_sys::NixlError::BackendError) => {
+                // UCX may have started part of it before failing: the buffer stays with the
+                // transfer, whose poll says why.
+                transfer.state = State::Uncertain;
+                transfer.failure = Some("postXferReq failed in the backend, perhaps after starting".into());
+            }
             Err(error) => {
-                // Never posted: NIXL holds nothing, so the buffer goes back at once.
+                // Refused before anything moved (bad arguments, an unknown peer): NIXL holds
+                // nothing, so the buffer goes back at once.
                 transfer.state = State::Failed;
                 let error = failed(
                     "postXferReq",
@@ -120,12 +142,19 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
     ///
     /// # Errors
     /// NIXL reported the transfer failed (now or before): it is over, with its bytes not all
-    /// moved, and [`Transfer::finish`] gives the buffer back.
+    /// moved, and [`Transfer::finish`] gives the buffer back. Or NIXL lost track of it (its
+    /// peer's metadata was invalidated, after a disconnect on another transfer say) or failed
+    /// to post it part-way: the buffer is then never handed back, since UCX may still move it.
     pub fn poll(&mut self) -> Result<bool> {
         if self.state == State::InFlight {
             match self.agent.raw().get_xfer_status(&self.request) {
                 Ok(nixl_sys::XferStatus::Success) => self.state = State::Done,
                 Ok(nixl_sys::XferStatus::InProgress) => {}
+                // NIXL answers "not found" without asking UCX, whose operation may still run.
+                Err(nixl_sys::NixlError::NotFound) => {
+                    self.state = State::Uncertain;
+                    self.failure = Some("NIXL no longer knows the peer of the request".into());
+                }
                 Err(error) => {
                     self.state = State::Failed;
                     self.failure = Some(error.to_string());
@@ -138,7 +167,17 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
             State::Failed => Err(Error::Nixl {
                 call: "getXferStatus",
                 problem: self.failure.clone().unwrap_or_else(|| "the transfer failed".into()),
-                remedy: "check that the peer still runs (a peer that exits fails its transfers)",
+                remedy: "check that the peer still runs (a peer that exits fails its transfers; after a \
+                         disconnect, add it again with Agent::add_peer)",
+            }),
+            State::Uncertain => Err(Error::Nixl {
+                call: "getXferStatus",
+                problem: format!(
+                    "{}: UCX may still move the buffer's bytes, so it stays with the transfer (and is leaked \
+                     when the transfer is dropped)",
+                    self.failure.as_deref().unwrap_or("the transfer's end is unknown")
+                ),
+                remedy: "add the peer again (Agent::add_peer) and start a new transfer with a new buffer",
             }),
         }
     }
@@ -171,24 +210,15 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
         }
     }
 
-    /// A write's source, which NIXL only reads: readable while the transfer runs. `None` for a
-    /// read, whose destination NIXL writes.
-    pub fn source(&self) -> Option<&M> {
-        match self.op {
-            nixl_sys::XferOp::Write => Some(self.memory.memory()),
-            nixl_sys::XferOp::Read => None,
-        }
-    }
-
     /// The buffer back, once NIXL is done with the transfer (complete or failed: a failed
     /// read's destination holds some of the bytes); the transfer itself back while it is in
-    /// flight.
+    /// flight, or its end is unknown.
     ///
     /// # Errors
-    /// The transfer, still in flight.
+    /// The transfer, still in flight or of unknown end.
     #[allow(clippy::result_large_err, reason = "the error hands the transfer back unchanged")]
     pub fn finish(mut self) -> std::result::Result<Registered<M>, Transfer<'a, M>> {
-        if self.state == State::InFlight {
+        if matches!(self.state, State::InFlight | State::Uncertain) {
             return Err(self);
         }
         self.taken = true;
@@ -210,11 +240,12 @@ impl<M: NixlMemory> Drop for Transfer<'_, M> {
             let _ = self.poll();
             std::thread::sleep(Duration::from_micros(200));
         }
-        if self.state == State::InFlight {
+        if matches!(self.state, State::InFlight | State::Uncertain) {
             // NIXL may still move the buffer's bytes: leak it and the request rather than free
             // or deregister it under the transfer.
             tracing::error!(
-                "a NIXL transfer dropped in flight did not end within {DROP_WAIT:?}: leaking its buffer"
+                "a NIXL transfer dropped while UCX may still move its bytes (in flight after {DROP_WAIT:?}, \
+                 or its end unknown): leaking its buffer"
             );
             return;
         }

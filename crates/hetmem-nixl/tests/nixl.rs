@@ -78,21 +78,63 @@ fn host_memory_is_written_to_another_agent_and_read_back() {
     let region = RemoteRegion::from_bytes(&target.remote().to_bytes()).unwrap();
 
     let source = ours.register(host(&data)).unwrap();
+    assert!(!source.is_exposed(), "registered after the metadata went out, its region not given");
     let mut write = ours.write(source, &region).unwrap();
-    // A write's source stays readable while NIXL reads it.
-    assert_eq!(write.source().map(|buf| buf.as_slice().len()), Some(len));
     write.wait(WAIT).unwrap();
     let source = write.finish().unwrap();
-    assert_eq!(first_mismatch(target.memory().as_slice(), &data), None, "seed {seed:#x}: written");
+    // SAFETY: the only agent that can reach `target` is `ours`, whose write has finished.
+    let written = unsafe { target.memory() }.as_slice();
+    assert_eq!(first_mismatch(written, &data), None, "seed {seed:#x}: written");
 
     // Read it back into poisoned memory, from an offset of the peer's region.
     let back = ours.register(host(&vec![0x5A; len - 100])).unwrap();
     let mut read = ours.read(&region.range(100, (len - 100) as u64).unwrap(), back).unwrap();
-    assert!(read.source().is_none(), "a read's destination is NIXL's while it runs");
     read.wait(WAIT).unwrap();
     let back = read.finish().unwrap();
-    assert_eq!(first_mismatch(back.memory().as_slice(), &data[100..]), None, "seed {seed:#x}: read back");
-    drop((source, back, target));
+    // SAFETY: `ours`' metadata never went out: no other agent can reach `back`.
+    let got = unsafe { back.memory() }.as_slice();
+    assert_eq!(first_mismatch(got, &data[100..]), None, "seed {seed:#x}: read back");
+    // Neither of ours was ever reachable by a peer: handed back on drop. The target was.
+    assert!(!source.is_exposed() && !back.is_exposed() && target.is_exposed());
+    // SAFETY: `ours` has finished with the target and no other agent holds its region.
+    let target = unsafe { target.into_inner() };
+    assert_eq!(target.len(), len);
+    drop((source, back));
+}
+
+/// Metadata handed out makes every buffer registered by then reachable by peers (leaked when
+/// dropped); a buffer registered later is not, until its region or newer metadata goes out.
+#[test]
+fn metadata_and_regions_handed_out_mark_buffers_reachable() {
+    if !nixl_or_skip("metadata_and_regions_handed_out_mark_buffers_reachable") {
+        return;
+    }
+    let agent = Agent::new("hetmem-test-exposure").unwrap();
+    let early = agent.register(host(&[1; 4096])).unwrap();
+    agent.metadata().unwrap();
+    let late = agent.register(host(&[2; 4096])).unwrap();
+    assert!(early.is_exposed() && !late.is_exposed());
+    let _region = late.remote();
+    assert!(late.is_exposed());
+    let quiet = agent.register(host(&[3; 4096])).unwrap();
+    // SAFETY: never reachable by a peer: no metadata or region of it went out.
+    let back = unsafe { quiet.into_inner() };
+    assert_eq!(back.as_slice(), &[3; 4096]);
+}
+
+#[test]
+fn a_region_of_the_agent_itself_is_refused() {
+    if !nixl_or_skip("a_region_of_the_agent_itself_is_refused") {
+        return;
+    }
+    let agent = Agent::new("hetmem-test-loopback").unwrap();
+    let target = agent.register(host(&[0; 4096])).unwrap();
+    let source = agent.register(host(&random_bytes(3, 4096))).unwrap();
+    let refused = agent.write(source, &target.remote()).unwrap_err();
+    match &refused.error {
+        Error::InvalidArgument { problem, .. } => assert!(problem.contains("this agent itself"), "{problem}"),
+        other => panic!("expected the loopback refused, got {other:?}"),
+    }
 }
 
 #[test]
@@ -109,7 +151,8 @@ fn a_transfer_refused_before_it_starts_hands_its_buffer_back() {
     // The peer's region is shorter than the source.
     let refused = ours.write(source, &target.remote()).unwrap_err();
     assert!(matches!(refused.error, Error::InvalidArgument { .. }), "{:?}", refused.error);
-    assert_eq!(refused.memory.memory().as_slice(), data.as_slice());
+    // SAFETY: `ours`' metadata never went out: no other agent can reach the source.
+    assert_eq!(unsafe { refused.memory.memory() }.as_slice(), data.as_slice());
     // A region of an agent never added: NIXL refuses the request, naming the call.
     let stranger = RemoteRegion::from_bytes(
         &Agent::new("hetmem-test-stranger").unwrap().register(host(&[0; 8192])).unwrap().remote().to_bytes(),
@@ -120,7 +163,8 @@ fn a_transfer_refused_before_it_starts_hands_its_buffer_back() {
         Error::Nixl { call, .. } => assert_eq!(*call, "createXferReq"),
         other => panic!("expected NIXL's createXferReq refused, got {other:?}"),
     }
-    assert_eq!(refused.memory.memory().as_slice(), data.as_slice());
+    // SAFETY: as above.
+    assert_eq!(unsafe { refused.memory.memory() }.as_slice(), data.as_slice());
 }
 
 #[test]
@@ -175,7 +219,9 @@ fn target_process(dir: &Path) {
     let seed = u64::from_le_bytes(take(dir, "written").try_into().unwrap());
     for (index, target) in targets.iter().enumerate() {
         let want = random_bytes(seed + index as u64, SIZES[index]);
-        assert_eq!(first_mismatch(target.memory().as_slice(), &want), None, "size {}", SIZES[index]);
+        // SAFETY: the one peer said its writes are done ("written") and writes no more.
+        let got = unsafe { target.memory() }.as_slice();
+        assert_eq!(first_mismatch(got, &want), None, "size {}", SIZES[index]);
     }
 }
 
