@@ -66,6 +66,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<load::LoadedCheckpoint>()?;
     module.add_function(wrap_pyfunction!(load::load_checkpoint, module)?)?;
     module.add_function(wrap_pyfunction!(load::plan_checkpoint, module)?)?;
+    module.add_function(wrap_pyfunction!(load::balanced_devices, module)?)?;
     module.add_function(wrap_pyfunction!(load::link_h2d_gb_per_s, module)?)?;
     module.add_function(wrap_pyfunction!(doctor::doctor_json, module)?)?;
     module.add_function(wrap_pyfunction!(memory::pinned, module)?)?;

@@ -137,6 +137,21 @@ pub fn load_checkpoint(
     Ok(LoadedCheckpoint { memory: Py::new(py, memory)?, tensors, report })
 }
 
+/// `device_map="balanced"`'s rule (hetmem's own): for tensors of `sizes` bytes each, in the
+/// files' order, the index of the device among `devices` each goes to: contiguous runs of
+/// about equal bytes, a tensor on the device whose share holds its middle byte.
+#[pyfunction]
+pub fn balanced_devices(sizes: Vec<Int>, devices: Int) -> PyResult<Vec<usize>> {
+    let devices = devices.size("devices")?;
+    if devices == 0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "devices: 0; give at least 1 device to spread over",
+        ));
+    }
+    let sizes = sizes.iter().map(|size| size.size("a tensor's size")).collect::<PyResult<Vec<_>>>()?;
+    Ok(hetmem::data::balanced_devices(&sizes, devices))
+}
+
 /// The tensors a `load_checkpoint` with these arguments would load, without reading any
 /// tensor's bytes: `(name, nbytes, place)` for each, in the files' order (by `place`, its
 /// offset in the allocation), `nbytes` the slice's where `shard` is given. Errors as

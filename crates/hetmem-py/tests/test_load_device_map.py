@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hetmem
-from hetmem import _device_map
+from hetmem import _device_map, _native
 from test_load import check_values, every_dtype, needs_gpu, on_gpu, random_bytes, write
 
 
@@ -222,6 +222,14 @@ def test_balanced_cuts_the_file_order_into_contiguous_runs_of_about_equal_bytes(
         assert abs(share - total / 4) <= int(sizes.max()), (device, share, total)
     assert set(_device_map.balanced(tensors, ["cuda:0"]).values()) == {"cuda:0"}
     assert _device_map.balanced([("a", 0), ("b", 0)], devices) == {"a": "cuda:0", "b": "cuda:0"}
+    # Sizes past 64 bits and negative ones are refused by the native rule, with the argument.
+    for bad in ([-1], [2**70]):
+        with pytest.raises(ValueError, match="size"):
+            _native.balanced_devices(bad, 2)
+    with pytest.raises(ValueError, match="at least 1 device"):
+        _native.balanced_devices([1, 2], 0)
+    # Sizes whose sum passes 64 bits still place (the rule sums in 128 bits).
+    assert _native.balanced_devices([2**62] * 8, 2) == [0, 0, 0, 0, 1, 1, 1, 1]
 
 
 def test_keys_cover_names_at_dots_and_the_longest_wins():

@@ -61,14 +61,10 @@ def assign(names: Sequence[str], device_map: Mapping[Any, Any]) -> Dict[str, str
 
 def balanced(tensors: Sequence[Tuple[str, int]], devices: Sequence[str]) -> Dict[str, str]:
     """``tensors`` (name, nbytes), in file order, cut into one contiguous run per device of
-    about equal bytes: a tensor goes to the device whose share holds its middle byte."""
-    total = sum(nbytes for _, nbytes in tensors)
-    placed, start = {}, 0
-    for name, nbytes in tensors:
-        index = 0 if total == 0 else min(len(devices) - 1, (2 * start + nbytes) * len(devices) // (2 * total))
-        placed[name] = devices[index]
-        start += nbytes
-    return placed
+    about equal bytes: a tensor goes to the device whose share holds its middle byte (the
+    library's own rule, ``hetmem::data::balanced_devices``)."""
+    indices = _native.balanced_devices([nbytes for _, nbytes in tensors], len(devices))
+    return {name: devices[index] for (name, _), index in zip(tensors, indices)}
 
 
 def _cuda_devices() -> List[str]:

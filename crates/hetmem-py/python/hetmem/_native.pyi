@@ -156,6 +156,11 @@ def plan_checkpoint(sources: List[str], *, names: Optional[List[str]] = None,
         for name, nbytes, place in plan_checkpoint(["model.safetensors"], prefixes=["layers."]): ...
     """
 
+def balanced_devices(sizes: List[int], devices: int) -> List[int]:
+    """``device_map="balanced"``'s rule: for tensors of ``sizes`` bytes in the files' order, the
+    index among ``devices`` devices each goes to (runs of about equal bytes; a tensor on the
+    device whose share holds its middle byte)."""
+
 def link_h2d_gb_per_s(device: Device) -> Optional[float]:
     """The link's host-to-device rate as ``hetmem load`` measures it (GB/s), None on the CPU backend."""
 

@@ -30,5 +30,5 @@ pub use method::{LoadMethod, LoadReport, StreamOptions};
 pub use residency::resident_fraction;
 pub use safetensors::{LoadedTensors, SafetensorsHeader, TensorEntry, element_bytes};
 pub use source::{FileRange, ReadMode};
-pub use spread::{Placement, SpreadTensors, load_spread};
+pub use spread::{Placement, SpreadTensors, balanced_devices, load_spread};
 pub use stream::{FilePiece, FilePieceData, FileStream};

@@ -49,25 +49,35 @@ impl SpreadTensors {
     }
 }
 
+/// [`Placement::Balanced`]'s rule, for tensors of `bytes` each in the files' order over
+/// `devices` devices (at least 1): each tensor's device index, the device whose share of about
+/// equal bytes holds the tensor's middle byte. (The Python package's `device_map="balanced"`
+/// asks this too.)
+pub fn balanced_devices(bytes: &[usize], devices: usize) -> Vec<usize> {
+    let devices = devices.max(1) as u128;
+    let total: u128 = bytes.iter().map(|&bytes| bytes as u128).sum();
+    let mut start = 0u128;
+    bytes
+        .iter()
+        .map(|&bytes| {
+            let middle = 2 * start + bytes as u128;
+            start += bytes as u128;
+            if total == 0 {
+                0
+            } else {
+                // Below `devices` (middle < 2 * total), so the cast back cannot lose.
+                (middle * devices / (2 * total)).min(devices - 1) as usize
+            }
+        })
+        .collect()
+}
+
 /// Each chosen tensor's device index: `names_bytes` (name, bytes) in the files' order.
 fn assign(names_bytes: &[(String, usize)], devices: usize, placement: &Placement) -> Result<Vec<usize>> {
     match placement {
         Placement::Balanced => {
-            let total: u128 = names_bytes.iter().map(|(_, bytes)| *bytes as u128).sum();
-            let mut start = 0u128;
-            Ok(names_bytes
-                .iter()
-                .map(|(_, bytes)| {
-                    let middle = 2 * start + *bytes as u128;
-                    start += *bytes as u128;
-                    if total == 0 {
-                        0
-                    } else {
-                        // Below `devices` (middle < 2 * total), so the cast back cannot lose.
-                        (middle * devices as u128 / (2 * total)).min(devices as u128 - 1) as usize
-                    }
-                })
-                .collect())
+            let bytes: Vec<usize> = names_bytes.iter().map(|(_, bytes)| *bytes).collect();
+            Ok(balanced_devices(&bytes, devices))
         }
         Placement::ByName(map) => names_bytes
             .iter()
