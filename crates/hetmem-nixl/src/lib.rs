@@ -11,9 +11,10 @@
 //!   as bytes ([`RemoteRegion::to_bytes`]).
 //! - [`Transfer`]: a write of a registered buffer into a peer's region, or a read of a peer's
 //!   region into one. The transfer owns the buffer while NIXL moves it; [`Transfer::finish`]
-//!   gives it back once NIXL has reported the transfer complete (or failed). A transfer dropped
-//!   in flight waits a bounded time for it, then leaks the buffer rather than free it under
-//!   NIXL, as does one whose end NIXL lost track of.
+//!   gives it back once NIXL has reported the transfer complete. A failed transfer keeps it
+//!   for good (UCX may still move its bytes: NIXL's status looks at a request's last step, and
+//!   a cancel may not stop the one before), and a transfer dropped in flight waits a bounded
+//!   time, then leaks the buffer rather than free it under UCX, as a failed one does.
 //!
 //! # What the types cannot promise
 //! NIXL is one-sided: a peer that holds an agent's metadata (or a buffer's region) may write or

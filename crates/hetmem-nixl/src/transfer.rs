@@ -16,12 +16,13 @@ const DROP_WAIT: Duration = Duration::from_secs(10);
 enum State {
     InFlight,
     Done,
-    /// NIXL reported a failure: the transfer is over, its bytes not all moved.
+    /// NIXL refused to post it before anything moved (an unknown peer): the buffer goes back.
+    NeverStarted,
+    /// NIXL reported a failure, or lost track of the request (its peer's metadata
+    /// invalidated), or failed to post it after starting: UCX may still move the buffer's bytes
+    /// (its status looks at a request's last step, the flush, and a cancel may not stop the
+    /// step before), so the buffer is never handed back and is leaked when the transfer goes.
     Failed,
-    /// NIXL lost track of the request (its peer's metadata invalidated) or failed to post it
-    /// part-way: UCX may still move the buffer's bytes, so it is never handed back (leaked
-    /// when the transfer is dropped).
-    Uncertain,
 }
 
 /// A write of a registered buffer into a peer's region, or a read of one into a registered
@@ -116,23 +117,24 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
         match agent.raw().post_xfer_req(&transfer.request, None) {
             Ok(true) => {}
             Ok(false) => transfer.state = State::Done,
-            Err(nixl_sys::NixlError::BackendError) => {
-                // UCX may have started part of it before failing: the buffer stays with the
-                // transfer, whose poll says why.
-                transfer.state = State::Uncertain;
-                transfer.failure = Some("postXferReq failed in the backend, perhaps after starting".into());
-            }
-            Err(error) => {
-                // Refused before anything moved (bad arguments, an unknown peer): NIXL holds
+            Err(nixl_sys::NixlError::NotFound) => {
+                // Refused before the backend was asked (the peer unknown to NIXL): NIXL holds
                 // nothing, so the buffer goes back at once.
-                transfer.state = State::Failed;
+                transfer.state = State::NeverStarted;
+                let error = nixl_sys::NixlError::NotFound;
                 let error = failed(
                     "postXferReq",
                     error,
                     "check that the peer still runs and UCX_TLS suits both sides",
                 );
-                let memory = transfer.finish().expect("a failed transfer gives its buffer back");
+                let memory = transfer.finish().expect("a transfer never started gives its buffer back");
                 return refuse(error, memory);
+            }
+            Err(error) => {
+                // UCX may have started part of it before failing: the buffer stays with the
+                // transfer, whose poll says why.
+                transfer.state = State::Failed;
+                transfer.failure = Some(format!("postXferReq failed ({error}), perhaps after starting"));
             }
         }
         Ok(transfer)
@@ -141,43 +143,38 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
     /// Whether NIXL is done with the transfer.
     ///
     /// # Errors
-    /// NIXL reported the transfer failed (now or before): it is over, with its bytes not all
-    /// moved, and [`Transfer::finish`] gives the buffer back. Or NIXL lost track of it (its
-    /// peer's metadata was invalidated, after a disconnect on another transfer say) or failed
-    /// to post it part-way: the buffer is then never handed back, since UCX may still move it.
+    /// The transfer failed (now or before): NIXL reported an error (a peer that went away),
+    /// lost track of it (its peer's metadata invalidated, after a disconnect on another
+    /// transfer say), or failed to post it after starting. UCX may then still move the
+    /// buffer's bytes, so the buffer stays with the transfer for good ([`Transfer::finish`]
+    /// never gives it back) and is leaked when the transfer is dropped.
     pub fn poll(&mut self) -> Result<bool> {
         if self.state == State::InFlight {
             match self.agent.raw().get_xfer_status(&self.request) {
                 Ok(nixl_sys::XferStatus::Success) => self.state = State::Done,
                 Ok(nixl_sys::XferStatus::InProgress) => {}
-                // NIXL answers "not found" without asking UCX, whose operation may still run.
-                Err(nixl_sys::NixlError::NotFound) => {
-                    self.state = State::Uncertain;
-                    self.failure = Some("NIXL no longer knows the peer of the request".into());
-                }
                 Err(error) => {
                     self.state = State::Failed;
-                    self.failure = Some(error.to_string());
+                    self.failure = Some(match error {
+                        // Answered without asking UCX, whose operation may still run.
+                        nixl_sys::NixlError::NotFound => "NIXL no longer knows the request's peer".into(),
+                        error => error.to_string(),
+                    });
                 }
             }
         }
         match self.state {
             State::InFlight => Ok(false),
-            State::Done => Ok(true),
+            State::Done | State::NeverStarted => Ok(true),
             State::Failed => Err(Error::Nixl {
                 call: "getXferStatus",
-                problem: self.failure.clone().unwrap_or_else(|| "the transfer failed".into()),
-                remedy: "check that the peer still runs (a peer that exits fails its transfers; after a \
-                         disconnect, add it again with Agent::add_peer)",
-            }),
-            State::Uncertain => Err(Error::Nixl {
-                call: "getXferStatus",
                 problem: format!(
-                    "{}: UCX may still move the buffer's bytes, so it stays with the transfer (and is leaked \
-                     when the transfer is dropped)",
-                    self.failure.as_deref().unwrap_or("the transfer's end is unknown")
+                    "{}; UCX may still move the buffer's bytes, so it stays with the transfer (leaked when the \
+                     transfer is dropped)",
+                    self.failure.as_deref().unwrap_or("the transfer failed")
                 ),
-                remedy: "add the peer again (Agent::add_peer) and start a new transfer with a new buffer",
+                remedy: "check that the peer still runs (a peer that exits fails its transfers), add it again \
+                         (Agent::add_peer) after a disconnect, and start a new transfer with a new buffer",
             }),
         }
     }
@@ -210,15 +207,14 @@ impl<'a, M: NixlMemory> Transfer<'a, M> {
         }
     }
 
-    /// The buffer back, once NIXL is done with the transfer (complete or failed: a failed
-    /// read's destination holds some of the bytes); the transfer itself back while it is in
-    /// flight, or its end is unknown.
+    /// The buffer back, once NIXL has completed the transfer; the transfer itself back while
+    /// it is in flight, or after it failed (whose buffer UCX may still move: never handed back).
     ///
     /// # Errors
-    /// The transfer, still in flight or of unknown end.
+    /// The transfer, still in flight or failed.
     #[allow(clippy::result_large_err, reason = "the error hands the transfer back unchanged")]
     pub fn finish(mut self) -> std::result::Result<Registered<M>, Transfer<'a, M>> {
-        if matches!(self.state, State::InFlight | State::Uncertain) {
+        if matches!(self.state, State::InFlight | State::Failed) {
             return Err(self);
         }
         self.taken = true;
@@ -240,12 +236,12 @@ impl<M: NixlMemory> Drop for Transfer<'_, M> {
             let _ = self.poll();
             std::thread::sleep(Duration::from_micros(200));
         }
-        if matches!(self.state, State::InFlight | State::Uncertain) {
+        if matches!(self.state, State::InFlight | State::Failed) {
             // NIXL may still move the buffer's bytes: leak it and the request rather than free
             // or deregister it under the transfer.
             tracing::error!(
                 "a NIXL transfer dropped while UCX may still move its bytes (in flight after {DROP_WAIT:?}, \
-                 or its end unknown): leaking its buffer"
+                 or failed): leaking its buffer"
             );
             return;
         }

@@ -26,9 +26,10 @@
 //! On the CPU backend the frame is blurred on the calling thread ([`gaussian_cpu`]), the same
 //! bytes.
 
+use std::collections::BTreeMap;
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::cpu::gaussian_cpu;
@@ -58,9 +59,51 @@ const STOP: u32 = u32::MAX;
 /// asks the driver whether the kernel still runs: no driver call during a frame's first
 /// milliseconds).
 const SPIN_FOR: Duration = Duration::from_millis(2);
+/// How often, past [`SPIN_FOR`], a frame's wait asks the driver whether the kernel still runs.
+const CHECK_EVERY: Duration = Duration::from_millis(1);
 /// The shortest watchdog: below it a kernel that has just been launched, or a frame of a
 /// large format, would look hung.
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(10);
+
+/// Blocks of the resident blurs running on each GPU (by ordinal): together at most half its
+/// SMs, so that other kernels still find room beside them.
+static RESIDENT_BLOCKS: Mutex<BTreeMap<usize, u32>> = Mutex::new(BTreeMap::new());
+
+/// A resident blur's share of its GPU's SMs, given back when it stops.
+#[derive(Debug)]
+struct BlockClaim {
+    ordinal: usize,
+    blocks: u32,
+}
+
+impl BlockClaim {
+    /// Claims `blocks` of the GPU `ordinal`'s resident half of its `multiprocessors`.
+    fn take(ordinal: usize, blocks: u32, multiprocessors: u32) -> Result<BlockClaim> {
+        let mut running = RESIDENT_BLOCKS.lock().unwrap_or_else(|poison| poison.into_inner());
+        let used = running.entry(ordinal).or_default();
+        let limit = (multiprocessors / 2).max(1);
+        if used.saturating_add(blocks) > limit {
+            return Err(Error::invalid(
+                "resident blur",
+                format!(
+                    "{blocks} more blocks on GPU {ordinal}, where resident blurs hold {used} already: together \
+                     they may take {limit} (half its SMs); shut one down, or ask for fewer tiles"
+                ),
+            ));
+        }
+        *used += blocks;
+        Ok(BlockClaim { ordinal, blocks })
+    }
+}
+
+impl Drop for BlockClaim {
+    fn drop(&mut self) {
+        let mut running = RESIDENT_BLOCKS.lock().unwrap_or_else(|poison| poison.into_inner());
+        if let Some(used) = running.get_mut(&self.ordinal) {
+            *used = used.saturating_sub(self.blocks);
+        }
+    }
+}
 
 /// The sequence number after `seq`: 1 to 0xFFFF_FFFE, never 0 (nothing rung) or [`STOP`]
 /// (`rb_next` in gaussian.cu).
@@ -114,9 +157,9 @@ struct Memory {
 enum Server {
     /// The CPU backend: frames run on the calling thread.
     Cpu,
-    /// The kernel, on its own queue, counted as resident until it has stopped. Leaked with the
-    /// memory if it does not stop.
-    Cuda(ManuallyDrop<Queue>, ManuallyDrop<ResidentKernel>),
+    /// The kernel, on its own queue, counted as resident until it has stopped, with its claim
+    /// on the GPU's SMs. Leaked with the memory if it does not stop (its SMs stay taken).
+    Cuda(ManuallyDrop<Queue>, ManuallyDrop<(ResidentKernel, BlockClaim)>),
     /// Tests: a thread playing the kernel's part on the words alone.
     #[cfg(test)]
     Thread(Option<std::thread::JoinHandle<()>>),
@@ -274,13 +317,14 @@ impl ResidentGaussian {
             host_words.device_address().expect(mapped),
             device_words.device_ptr().expect("device memory on a GPU has an address"),
         ];
+        let claim = BlockClaim::take(cuda.ordinal(), plan.blocks(), cuda.attributes().multiprocessor_count)?;
         // Counted in before the launch: from here on hetmem defers frees on this GPU.
         let resident = ResidentKernel::enter(cuda);
         let memory = Memory { input, output, _table: table, _device_words: Some(device_words), host_words };
         // From here on, dropping the filter stops whatever kernel runs.
         let filter = ResidentGaussian::new(
             memory,
-            Server::Cuda(ManuallyDrop::new(queue), ManuallyDrop::new(resident)),
+            Server::Cuda(ManuallyDrop::new(queue), ManuallyDrop::new((resident, claim))),
             plan,
             options,
         );
@@ -452,6 +496,7 @@ impl ResidentGaussian {
     /// Spins until the kernel writes `seq` into the done word; past [`SPIN_FOR`], yields
     /// between looks and checks the kernel still runs; gives up at the timeout.
     fn wait_done(&self, seq: u32, start: Instant) -> Result<()> {
+        let mut checked = SPIN_FOR;
         loop {
             // Acquire: the kernel's output, fenced at system scope before the done word.
             if self.words()[DONE].load(Ordering::Acquire) == seq {
@@ -462,7 +507,11 @@ impl ResidentGaussian {
                 std::hint::spin_loop();
                 continue;
             }
-            self.check_server()?;
+            // The driver is asked at most once a millisecond whether the kernel still runs.
+            if waited >= checked {
+                self.check_server()?;
+                checked = waited + CHECK_EVERY;
+            }
             if waited > self.timeout {
                 return Err(Error::ResidentFrameTimeout { frame: self.frames, timeout: self.timeout });
             }
@@ -558,7 +607,7 @@ impl Drop for ResidentGaussian {
         }
         if let Server::Cuda(_, resident) = &mut self.server {
             // SAFETY: `quiet`: the kernel's stream is idle; dropped once, here. The frees it
-            // deferred run now, before the filter's own.
+            // deferred run now, before the filter's own, and its SMs are given back.
             unsafe { ManuallyDrop::drop(resident) };
         }
         // SAFETY: `quiet`: the kernel never ran or its stream is idle (a test's thread has
@@ -678,6 +727,25 @@ mod tests {
             }
             std::thread::yield_now();
         }
+    }
+
+    /// Resident blurs on one GPU share half its SMs: a claim past it is refused, naming what
+    /// runs, and a stopped blur's blocks are given back.
+    #[test]
+    fn resident_blurs_on_one_gpu_take_half_its_sms_together() {
+        let ordinal = 1 << 20; // no real GPU's, so no other test's claims meet these
+        let first = BlockClaim::take(ordinal, 40, 132).unwrap();
+        match BlockClaim::take(ordinal, 30, 132) {
+            Err(Error::InvalidArgument { problem, .. }) => {
+                assert!(problem.contains("hold 40 already") && problem.contains("66"), "{problem}")
+            }
+            other => panic!("expected the second claim refused, got {other:?}"),
+        }
+        let second = BlockClaim::take(ordinal, 26, 132).unwrap();
+        drop(first);
+        let third = BlockClaim::take(ordinal, 40, 132).unwrap();
+        drop((second, third));
+        assert!(BlockClaim::take(ordinal, 1, 1).is_ok(), "a one-SM GPU still runs one block");
     }
 
     #[test]
