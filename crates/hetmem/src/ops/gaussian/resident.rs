@@ -1,30 +1,5 @@
 //! [`ResidentGaussian`]: the blur of one frame at a time from mapped input into mapped
-//! output by a kernel that stays on the GPU, for the lowest latency a frame can have.
-//!
-//! A frame by the zero-copy or hybrid strategy ([`crate::FrameFilter`]) costs a launch, a
-//! completion and hetmem's leases on top of the kernel's time: 8-11 us and 3-8 us on the H200
-//! machine, around a kernel of about 200 us at 1080p. Here the kernel is launched once, with
-//! every block running at once, and waits for the CPU: the CPU writes the frame into the
-//! filter's input ([`ResidentGaussian::input_mut`]) and a sequence number into a mapped word;
-//! block 0 sees it across the link and passes it on to the other blocks in device memory;
-//! the blocks blur the frame into the mapped output, and the last to finish writes the
-//! sequence number into another mapped word, which the CPU is spinning on. No driver call is
-//! made per frame. The words are laid out in `kernels/gaussian.cu` (`RB_*`).
-//!
-//! The hand-off is the borrow: [`ResidentGaussian::run`] takes the filter mutably and returns
-//! only once the kernel has written the frame (or has failed to), so no slice of the input or
-//! the output can be alive while the GPU uses them. A frame that does not finish within the
-//! timeout leaves the memory to the kernel (it may still touch it): from then on the filter
-//! refuses every access ([`Error::FrameMemoryLost`]), and on drop it leaks what the kernel
-//! may still touch rather than free it.
-//!
-//! The cost: the kernel holds its SMs (48 of the H200's 132 at 1080p by default) for as long as
-//! it runs, and while it runs hetmem defers its frees on that GPU and refuses to load kernels
-//! for the first time or to synchronise the device (see [`crate::resident`]): start it in a
-//! process whose other kernels have run once. The CPU spins while it waits for a frame.
-//!
-//! On the CPU backend the frame is blurred on the calling thread ([`gaussian_cpu`]), the same
-//! bytes.
+//! output by a kernel that stays on the GPU (its documentation says how and at what cost).
 
 use std::collections::BTreeMap;
 use std::mem::ManuallyDrop;
@@ -165,8 +140,33 @@ enum Server {
     Thread(Option<std::thread::JoinHandle<()>>),
 }
 
-/// A Gaussian blur of one frame at a time by a resident kernel. See the [module
-/// documentation](self).
+/// A Gaussian blur of one frame at a time from mapped input into mapped output by a kernel
+/// that stays on the GPU, for the lowest latency a frame can have.
+///
+/// A frame by the zero-copy or hybrid strategy ([`crate::FrameFilter`]) costs a launch, a
+/// completion and hetmem's leases on top of the kernel's time: 8-11 us and 3-8 us on the H200
+/// machine, around a kernel of about 200 us at 1080p. Here the kernel is launched once, with
+/// every block running at once, and waits for the CPU: the CPU writes the frame into the
+/// filter's input ([`ResidentGaussian::input_mut`]) and a sequence number into a mapped word;
+/// block 0 sees it across the link and passes it on to the other blocks in device memory;
+/// the blocks blur the frame into the mapped output, and the last to finish writes the
+/// sequence number into another mapped word, which the CPU is spinning on. No driver call is
+/// made per frame. The words are laid out in `kernels/gaussian.cu` (`RB_*`).
+///
+/// The hand-off is the borrow: [`ResidentGaussian::run`] takes the filter mutably and returns
+/// only once the kernel has written the frame (or has failed to), so no slice of the input or
+/// the output can be alive while the GPU uses them. A frame that does not finish within the
+/// timeout leaves the memory to the kernel (it may still touch it): from then on the filter
+/// refuses every access ([`Error::FrameMemoryLost`]), and on drop it leaks what the kernel
+/// may still touch rather than free it.
+///
+/// The cost: the kernel holds its SMs (48 of the H200's 132 at 1080p by default) for as long as
+/// it runs, and while it runs hetmem defers its frees on that GPU and refuses to load kernels
+/// for the first time or to synchronise the device (see [`crate::resident`]): start it in a
+/// process whose other kernels have run once. The CPU spins while it waits for a frame.
+///
+/// On the CPU backend the frame is blurred on the calling thread ([`gaussian_cpu`]), the same
+/// bytes.
 pub struct ResidentGaussian {
     memory: ManuallyDrop<Memory>,
     server: Server,
