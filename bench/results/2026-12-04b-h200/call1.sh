@@ -17,6 +17,8 @@ step 60 nvcc -O3 -arch=sm_90 -lcuda -Xptxas -dlcm=cg -DCHUNK=8 -o /tmp/fl8 $P/fr
 step 120 python3 $P/ucx_hetmem_memory.py > $R/ucx-hetmem-memory.txt 2>&1; cut -c1-400 $R/ucx-hetmem-memory.txt
 UCX_LOG_LEVEL=debug step 60 python3 $P/ucx_hetmem_memory.py torch:hetmem hetmem:torch > $R/ucx-hetmem-debug.txt 2>&1
 grep -iE "primary context|cuda_ipc|cuIpc|unreachable|GBps" $R/ucx-hetmem-debug.txt | sort | uniq -c | sort -rn | head -20
+# hetmem-nixl (Rust) with device memory: host memory into another process's DeviceBuf and back.
+for t in $B/nixl/*; do LD_LIBRARY_PATH=/tmp/nixl-site/.nixl_cu13.mesonpy.libs HETMEM_REQUIRE_GPU=1 HETMEM_REQUIRE_NIXL=1 step 90 $t --test-threads=1; done > $R/hetmem-nixl-tests.txt 2>&1; grep -E "^test |test result" $R/hetmem-nixl-tests.txt | tail -12
 (cd /tmp && HETMEM_REQUIRE_GPU=1 HETMEM_REQUIRE_NIXL=1 step 100 python3 -m pytest -q -rs --tb=short -p no:cacheprovider $T/test_nixl.py) > $R/pytest-nixl.txt 2>&1; tail -6 $R/pytest-nixl.txt
 N=bench/peers/nixl_link.py
 { for turn in 1 2; do for dir in h2d_staged h2d_hetmem; do echo "TURN $turn $dir"

@@ -259,3 +259,73 @@ fn host_memory_is_written_into_another_process() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A GPU's device memory (`VRAM_SEG`) in the target process, written from the initiator's host
+/// memory and read back, every byte checked on both sides. Skips without a GPU (fails with
+/// `HETMEM_REQUIRE_GPU=1`).
+fn device_target_process(dir: &Path) {
+    let device = Device::open_best().unwrap();
+    let agent = Agent::new("hetmem-test-device-target").unwrap();
+    let len = SIZES[1];
+    let mut memory = DeviceBuf::<u8>::new(&device, len).unwrap();
+    memory.copy_from_slice(&vec![0xA5; len]).unwrap();
+    let target = agent.register(memory).unwrap();
+    put(dir, "region", &target.remote().to_bytes());
+    put(dir, "metadata", &agent.metadata().unwrap());
+    let seed = u64::from_le_bytes(take(dir, "written").try_into().unwrap());
+    let mut got = vec![0u8; len];
+    // SAFETY: the one peer said its write is done and only reads from here on; a copy out
+    // reads the device memory, as the peer's read does.
+    unsafe { target.memory() }.copy_to_slice(&mut got).unwrap();
+    assert_eq!(first_mismatch(&got, &random_bytes(seed, len)), None, "device memory after the write");
+    put(dir, "checked", b"ok");
+    take(dir, "read");
+}
+
+#[test]
+fn host_memory_is_written_into_another_process_device_memory_and_read_back() {
+    let test = "host_memory_is_written_into_another_process_device_memory_and_read_back";
+    if let Some(dir) = child_role().and_then(|role| role.strip_prefix("nixl-device:").map(PathBuf::from)) {
+        return device_target_process(&dir);
+    }
+    if !nixl_or_skip(test) {
+        return;
+    }
+    let gpu = Device::open_best().unwrap();
+    if gpu.gpu_ordinal().is_none() {
+        assert!(std::env::var("HETMEM_REQUIRE_GPU").as_deref() != Ok("1"), "{test}: no GPU");
+        eprintln!("{test}: skipped: no GPU");
+        return;
+    }
+    let dir =
+        std::env::temp_dir().join(format!("hetmem-nixl-device-{}-{}", std::process::id(), fastrand::u32(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let role = format!("nixl-device:{}", dir.display());
+    let child = std::thread::spawn(move || run_child(test, &role));
+    let agent = Agent::new("hetmem-test-device-initiator").unwrap();
+    agent.add_peer(&take(&dir, "metadata")).unwrap();
+    let region = RemoteRegion::from_bytes(&take(&dir, "region")).unwrap();
+    assert_eq!(region.kind(), nixl::RegionKind::Device);
+    let seed = fastrand::u64(..);
+    let data = random_bytes(seed, SIZES[1]);
+    let mut write = agent.write(agent.register(host(&data)).unwrap(), &region).unwrap();
+    write.wait(WAIT).unwrap();
+    drop(write.finish().unwrap());
+    put(&dir, "written", &seed.to_le_bytes());
+    take(&dir, "checked");
+    let mut read = agent.read(&region, agent.register(host(&vec![0x5A; SIZES[1]])).unwrap()).unwrap();
+    read.wait(WAIT).unwrap();
+    let back = read.finish().unwrap();
+    // SAFETY: this agent's metadata never went out: no other agent can reach `back`.
+    assert_eq!(first_mismatch(unsafe { back.memory() }.as_slice(), &data), None, "read back, seed {seed:#x}");
+    put(&dir, "read", b"ok");
+    let output = child.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        output.status.success(),
+        "the device target failed ({}), seed {seed:#x}:\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
