@@ -249,11 +249,17 @@ fn host_memory_is_written_into_another_process() {
         drop(write.finish().unwrap());
     }
     put(&dir, "written", &seed.to_le_bytes());
+    end_child(child, &dir, "the target process", seed);
+}
+
+/// Waits for the target process, removes the hand-shake folder, and fails with the child's
+/// output unless it passed.
+fn end_child(child: std::thread::JoinHandle<std::process::Output>, dir: &Path, what: &str, seed: u64) {
     let output = child.join().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir);
     assert!(
         output.status.success(),
-        "the target process failed ({}), seed {seed:#x}:\n{}\n{}",
+        "{what} failed ({}), seed {seed:#x}:\n{}\n{}",
         output.status,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
@@ -319,13 +325,5 @@ fn host_memory_is_written_into_another_process_device_memory_and_read_back() {
     // SAFETY: this agent's metadata never went out: no other agent can reach `back`.
     assert_eq!(first_mismatch(unsafe { back.memory() }.as_slice(), &data), None, "read back, seed {seed:#x}");
     put(&dir, "read", b"ok");
-    let output = child.join().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        output.status.success(),
-        "the device target failed ({}), seed {seed:#x}:\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    end_child(child, &dir, "the device target", seed);
 }
