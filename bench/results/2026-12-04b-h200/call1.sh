@@ -4,7 +4,7 @@
 # the same call, and the probe's resident kernel at the same shape), then why UCX emulates on
 # hetmem's device memory (probe, with UCX's debug log for the slow pairs), hetmem.nixl's tests
 # and the PyTorch-staged write_staged against the plain hops, turn about.
-CALL=c1; BUDGET=${BUDGET:-570}; . bench/results/2026-12-04b-h200/common.sh
+CALL=c1; BUDGET=${BUDGET:-570}; . bench/results/2026-12-04-h200/common.sh
 B=gpu-bundle; P=scripts/probes
 TESTS=$(ls $B/tests/tests-* | head -1)
 HETMEM_REQUIRE_GPU=1 step 90 $TESTS --test-threads=1 resident_blur > $R/resident-tests.txt 2>&1; tail -5 $R/resident-tests.txt

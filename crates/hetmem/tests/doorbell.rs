@@ -9,7 +9,7 @@ use hetmem::resident::doorbell::{MAX_SAMPLES, MAX_TAPS};
 use hetmem::resident::{Doorbell, DoorbellOptions, Request};
 use hetmem::{Device, DeviceBuf, Error, HostBuf, PinOptions, Queue};
 
-use crate::support::{POISON, assert_child_passes, child_role, cpu_device, first_mismatch, random_words};
+use crate::support::{POISON, first_mismatch, on_cpu_then_gpu_child, random_words};
 
 /// `len` random samples in [-1, 1) from a fresh seed, printed for replay.
 fn random_samples(rng: &mut fastrand::Rng, len: usize) -> Vec<f32> {
@@ -115,20 +115,9 @@ fn async_wait(device: &Device) {
     bell.shutdown().unwrap();
 }
 
-fn gpu_device() -> Device {
-    Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap())
-}
-
 /// Runs `check` on the CPU here, and on the GPU in a child process (skipping without a GPU).
 fn on_both(test: &str, role: &str, check: fn(&Device)) {
-    if child_role().as_deref() == Some(role) {
-        return check(&gpu_device());
-    }
-    check(&cpu_device());
-    if hetmem::testing::cuda_device_or_skip(test).is_none() {
-        return;
-    }
-    assert_child_passes(&format!("doorbell::{test}"), role);
+    on_cpu_then_gpu_child(&format!("doorbell::{test}"), role, check);
 }
 
 #[test]

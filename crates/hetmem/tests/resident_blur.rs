@@ -10,22 +10,11 @@ use hetmem::ops::gaussian::{
 };
 use hetmem::stage::Strategy;
 
-use crate::support::{assert_child_passes, child_role, cpu_device, first_mismatch};
-
-fn gpu_device() -> Device {
-    Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap())
-}
+use crate::support::{first_mismatch, on_cpu_then_gpu_child};
 
 /// Runs `check` on the CPU here, and on the GPU in a child process (skipping without a GPU).
 fn on_both(test: &str, role: &str, check: fn(&Device)) {
-    if child_role().as_deref() == Some(role) {
-        return check(&gpu_device());
-    }
-    check(&cpu_device());
-    if hetmem::testing::cuda_device_or_skip(test).is_none() {
-        return;
-    }
-    assert_child_passes(&format!("resident_blur::{test}"), role);
+    on_cpu_then_gpu_child(&format!("resident_blur::{test}"), role, check);
 }
 
 /// Runs `frames` fresh random frames through `filter`, each over a poisoned output, and

@@ -62,3 +62,24 @@ pub fn assert_child_passes(test: &str, role: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// CUDA device 0, for a child process's GPU part.
+pub fn gpu_device() -> Device {
+    Device::Cuda(hetmem::backend::cuda::CudaDevice::open(0).unwrap())
+}
+
+/// Runs `check` on the CPU here, and on the GPU in a child process playing `role` (skipping
+/// without a GPU): a resident kernel refuses module loads and device synchronisation, which
+/// would fail the tests running beside it. `path` is the test's path in the binary
+/// (`module::test`).
+pub fn on_cpu_then_gpu_child(path: &str, role: &str, check: fn(&Device)) {
+    if child_role().as_deref() == Some(role) {
+        return check(&gpu_device());
+    }
+    check(&cpu_device());
+    let test = path.rsplit("::").next().unwrap_or(path);
+    if hetmem::testing::cuda_device_or_skip(test).is_none() {
+        return;
+    }
+    assert_child_passes(path, role);
+}
