@@ -56,31 +56,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (strategy, segments) in runs {
             let stage = GaussianStage::new(format, &kernel)?.with_segments(segments);
             let mut filter = FrameFilter::with_stage(&device, strategy, stage)?;
-            let mut latencies = Vec::with_capacity(frames);
-            let mut checksum = 0u64;
-            let warmup = 20;
-            for frame in 0..warmup + frames {
-                filter.input_mut()?.copy_from_slice(&sources[frame % 2]);
-                let latency: Duration = filter.run()?;
-                if frame >= warmup {
-                    latencies.push(latency.as_secs_f64() * 1e6);
-                }
-                if read_output {
-                    checksum = filter
-                        .output()?
-                        .iter()
-                        .step_by(64)
-                        .fold(checksum, |sum, &byte| sum + u64::from(byte));
-                }
-                // Every 50th frame is checked whole (a full compare would keep the output in
-                // the CPU's cache for every frame).
-                if frame % 50 == 0 && filter.output()? != expected[frame % 2].as_slice() {
-                    return Err(format!(
-                        "{strategy} at {width}x{height}, frame {frame}: differs from the CPU"
-                    )
-                    .into());
-                }
-            }
+            let what = format!("{strategy} at {width}x{height}");
+            let (latencies, checksum) =
+                time_frames(&mut filter, frames, read_output, &sources, &expected, &what)?;
             let summary = Summary::of(&latencies).expect("frames");
             println!(
                 "{{\"width\": {width}, \"height\": {height}, \"strategy\": \"{strategy}\", \"segments\": \"{segments:?}\", \"read_output\": {read_output}, \"median_us\": {:.1}, \"p99_us\": {:.1}, \"frames\": {frames}, \"checksum\": {checksum}}}",
@@ -93,29 +71,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let options = ResidentOptions { strategy, tiles, ..ResidentOptions::default() };
                 let mut filter = ResidentGaussian::start_with(&device, format, &kernel, options)?;
                 let (tiles, blocks) = (filter.plan().tiles(), filter.plan().blocks());
-                let mut latencies = Vec::with_capacity(frames);
-                let mut checksum = 0u64;
-                let warmup = 20;
-                for frame in 0..warmup + frames {
-                    filter.input_mut()?.copy_from_slice(&sources[frame % 2]);
-                    let latency: Duration = filter.run()?;
-                    if frame >= warmup {
-                        latencies.push(latency.as_secs_f64() * 1e6);
-                    }
-                    if read_output {
-                        checksum = filter
-                            .output()?
-                            .iter()
-                            .step_by(64)
-                            .fold(checksum, |sum, &byte| sum + u64::from(byte));
-                    }
-                    if frame % 50 == 0 && filter.output()? != expected[frame % 2].as_slice() {
-                        return Err(format!(
-                            "resident {strategy} at {width}x{height}, frame {frame}: differs from the CPU"
-                        )
-                        .into());
-                    }
-                }
+                let what = format!("resident {strategy} at {width}x{height}");
+                let (latencies, checksum) =
+                    time_frames(&mut filter, frames, read_output, &sources, &expected, &what)?;
                 filter.shutdown()?;
                 let summary = Summary::of(&latencies).expect("frames");
                 println!(
@@ -126,4 +84,66 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// A filter one frame at a time: `FrameFilter` or `ResidentGaussian`.
+trait OneFrame {
+    fn input_mut(&mut self) -> hetmem::Result<&mut [u8]>;
+    fn run(&mut self) -> hetmem::Result<Duration>;
+    fn output(&self) -> hetmem::Result<&[u8]>;
+}
+
+impl<S: hetmem::stage::Stage> OneFrame for FrameFilter<S> {
+    fn input_mut(&mut self) -> hetmem::Result<&mut [u8]> {
+        FrameFilter::input_mut(self)
+    }
+    fn run(&mut self) -> hetmem::Result<Duration> {
+        FrameFilter::run(self)
+    }
+    fn output(&self) -> hetmem::Result<&[u8]> {
+        FrameFilter::output(self)
+    }
+}
+
+impl OneFrame for ResidentGaussian {
+    fn input_mut(&mut self) -> hetmem::Result<&mut [u8]> {
+        ResidentGaussian::input_mut(self)
+    }
+    fn run(&mut self) -> hetmem::Result<Duration> {
+        ResidentGaussian::run(self)
+    }
+    fn output(&self) -> hetmem::Result<&[u8]> {
+        ResidentGaussian::output(self)
+    }
+}
+
+/// 20 untimed frames, then `frames` timed ones, the two `sources` alternating: each frame's
+/// latency in microseconds, and a checksum of every 64th output byte where `read_output`
+/// (the output's lines then sit in the CPU's cache). Every 50th frame is compared whole with
+/// `expected` (a full compare of every frame would keep the output in the CPU's cache).
+fn time_frames(
+    filter: &mut impl OneFrame,
+    frames: usize,
+    read_output: bool,
+    sources: &[Vec<u8>],
+    expected: &[Vec<u8>],
+    what: &str,
+) -> Result<(Vec<f64>, u64), Box<dyn std::error::Error>> {
+    let warmup = 20;
+    let mut latencies = Vec::with_capacity(frames);
+    let mut checksum = 0u64;
+    for frame in 0..warmup + frames {
+        filter.input_mut()?.copy_from_slice(&sources[frame % 2]);
+        let latency = filter.run()?;
+        if frame >= warmup {
+            latencies.push(latency.as_secs_f64() * 1e6);
+        }
+        if read_output {
+            checksum = filter.output()?.iter().step_by(64).fold(checksum, |sum, &byte| sum + u64::from(byte));
+        }
+        if frame % 50 == 0 && filter.output()? != expected[frame % 2].as_slice() {
+            return Err(format!("{what}, frame {frame}: differs from the CPU").into());
+        }
+    }
+    Ok((latencies, checksum))
 }
